@@ -1,0 +1,3 @@
+from agentledger.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""``agentledger ingest``: catch up once and exit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from agentledger.cli import main
+from agentledger.cli.output import emit_json, emit_pairs
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources import FORMATS
+from agentledger.tail.tailer import DEFAULT_MAX_LINE
+
+
+def _progress_pipeline(writer, specs, max_line):
+    """A pipeline that drives a rich progress bar (only on a terminal)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
+    task = progress.add_task("indexing", total=None)
+    pipeline = Pipeline(
+        writer, specs, max_line=max_line,
+        on_total=lambda n: progress.update(task, total=(progress.tasks[0].completed + n)),
+        on_progress=lambda n: progress.advance(task, n),
+    )
+    return pipeline, progress
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
+              help="Input format of the roots.")
+@click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,
+              help="Longest line indexed, in bytes; longer lines are rejected without being held in memory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.argument("roots", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.pass_obj
+def ingest(obj, fmt: str, max_line: int, as_json: bool, roots: tuple[Path, ...]) -> None:
+    """Catch up once on ROOTS (state dirs or telemetry dirs) and exit."""
+    conn = open_writer(obj.db)
+    writer = LedgerWriter(conn)
+    specs = specs_from(fmt, list(roots))
+    if sys.stderr.isatty() and not as_json:
+        pipeline, progress = _progress_pipeline(writer, specs, max_line)
+        with progress:
+            stats = pipeline.catch_up()
+    else:
+        stats = Pipeline(writer, specs, max_line=max_line).catch_up()
+    conn.close()
+    summary = stats.as_dict()
+    if as_json:
+        emit_json(summary)
+    else:
+        emit_pairs([(k.replace("_", " "), v) for k, v in summary.items()])

@@ -1,0 +1,49 @@
+"""Rendering results: rich tables on a terminal, plain text when piped, JSON for scripts."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+
+
+def emit_json(value: object) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4f}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str | None = None) -> None:
+    """``columns`` is a list of (key, header)."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for key, header in columns:
+            table.add_column(header, justify="right" if rows and isinstance(rows[0].get(key), (int, float)) else "left")
+        for row in rows:
+            table.add_row(*(_cell(row.get(k)) for k, _ in columns))
+        Console().print(table)
+        return
+    cells = [[h for _, h in columns]] + [[_cell(row.get(k)) for k, _ in columns] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def emit_pairs(pairs: list[tuple[str, object]]) -> None:
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        click.echo(f"{key.ljust(width)}  {_cell(value)}")

@@ -1,0 +1,107 @@
+"""``serve``: catch up, then follow the sources live until asked to stop.
+
+inotify (through watchdog) wakes the loop as soon as a file changes; a periodic
+rescan catches anything it missed (network filesystems, overflowed queues).
+The first SIGTERM/SIGINT finishes the batch in flight and exits 0; a second one
+exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers import Observer
+
+from agentledger.config import demo_dir, openclaw_state_dirs
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.writer import LedgerWriter
+
+log = logging.getLogger("agentledger.daemon")
+
+
+class _Wake(FileSystemEventHandler):
+    def __init__(self, wake: threading.Event):
+        self.wake = wake
+
+    def on_any_event(self, event) -> None:
+        self.wake.set()
+
+
+def _say(message: str) -> None:
+    print(f"agentledger: {message}", file=sys.stderr, flush=True)
+
+
+def _start_demo(directory: Path) -> subprocess.Popen:
+    directory.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "agentledger.demo", str(directory)])
+
+
+def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
+               demo: bool | None) -> int:
+    stop = threading.Event()
+    wake = threading.Event()
+
+    def on_signal(signum, frame):
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+        wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    demo_proc = None
+    if not roots:
+        found = [] if demo else openclaw_state_dirs()
+        if found:
+            roots = found
+        elif demo is False:
+            _say("no OpenClaw state dir found ($OPENCLAW_STATE_DIR, ~/.openclaw): pass ROOT or use --demo")
+            return 2
+        else:
+            roots = [demo_dir()]
+            demo_proc = _start_demo(roots[0])
+            _say(f"no agent logs found: running the demo in {roots[0]} (a live writer appends events)")
+    conn = open_writer(db)
+    try:
+        writer = LedgerWriter(conn)
+        pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop)
+        _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")
+        started = time.monotonic()
+        stats = pipeline.catch_up()
+        _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
+             f"in {time.monotonic() - started:.1f}s; following live")
+        observer = Observer()
+        for root in roots:
+            if Path(root).is_dir():
+                observer.schedule(_Wake(wake), str(root), recursive=True)
+        observer.start()
+        try:
+            while not stop.is_set():
+                wake.wait(rescan_s)
+                wake.clear()
+                if stop.is_set():
+                    break
+                stats = pipeline.run_once()
+                if stats.lines:
+                    log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events,
+                             stats.rejects)
+        finally:
+            observer.stop()
+            observer.join(timeout=5)
+    finally:
+        conn.close()
+        if demo_proc is not None:
+            demo_proc.terminate()
+            demo_proc.wait(timeout=10)
+    _say("stopped")
+    return 0

@@ -1,0 +1,103 @@
+"""The demo: a live writer feeding a telemetry directory the way an OpenClaw gateway would.
+
+Run as ``python -m agentledger.demo DIR``. On a fresh directory it first writes two
+days of history (rotated daily files), then appends live events, rotating by
+rename when the UTC day changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from agentledger.synth import Gateway
+
+HISTORY_DAYS = 2
+
+
+def _day(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+class Writer:
+    """Appends events to ``events.jsonl`` and renames it aside when the UTC day changes."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.live = self.dir / "events.jsonl"
+        self.fh = open(self.live, "ab")
+        self.day = self._first_day()
+
+    def _first_day(self) -> str | None:
+        try:
+            with open(self.live, "rb") as f:
+                first = f.readline()
+            return _day(orjson.loads(first)["ts"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, event: dict) -> None:
+        day = _day(event["ts"])
+        if self.day is not None and day != self.day:
+            self.fh.close()
+            os.rename(self.live, self.dir / f"events.{self.day}.jsonl")
+            self.fh = open(self.live, "ab")
+        self.day = day
+        self.fh.write(orjson.dumps(event) + b"\n")
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def run(directory: Path, rate: float, seed: int) -> None:
+    telemetry = directory / "agents" / "main" / "telemetry"
+    fresh = not telemetry.exists()
+    writer = Writer(telemetry)
+    now = time.time_ns() // 1_000_000
+    gw = Gateway(seed=seed, agents=("main",), start_ms=now - HISTORY_DAYS * 86_400_000 if fresh else now)
+    stream = gw.events()
+    while fresh and gw.clock < now - 60_000:
+        writer.write(next(stream))
+    writer.flush()
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        event = next(stream)
+        # Live events carry the wall clock, at random gaps averaging 1/rate.
+        event["ts"] = time.time_ns() // 1_000_000
+        gw.clock = event["ts"]
+        writer.write(event)
+        writer.flush()
+        time.sleep(gw.rng.expovariate(rate) if rate > 0 else 1.0)
+    writer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentledger.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, help="demo state dir (gets agents/main/telemetry/)")
+    parser.add_argument("--rate", type=float, default=3.0, help="events per second (default 3)")
+    parser.add_argument("--seed", type=int, default=int(time.time()), help="random seed")
+    args = parser.parse_args(argv)
+    run(args.directory, args.rate, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The normalized vocabulary every source decoder emits and the ledger consumes.
+
+Facts are flat (no nested objects) so the ledger can bind them straight into
+rows. Costs are integer pico-USD so that sums are exact however many calls add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PICO_PER_USD = 10**12
+
+
+@dataclass(slots=True, kw_only=True)
+class Fact:
+    event_id: int  # signed 64-bit, stable across copies of the same line
+    ts_ms: int
+    kind: str
+    source: str
+    agent_id: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Tokens:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class SessionStarted(Fact):
+    resumed_from: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SessionEnded(Fact):
+    message_count: int | None = None
+    duration_ms: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunStarted(Fact):
+    model: str | None = None
+    provider: str | None = None
+    is_heartbeat: bool = False
+    is_followup: bool = False
+    origin_channel: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunEnded(Fact):
+    model: str | None = None
+    provider: str | None = None
+    duration_ms: int | None = None
+    usage: Tokens | None = None
+    tool_call_count: int | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class LlmCall(Fact):
+    provider: str | None = None
+    model: str | None = None
+    call_index: int | None = None
+    tokens: Tokens
+    cost_pico: int | None = None  # None: the source carried no cost
+    cost_source: str = "log"
+    duration_ms: int | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class UsageSnapshot(Fact):
+    """A run's cumulative usage; its cost is a fallback for runs with no per-call facts."""
+
+    provider: str | None = None
+    model: str | None = None
+    tokens: Tokens
+    cost_pico: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolStarted(Fact):
+    tool_name: str | None = None
+    tool_call_id: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolEnded(Fact):
+    tool_name: str | None = None
+    tool_call_id: str
+    is_error: bool = False
+    duration_ms: int | None = None
+    error: str | None = None
+    file_path: str | None = None
+    exec_command: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SubagentSpawned(Fact):
+    child_session_key: str
+    child_agent_id: str | None = None
+    label: str | None = None
+    mode: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SubagentEnded(Fact):
+    """Either of the producer's two end events; the ledger merges them into one row."""
+
+    child_session_key: str
+    outcome: str | None = None
+    reason: str | None = None
+    duration_ms: int | None = None
+    ended_ms: int | None = None
+    model: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Compaction(Fact):
+    phase: str  # "start" | "end"
+    message_count: int | None = None
+    compacting_count: int | None = None
+    token_count: int | None = None
+    compacted_count: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Message(Fact):
+    direction: str  # "inbound" | "outbound"
+    channel: str | None = None
+    peer: str | None = None
+    preview: str | None = None
+    success: bool | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Marker(Fact):
+    """A known event kind the ledger only counts (e.g. llm.input, llm.output)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class RawEvent(Fact):
+    """An event kind this version does not understand, kept whole for later."""
+
+    raw: bytes
+
+
+@dataclass(slots=True, kw_only=True)
+class Reject:
+    """A line that could not become a fact: recorded with where it was, never dropped."""
+
+    offset: int
+    length: int
+    reason: str
+    head: bytes

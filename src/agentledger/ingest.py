@@ -1,0 +1,154 @@
+"""The ingest pipeline: tail → decode → ledger, one committed batch at a time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentledger.facts import Fact, Reject
+from agentledger.ledger.writer import Batch, LedgerWriter
+from agentledger.sources import decoder_for
+from agentledger.sources.common import HEAD_BYTES
+from agentledger.tail.tailer import DEFAULT_MAX_LINE, Chunk, Tailer
+
+log = logging.getLogger("agentledger.ingest")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    format: str
+    roots: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class IngestStats:
+    lines: int = 0
+    bytes: int = 0
+    events: int = 0
+    duplicates: int = 0
+    rejects: int = 0
+    files: int = 0
+    rotated: int = 0
+    truncated: int = 0
+    lost_files: int = 0
+    lost_bytes: int = 0
+    file_events: list[tuple[str, str, int | None]] = field(default_factory=list)
+
+    def add(self, other: IngestStats) -> None:
+        for name in ("lines", "bytes", "events", "duplicates", "rejects", "rotated", "truncated",
+                     "lost_files", "lost_bytes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.files = max(self.files, other.files)
+        self.file_events.extend(other.file_events)
+
+    def as_dict(self) -> dict:
+        return {
+            "lines": self.lines, "bytes": self.bytes, "events": self.events,
+            "duplicates": self.duplicates, "rejected_lines": self.rejects, "files": self.files,
+            "rotations": self.rotated, "truncations": self.truncated, "lost_files": self.lost_files,
+            "lost_bytes": self.lost_bytes,
+        }
+
+
+class Pipeline:
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        specs: list[SourceSpec],
+        *,
+        max_line: int = DEFAULT_MAX_LINE,
+        stop: threading.Event | None = None,
+        on_total: Callable[[int], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        after_commit: Callable[[Batch], None] | None = None,
+    ):
+        self.writer = writer
+        self.max_line = max_line
+        self.stop = stop or threading.Event()
+        self.on_total = on_total
+        self.on_progress = on_progress
+        self.after_commit = after_commit
+        self.tailers = [
+            (Tailer(writer, spec.format, list(spec.roots), max_line=max_line), decoder_for(spec.format))
+            for spec in specs
+        ]
+
+    def _batch(self, chunk: Chunk, decode) -> Batch:
+        facts: list[tuple[int, Fact]] = []
+        rejects: list[Reject] = []
+        for off, line in chunk.result.lines:
+            try:
+                out = decode(line, off)
+            except Exception as exc:  # a decoder bug must cost one line, never the stream
+                out = Reject(offset=off, length=len(line), reason=f"decoder error: {type(exc).__name__}: {exc}"[:300],
+                             head=line[:HEAD_BYTES])
+            if type(out) is Reject:
+                rejects.append(out)
+            else:
+                facts.append((off, out))
+        for off, length, head in chunk.result.too_long:
+            rejects.append(Reject(offset=off, length=length,
+                                  reason=f"line of {length} bytes exceeds max_line ({self.max_line})", head=head))
+        res = chunk.result
+        return Batch(
+            file_id=chunk.row.id, path=chunk.path, start_offset=chunk.start, end_offset=res.end,
+            lines=len(res.lines) + len(res.too_long), size=chunk.size, facts=facts, rejects=rejects,
+        )
+
+    def run_once(self) -> IngestStats:
+        """One scan of every source and a read of everything new; stops early when asked to."""
+        stats = IngestStats()
+        for tailer, decode in self.tailers:
+            pairs, opened, report = tailer.scan()
+            try:
+                stats.files += report.files
+                stats.rotated += report.rotated
+                stats.truncated += report.truncated
+                stats.lost_files += report.lost
+                stats.lost_bytes += report.lost_bytes
+                stats.file_events.extend(report.events)
+                for name, path, nbytes in report.events:
+                    level = logging.WARNING if name in ("lost", "truncate") else logging.INFO
+                    log.log(level, "file %s: %s%s", name, path, f" ({nbytes} bytes unread)" if nbytes else "")
+                if self.on_total:
+                    self.on_total(sum(max(p.size - row.offset, 0) for row, p in pairs))
+                for row, p in pairs:
+                    if self.stop.is_set():
+                        break
+                    for chunk in tailer.read(row, p):
+                        batch = self._batch(chunk, decode)
+                        result = self.writer.apply(batch)
+                        tailer.advance(chunk)
+                        nbytes = batch.end_offset - batch.start_offset
+                        stats.lines += batch.lines
+                        stats.bytes += nbytes
+                        stats.events += result.new_facts
+                        stats.duplicates += result.duplicate_facts
+                        stats.rejects += result.rejects
+                        if self.after_commit:
+                            self.after_commit(batch)
+                        if self.on_progress:
+                            self.on_progress(nbytes)
+                        if self.stop.is_set():
+                            break
+                    tailer.finished(row, p)
+            finally:
+                tailer.close(opened)
+        return stats
+
+    def catch_up(self, max_passes: int = 5) -> IngestStats:
+        """Read until a pass finds nothing new (what was appended or rotated meanwhile too)."""
+        total = IngestStats()
+        for _ in range(max_passes):
+            stats = self.run_once()
+            total.add(stats)
+            if stats.lines == 0 or self.stop.is_set():
+                break
+        return total
+
+
+def specs_from(fmt: str, roots: list[str | Path]) -> list[SourceSpec]:
+    return [SourceSpec(fmt, tuple(str(Path(r).expanduser()) for r in roots))]

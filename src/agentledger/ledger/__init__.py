@@ -1,0 +1,1 @@
+"""The ledger: the single SQLite writer, its schema and its read queries."""

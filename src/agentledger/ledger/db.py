@@ -1,0 +1,91 @@
+"""Connections and migrations.
+
+Writers get WAL with synchronous=NORMAL (a committed batch survives a process
+crash; an OS crash may lose the last batches, which the checkpoints then re-read).
+Readers open the file read-only so they can never take the write lock.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import apsw
+
+SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schema"
+BUSY_TIMEOUT_MS = 10_000
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+class LedgerError(Exception):
+    """The database cannot be used as asked (missing, newer schema, locked)."""
+
+
+def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
+    found = []
+    for path in sorted(schema_dir.iterdir()):
+        m = _MIGRATION.match(path.name)
+        if m:
+            found.append((int(m.group(1)), path))
+    numbers = [n for n, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise LedgerError(f"migrations in {schema_dir} are not numbered 1..N: {numbers}")
+    return found
+
+
+def _pragmas(conn: apsw.Connection) -> None:
+    conn.setbusytimeout(BUSY_TIMEOUT_MS)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("PRAGMA temp_store = MEMORY")
+
+
+def open_writer(path: str | Path) -> apsw.Connection:
+    """Open (creating if needed) the ledger for writing and bring its schema up to date."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = apsw.Connection(str(path))
+    _pragmas(conn)
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+    if mode != "wal":
+        raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -65536")
+    migrate(conn)
+    return conn
+
+
+def open_reader(path: str | Path) -> apsw.Connection:
+    """A read-only connection: queries never hold the write lock."""
+    path = Path(path)
+    if not path.exists():
+        raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
+    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    _pragmas(conn)
+    conn.execute("PRAGMA query_only = ON")
+    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    latest = len(migrations())
+    if version != latest:
+        raise LedgerError(
+            f"{path}: schema version {version}, this agentledger expects {latest}; "
+            "run `agentledger ingest` or `serve` once to migrate"
+        )
+    return conn
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply pending migrations, each in its own transaction; returns the new version."""
+    known = migrations()
+    current = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    if current > len(known):
+        raise LedgerError(f"database schema version {current} is newer than this agentledger ({len(known)})")
+    for number, path in known[current:]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(path.read_text())
+            conn.execute(f"PRAGMA user_version = {number:d}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        current = number
+    return current

@@ -1,0 +1,419 @@
+"""The single writer: one transaction per batch holds the facts and the file checkpoint.
+
+A batch is either wholly in the ledger or wholly out of it, and every fact is
+guarded by its event id, so re-reading lines (after a crash, or from a copy of a
+file) never counts anything twice. Entity rows are upserts written so that the
+order of events does not matter: an end before its start still yields one row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import apsw
+import orjson
+
+from agentledger.facts import (
+    Compaction,
+    Fact,
+    LlmCall,
+    Message,
+    RawEvent,
+    Reject,
+    RunEnded,
+    RunStarted,
+    SessionEnded,
+    SessionStarted,
+    SubagentEnded,
+    SubagentSpawned,
+    ToolEnded,
+    ToolStarted,
+    UsageSnapshot,
+)
+
+
+class CheckpointConflict(Exception):
+    """The file's stored offset is not where this batch starts: someone else advanced it."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """Complete lines ``[start_offset, end_offset)`` of one file, decoded."""
+
+    file_id: int
+    path: str
+    start_offset: int
+    end_offset: int
+    lines: int
+    size: int
+    facts: list[tuple[int, Fact]] = field(default_factory=list)  # (offset, fact)
+    rejects: list[Reject] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FileRow:
+    id: int
+    source: str
+    root: str
+    path: str
+    fingerprint: bytes
+    dev: int
+    ino: int
+    offset: int
+    lines: int
+    size: int
+    status: str
+    lost_bytes: int | None
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    new_facts: int
+    duplicate_facts: int
+    rejects: int
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+_INSERT_EVENT = (
+    "INSERT OR IGNORE INTO events (id, file_id, offset, ts_ms, kind, agent_id, session_key, raw) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_EXISTING_EVENTS = "SELECT e.id FROM json_each(?) AS j JOIN events AS e ON e.id = j.value"
+
+_UPSERT_SESSION = """
+INSERT INTO sessions (session_id, session_key, agent_id, source, first_ms, last_ms)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET
+    session_key = coalesce(sessions.session_key, excluded.session_key),
+    agent_id    = coalesce(sessions.agent_id, excluded.agent_id),
+    first_ms    = min(sessions.first_ms, excluded.first_ms),
+    last_ms     = max(sessions.last_ms, excluded.last_ms)
+"""
+_SESSION_STARTED = (
+    "UPDATE sessions SET started_ms = ?, resumed_from = coalesce(?, resumed_from) WHERE session_id = ?"
+)
+_SESSION_ENDED = (
+    "UPDATE sessions SET ended_ms = ?, message_count = ?, duration_ms = ?, status = 'ended' WHERE session_id = ?"
+)
+
+_RUN_STARTED = """
+INSERT INTO runs (run_id, session_key, session_id, agent_id, source, model, provider, status,
+                  started_ms, is_heartbeat, is_followup, origin_channel)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    session_key    = coalesce(runs.session_key, excluded.session_key),
+    session_id     = coalesce(runs.session_id, excluded.session_id),
+    agent_id       = coalesce(runs.agent_id, excluded.agent_id),
+    model          = excluded.model,
+    provider       = excluded.provider,
+    started_ms     = excluded.started_ms,
+    is_heartbeat   = excluded.is_heartbeat,
+    is_followup    = excluded.is_followup,
+    origin_channel = excluded.origin_channel
+"""
+_RUN_ENDED = """
+INSERT INTO runs (run_id, session_key, session_id, agent_id, source, model, provider, status,
+                  ended_ms, duration_ms, stop_reason, error, tool_call_count,
+                  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    session_key = coalesce(runs.session_key, excluded.session_key),
+    session_id  = coalesce(runs.session_id, excluded.session_id),
+    agent_id    = coalesce(runs.agent_id, excluded.agent_id),
+    model       = coalesce(runs.model, excluded.model),
+    provider    = coalesce(runs.provider, excluded.provider),
+    status      = excluded.status,
+    ended_ms    = excluded.ended_ms,
+    duration_ms = excluded.duration_ms,
+    stop_reason = excluded.stop_reason,
+    error       = excluded.error,
+    tool_call_count    = excluded.tool_call_count,
+    input_tokens       = excluded.input_tokens,
+    output_tokens      = excluded.output_tokens,
+    cache_read_tokens  = excluded.cache_read_tokens,
+    cache_write_tokens = excluded.cache_write_tokens,
+    total_tokens       = excluded.total_tokens
+"""
+_LLM_CALL = """
+INSERT OR IGNORE INTO llm_calls (id, ts_ms, source, agent_id, session_key, session_id, run_id, provider,
+    model, call_index, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens,
+    cost_pico, cost_source, duration_ms, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_USAGE_SNAPSHOT = """
+INSERT OR IGNORE INTO usage_snapshots (id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_TOOL_STARTED = """
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?)
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+    tool_name   = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id    = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key = coalesce(tool_calls.session_key, excluded.session_key),
+    started_ms  = excluded.started_ms
+"""
+_TOOL_ENDED = """
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
+                        ended_ms, duration_ms, error, file_path, exec_command)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
+    status       = excluded.status,
+    ended_ms     = excluded.ended_ms,
+    duration_ms  = excluded.duration_ms,
+    error        = excluded.error,
+    file_path    = excluded.file_path,
+    exec_command = excluded.exec_command
+"""
+_SUBAGENT_SPAWNED = """
+INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
+                       label, mode, status, spawned_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)
+ON CONFLICT (child_session_key) DO UPDATE SET
+    parent_session_key = excluded.parent_session_key,
+    parent_run_id      = excluded.parent_run_id,
+    child_agent_id     = excluded.child_agent_id,
+    label              = excluded.label,
+    mode               = excluded.mode,
+    spawned_ms         = excluded.spawned_ms
+"""
+_SUBAGENT_ENDED = """
+INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model)
+VALUES (?, ?, 'ended', ?, ?, ?, ?, ?)
+ON CONFLICT (child_session_key) DO UPDATE SET
+    status      = 'ended',
+    ended_ms    = coalesce(excluded.ended_ms, subagents.ended_ms),
+    duration_ms = coalesce(excluded.duration_ms, subagents.duration_ms),
+    outcome     = coalesce(excluded.outcome, subagents.outcome),
+    reason      = coalesce(excluded.reason, subagents.reason),
+    model       = coalesce(excluded.model, subagents.model)
+"""
+_COMPACTION = """
+INSERT OR IGNORE INTO compactions (id, ts_ms, phase, source, agent_id, session_key, message_count,
+                                   compacting_count, token_count, compacted_count)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_MESSAGE = """
+INSERT OR IGNORE INTO messages (id, ts_ms, direction, source, session_key, channel, peer, preview, success, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_REJECT = """
+INSERT OR IGNORE INTO rejects (ts_ms, file_id, path, offset, length, reason, head)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+_CHECKPOINT = """
+UPDATE files SET offset = ?, lines = lines + ?, size = max(size, ?), path = ?, updated_ms = ?
+WHERE id = ? AND offset = ?
+"""
+
+
+def _rows(facts: list[Fact]) -> dict[str, list[tuple]]:
+    """Group new facts into parameter rows per statement."""
+    out: dict[str, list[tuple]] = defaultdict(list)
+    for f in facts:
+        t = type(f)
+        if t is LlmCall:
+            k = f.tokens
+            out[_LLM_CALL].append((
+                f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id,
+                f.provider, f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write,
+                k.total, f.cost_pico, f.cost_source if f.cost_pico is not None else None,
+                f.duration_ms, f.error,
+            ))
+        elif t is ToolStarted:
+            out[_TOOL_STARTED].append((
+                f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms,
+            ))
+        elif t is ToolEnded:
+            out[_TOOL_ENDED].append((
+                f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key,
+                "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path,
+                f.exec_command,
+            ))
+        elif t is RunStarted:
+            if f.run_id:
+                out[_RUN_STARTED].append((
+                    f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
+                    f.ts_ms, int(f.is_heartbeat), int(f.is_followup), f.origin_channel,
+                ))
+        elif t is RunEnded:
+            if f.run_id:
+                u = f.usage
+                out[_RUN_ENDED].append((
+                    f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
+                    "error" if f.error else "ok", f.ts_ms, f.duration_ms, f.stop_reason, f.error,
+                    f.tool_call_count,
+                    u.input if u else None, u.output if u else None, u.cache_read if u else None,
+                    u.cache_write if u else None, u.total if u else None,
+                ))
+        elif t is UsageSnapshot:
+            out[_USAGE_SNAPSHOT].append((
+                f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, f.tokens.total,
+                f.cost_pico,
+            ))
+        elif t is SessionStarted:
+            if f.session_id:
+                out[_SESSION_STARTED].append((f.ts_ms, f.resumed_from, f.session_id))
+        elif t is SessionEnded:
+            if f.session_id:
+                out[_SESSION_ENDED].append((f.ts_ms, f.message_count, f.duration_ms, f.session_id))
+        elif t is SubagentSpawned:
+            out[_SUBAGENT_SPAWNED].append((
+                f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label,
+                f.mode, f.ts_ms,
+            ))
+        elif t is SubagentEnded:
+            out[_SUBAGENT_ENDED].append((
+                f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome,
+                f.reason, f.model,
+            ))
+        elif t is Compaction:
+            out[_COMPACTION].append((
+                f.event_id, f.ts_ms, f.phase, f.source, f.agent_id, f.session_key, f.message_count,
+                f.compacting_count, f.token_count, f.compacted_count,
+            ))
+        elif t is Message:
+            out[_MESSAGE].append((
+                f.event_id, f.ts_ms, f.direction, f.source, f.session_key, f.channel, f.peer,
+                f.preview, None if f.success is None else int(f.success), f.error,
+            ))
+    return out
+
+
+# Session rows must exist before the session.start/end updates touch them.
+_ORDER = (
+    _LLM_CALL, _USAGE_SNAPSHOT, _RUN_STARTED, _RUN_ENDED, _TOOL_STARTED, _TOOL_ENDED,
+    _SUBAGENT_SPAWNED, _SUBAGENT_ENDED, _COMPACTION, _MESSAGE, _SESSION_STARTED, _SESSION_ENDED,
+)
+
+
+def _session_rows(facts: list[Fact]) -> list[tuple]:
+    """One upsert per session instance per batch: first/last activity and learnt ids."""
+    agg: dict[str, list] = {}
+    for f in facts:
+        sid = f.session_id
+        if sid is None:
+            continue
+        row = agg.get(sid)
+        if row is None:
+            agg[sid] = [sid, f.session_key, f.agent_id, f.source, f.ts_ms, f.ts_ms]
+        else:
+            if row[1] is None:
+                row[1] = f.session_key
+            if row[2] is None:
+                row[2] = f.agent_id
+            if f.ts_ms < row[4]:
+                row[4] = f.ts_ms
+            elif f.ts_ms > row[5]:
+                row[5] = f.ts_ms
+    return [tuple(r) for r in agg.values()]
+
+
+class LedgerWriter:
+    """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
+
+    def __init__(self, conn: apsw.Connection):
+        self.conn = conn
+
+    @contextmanager
+    def transaction(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- batches -----------------------------------------------------------------
+    def apply(self, batch: Batch) -> ApplyResult:
+        with self.transaction() as conn:
+            result = self._apply_facts(conn, batch)
+            ts = now_ms()
+            if batch.rejects:
+                conn.executemany(_REJECT, [
+                    (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in batch.rejects
+                ])
+            conn.execute(_CHECKPOINT, (
+                batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
+            ))
+            if conn.changes() != 1:
+                raise CheckpointConflict(
+                    f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
+                )
+        return result
+
+    def _apply_facts(self, conn: apsw.Connection, batch: Batch) -> ApplyResult:
+        seen: set[int] = set()
+        fresh: list[tuple[int, Fact]] = []
+        for item in batch.facts:
+            eid = item[1].event_id
+            if eid not in seen:
+                seen.add(eid)
+                fresh.append(item)
+        if fresh:
+            existing = {row[0] for row in conn.execute(_EXISTING_EVENTS, (orjson.dumps(list(seen)).decode(),))}
+            if existing:
+                fresh = [item for item in fresh if item[1].event_id not in existing]
+        file_id = batch.file_id
+        conn.executemany(_INSERT_EVENT, [
+            (f.event_id, file_id, off, f.ts_ms, f.kind, f.agent_id, f.session_key,
+             f.raw if type(f) is RawEvent else None)
+            for off, f in fresh
+        ])
+        facts = [f for _, f in fresh]
+        conn.executemany(_UPSERT_SESSION, _session_rows(facts))
+        grouped = _rows(facts)
+        for sql in _ORDER:
+            rows = grouped.get(sql)
+            if rows:
+                conn.executemany(sql, rows)
+        return ApplyResult(
+            new_facts=len(fresh),
+            duplicate_facts=len(batch.facts) - len(fresh),
+            rejects=len(batch.rejects),
+        )
+
+    # -- files -------------------------------------------------------------------
+    def load_files(self, source: str) -> list[FileRow]:
+        return [FileRow(*row) for row in self.conn.execute(
+            "SELECT id, source, root, path, fingerprint, dev, ino, offset, lines, size, status, lost_bytes "
+            "FROM files WHERE source = ? ORDER BY id", (source,))]
+
+    def add_file(self, source: str, root: str, path: str, fingerprint: bytes, dev: int, ino: int,
+                 size: int, status: str) -> FileRow:
+        ts = now_ms()
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO files (source, root, path, fingerprint, dev, ino, size, status, first_seen_ms, "
+                "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (source, root, path, fingerprint, dev, ino, size, status, ts, ts),
+            )
+            file_id = conn.last_insert_rowid()
+        return FileRow(file_id, source, root, path, fingerprint, dev, ino, 0, 0, size, status, None)
+
+    def update_file(self, row: FileRow, event: tuple[str, int | None, str] | None = None) -> None:
+        """Persist where a file now is (path, inode, size, status), with an optional file event."""
+        ts = now_ms()
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE files SET root = ?, path = ?, dev = ?, ino = ?, offset = ?, size = ?, status = ?, "
+                "lost_bytes = ?, updated_ms = ? WHERE id = ?",
+                (row.root, row.path, row.dev, row.ino, row.offset, row.size, row.status, row.lost_bytes, ts,
+                 row.id),
+            )
+            if event is not None:
+                name, nbytes, detail = event
+                conn.execute(
+                    "INSERT INTO file_events (ts_ms, file_id, path, event, bytes, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                    (ts, row.id, row.path, name, nbytes, detail),
+                )

@@ -1,0 +1,302 @@
+"""Decoder for the OpenClaw telemetry extension's ``events*.jsonl`` (FORMATS.md §1)."""
+
+from __future__ import annotations
+
+import orjson
+
+from agentledger.facts import (
+    PICO_PER_USD,
+    Compaction,
+    Fact,
+    LlmCall,
+    Marker,
+    Message,
+    RawEvent,
+    Reject,
+    RunEnded,
+    RunStarted,
+    SessionEnded,
+    SessionStarted,
+    SubagentEnded,
+    SubagentSpawned,
+    Tokens,
+    ToolEnded,
+    ToolStarted,
+    UsageSnapshot,
+)
+from agentledger.sources.common import HEAD_BYTES, agent_from_key, count, flag, integer, line_id, text
+
+SOURCE = "oc-telemetry"
+_EVT_PREFIX = "evt_"
+
+
+def _event_id(value: object, line: bytes) -> int:
+    if isinstance(value, str):
+        if len(value) == 20 and value.startswith(_EVT_PREFIX):
+            try:
+                return int.from_bytes(bytes.fromhex(value[4:]), "big", signed=True)
+            except ValueError:
+                pass
+        return line_id(value.encode("utf-8", "surrogatepass"))
+    return line_id(line)
+
+
+def _tokens(value: object) -> Tokens:
+    if not isinstance(value, dict):
+        return Tokens()
+    t = Tokens(
+        input=count(value.get("input")),
+        output=count(value.get("output")),
+        cache_read=count(value.get("cacheRead")),
+        cache_write=count(value.get("cacheWrite")),
+    )
+    total = count(value.get("total"))
+    t.total = total or (t.input + t.output + t.cache_read + t.cache_write)
+    return t
+
+
+def _cost_pico(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value or value < 0 or value > 1e9:
+        return None
+    return round(value * PICO_PER_USD)
+
+
+def _error(env: dict, data: dict) -> str | None:
+    err = env.get("error")
+    if err is None:
+        err = data.get("error")
+    if isinstance(err, dict):
+        err = err.get("message")
+    if isinstance(err, str) and err:
+        return err[:2000]
+    return None
+
+
+def _session_started(base: dict, data: dict, env: dict) -> Fact:
+    return SessionStarted(**base, resumed_from=text(data.get("resumedFrom")))
+
+
+def _session_ended(base: dict, data: dict, env: dict) -> Fact:
+    return SessionEnded(
+        **base,
+        message_count=integer(data.get("messageCount")),
+        duration_ms=integer(data.get("durationMs")),
+    )
+
+
+def _run_started(base: dict, data: dict, env: dict) -> Fact:
+    return RunStarted(
+        **base,
+        model=text(data.get("model")),
+        provider=text(data.get("provider")),
+        is_heartbeat=flag(data.get("isHeartbeat")),
+        is_followup=flag(data.get("isFollowup")),
+        origin_channel=text(data.get("originChannel")),
+    )
+
+
+def _run_ended(base: dict, data: dict, env: dict) -> Fact:
+    return RunEnded(
+        **base,
+        model=text(data.get("model")),
+        provider=text(data.get("provider")),
+        duration_ms=integer(data.get("durationMs")),
+        usage=_tokens(data.get("usage")),
+        tool_call_count=integer(data.get("toolCallCount")),
+        stop_reason=text(data.get("stopReason")),
+        error=_error(env, {}),
+    )
+
+
+def _llm_call(base: dict, data: dict, env: dict) -> Fact:
+    return LlmCall(
+        **base,
+        provider=text(data.get("provider")),
+        model=text(data.get("model")),
+        call_index=integer(data.get("callIndex")),
+        tokens=_tokens(data.get("delta")),
+        cost_pico=_cost_pico(data.get("costUsd")),
+        duration_ms=integer(data.get("durationMs")),
+        error=_error(env, {}),
+    )
+
+
+def _usage_snapshot(base: dict, data: dict, env: dict) -> Fact:
+    return UsageSnapshot(
+        **base,
+        provider=text(data.get("provider")),
+        model=text(data.get("model")),
+        tokens=_tokens(data.get("usage")),
+        cost_pico=_cost_pico(data.get("costUsd")),
+    )
+
+
+def _tool_call_id(data: dict) -> str | None:
+    return text(data.get("toolCallId"))
+
+
+def _tool_started(base: dict, data: dict, env: dict) -> Fact | None:
+    call_id = _tool_call_id(data)
+    if call_id is None:
+        return None
+    return ToolStarted(**base, tool_name=text(data.get("toolName")), tool_call_id=call_id)
+
+
+def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
+    call_id = _tool_call_id(data)
+    if call_id is None:
+        return None
+    exec_command = text(data.get("execCommand"))
+    return ToolEnded(
+        **base,
+        tool_name=text(data.get("toolName")),
+        tool_call_id=call_id,
+        is_error=flag(data.get("isError")),
+        duration_ms=integer(data.get("durationMs")),
+        error=_error(env, data),
+        file_path=text(data.get("filePath")),
+        exec_command=exec_command[:2000] if exec_command else None,
+    )
+
+
+def _subagent_spawned(base: dict, data: dict, env: dict) -> Fact | None:
+    child = text(data.get("childSessionKey"))
+    if child is None:
+        return None
+    return SubagentSpawned(
+        **base,
+        child_session_key=child,
+        child_agent_id=text(data.get("agentId")),
+        label=text(data.get("label")),
+        mode=text(data.get("mode")),
+    )
+
+
+def _subagent_ended(base: dict, data: dict, env: dict) -> Fact | None:
+    child = text(data.get("childSessionKey")) or text(data.get("targetSessionKey"))
+    if child is None:
+        return None
+    return SubagentEnded(
+        **base,
+        child_session_key=child,
+        outcome=text(data.get("outcome")),
+        reason=text(data.get("reason")),
+        duration_ms=integer(data.get("durationMs")),
+        ended_ms=integer(data.get("endedAt")),
+        model=text(data.get("model")),
+    )
+
+
+def _compaction(phase: str):
+    def build(base: dict, data: dict, env: dict) -> Fact:
+        return Compaction(
+            **base,
+            phase=phase,
+            message_count=integer(data.get("messageCount")),
+            compacting_count=integer(data.get("compactingCount")),
+            token_count=integer(data.get("tokenCount")),
+            compacted_count=integer(data.get("compactedCount")),
+        )
+
+    return build
+
+
+def _preview(value: object) -> str | None:
+    s = text(value)
+    return s[:500] if s else None
+
+
+def _message_inbound(base: dict, data: dict, env: dict) -> Fact:
+    return Message(
+        **base,
+        direction="inbound",
+        channel=text(data.get("channel")),
+        peer=text(data.get("from")),
+        preview=_preview(data.get("contentPreview")),
+    )
+
+
+def _message_outbound(base: dict, data: dict, env: dict) -> Fact:
+    success = data.get("success")
+    return Message(
+        **base,
+        direction="outbound",
+        channel=text(data.get("channel")),
+        peer=text(data.get("to")),
+        preview=_preview(data.get("contentPreview")),
+        success=success if isinstance(success, bool) else None,
+        error=_error(env, data),
+    )
+
+
+def _marker(base: dict, data: dict, env: dict) -> Fact:
+    return Marker(**base)
+
+
+_BUILDERS = {
+    "session.start": _session_started,
+    "session.end": _session_ended,
+    "run.start": _run_started,
+    "run.end": _run_ended,
+    "llm.call": _llm_call,
+    "usage.snapshot": _usage_snapshot,
+    "tool.start": _tool_started,
+    "tool.end": _tool_ended,
+    "subagent.spawn": _subagent_spawned,
+    "subagent.stop": _subagent_ended,
+    "subagent.end": _subagent_ended,
+    "compaction.start": _compaction("start"),
+    "compaction.end": _compaction("end"),
+    "message.inbound": _message_inbound,
+    "message.outbound": _message_outbound,
+    "llm.input": _marker,
+    "llm.output": _marker,
+}
+
+KNOWN_KINDS = frozenset(_BUILDERS)
+
+
+def _reject(line: bytes, offset: int, reason: str) -> Reject:
+    return Reject(offset=offset, length=len(line), reason=reason, head=line[:HEAD_BYTES])
+
+
+def decode(line: bytes, offset: int) -> Fact | Reject:
+    """One line (without its newline) at ``offset`` → a fact, or a reject saying why not."""
+    if not line.strip():
+        return _reject(line, offset, "blank line")
+    try:
+        env = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        reason = "invalid UTF-8" if "utf-8" in str(exc).lower() else "invalid JSON"
+        return _reject(line, offset, f"{reason}: {exc}"[:300])
+    if not isinstance(env, dict):
+        return _reject(line, offset, f"not a JSON object ({type(env).__name__})")
+    kind = env.get("kind")
+    if not isinstance(kind, str) or not kind:
+        return _reject(line, offset, "missing field 'kind'")
+    ts = integer(env.get("ts"))
+    if ts is None or ts < 0:
+        return _reject(line, offset, "missing or invalid field 'ts'")
+    data = env.get("data")
+    if not isinstance(data, dict):
+        data = {}
+    session_key = text(env.get("sessionKey"))
+    base = {
+        "event_id": _event_id(env.get("id"), line),
+        "ts_ms": ts,
+        "kind": kind,
+        "source": SOURCE,
+        "agent_id": text(env.get("agentId")) or agent_from_key(session_key),
+        "session_key": session_key,
+        "session_id": text(env.get("sessionId")) or text(data.get("sessionId")),
+        "run_id": text(env.get("runId")),
+    }
+    builder = _BUILDERS.get(kind)
+    if builder is None:
+        return RawEvent(**base, raw=line)
+    fact = builder(base, data, env)
+    if fact is None:
+        return _reject(line, offset, f"{kind} without its identifying field")
+    return fact

@@ -1,0 +1,1 @@
+"""Following append-only JSONL files: discovery, identity, complete-line reading."""

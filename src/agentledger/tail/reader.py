@@ -1,0 +1,100 @@
+"""Reading complete lines from a file descriptor at an offset.
+
+Only newline-terminated lines are returned: a torn last line waits for the rest.
+A line longer than ``max_line`` is reported by offset and length but never held
+in memory whole.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+BLOCK = 1 << 20
+HEAD = 200  # bytes of an over-long line kept for the reject record
+
+
+@dataclass(slots=True)
+class ReadResult:
+    lines: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, line without newline)
+    too_long: list[tuple[int, int, bytes]] = field(default_factory=list)  # (offset, length, first bytes)
+    end: int = 0  # offset after the last complete line consumed
+    pending_long: tuple[int, int] | None = None  # (line offset, scanned up to) of an unfinished long line
+
+
+def _find_newline(fd: int, start: int, limit: int | None) -> tuple[int | None, int]:
+    """Scan from ``start`` for a newline without keeping the bytes; returns (newline offset, scanned to)."""
+    pos = start
+    while limit is None or pos < limit:
+        n = BLOCK if limit is None else min(BLOCK, limit - pos)
+        data = os.pread(fd, n, pos)
+        if not data:
+            return None, pos
+        i = data.find(b"\n")
+        if i >= 0:
+            return pos + i, pos + i + 1
+        pos += len(data)
+    return None, pos
+
+
+def read_lines(
+    fd: int,
+    offset: int,
+    *,
+    max_lines: int,
+    max_bytes: int,
+    max_line: int,
+    resume_long: tuple[int, int] | None = None,
+) -> ReadResult:
+    """Complete lines from ``offset`` until ``max_lines`` or about ``max_bytes`` are gathered."""
+    res = ReadResult(end=offset)
+    pos = offset
+    consumed = 0
+    while len(res.lines) < max_lines and consumed < max_bytes:
+        if resume_long is not None and resume_long[0] == pos:
+            nl, scanned = _find_newline(fd, resume_long[1], None)
+            resume_long = None
+            if nl is None:
+                res.pending_long = (pos, scanned)
+                break
+            res.too_long.append((pos, nl - pos, os.pread(fd, HEAD, pos)))
+            consumed += nl + 1 - pos
+            pos = nl + 1
+            continue
+        data = os.pread(fd, max(BLOCK, min(max_bytes - consumed, 8 * BLOCK)), pos)
+        if not data:
+            break
+        last = data.rfind(b"\n")
+        if last >= 0:
+            body = data[:last]
+            line_off = pos
+            for line in body.split(b"\n"):
+                if len(line) > max_line:
+                    res.too_long.append((line_off, len(line), line[:HEAD]))
+                else:
+                    res.lines.append((line_off, line))
+                line_off += len(line) + 1
+            consumed += last + 1
+            pos += last + 1
+            continue
+        # The line at pos is longer than one block: gather it up to max_line, else skip it.
+        nl, scanned = _find_newline(fd, pos + len(data), pos + max_line + 1)
+        if nl is not None:
+            line = os.pread(fd, nl - pos, pos)
+            if len(line) == nl - pos:
+                res.lines.append((pos, line))
+                consumed += nl + 1 - pos
+                pos = nl + 1
+                continue
+            break  # the file shrank under us: the next scan sees the truncation
+        if scanned <= pos + max_line:
+            break  # end of file inside an ordinary-sized line: wait for the rest
+        nl, scanned = _find_newline(fd, scanned, None)
+        if nl is None:
+            res.pending_long = (pos, scanned)
+            break
+        res.too_long.append((pos, nl - pos, os.pread(fd, HEAD, pos)))
+        consumed += nl + 1 - pos
+        pos = nl + 1
+    res.end = pos
+    return res

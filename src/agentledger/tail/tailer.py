@@ -1,0 +1,282 @@
+"""Matching files on disk to the ledger's checkpoints, and reading what is new.
+
+Each scan lists the files of every root, identifies them (see identity.py) and
+decides, per known file, what happened since the last look: appended, renamed
+by rotation, copied then truncated, truncated in place, replaced on a reused
+inode, or deleted (with unread bytes counted as lost). Reading then goes
+through the descriptors opened during the scan, so a rotation between scan and
+read cannot make us read the wrong file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentledger.ledger.writer import FileRow, LedgerWriter
+from agentledger.tail.identity import fingerprint
+from agentledger.tail.layouts import LAYOUTS, Candidate
+from agentledger.tail.reader import ReadResult, read_lines
+
+DEFAULT_MAX_LINE = 32 * 1024 * 1024
+ACTIVE = ("live", "rotated")
+
+
+@dataclass(slots=True)
+class Physical:
+    """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
+
+    path: str
+    root: str
+    live: bool
+    order: tuple
+    fd: int
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    fp: bytes | None
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Complete lines read from one file, not yet committed."""
+
+    row: FileRow
+    path: str
+    start: int
+    result: ReadResult
+    size: int
+
+
+@dataclass(slots=True)
+class ScanReport:
+    files: int = 0
+    rotated: int = 0
+    truncated: int = 0
+    lost: int = 0
+    lost_bytes: int = 0
+    events: list[tuple[str, str, int | None]] = field(default_factory=list)  # (event, path, bytes)
+
+
+class Tailer:
+    """Follows every file of one source format under its roots."""
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        source: str,
+        roots: list[str | Path],
+        *,
+        max_line: int = DEFAULT_MAX_LINE,
+        batch_lines: int = 4000,
+        batch_bytes: int = 4 * 1024 * 1024,
+    ):
+        self.writer = writer
+        self.source = source
+        self.roots = [str(Path(r).expanduser().resolve()) for r in roots]
+        self.layout = LAYOUTS[source]
+        self.max_line = max_line
+        self.batch_lines = batch_lines
+        self.batch_bytes = batch_bytes
+        self.rows: dict[bytes, FileRow] = {r.fingerprint: r for r in writer.load_files(source)}
+        self._first_scan = True
+        self._pending_long: dict[int, tuple[int, int]] = {}
+        # (dev, ino) -> (size, mtime_ns, fp) of files already read to their end.
+        self._unchanged: dict[tuple[int, int], tuple[int, int, bytes]] = {}
+
+    # -- scanning ----------------------------------------------------------------
+    def _list(self) -> list[tuple[str, Candidate]]:
+        return [(root, c) for root in self.roots for c in self.layout(Path(root))]
+
+    def _open(self, root: str, cand: Candidate) -> Physical | None:
+        try:
+            st = os.stat(cand.path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        known = self._unchanged.get((st.st_dev, st.st_ino))
+        if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+            return Physical(cand.path, root, cand.live, cand.order, -1, st.st_dev, st.st_ino,
+                            st.st_size, st.st_mtime_ns, known[2])
+        try:
+            fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            fp = fingerprint(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        return Physical(cand.path, root, cand.live, cand.order, fd, st.st_dev, st.st_ino, st.st_size,
+                        st.st_mtime_ns, fp)
+
+    def _snapshot(self) -> list[Physical]:
+        found = []
+        for root, cand in self._list():
+            p = self._open(root, cand)
+            if p is not None:
+                found.append(p)
+        return found
+
+    @staticmethod
+    def close(physicals: list[Physical]) -> None:
+        for p in physicals:
+            if p.fd >= 0:
+                os.close(p.fd)
+                p.fd = -1
+
+    def scan(self) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport]:
+        """Identify every file; returns (readable pairs oldest first, all opened files, report).
+
+        The caller reads the pairs, then passes the opened files to ``close``.
+        """
+        report = ScanReport()
+        physicals = self._snapshot()
+        best: dict[bytes, Physical] = {}
+        for p in physicals:
+            if p.fp is None:
+                continue
+            row = self.rows.get(p.fp)
+            cur = best.get(p.fp)
+            if cur is None or self._better(p, cur, row):
+                best[p.fp] = p
+        pairs = []
+        for fp, p in best.items():
+            row = self.rows.get(fp)
+            if row is None:
+                row = self._new_file(fp, p, report)
+            else:
+                self._follow(row, p, report)
+            pairs.append((row, p))
+        missing = [r for r in self.rows.values()
+                   if r.status in ACTIVE and r.root in self.roots and r.fingerprint not in best]
+        if missing:
+            # A rename racing the directory listing can hide a file for one listing: look again.
+            again = self._snapshot()
+            seen_again = {p.fp for p in again if p.fp is not None}
+            self.close(again)
+            for row in missing:
+                if row.fingerprint not in seen_again:
+                    self._vanished(row, physicals, report)
+        self._first_scan = False
+        report.files = len(pairs)
+        pairs.sort(key=lambda rp: rp[1].order)
+        return pairs, physicals, report
+
+    @staticmethod
+    def _better(p: Physical, cur: Physical, row: FileRow | None) -> bool:
+        """Of two files with the same identity (a copy), read the one that is still being written."""
+        if row is not None:
+            p_same = (p.dev, p.ino) == (row.dev, row.ino)
+            c_same = (cur.dev, cur.ino) == (row.dev, row.ino)
+            if p_same != c_same and p.size >= row.offset and cur.size >= row.offset:
+                return p_same
+        if p.size != cur.size:
+            return p.size > cur.size
+        return p.live and not cur.live
+
+    def _new_file(self, fp: bytes, p: Physical, report: ScanReport) -> FileRow:
+        row = self.writer.add_file(self.source, p.root, p.path, fp, p.dev, p.ino, p.size,
+                                   "live" if p.live else "rotated")
+        self.rows[fp] = row
+        return row
+
+    def _follow(self, row: FileRow, p: Physical, report: ScanReport) -> None:
+        event = None
+        same_inode = (row.dev, row.ino) == (p.dev, p.ino)
+        if p.size < row.offset and same_inode:
+            # Truncated in place, and the same first line written again.
+            event = ("truncate", max(row.size - row.offset, 0) or None, f"size {p.size} < offset {row.offset}")
+            report.truncated += 1
+            row.offset = 0
+            row.lines = 0
+        elif row.path != p.path or not same_inode:
+            if row.status == "live" and not p.live:
+                event = ("rotate", None, f"from {row.path}")
+                report.rotated += 1
+            elif not same_inode:
+                event = ("copy", None, f"continued from {row.path} in a copy")
+            else:
+                event = ("move", None, f"from {row.path}")
+        status = "live" if p.live else "rotated"
+        changed = (event is not None or row.status != status or row.root != p.root)
+        row.path, row.dev, row.ino, row.root, row.status = p.path, p.dev, p.ino, p.root, status
+        if p.size > row.size:
+            row.size = p.size
+        if changed:
+            row.lost_bytes = None
+            self.writer.update_file(row, event)
+            if event:
+                report.events.append((event[0], p.path, event[1]))
+
+    def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
+        """Settle a known file whose content is no longer on disk."""
+        unread = row.size - row.offset
+        replaced = any((p.dev, p.ino, p.path) == (row.dev, row.ino, row.path) for p in physicals)
+        if replaced:
+            # Same inode at the same path with another first line: truncated (and maybe rewritten),
+            # or deleted and recreated on a reused inode. Either way the old content is gone.
+            row.status, row.lost_bytes = "truncated", (unread if unread > 0 else None)
+            event = ("truncate", row.lost_bytes, "first line changed: content replaced")
+            report.truncated += 1
+        elif unread > 0:
+            row.status, row.lost_bytes = "lost", unread
+            event = ("lost", unread, "deleted before it was read to the end")
+        elif self._first_scan and row.status == "live":
+            row.status, row.lost_bytes = "lost", None
+            event = ("lost", None, "vanished while agentledger was not running; unread bytes unknown")
+        else:
+            row.status, row.lost_bytes = "gone", None
+            event = None
+        if row.lost_bytes or row.status == "lost":
+            report.lost += 1
+            report.lost_bytes += row.lost_bytes or 0
+        self.writer.update_file(row, event)
+        if event:
+            report.events.append((event[0], row.path, event[1]))
+
+    # -- reading -----------------------------------------------------------------
+    def read(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
+        """Chunks of complete lines from the row's offset; call ``advance`` after committing each."""
+        if p.fd < 0 or p.size <= row.offset and row.id not in self._pending_long:
+            if p.fd < 0 or p.size == row.offset:
+                self._mark_read(p)
+            return
+        while True:
+            start = row.offset
+            res = read_lines(
+                p.fd, start,
+                max_lines=self.batch_lines, max_bytes=self.batch_bytes, max_line=self.max_line,
+                resume_long=self._pending_long.get(row.id),
+            )
+            if res.pending_long is not None:
+                self._pending_long[row.id] = res.pending_long
+            else:
+                self._pending_long.pop(row.id, None)
+            if res.end == start:
+                return
+            yield Chunk(row, p.path, start, res, max(p.size, res.end))
+            if row.offset != res.end:
+                return  # the caller did not commit; stop rather than skip lines
+        # unreachable
+
+    def advance(self, chunk: Chunk) -> None:
+        chunk.row.offset = chunk.result.end
+        chunk.row.lines += len(chunk.result.lines) + len(chunk.result.too_long)
+        if chunk.size > chunk.row.size:
+            chunk.row.size = chunk.size
+
+    def _mark_read(self, p: Physical) -> None:
+        if p.fp is not None:
+            self._unchanged[(p.dev, p.ino)] = (p.size, p.mtime_ns, p.fp)
+
+    def finished(self, row: FileRow, p: Physical) -> None:
+        """Remember a file read to its end so an unchanged one is not reopened next scan."""
+        if row.offset >= p.size and row.id not in self._pending_long:
+            self._mark_read(p)
