@@ -1,12 +1,12 @@
 # Two entry points a new user needs: `make serve` and `make test`.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
 .PHONY: serve test bench clean
 
 $(BIN)/agentledger: pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: set PYTHON=/path/to/python3.11" >&2; exit 2; }
+	@test -n "$(PYTHON)" || { echo "python3.11 not found: set PYTHON=/path/to/python3.11" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'

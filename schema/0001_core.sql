@@ -96,6 +96,14 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_session ON runs (session_id);
 
+-- First and last event of each run, whatever kind carried its id (tool events carry no
+-- sessionId, so a session's activity span reaches them only through here).
+CREATE TABLE run_activity (
+    run_id   TEXT PRIMARY KEY,
+    first_ms INTEGER NOT NULL,
+    last_ms  INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE llm_calls (
     id                 INTEGER PRIMARY KEY,   -- event id
     ts_ms              INTEGER NOT NULL,

@@ -78,12 +78,16 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
         SELECT session_id, sum(cost_pico) AS c FROM ({_SNAPSHOT_FALLBACK}) GROUP BY session_id
     ), r AS (
         SELECT session_id, count(*) AS n FROM runs GROUP BY session_id
+    ), a AS (
+        SELECT r.session_id, min(ra.first_ms) AS first_ms, max(ra.last_ms) AS last_ms
+        FROM run_activity AS ra JOIN runs AS r ON r.run_id = ra.run_id GROUP BY r.session_id
     ), t AS (
         SELECT r.session_id, count(*) AS n, sum(tc.status = 'error') AS errors
         FROM tool_calls AS tc JOIN runs AS r ON r.run_id = tc.run_id GROUP BY r.session_id
     )
     SELECT s.session_key, s.session_id, s.agent_id, s.source, s.status, coalesce(s.started_ms, s.first_ms),
-           s.ended_ms, s.first_ms, s.last_ms, coalesce(r.n, 0), coalesce(l.n, 0), coalesce(l.errors, 0),
+           s.ended_ms, min(s.first_ms, coalesce(a.first_ms, s.first_ms)),
+           max(s.last_ms, coalesce(a.last_ms, s.last_ms)), coalesce(r.n, 0), coalesce(l.n, 0), coalesce(l.errors, 0),
            coalesce(t.n, 0), coalesce(t.errors, 0),
            coalesce(l.i, 0), coalesce(l.o, 0), coalesce(l.cr, 0), coalesce(l.cw, 0), coalesce(l.t, 0),
            coalesce(l.c, 0) + coalesce(f.c, 0), coalesce(l.unpriced, 0), {_SUBAGENT_SESSION}
@@ -92,6 +96,7 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
     LEFT JOIN f ON f.session_id = s.session_id
     LEFT JOIN r ON r.session_id = s.session_id
     LEFT JOIN t ON t.session_id = s.session_id
+    LEFT JOIN a ON a.session_id = s.session_id
     WHERE {" AND ".join(where)}
     ORDER BY s.last_ms DESC, s.session_id
     {limit}

@@ -95,6 +95,12 @@ ON CONFLICT (session_id) DO UPDATE SET
     first_ms    = min(sessions.first_ms, excluded.first_ms),
     last_ms     = max(sessions.last_ms, excluded.last_ms)
 """
+_RUN_ACTIVITY = """
+INSERT INTO run_activity (run_id, first_ms, last_ms) VALUES (?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    first_ms = min(run_activity.first_ms, excluded.first_ms),
+    last_ms  = max(run_activity.last_ms, excluded.last_ms)
+"""
 _SESSION_STARTED = (
     "UPDATE sessions SET started_ms = ?, resumed_from = coalesce(?, resumed_from) WHERE session_id = ?"
 )
@@ -296,6 +302,23 @@ _ORDER = (
 )
 
 
+def _span_rows(facts: list[Fact], attr: str) -> list[tuple]:
+    """(id, first ts, last ts) per distinct value of ``attr`` in the batch."""
+    spans: dict[str, list[int]] = {}
+    for f in facts:
+        key = getattr(f, attr)
+        if key is None:
+            continue
+        span = spans.get(key)
+        if span is None:
+            spans[key] = [f.ts_ms, f.ts_ms]
+        elif f.ts_ms < span[0]:
+            span[0] = f.ts_ms
+        elif f.ts_ms > span[1]:
+            span[1] = f.ts_ms
+    return [(key, a, b) for key, (a, b) in spans.items()]
+
+
 def _session_rows(facts: list[Fact]) -> list[tuple]:
     """One upsert per session instance per batch: first/last activity and learnt ids."""
     agg: dict[str, list] = {}
@@ -372,6 +395,7 @@ class LedgerWriter:
         ])
         facts = [f for _, f in fresh]
         conn.executemany(_UPSERT_SESSION, _session_rows(facts))
+        conn.executemany(_RUN_ACTIVITY, _span_rows(facts, "run_id"))
         grouped = _rows(facts)
         for sql in _ORDER:
             rows = grouped.get(sql)

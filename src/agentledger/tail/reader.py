@@ -66,16 +66,19 @@ def read_lines(
             break
         last = data.rfind(b"\n")
         if last >= 0:
-            body = data[:last]
+            parts = data[:last].split(b"\n")
+            room = max_lines - len(res.lines)
+            if len(parts) > room:
+                parts = parts[:room]
             line_off = pos
-            for line in body.split(b"\n"):
+            for line in parts:
                 if len(line) > max_line:
                     res.too_long.append((line_off, len(line), line[:HEAD]))
                 else:
                     res.lines.append((line_off, line))
                 line_off += len(line) + 1
-            consumed += last + 1
-            pos += last + 1
+            consumed += line_off - pos
+            pos = line_off
             continue
         # The line at pos is longer than one block: gather it up to max_line, else skip it.
         nl, scanned = _find_newline(fd, pos + len(data), pos + max_line + 1)

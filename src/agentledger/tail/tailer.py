@@ -218,17 +218,21 @@ class Tailer:
     def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk."""
         unread = row.size - row.offset
+        was_live = row.status == "live"
         replaced = any((p.dev, p.ino, p.path) == (row.dev, row.ino, row.path) for p in physicals)
         if replaced:
             # Same inode at the same path with another first line: truncated (and maybe rewritten),
             # or deleted and recreated on a reused inode. Either way the old content is gone.
             row.status, row.lost_bytes = "truncated", (unread if unread > 0 else None)
-            event = ("truncate", row.lost_bytes, "first line changed: content replaced")
+            detail = "first line changed: content replaced"
+            if self._first_scan and was_live and unread <= 0:
+                detail += " while agentledger was not running; unread bytes unknown"
+            event = ("truncate", row.lost_bytes, detail)
             report.truncated += 1
         elif unread > 0:
             row.status, row.lost_bytes = "lost", unread
             event = ("lost", unread, "deleted before it was read to the end")
-        elif self._first_scan and row.status == "live":
+        elif self._first_scan and was_live:
             row.status, row.lost_bytes = "lost", None
             event = ("lost", None, "vanished while agentledger was not running; unread bytes unknown")
         else:

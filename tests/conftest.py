@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentledger.ingest import IngestStats, Pipeline, specs_from
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.writer import LedgerWriter
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+CORPUS = SHARED / "corpus"
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture(scope="session")
+def oc_corpus() -> Path:
+    path = CORPUS / "oc-telemetry"
+    if not path.is_dir():
+        pytest.skip(f"shared corpus not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def oc_expected(oc_corpus: Path) -> dict:
+    return json.loads((oc_corpus / "expected.json").read_text())
+
+
+def ingest(db: Path, *roots: Path, fmt: str = "oc-telemetry", **kwargs) -> IngestStats:
+    conn = open_writer(db)
+    try:
+        return Pipeline(LedgerWriter(conn), specs_from(fmt, list(roots)), **kwargs).catch_up()
+    finally:
+        conn.close()
+
+
+def cli_env(db: Path) -> dict:
+    env = dict(os.environ)
+    env["AGENTLEDGER_DB"] = str(db)
+    env.pop("OPENCLAW_STATE_DIR", None)
+    return env

@@ -1,0 +1,39 @@
+"""A comparable picture of a ledger: everything a user can see, nothing that depends on read order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+
+_TABLES = {
+    "events": "SELECT e.id, f.fingerprint, e.offset, e.ts_ms, e.kind, e.agent_id, e.session_key, e.raw "
+              "FROM events e JOIN files f ON f.id = e.file_id",
+    "sessions": "SELECT * FROM sessions",
+    "runs": "SELECT * FROM runs",
+    "llm_calls": "SELECT * FROM llm_calls",
+    "usage_snapshots": "SELECT * FROM usage_snapshots",
+    "tool_calls": "SELECT * FROM tool_calls",
+    "subagents": "SELECT * FROM subagents",
+    "compactions": "SELECT * FROM compactions",
+    "messages": "SELECT * FROM messages",
+    "rejects": "SELECT f.fingerprint, r.offset, r.length, r.reason, r.head FROM rejects r "
+               "JOIN files f ON f.id = r.file_id",
+    "checkpoints": "SELECT fingerprint, offset, lines FROM files",
+}
+
+
+def dump(db: Path, tables: tuple[str, ...] = tuple(_TABLES)) -> dict[str, list[tuple]]:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return {name: sorted(conn.execute(_TABLES[name]).fetchall(), key=repr) for name in tables}
+    finally:
+        conn.close()
+
+
+def scalar(db: Path, sql: str, params: tuple = ()):
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute(sql, params).fetchall()[0][0]
+    finally:
+        conn.close()
