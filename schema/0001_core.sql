@@ -15,9 +15,9 @@ CREATE TABLE files (
     status        TEXT    NOT NULL DEFAULT 'live', -- live | rotated | gone | lost | truncated
     lost_bytes    INTEGER,                    -- unread bytes when it vanished (NULL: unknown)
     first_seen_ms INTEGER NOT NULL,
-    updated_ms    INTEGER NOT NULL,
-    UNIQUE (source, fingerprint)
+    updated_ms    INTEGER NOT NULL
 );
+CREATE INDEX files_by_fingerprint ON files (source, fingerprint);
 
 CREATE TABLE file_events (
     id      INTEGER PRIMARY KEY,

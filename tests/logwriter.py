@@ -7,6 +7,7 @@ Imported by tests for step-by-step scenarios, and run as a subprocess
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import random
 import shutil
@@ -54,9 +55,9 @@ class LogDir:
             f.write(data)
 
     def rotated_name(self) -> Path:
-        path = self.dir / f"events.2026-10-{self.day:02d}.jsonl"
+        day = dt.date(2026, 10, 1) + dt.timedelta(days=self.day - 1)
         self.day += 1
-        return path
+        return self.dir / f"events.{day.isoformat()}.jsonl"
 
     def rotate(self) -> Path:
         """Rename rotation, as OpenClaw does it; the next append creates a new live file."""

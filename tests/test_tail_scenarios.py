@@ -279,3 +279,23 @@ def test_max_line_is_configurable(tmp_path, db, max_line):
     logs.append(llm_call(1) + llm_call(2, pad=10_000) + llm_call(3))
     stats = ingest(db, logs.root, max_line=max_line)
     assert stats.events == 2 and stats.rejects == 1
+
+
+def test_copytruncate_does_not_record_a_bad_line_twice(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1) + b'{"bad": \n' + llm_call(2))
+    assert ingest(db, logs.root).rejects == 1
+    logs.copytruncate()
+    logs.append(llm_call(3))
+    stats = ingest(db, logs.root)
+    assert (stats.events, stats.rejects) == (1, 0)
+    assert scalar(db, "SELECT count(*) FROM rejects") == 1
+
+
+def test_hard_link_is_one_file(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 6)))
+    os.link(logs.live, logs.dir / "events.2026-10-01.jsonl")
+    stats = ingest(db, logs.root)
+    assert (stats.lines, stats.events) == (5, 5)
+    assert scalar(db, "SELECT count(*) FROM files") == 1

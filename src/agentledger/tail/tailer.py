@@ -82,7 +82,10 @@ class Tailer:
         self.max_line = max_line
         self.batch_lines = batch_lines
         self.batch_bytes = batch_bytes
-        self.rows: dict[bytes, FileRow] = {r.fingerprint: r for r in writer.load_files(source)}
+        self.rows: dict[int, FileRow] = {}
+        self.by_fp: dict[bytes, list[FileRow]] = {}
+        for row in writer.load_files(source):
+            self._remember(row)
         self._first_scan = True
         self._pending_long: dict[int, tuple[int, int]] = {}
         # (dev, ino) -> (size, mtime_ns, fp) of files already read to their end.
@@ -134,28 +137,42 @@ class Tailer:
     def scan(self) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport]:
         """Identify every file; returns (readable pairs oldest first, all opened files, report).
 
+        A file on disk is the known file with the same inode and first line. Failing that,
+        it continues a known file with the same first line whose inode no longer holds it
+        (renamed across filesystems, copied then truncated, restored). Otherwise it is new.
         The caller reads the pairs, then passes the opened files to ``close``.
         """
         report = ScanReport()
         physicals = self._snapshot()
-        best: dict[bytes, Physical] = {}
+        claimed: dict[int, Physical] = {}
+        unmatched: list[Physical] = []
+        inodes: set[tuple[int, int]] = set()
         for p in physicals:
-            if p.fp is None:
-                continue
-            row = self.rows.get(p.fp)
-            cur = best.get(p.fp)
-            if cur is None or self._better(p, cur, row):
-                best[p.fp] = p
-        pairs = []
-        for fp, p in best.items():
-            row = self.rows.get(fp)
-            if row is None:
-                row = self._new_file(fp, p, report)
+            if p.fp is None or (p.dev, p.ino) in inodes:
+                continue  # no complete first line yet, or a second name (hard link) of one file
+            inodes.add((p.dev, p.ino))
+            row = self._same_inode(p)
+            if row is not None and row.id not in claimed:
+                claimed[row.id] = p
             else:
-                self._follow(row, p, report)
+                unmatched.append(p)
+        new: list[Physical] = []
+        for fp in dict.fromkeys(p.fp for p in unmatched):
+            group = sorted((p for p in unmatched if p.fp == fp), key=self._preference, reverse=True)
+            heirs = sorted((r for r in self.by_fp.get(fp, ()) if r.id not in claimed and r.status in ACTIVE),
+                           key=lambda r: r.id, reverse=True)
+            for row, p in zip(heirs, group):
+                claimed[row.id] = p
+            new.extend(group[len(heirs):])
+        pairs = []
+        for row_id, p in claimed.items():
+            row = self.rows[row_id]
+            self._follow(row, p, report)
             pairs.append((row, p))
+        for p in new:
+            pairs.append((self._new_file(p, report), p))
         missing = [r for r in self.rows.values()
-                   if r.status in ACTIVE and r.root in self.roots and r.fingerprint not in best]
+                   if r.status in ACTIVE and r.root in self.roots and r.id not in claimed]
         if missing:
             # A rename racing the directory listing can hide a file for one listing: look again.
             again = self._snapshot()
@@ -169,23 +186,26 @@ class Tailer:
         pairs.sort(key=lambda rp: rp[1].order)
         return pairs, physicals, report
 
-    @staticmethod
-    def _better(p: Physical, cur: Physical, row: FileRow | None) -> bool:
-        """Of two files with the same identity (a copy), read the one that is still being written."""
-        if row is not None:
-            p_same = (p.dev, p.ino) == (row.dev, row.ino)
-            c_same = (cur.dev, cur.ino) == (row.dev, row.ino)
-            if p_same != c_same and p.size >= row.offset and cur.size >= row.offset:
-                return p_same
-        if p.size != cur.size:
-            return p.size > cur.size
-        return p.live and not cur.live
+    def _same_inode(self, p: Physical) -> FileRow | None:
+        for row in self.by_fp.get(p.fp, ()):
+            if (row.dev, row.ino) == (p.dev, p.ino):
+                return row
+        return None
 
-    def _new_file(self, fp: bytes, p: Physical, report: ScanReport) -> FileRow:
-        row = self.writer.add_file(self.source, p.root, p.path, fp, p.dev, p.ino, p.size,
+    @staticmethod
+    def _preference(p: Physical) -> tuple:
+        """Of several copies of one file, continue with the one still being written, else the largest."""
+        return (p.live, p.size)
+
+    def _new_file(self, p: Physical, report: ScanReport) -> FileRow:
+        row = self.writer.add_file(self.source, p.root, p.path, p.fp, p.dev, p.ino, p.size,
                                    "live" if p.live else "rotated")
-        self.rows[fp] = row
+        self._remember(row)
         return row
+
+    def _remember(self, row: FileRow) -> None:
+        self.rows[row.id] = row
+        self.by_fp.setdefault(row.fingerprint, []).append(row)
 
     def _follow(self, row: FileRow, p: Physical, report: ScanReport) -> None:
         event = None
