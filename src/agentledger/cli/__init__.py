@@ -18,24 +18,34 @@ class Context:
         self.db = db
 
 
-class _Group(click.Group):
-    """Turns expected operational errors into one line and exit code 2."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except (LedgerError, ValueError) as exc:
-            click.echo(f"agentledger: {exc}", err=True)
-            sys.exit(2)
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"agentledger: {message}", err=True)
+    sys.exit(code)
 
 
-@click.group(cls=_Group)
+def main(args: list[str] | None = None) -> None:
+    """Console entry point: usage and configuration errors are one line and exit code 2."""
+    try:
+        code = cli.main(args=args, prog_name="agentledger", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f"agentledger {exc.ctx.command_path.partition(' ')[2]}".strip() if exc.ctx else "agentledger"
+        _fail(f"{exc.format_message()} (see `{where} --help`)")
+    except (LedgerError, ValueError) as exc:
+        _fail(str(exc))
+    except click.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group()
 @click.version_option(__version__, prog_name="agentledger")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Ledger database (default: $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr.")
 @click.pass_context
-def main(ctx: click.Context, db: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context, db: Path | None, verbose: bool) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -44,4 +54,4 @@ def main(ctx: click.Context, db: Path | None, verbose: bool) -> None:
 
 from agentledger.cli import ingest, queries, serve  # noqa: E402  (commands register on main)
 
-__all__ = ["main", "ingest", "queries", "serve"]
+__all__ = ["cli", "main", "ingest", "queries", "serve"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from agentledger.cli import main
+from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
@@ -31,7 +31,7 @@ def _progress_pipeline(writer, specs, max_line):
     return pipeline, progress
 
 
-@main.command()
+@cli.command()
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
               help="Input format of the roots.")
 @click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,

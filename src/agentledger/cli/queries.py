@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from agentledger.cli import main
+from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs, emit_table
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
@@ -50,7 +50,7 @@ def query_options(default_limit: int | None):
     return decorate
 
 
-@main.command()
+@cli.command()
 @query_options(default_limit=50)
 def sessions(conn, w, as_json):
     """Sessions with their runs, calls, tokens and cost, most recent first."""
@@ -66,7 +66,7 @@ def sessions(conn, w, as_json):
                           ("total_tokens", "tokens"), ("cost_usd", "cost $")])
 
 
-@main.command()
+@cli.command()
 @query_options(default_limit=None)
 def usage(conn, w, as_json):
     """Totals: sessions, runs, calls, tokens and cost over the window."""
@@ -77,7 +77,7 @@ def usage(conn, w, as_json):
         emit_pairs([(k.replace("_", " "), v) for k, v in row.items()])
 
 
-@main.command()
+@cli.command()
 @query_options(default_limit=100)
 def rejects(conn, w, as_json):
     """Lines that could not be indexed, with file, offset and reason."""
@@ -91,7 +91,7 @@ def rejects(conn, w, as_json):
                           ("head", "starts with")])
 
 
-@main.command(name="files")
+@cli.command(name="files")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def files_cmd(obj, as_json):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from agentledger.cli import main
+from agentledger.cli import cli
 from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
 
-@main.command()
+@cli.command()
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
               help="Input format of the roots.")
 @click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,

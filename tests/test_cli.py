@@ -1,0 +1,113 @@
+"""The command line as a user meets it: help everywhere, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from conftest import cli_env, ingest
+
+from agentledger.cli import cli
+
+
+def run(*args: str, db: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "agentledger"]
+    if db is not None:
+        cmd += ["--db", str(db)]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, env=env, timeout=60)
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
+    for name, cmd in group.commands.items():
+        yield prefix + (name,), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, prefix + (name,))
+
+
+def test_every_command_has_help():
+    commands = list(_commands(cli))
+    assert {"ingest", "serve", "sessions", "usage", "rejects", "files"} <= {p[0] for p, _ in commands}
+    for path, cmd in commands:
+        assert cmd.help and len(cmd.help.strip()) > 10, path
+        out = run(*path, "--help")
+        assert out.returncode == 0 and "Usage:" in out.stdout, path
+        for param in cmd.params:
+            if isinstance(param, click.Option) and param.name not in ("help",):
+                assert param.help, (path, param.name)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--bogus"], "No such option"),
+    (["sessions", "--since", "yesterday"], "cannot read time"),
+    (["sessions", "--limit", "0"], "--limit"),
+    (["ingest", "/does/not/exist"], "does not exist"),
+    (["ingest", "--format", "nope", "."], "--format"),
+    (["usage"], "no ledger at"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    out = run(*args, db=tmp_path / "missing.db")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert needle in lines[0]
+    assert lines[0].startswith("agentledger: ")
+
+
+def test_ingest_prints_counts_and_json(tmp_path, oc_corpus):
+    db = tmp_path / "l.db"
+    out = run("ingest", "--json", str(oc_corpus), db=db)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["lines"] == 2188 and summary["events"] == 2184 and summary["rejected_lines"] == 4
+    again = run("ingest", str(oc_corpus), db=db)
+    assert again.returncode == 0
+    assert "events" in again.stdout and "0" in again.stdout
+
+
+def test_queries_on_an_empty_window_say_so(tmp_path, oc_corpus):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    out = run("sessions", "--since", "2030-01-01", db=db)
+    assert out.returncode == 0 and out.stdout.strip() == "no sessions match"
+    out = run("sessions", "--json", "--since", "2030-01-01", db=db)
+    assert json.loads(out.stdout) == []
+
+
+def test_since_until_and_agent_filters(tmp_path, oc_corpus, oc_expected):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    day = oc_expected["per_day"]["2026-10-02"]
+    out = run("usage", "--json", "--since", "2026-10-02", "--until", "2026-10-02T23:59:59.999Z", db=db)
+    u = json.loads(out.stdout)
+    assert u["llm_calls"] == day["llm_calls"]
+    assert round(u["cost_usd"] * 10**12) == day["cost_pico_usd"]
+    assert u["runs"] == day["runs_started"]
+    main = json.loads(run("usage", "--json", "--agent", "main", db=db).stdout)
+    work = json.loads(run("usage", "--json", "--agent", "work", db=db).stdout)
+    total = json.loads(run("usage", "--json", db=db).stdout)
+    assert main["llm_calls"] + work["llm_calls"] == total["llm_calls"]
+    assert main["runs"] + work["runs"] == total["runs"]
+    sessions = json.loads(run("sessions", "--json", "--agent", "work", "--limit", "500", db=db).stdout)
+    assert sessions and all(s["agent_id"] == "work" for s in sessions)
+
+
+def test_rejects_lists_file_offset_reason(tmp_path, oc_corpus):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    rows = json.loads(run("rejects", "--json", db=db).stdout)
+    assert len(rows) == 4
+    assert {"path", "offset", "length", "reason", "head"} <= set(rows[0])
+    text = run("rejects", db=db).stdout
+    assert "blank line" in text and "events.2026-10-01.jsonl" in text
+
+
+def test_db_from_environment(tmp_path, oc_corpus):
+    db = tmp_path / "env.db"
+    ingest(db, oc_corpus)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], capture_output=True, text=True,
+                         env=cli_env(db))
+    assert json.loads(out.stdout)["sessions"] == 40

@@ -1,0 +1,114 @@
+"""``serve`` as a real subprocess: catch-up, live following through inotify, clean SIGTERM, the demo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import apsw
+from conftest import REPO, cli_env
+from logwriter import LogDir, llm_call
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn.setbusytimeout(5000)
+    try:
+        return conn.execute(sql).fetchall()[0][0]
+    except (apsw.SQLError, apsw.BusyError):
+        return 0  # being created or not migrated yet
+    finally:
+        conn.close()
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def _serve(db: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=env)
+
+
+def test_serve_catches_up_follows_live_and_stops_on_sigterm(tmp_path, oc_corpus):
+    root = tmp_path / "state"
+    shutil.copytree(oc_corpus, root)
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    db = tmp_path / "ledger.db"
+    # A long rescan interval: only inotify can make the live lines show up quickly.
+    daemon = _serve(db, "--rescan", "60", str(root))
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2184)
+        logs = LogDir(root, agent="main")
+        logs.append(b"".join(llm_call(n) for n in range(1, 51)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2234, timeout=10)
+        logs.rotate()
+        logs.append(b"".join(llm_call(n) for n in range(51, 61)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2244, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert "caught up" in err and "stopped" in err
+    assert _count(db, "SELECT count(*) FROM llm_calls") == 397 + 60
+
+
+def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    with open(logs.live, "wb") as f:
+        for n in range(1, 200_001):
+            f.write(llm_call(n))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, str(logs.root))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") > 0)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    first = _count(db, "SELECT count(*) FROM events")
+    daemon = _serve(db, str(logs.root))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 200_000, timeout=120)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    assert first <= 200_000
+    assert _count(db, "SELECT count(*) FROM llm_calls") == 200_000
+
+
+def test_serve_without_sources_runs_the_demo(tmp_path):
+    env = cli_env(tmp_path / "unused.db")
+    env["HOME"] = str(tmp_path / "home")
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    del env["AGENTLEDGER_DB"]
+    db = tmp_path / "state" / "agentledger" / "ledger.db"
+    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--rescan", "0.2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") > 0)
+        history = _count(db, "SELECT count(*) FROM events")
+        # The demo writer keeps appending: the ledger keeps growing.
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") > history, timeout=20)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert "demo" in err
+    demo = tmp_path / "state" / "agentledger" / "demo" / "agents" / "main" / "telemetry"
+    assert (demo / "events.jsonl").exists()
+    assert any(p.name != "events.jsonl" for p in demo.iterdir()), "history is rotated daily"
+    time.sleep(0.5)
+    size = (demo / "events.jsonl").stat().st_size
+    time.sleep(1.0)
+    assert (demo / "events.jsonl").stat().st_size == size, "the demo writer stops with the daemon"
+    assert os.path.exists(db)
