@@ -77,7 +77,7 @@ class Pipeline:
         ]
 
     def _batch(self, chunk: Chunk, decode) -> Batch:
-        facts: list[tuple[int, Fact]] = []
+        facts: list[tuple[int, int, Fact]] = []
         rejects: list[Reject] = []
         for off, line in chunk.result.lines:
             try:
@@ -88,7 +88,7 @@ class Pipeline:
             if type(out) is Reject:
                 rejects.append(out)
             else:
-                facts.append((off, out))
+                facts.append((off, len(line), out))
         for off, length, head in chunk.result.too_long:
             rejects.append(Reject(offset=off, length=length,
                                   reason=f"line of {length} bytes exceeds max_line ({self.max_line})", head=head))

@@ -35,6 +35,11 @@ from agentledger.facts import (
 )
 
 
+# Errors that come from one value in the data, not from the database or the machine.
+_DATA_ERRORS = (OverflowError, TypeError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
+                apsw.RangeError)
+
+
 class CheckpointConflict(Exception):
     """The file's stored offset is not where this batch starts: someone else advanced it."""
 
@@ -49,7 +54,7 @@ class Batch:
     end_offset: int
     lines: int
     size: int
-    facts: list[tuple[int, Fact]] = field(default_factory=list)  # (offset, fact)
+    facts: list[tuple[int, int, Fact]] = field(default_factory=list)  # (offset, line length, fact)
     rejects: list[Reject] = field(default_factory=list)
 
 
@@ -360,11 +365,17 @@ class LedgerWriter:
     # -- batches -----------------------------------------------------------------
     def apply(self, batch: Batch) -> ApplyResult:
         with self.transaction() as conn:
-            result = self._apply_facts(conn, batch)
+            rejects = batch.rejects
+            try:
+                with conn:  # a savepoint: a value SQLite refuses must not cost the batch
+                    result = self._apply_facts(conn, batch.file_id, batch.facts)
+            except _DATA_ERRORS:
+                result, refused = self._apply_one_by_one(conn, batch)
+                rejects = rejects + refused
             ts = now_ms()
-            if batch.rejects:
+            if rejects:
                 conn.executemany(_REJECT, [
-                    (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in batch.rejects
+                    (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
                 ])
             conn.execute(_CHECKPOINT, (
                 batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
@@ -373,27 +384,43 @@ class LedgerWriter:
                 raise CheckpointConflict(
                     f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
                 )
+        result.rejects = len(rejects)
         return result
 
-    def _apply_facts(self, conn: apsw.Connection, batch: Batch) -> ApplyResult:
-        seen: set[int] = set()
-        fresh: list[tuple[int, Fact]] = []
+    def _apply_one_by_one(self, conn: apsw.Connection, batch: Batch) -> tuple[ApplyResult, list[Reject]]:
+        """The slow path: each fact in its own savepoint; the ones SQLite refuses become rejects."""
+        total = ApplyResult(0, 0, 0)
+        refused = []
         for item in batch.facts:
-            eid = item[1].event_id
+            try:
+                with conn:
+                    one = self._apply_facts(conn, batch.file_id, [item])
+            except _DATA_ERRORS as exc:
+                refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
+                                      head=b""))
+                continue
+            total.new_facts += one.new_facts
+            total.duplicate_facts += one.duplicate_facts
+        return total, refused
+
+    def _apply_facts(self, conn: apsw.Connection, file_id: int, items: list[tuple[int, int, Fact]]) -> ApplyResult:
+        seen: set[int] = set()
+        fresh: list[tuple[int, int, Fact]] = []
+        for item in items:
+            eid = item[2].event_id
             if eid not in seen:
                 seen.add(eid)
                 fresh.append(item)
         if fresh:
             existing = {row[0] for row in conn.execute(_EXISTING_EVENTS, (orjson.dumps(list(seen)).decode(),))}
             if existing:
-                fresh = [item for item in fresh if item[1].event_id not in existing]
-        file_id = batch.file_id
+                fresh = [item for item in fresh if item[2].event_id not in existing]
         conn.executemany(_INSERT_EVENT, [
             (f.event_id, file_id, off, f.ts_ms, f.kind, f.agent_id, f.session_key,
              f.raw if type(f) is RawEvent else None)
-            for off, f in fresh
+            for off, _, f in fresh
         ])
-        facts = [f for _, f in fresh]
+        facts = [f for _, _, f in fresh]
         conn.executemany(_UPSERT_SESSION, _session_rows(facts))
         conn.executemany(_RUN_ACTIVITY, _span_rows(facts, "run_id"))
         grouped = _rows(facts)
@@ -401,11 +428,7 @@ class LedgerWriter:
             rows = grouped.get(sql)
             if rows:
                 conn.executemany(sql, rows)
-        return ApplyResult(
-            new_facts=len(fresh),
-            duplicate_facts=len(batch.facts) - len(fresh),
-            rejects=len(batch.rejects),
-        )
+        return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0)
 
     # -- files -------------------------------------------------------------------
     def load_files(self, source: str) -> list[FileRow]:

@@ -24,9 +24,14 @@ def integer(value: object) -> int | None:
     return None
 
 
+# No single call uses a trillion tokens; anything larger is garbage, and summing it
+# would overflow the ledger's 64-bit integers.
+MAX_TOKENS = 10**12
+
+
 def count(value: object) -> int:
     n = integer(value)
-    return n if n is not None and n > 0 else 0
+    return n if n is not None and 0 < n <= MAX_TOKENS else 0
 
 
 def flag(value: object) -> bool:

@@ -27,11 +27,13 @@ from agentledger.facts import (
 from agentledger.sources.common import HEAD_BYTES, agent_from_key, count, flag, integer, line_id, text
 
 SOURCE = "oc-telemetry"
+# A cost above this for one call is garbage (and would overflow 64-bit pico-USD sums).
+MAX_CALL_COST_USD = 10**6
 _EVT_PREFIX = "evt_"
 
 
 def _event_id(value: object, line: bytes) -> int:
-    if isinstance(value, str):
+    if isinstance(value, str) and value:
         if len(value) == 20 and value.startswith(_EVT_PREFIX):
             try:
                 return int.from_bytes(bytes.fromhex(value[4:]), "big", signed=True)
@@ -58,7 +60,7 @@ def _tokens(value: object) -> Tokens:
 def _cost_pico(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if value != value or value < 0 or value > 1e9:
+    if value != value or value < 0 or value > MAX_CALL_COST_USD:
         return None
     return round(value * PICO_PER_USD)
 
@@ -276,8 +278,9 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
     kind = env.get("kind")
     if not isinstance(kind, str) or not kind:
         return _reject(line, offset, "missing field 'kind'")
-    ts = integer(env.get("ts"))
-    if ts is None or ts < 0:
+    raw_ts = env.get("ts")
+    ts = integer(raw_ts)
+    if ts is None or ts < 0 or (isinstance(raw_ts, float) and raw_ts < 0):
         return _reject(line, offset, "missing or invalid field 'ts'")
     data = env.get("data")
     if not isinstance(data, dict):

@@ -57,7 +57,7 @@ def read_lines(
             if nl is None:
                 res.pending_long = (pos, scanned)
                 break
-            res.too_long.append((pos, nl - pos, os.pread(fd, HEAD, pos)))
+            res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD, nl - pos), pos)))
             consumed += nl + 1 - pos
             pos = nl + 1
             continue
@@ -66,10 +66,10 @@ def read_lines(
             break
         last = data.rfind(b"\n")
         if last >= 0:
-            parts = data[:last].split(b"\n")
             room = max_lines - len(res.lines)
+            parts = data[:last].split(b"\n", room)
             if len(parts) > room:
-                parts = parts[:room]
+                parts.pop()  # the unsplit rest of the block, read again next call
             line_off = pos
             for line in parts:
                 if len(line) > max_line:
@@ -96,7 +96,7 @@ def read_lines(
         if nl is None:
             res.pending_long = (pos, scanned)
             break
-        res.too_long.append((pos, nl - pos, os.pread(fd, HEAD, pos)))
+        res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD, nl - pos), pos)))
         consumed += nl + 1 - pos
         pos = nl + 1
     res.end = pos
