@@ -112,3 +112,46 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
     time.sleep(1.0)
     assert (demo / "events.jsonl").stat().st_size == size, "the demo writer stops with the daemon"
     assert os.path.exists(db)
+
+
+def test_live_truncation_and_copytruncate_while_serving(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(llm_call(n) for n in range(1, 21)))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", "0.1", str(logs.root))
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 20)
+        logs.truncate()
+        logs.append(b"".join(llm_call(n) for n in range(100, 105)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 25, timeout=10)
+        logs.append(b"".join(llm_call(n) for n in range(105, 110)))
+        logs.copytruncate()
+        logs.append(b"".join(llm_call(n) for n in range(200, 203)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 33, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+    assert daemon.returncode == 0
+    assert _count(db, "SELECT count(*) FROM llm_calls") == 33
+    assert _count(db, "SELECT sum(cost_pico) FROM llm_calls") == 33 * 1_000_000
+    assert _count(db, "SELECT count(*) FROM file_events WHERE event = 'truncate'") == 1
+
+
+def test_torn_line_then_sigkill_then_completed(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    torn = llm_call(3)
+    logs.append(llm_call(1) + llm_call(2) + torn[:40])
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", "0.1", str(logs.root))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2)
+    daemon.kill()
+    daemon.wait()
+    logs.append(torn[40:])
+    daemon = _serve(db, "--rescan", "0.1", str(logs.root))
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 3)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+    assert _count(db, "SELECT count(*) FROM rejects") == 0
+    assert _count(db, "SELECT count(*) FROM llm_calls") == 3

@@ -1,0 +1,56 @@
+"""A run's usage.snapshot cost is a fallback for runs without per-call facts, never added on top."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from conftest import ingest
+from logwriter import LogDir
+
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader
+
+T = 1_790_000_000_000
+
+
+def ev(n: int, kind: str, data: dict, **env) -> bytes:
+    base = {"id": f"evt_{n:016x}", "ts": T + n * 1000, "seq": n, "agentId": "main",
+            "sessionKey": "agent:main:main", "sessionId": "S", "kind": kind, "data": data, "source": "hook"}
+    base.update(env)
+    return orjson.dumps(base) + b"\n"
+
+
+def snapshot(n: int, cost: float) -> bytes:
+    return ev(n, "usage.snapshot", {"provider": "p", "model": "m", "costUsd": cost,
+                                    "usage": {"input": 1, "output": 1, "total": 2}}, agentId="unknown")
+
+
+def run(n: int, run_id: str, *, calls: list[float], snap: float) -> bytes:
+    out = ev(n, "run.start", {"model": "m", "provider": "p"}, runId=run_id)
+    for i, c in enumerate(calls):
+        out += ev(n + 1 + i, "llm.call", {"callIndex": i, "provider": "p", "model": "m", "costUsd": c,
+                                          "delta": {"input": 1, "output": 1, "total": 2}},
+                  runId=run_id, agentId="unknown")
+    k = n + 1 + len(calls)
+    return out + snapshot(k, snap) + ev(k + 1, "run.end", {"model": "m", "provider": "p"}, runId=run_id)
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_snapshot_cost_only_for_runs_without_calls(tmp_path, db, order):
+    logs = LogDir(tmp_path / "state")
+    lines = [run(10, "R1", calls=[0.25, 0.5], snap=0.75) + run(30, "R2", calls=[], snap=2.0)]
+    data = b"".join(lines)
+    if order == "reversed":
+        data = b"".join(reversed(data.splitlines(keepends=True)))
+    logs.append(data)
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        u = queries.usage(conn, queries.Window())
+        (s,) = queries.sessions(conn, queries.Window())
+    finally:
+        conn.close()
+    # R1: its two calls (0.75); R2: no calls, so its snapshot (2.0). Never 0.75 + 0.75 + 2.0.
+    assert u["cost_usd"] == pytest.approx(2.75)
+    assert s["cost_usd"] == pytest.approx(2.75)
+    assert u["llm_calls"] == 2 and u["runs"] == 2
