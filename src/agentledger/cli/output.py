@@ -31,8 +31,11 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str |
         from rich.table import Table
 
         table = Table(title=title)
-        for key, header in columns:
-            table.add_column(header, justify="right" if rows and isinstance(rows[0].get(key), (int, float)) else "left")
+        for i, (key, header) in enumerate(columns):
+            numeric = bool(rows) and isinstance(rows[0].get(key), (int, float))
+            # The first column names the row: wrap it rather than cut it short.
+            table.add_column(header, justify="right" if numeric else "left",
+                             overflow="fold" if i == 0 else "ellipsis", min_width=12 if i == 0 else None)
         for row in rows:
             table.add_row(*(_cell(row.get(k)) for k, _ in columns))
         Console().print(table)
