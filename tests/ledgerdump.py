@@ -23,10 +23,20 @@ _TABLES = {
 }
 
 
+# Fact tables number their rows in arrival order, which differs between two equal ledgers.
+_ARRIVAL_ID = {"llm_calls", "usage_snapshots", "compactions", "messages"}
+
+
 def dump(db: Path, tables: tuple[str, ...] = tuple(_TABLES)) -> dict[str, list[tuple]]:
     conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return {name: sorted(conn.execute(_TABLES[name]).fetchall(), key=repr) for name in tables}
+        out = {}
+        for name in tables:
+            rows = conn.execute(_TABLES[name]).fetchall()
+            if name in _ARRIVAL_ID:
+                rows = [row[1:] for row in rows]
+            out[name] = sorted(rows, key=repr)
+        return out
     finally:
         conn.close()
 

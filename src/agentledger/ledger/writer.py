@@ -89,7 +89,10 @@ _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, file_id, offset, ts_ms, kind, agent_id, session_key, raw) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_EXISTING_EVENTS = "SELECT e.id FROM json_each(?) AS j JOIN events AS e ON e.id = j.value"
+_EXISTING_EVENTS = (
+    "SELECT e.ts_ms, e.id FROM json_each(?) AS j "
+    "JOIN events AS e ON e.ts_ms = j.value ->> 0 AND e.id = j.value ->> 1"
+)
 
 _UPSERT_SESSION = """
 INSERT INTO sessions (session_id, session_key, agent_id, source, first_ms, last_ms)
@@ -152,13 +155,13 @@ ON CONFLICT (run_id) DO UPDATE SET
     total_tokens       = excluded.total_tokens
 """
 _LLM_CALL = """
-INSERT OR IGNORE INTO llm_calls (id, ts_ms, source, agent_id, session_key, session_id, run_id, provider,
+INSERT INTO llm_calls (event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider,
     model, call_index, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens,
     cost_pico, cost_source, duration_ms, error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _USAGE_SNAPSHOT = """
-INSERT OR IGNORE INTO usage_snapshots (id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
+INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 _TOOL_STARTED = """
@@ -209,12 +212,12 @@ ON CONFLICT (child_session_key) DO UPDATE SET
     model       = coalesce(excluded.model, subagents.model)
 """
 _COMPACTION = """
-INSERT OR IGNORE INTO compactions (id, ts_ms, phase, source, agent_id, session_key, message_count,
+INSERT INTO compactions (event_id, ts_ms, phase, source, agent_id, session_key, message_count,
                                    compacting_count, token_count, compacted_count)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _MESSAGE = """
-INSERT OR IGNORE INTO messages (id, ts_ms, direction, source, session_key, channel, peer, preview, success, error)
+INSERT INTO messages (event_id, ts_ms, direction, source, session_key, channel, peer, preview, success, error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _REJECT = """
@@ -298,6 +301,13 @@ def _rows(facts: list[Fact]) -> dict[str, list[tuple]]:
                 f.preview, None if f.success is None else int(f.success), f.error,
             ))
     return out
+
+
+def _event_rows(file_id: int, items: list[tuple[int, int, Fact]]) -> list[tuple]:
+    return [
+        (f.event_id, file_id, off, f.ts_ms, f.kind, f.agent_id, f.session_key, f.raw if type(f) is RawEvent else None)
+        for off, _, f in items
+    ]
 
 
 # Session rows must exist before the session.start/end updates touch them.
@@ -404,22 +414,25 @@ class LedgerWriter:
         return total, refused
 
     def _apply_facts(self, conn: apsw.Connection, file_id: int, items: list[tuple[int, int, Fact]]) -> ApplyResult:
-        seen: set[int] = set()
-        fresh: list[tuple[int, int, Fact]] = []
-        for item in items:
-            eid = item[2].event_id
-            if eid not in seen:
-                seen.add(eid)
-                fresh.append(item)
-        if fresh:
-            existing = {row[0] for row in conn.execute(_EXISTING_EVENTS, (orjson.dumps(list(seen)).decode(),))}
-            if existing:
-                fresh = [item for item in fresh if item[2].event_id not in existing]
-        conn.executemany(_INSERT_EVENT, [
-            (f.event_id, file_id, off, f.ts_ms, f.kind, f.agent_id, f.session_key,
-             f.raw if type(f) is RawEvent else None)
-            for off, _, f in fresh
-        ])
+        """Insert the batch's events, then the entity rows of those that were new."""
+        fresh = items
+        conn.execute("SAVEPOINT events")
+        before = conn.total_changes()
+        conn.executemany(_INSERT_EVENT, _event_rows(file_id, fresh))
+        if conn.total_changes() - before != len(fresh):
+            # Some were indexed before (a copy, a re-read, a repeated id): start over with only
+            # the new ones, keeping the first of each id within the batch.
+            conn.execute("ROLLBACK TO events")
+            keys = orjson.dumps([(f.ts_ms, f.event_id) for _, _, f in items]).decode()
+            seen = set(conn.execute(_EXISTING_EVENTS, (keys,)).fetchall())
+            fresh = []
+            for item in items:
+                key = (item[2].ts_ms, item[2].event_id)
+                if key not in seen:
+                    seen.add(key)
+                    fresh.append(item)
+            conn.executemany(_INSERT_EVENT, _event_rows(file_id, fresh))
+        conn.execute("RELEASE events")
         facts = [f for _, _, f in fresh]
         conn.executemany(_UPSERT_SESSION, _session_rows(facts))
         conn.executemany(_RUN_ACTIVITY, _span_rows(facts, "run_id"))
