@@ -142,7 +142,7 @@ def _read_first_batch_only(db: Path, root: Path) -> None:
     """Read one batch and stop, as a daemon killed mid catch-up would."""
     stop = threading.Event()
     conn = open_writer(db)
-    Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]), stop=stop,
+    Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]), stop=stop, batch_lines=2000,
              on_progress=lambda n: stop.set()).run_once()
     conn.close()
 

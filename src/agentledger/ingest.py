@@ -12,7 +12,7 @@ from agentledger.facts import Fact, Reject
 from agentledger.ledger.writer import Batch, LedgerWriter
 from agentledger.sources import decoder_for
 from agentledger.sources.common import HEAD_BYTES
-from agentledger.tail.tailer import DEFAULT_MAX_LINE, Chunk, Tailer
+from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
 
 log = logging.getLogger("agentledger.ingest")
 
@@ -60,6 +60,7 @@ class Pipeline:
         specs: list[SourceSpec],
         *,
         max_line: int = DEFAULT_MAX_LINE,
+        batch_lines: int = DEFAULT_BATCH_LINES,
         stop: threading.Event | None = None,
         on_total: Callable[[int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
@@ -72,7 +73,8 @@ class Pipeline:
         self.on_progress = on_progress
         self.after_commit = after_commit
         self.tailers = [
-            (Tailer(writer, spec.format, list(spec.roots), max_line=max_line), decoder_for(spec.format))
+            (Tailer(writer, spec.format, list(spec.roots), max_line=max_line, batch_lines=batch_lines),
+             decoder_for(spec.format))
             for spec in specs
         ]
 

@@ -29,6 +29,7 @@ from agentledger.facts import (
     SessionStarted,
     SubagentEnded,
     SubagentSpawned,
+    Tokens,
     ToolEnded,
     ToolStarted,
     UsageSnapshot,
@@ -230,130 +231,136 @@ WHERE id = ? AND offset = ?
 """
 
 
-def _rows(facts: list[Fact]) -> dict[str, list[tuple]]:
-    """Group new facts into parameter rows per statement."""
-    out: dict[str, list[tuple]] = defaultdict(list)
-    for f in facts:
+def _llm_call(f: LlmCall) -> tuple:
+    k = f.tokens
+    return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
+            f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
+            f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error)
+
+
+def _tool_started(f: ToolStarted) -> tuple:
+    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms)
+
+
+def _tool_ended(f: ToolEnded) -> tuple:
+    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key,
+            "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path, f.exec_command)
+
+
+def _run_started(f: RunStarted) -> tuple | None:
+    if not f.run_id:
+        return None
+    return (f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider, f.ts_ms,
+            int(f.is_heartbeat), int(f.is_followup), f.origin_channel)
+
+
+def _run_ended(f: RunEnded) -> tuple | None:
+    if not f.run_id:
+        return None
+    u = f.usage or Tokens()
+    return (f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
+            "error" if f.error else "ok", f.ts_ms, f.duration_ms, f.stop_reason, f.error, f.tool_call_count,
+            u.input, u.output, u.cache_read, u.cache_write, u.total)
+
+
+def _usage_snapshot(f: UsageSnapshot) -> tuple:
+    return (f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, f.tokens.total, f.cost_pico)
+
+
+def _session_started(f: SessionStarted) -> tuple | None:
+    return (f.ts_ms, f.resumed_from, f.session_id) if f.session_id else None
+
+
+def _session_ended(f: SessionEnded) -> tuple | None:
+    return (f.ts_ms, f.message_count, f.duration_ms, f.session_id) if f.session_id else None
+
+
+def _subagent_spawned(f: SubagentSpawned) -> tuple:
+    return (f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label, f.mode, f.ts_ms)
+
+
+def _subagent_ended(f: SubagentEnded) -> tuple:
+    return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model)
+
+
+def _compaction(f: Compaction) -> tuple:
+    return (f.event_id, f.ts_ms, f.phase, f.source, f.agent_id, f.session_key, f.message_count,
+            f.compacting_count, f.token_count, f.compacted_count)
+
+
+def _message(f: Message) -> tuple:
+    return (f.event_id, f.ts_ms, f.direction, f.source, f.session_key, f.channel, f.peer, f.preview,
+            None if f.success is None else int(f.success), f.error)
+
+
+# Fact type → (statement, row builder). Facts of other types (markers, raw events) only
+# need their events row. Statements run in this order: session rows must exist before the
+# session.start/end updates touch them.
+_STATEMENTS: dict[type, tuple[str, object]] = {
+    LlmCall: (_LLM_CALL, _llm_call),
+    UsageSnapshot: (_USAGE_SNAPSHOT, _usage_snapshot),
+    RunStarted: (_RUN_STARTED, _run_started),
+    RunEnded: (_RUN_ENDED, _run_ended),
+    ToolStarted: (_TOOL_STARTED, _tool_started),
+    ToolEnded: (_TOOL_ENDED, _tool_ended),
+    SubagentSpawned: (_SUBAGENT_SPAWNED, _subagent_spawned),
+    SubagentEnded: (_SUBAGENT_ENDED, _subagent_ended),
+    Compaction: (_COMPACTION, _compaction),
+    Message: (_MESSAGE, _message),
+    SessionStarted: (_SESSION_STARTED, _session_started),
+    SessionEnded: (_SESSION_ENDED, _session_ended),
+}
+_ORDER = tuple(sql for sql, _ in _STATEMENTS.values())
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """Everything a batch of new facts writes, built in one pass over them."""
+
+    events: list[tuple] = field(default_factory=list)
+    rows: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
+    sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
+    runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last]
+
+
+def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
+    out = _Prepared()
+    events, rows, sessions, runs = out.events, out.rows, out.sessions, out.runs
+    statements = _STATEMENTS
+    for off, _, f in items:
         t = type(f)
-        if t is LlmCall:
-            k = f.tokens
-            out[_LLM_CALL].append((
-                f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id,
-                f.provider, f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write,
-                k.total, f.cost_pico, f.cost_source if f.cost_pico is not None else None,
-                f.duration_ms, f.error,
-            ))
-        elif t is ToolStarted:
-            out[_TOOL_STARTED].append((
-                f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms,
-            ))
-        elif t is ToolEnded:
-            out[_TOOL_ENDED].append((
-                f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key,
-                "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path,
-                f.exec_command,
-            ))
-        elif t is RunStarted:
-            if f.run_id:
-                out[_RUN_STARTED].append((
-                    f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
-                    f.ts_ms, int(f.is_heartbeat), int(f.is_followup), f.origin_channel,
-                ))
-        elif t is RunEnded:
-            if f.run_id:
-                u = f.usage
-                out[_RUN_ENDED].append((
-                    f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
-                    "error" if f.error else "ok", f.ts_ms, f.duration_ms, f.stop_reason, f.error,
-                    f.tool_call_count,
-                    u.input if u else None, u.output if u else None, u.cache_read if u else None,
-                    u.cache_write if u else None, u.total if u else None,
-                ))
-        elif t is UsageSnapshot:
-            out[_USAGE_SNAPSHOT].append((
-                f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, f.tokens.total,
-                f.cost_pico,
-            ))
-        elif t is SessionStarted:
-            if f.session_id:
-                out[_SESSION_STARTED].append((f.ts_ms, f.resumed_from, f.session_id))
-        elif t is SessionEnded:
-            if f.session_id:
-                out[_SESSION_ENDED].append((f.ts_ms, f.message_count, f.duration_ms, f.session_id))
-        elif t is SubagentSpawned:
-            out[_SUBAGENT_SPAWNED].append((
-                f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label,
-                f.mode, f.ts_ms,
-            ))
-        elif t is SubagentEnded:
-            out[_SUBAGENT_ENDED].append((
-                f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome,
-                f.reason, f.model,
-            ))
-        elif t is Compaction:
-            out[_COMPACTION].append((
-                f.event_id, f.ts_ms, f.phase, f.source, f.agent_id, f.session_key, f.message_count,
-                f.compacting_count, f.token_count, f.compacted_count,
-            ))
-        elif t is Message:
-            out[_MESSAGE].append((
-                f.event_id, f.ts_ms, f.direction, f.source, f.session_key, f.channel, f.peer,
-                f.preview, None if f.success is None else int(f.success), f.error,
-            ))
-    return out
-
-
-def _event_rows(file_id: int, items: list[tuple[int, int, Fact]]) -> list[tuple]:
-    return [
-        (f.event_id, file_id, off, f.ts_ms, f.kind, f.agent_id, f.session_key, f.raw if type(f) is RawEvent else None)
-        for off, _, f in items
-    ]
-
-
-# Session rows must exist before the session.start/end updates touch them.
-_ORDER = (
-    _LLM_CALL, _USAGE_SNAPSHOT, _RUN_STARTED, _RUN_ENDED, _TOOL_STARTED, _TOOL_ENDED,
-    _SUBAGENT_SPAWNED, _SUBAGENT_ENDED, _COMPACTION, _MESSAGE, _SESSION_STARTED, _SESSION_ENDED,
-)
-
-
-def _span_rows(facts: list[Fact], attr: str) -> list[tuple]:
-    """(id, first ts, last ts) per distinct value of ``attr`` in the batch."""
-    spans: dict[str, list[int]] = {}
-    for f in facts:
-        key = getattr(f, attr)
-        if key is None:
-            continue
-        span = spans.get(key)
-        if span is None:
-            spans[key] = [f.ts_ms, f.ts_ms]
-        elif f.ts_ms < span[0]:
-            span[0] = f.ts_ms
-        elif f.ts_ms > span[1]:
-            span[1] = f.ts_ms
-    return [(key, a, b) for key, (a, b) in spans.items()]
-
-
-def _session_rows(facts: list[Fact]) -> list[tuple]:
-    """One upsert per session instance per batch: first/last activity and learnt ids."""
-    agg: dict[str, list] = {}
-    for f in facts:
+        ts = f.ts_ms
+        events.append((f.event_id, file_id, off, ts, f.kind, f.agent_id, f.session_key,
+                       f.raw if t is RawEvent else None))
+        spec = statements.get(t)
+        if spec is not None:
+            row = spec[1](f)
+            if row is not None:
+                rows[spec[0]].append(row)
         sid = f.session_id
-        if sid is None:
-            continue
-        row = agg.get(sid)
-        if row is None:
-            agg[sid] = [sid, f.session_key, f.agent_id, f.source, f.ts_ms, f.ts_ms]
-        else:
-            if row[1] is None:
-                row[1] = f.session_key
-            if row[2] is None:
-                row[2] = f.agent_id
-            if f.ts_ms < row[4]:
-                row[4] = f.ts_ms
-            elif f.ts_ms > row[5]:
-                row[5] = f.ts_ms
-    return [tuple(r) for r in agg.values()]
+        if sid is not None:
+            agg = sessions.get(sid)
+            if agg is None:
+                sessions[sid] = [sid, f.session_key, f.agent_id, f.source, ts, ts]
+            else:
+                if agg[1] is None:
+                    agg[1] = f.session_key
+                if agg[2] is None:
+                    agg[2] = f.agent_id
+                if ts < agg[4]:
+                    agg[4] = ts
+                elif ts > agg[5]:
+                    agg[5] = ts
+        rid = f.run_id
+        if rid is not None:
+            span = runs.get(rid)
+            if span is None:
+                runs[rid] = [ts, ts]
+            elif ts < span[0]:
+                span[0] = ts
+            elif ts > span[1]:
+                span[1] = ts
+    return out
 
 
 class LedgerWriter:
@@ -416,10 +423,11 @@ class LedgerWriter:
     def _apply_facts(self, conn: apsw.Connection, file_id: int, items: list[tuple[int, int, Fact]]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
         fresh = items
+        prepared = _prepare(file_id, items)
         conn.execute("SAVEPOINT events")
         before = conn.total_changes()
-        conn.executemany(_INSERT_EVENT, _event_rows(file_id, fresh))
-        if conn.total_changes() - before != len(fresh):
+        conn.executemany(_INSERT_EVENT, prepared.events)
+        if conn.total_changes() - before != len(items):
             # Some were indexed before (a copy, a re-read, a repeated id): start over with only
             # the new ones, keeping the first of each id within the batch.
             conn.execute("ROLLBACK TO events")
@@ -431,14 +439,13 @@ class LedgerWriter:
                 if key not in seen:
                     seen.add(key)
                     fresh.append(item)
-            conn.executemany(_INSERT_EVENT, _event_rows(file_id, fresh))
+            prepared = _prepare(file_id, fresh)
+            conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
-        facts = [f for _, _, f in fresh]
-        conn.executemany(_UPSERT_SESSION, _session_rows(facts))
-        conn.executemany(_RUN_ACTIVITY, _span_rows(facts, "run_id"))
-        grouped = _rows(facts)
+        conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
+        conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
         for sql in _ORDER:
-            rows = grouped.get(sql)
+            rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0)

@@ -10,14 +10,15 @@ HEAD_BYTES = 200
 
 def text(value: object) -> str | None:
     """A non-empty string, with the producers' "unknown" placeholder read as missing."""
-    if isinstance(value, str) and value and value != MISSING:
+    # Exact type checks: this runs several times per event, and str subclasses never come from JSON.
+    if value.__class__ is str and value and value != MISSING:
         return value
     return None
 
 
 def integer(value: object) -> int | None:
     # bool is an int subclass; a flag is never a count.
-    if isinstance(value, int) and not isinstance(value, bool):
+    if value.__class__ is int:
         return value if -(2**63) <= value < 2**63 else None
     if isinstance(value, float) and value == value and abs(value) < 2**63:
         return int(value)
@@ -30,7 +31,7 @@ MAX_TOKENS = 10**12
 
 
 def count(value: object) -> int:
-    n = integer(value)
+    n = value if value.__class__ is int else integer(value)
     return n if n is not None and 0 < n <= MAX_TOKENS else 0
 
 

@@ -30,15 +30,19 @@ SOURCE = "oc-telemetry"
 # A cost above this for one call is garbage (and would overflow 64-bit pico-USD sums).
 MAX_CALL_COST_USD = 10**6
 _EVT_PREFIX = "evt_"
+_TWO_63 = 1 << 63
+_TWO_64 = 1 << 64
 
 
 def _event_id(value: object, line: bytes) -> int:
-    if isinstance(value, str) and value:
-        if len(value) == 20 and value.startswith(_EVT_PREFIX):
+    if value.__class__ is str and value:
+        if len(value) == 20 and value.startswith(_EVT_PREFIX) and value[4:].isalnum():
             try:
-                return int.from_bytes(bytes.fromhex(value[4:]), "big", signed=True)
+                n = int(value[4:], 16)
             except ValueError:
                 pass
+            else:
+                return n - _TWO_64 if n >= _TWO_63 else n
         return line_id(value.encode("utf-8", "surrogatepass"))
     return line_id(line)
 
@@ -266,24 +270,25 @@ def _reject(line: bytes, offset: int, reason: str) -> Reject:
 
 def decode(line: bytes, offset: int) -> Fact | Reject:
     """One line (without its newline) at ``offset`` → a fact, or a reject saying why not."""
-    if not line.strip():
-        return _reject(line, offset, "blank line")
     try:
         env = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
+        if not line.strip():
+            return _reject(line, offset, "blank line")
         reason = "invalid UTF-8" if "utf-8" in str(exc).lower() else "invalid JSON"
         return _reject(line, offset, f"{reason}: {exc}"[:300])
-    if not isinstance(env, dict):
+    if env.__class__ is not dict:
         return _reject(line, offset, f"not a JSON object ({type(env).__name__})")
     kind = env.get("kind")
-    if not isinstance(kind, str) or not kind:
+    if kind.__class__ is not str or not kind:
         return _reject(line, offset, "missing field 'kind'")
-    raw_ts = env.get("ts")
-    ts = integer(raw_ts)
-    if ts is None or ts < 0 or (isinstance(raw_ts, float) and raw_ts < 0):
-        return _reject(line, offset, "missing or invalid field 'ts'")
+    ts = env.get("ts")
+    if ts.__class__ is not int or not 0 <= ts < _TWO_63:
+        ts = integer(ts) if ts.__class__ is float and ts >= 0 else None
+        if ts is None:
+            return _reject(line, offset, "missing or invalid field 'ts'")
     data = env.get("data")
-    if not isinstance(data, dict):
+    if data.__class__ is not dict:
         data = {}
     session_key = text(env.get("sessionKey"))
     base = {

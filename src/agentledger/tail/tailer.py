@@ -22,6 +22,8 @@ from agentledger.tail.layouts import LAYOUTS, Candidate
 from agentledger.tail.reader import ReadResult, read_lines
 
 DEFAULT_MAX_LINE = 32 * 1024 * 1024
+# Big batches make catch-up cheap (fewer commits); live appends come in small ones anyway.
+DEFAULT_BATCH_LINES = 20_000
 ACTIVE = ("live", "rotated")
 
 
@@ -72,8 +74,8 @@ class Tailer:
         roots: list[str | Path],
         *,
         max_line: int = DEFAULT_MAX_LINE,
-        batch_lines: int = 4000,
-        batch_bytes: int = 4 * 1024 * 1024,
+        batch_lines: int = DEFAULT_BATCH_LINES,
+        batch_bytes: int = 16 * 1024 * 1024,
     ):
         self.writer = writer
         self.source = source
