@@ -30,7 +30,7 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
 
 def test_every_command_has_help():
     commands = list(_commands(cli))
-    assert {"ingest", "serve", "sessions", "usage", "rejects", "files"} <= {p[0] for p, _ in commands}
+    assert {"ingest", "serve", "sessions", "usage", "rejects", "inputs", "verify"} <= {p[0] for p, _ in commands}
     for path, cmd in commands:
         assert cmd.help and len(cmd.help.strip()) > 10, path
         out = run(*path, "--help")

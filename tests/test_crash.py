@@ -58,6 +58,9 @@ def _campaign(tmp_path: Path, kills: int, seed: int) -> None:
     clean = tmp_path / "clean.db"
     ingest(clean, root)
     assert dump(db) == dump(clean)
+    verify = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                            text=True, cwd=REPO)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
     assert scalar(db, "SELECT count(*) FROM events") + scalar(db, "SELECT count(*) FROM rejects") == written
 
 

@@ -21,6 +21,7 @@ from logwriter import LogDir, llm_call
 
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
+from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
 
 
@@ -170,6 +171,11 @@ class TailMachine(RuleBasedStateMachine):
                     assert f.read(1) == b"\n", f"checkpoint of {path} is not on a line boundary"
             except FileNotFoundError:
                 pass
+        conn = apsw.Connection(str(self.db))
+        try:
+            assert check_rollups(conn) == [], "a rollup differs from its recomputation"
+        finally:
+            conn.close()
         before = dump(self.db)
         self._catch_up()
         assert dump(self.db) == before, "a second catch-up changed the ledger"

@@ -52,6 +52,6 @@ def cli(ctx: click.Context, db: Path | None, verbose: bool) -> None:
     ctx.obj = Context(db if db is not None else default_db())
 
 
-from agentledger.cli import ingest, queries, serve  # noqa: E402  (commands register on main)
+from agentledger.cli import ingest, queries, serve, verify  # noqa: E402  (commands register on cli)
 
-__all__ = ["cli", "main", "ingest", "queries", "serve"]
+__all__ = ["cli", "main", "ingest", "queries", "serve", "verify"]

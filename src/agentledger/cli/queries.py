@@ -91,7 +91,7 @@ def rejects(conn, w, as_json):
                           ("head", "starts with")])
 
 
-@cli.command(name="files")
+@cli.command(name="inputs")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def files_cmd(obj, as_json):

@@ -34,6 +34,7 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
+from agentledger.ledger import rollups
 
 
 # Errors that come from one value in the data, not from the database or the machine.
@@ -321,6 +322,8 @@ class _Prepared:
     rows: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
     runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last]
+    run_ids: set[str] = field(default_factory=set)  # runs whose row this batch upserts
+    tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
 
 
 def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
@@ -337,6 +340,10 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
             row = spec[1](f)
             if row is not None:
                 rows[spec[0]].append(row)
+                if t is ToolStarted or t is ToolEnded:
+                    out.tool_keys.add((row[0], row[1]))
+                elif t is RunStarted or t is RunEnded:
+                    out.run_ids.add(row[0])
         sid = f.session_id
         if sid is not None:
             agg = sessions.get(sid)
@@ -442,12 +449,15 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
+        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys)
+        tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
+        tracker.after(prepared.rows.get(_LLM_CALL, []))
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0)
 
     # -- files -------------------------------------------------------------------

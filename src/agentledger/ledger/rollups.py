@@ -1,0 +1,164 @@
+"""Keeping the rollup tables equal to their definition (see verify.py), batch by batch.
+
+For every run and tool call a batch touches, the writer reads the row before and after
+its upserts; the rollups move by what the new row contributes minus what the old one
+did. LLM calls are only ever inserted, so they simply add. Deltas are summed per rollup
+key in Python and written with one upsert per key, which is what keeps this cheap.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import apsw
+import orjson
+
+SLOT_MS = 900_000  # 15 minutes: every real UTC offset is a multiple of it
+_SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
+                    "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls", "runs", "tool_calls",
+                    "tool_errors")
+_USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error", "runs_interrupted")
+_RUN_STATUSES = ("running", "ok", "error", "interrupted")
+
+_READ_RUNS = """
+SELECT r.run_id, r.session_id, r.agent_id, r.provider, r.model, coalesce(r.started_ms, r.ended_ms), r.status,
+       coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), a.first_ms, a.last_ms
+FROM json_each(?) AS j JOIN runs AS r ON r.run_id = j.value
+LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
+LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+"""
+_READ_TOOLS = """
+SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
+       tc.duration_ms
+FROM json_each(?) AS j JOIN tool_calls AS tc ON tc.run_id = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1
+"""
+
+
+def _upsert_add(table: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str:
+    cols = keys + values
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+        + ", ".join(f"{v} = {v} + excluded.{v}" for v in values)
+    )
+
+
+_ADD_SESSION = _upsert_add("session_totals", ("session_id",), _SESSION_COLUMNS)
+_ADD_USAGE = _upsert_add("usage_slots", ("slot_ms", "agent_id", "provider", "model"), _USAGE_COLUMNS)
+_ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"))
+_ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
+_ADD_RUN_LLM = _upsert_add("run_llm_calls", ("run_id",), ("calls",))
+_SESSION_SPAN = (
+    "UPDATE sessions SET first_ms = min(first_ms, ?), last_ms = max(last_ms, ?) WHERE session_id = ?"
+)
+
+
+def _slot(ts: int) -> int:
+    return ts - ts % SLOT_MS
+
+
+class Deltas:
+    """Sums of contributions per rollup key; ``sign`` is +1 for a new row, -1 for an old one."""
+
+    def __init__(self) -> None:
+        self.session: dict[str, list[int]] = defaultdict(lambda: [0] * len(_SESSION_COLUMNS))
+        self.usage: dict[tuple, list[int]] = defaultdict(lambda: [0] * len(_USAGE_COLUMNS))
+        self.tool_slot: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.run_tools: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0])
+
+    def llm_call(self, row: tuple) -> None:
+        """``row`` is the writer's llm_calls parameter tuple."""
+        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row
+        err = error is not None
+        values = (1, err, i, o, cr, cw, t, cost or 0, cost is None and not err)
+        if session_id is not None:
+            acc = self.session[session_id]
+            for k, v in enumerate(values):
+                acc[k] += v
+        acc = self.usage[(_slot(ts), agent or "", provider or "", model or "")]
+        for k, v in enumerate(values):
+            acc[k] += v
+        if run_id is not None:
+            self.run_llm[run_id][0] += 1
+
+    def tool(self, row: tuple, sign: int) -> None:
+        run_id, _, agent, name, ts, status, duration = row
+        err = status == "error"
+        acc = self.run_tools[run_id]
+        acc[0] += sign
+        acc[1] += sign * err
+        if ts is not None:
+            acc = self.tool_slot[(_slot(ts), agent or "", name or "")]
+            acc[0] += sign
+            acc[1] += sign * err
+            acc[2] += sign * (duration or 0)
+
+    def run(self, row: tuple, sign: int) -> None:
+        _, session_id, agent, provider, model, ts, status, tools, tool_errors, _, _ = row
+        if session_id is not None:
+            acc = self.session[session_id]
+            acc[9] += sign
+            acc[10] += sign * tools
+            acc[11] += sign * tool_errors
+        if ts is not None:
+            acc = self.usage[(_slot(ts), agent or "", provider or "", model or "")]
+            acc[9] += sign
+            for k, name in enumerate(_RUN_STATUSES):
+                acc[10 + k] += sign * (status == name)
+
+
+def _read(conn: apsw.Connection, sql: str, keys: list) -> dict:
+    if not keys:
+        return {}
+    out = {}
+    for row in conn.execute(sql, (orjson.dumps(keys).decode(),)):
+        out[row[0] if sql is _READ_RUNS else (row[0], row[1])] = row
+    return out
+
+
+def _write(conn: apsw.Connection, sql: str, deltas: dict) -> None:
+    rows = []
+    for key, values in deltas.items():
+        if any(values):
+            rows.append((*key, *values) if type(key) is tuple else (key, *values))
+    if rows:
+        conn.executemany(sql, rows)
+
+
+class Tracker:
+    """Brackets a batch's entity upserts: ``before()``, the upserts, then ``after()``."""
+
+    def __init__(self, conn: apsw.Connection, run_ids: set[str], tool_keys: set[tuple[str, str]]):
+        self.conn = conn
+        self.tool_keys = [list(k) for k in tool_keys]
+        self.run_ids = sorted(run_ids | {k[0] for k in tool_keys})
+        self.deltas = Deltas()
+
+    def before(self) -> None:
+        self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys)
+        self.old_runs = _read(self.conn, _READ_RUNS, self.run_ids)
+
+    def after(self, llm_rows: list[tuple]) -> None:
+        d = self.deltas
+        for row in self.old_tools.values():
+            d.tool(row, -1)
+        for row in _read(self.conn, _READ_TOOLS, self.tool_keys).values():
+            d.tool(row, +1)
+        # A run's contribution includes its tool totals: settle those before reading runs again.
+        _write(self.conn, _ADD_RUN_TOOLS, d.run_tools)
+        for row in self.old_runs.values():
+            d.run(row, -1)
+        spans = []
+        for row in _read(self.conn, _READ_RUNS, self.run_ids).values():
+            d.run(row, +1)
+            if row[1] is not None and row[9] is not None:
+                spans.append((row[9], row[10], row[1]))
+        if spans:
+            self.conn.executemany(_SESSION_SPAN, spans)
+        for row in llm_rows:
+            d.llm_call(row)
+        _write(self.conn, _ADD_SESSION, d.session)
+        _write(self.conn, _ADD_USAGE, d.usage)
+        _write(self.conn, _ADD_TOOL_SLOT, d.tool_slot)
+        _write(self.conn, _ADD_RUN_LLM, d.run_llm)

@@ -1,0 +1,141 @@
+"""Proof that the materialized rollups equal a recomputation from the base rows.
+
+The recomputing SQL here is the definition of each rollup; the triggers in
+schema/0002_rollups.sql are only a fast way of keeping it up to date.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import apsw
+
+# What one llm_calls row contributes, as the columns every llm rollup shares.
+_LLM = """count(*) AS llm_calls, sum(error IS NOT NULL) AS llm_errors, sum(input_tokens) AS input_tokens,
+    sum(output_tokens) AS output_tokens, sum(cache_read_tokens) AS cache_read_tokens,
+    sum(cache_write_tokens) AS cache_write_tokens, sum(total_tokens) AS total_tokens,
+    sum(coalesce(cost_pico, 0)) AS cost_pico, sum(cost_pico IS NULL AND error IS NULL) AS unpriced_calls"""
+_LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
+                "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls")
+_RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
+
+
+def _z(alias: str, columns: tuple[str, ...]) -> str:
+    return ", ".join(f"coalesce({alias}.{c}, 0)" for c in columns)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    table: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    recompute: str  # SELECT keys..., values... from the base rows
+
+
+ROLLUPS = (
+    Rollup(
+        "session_totals", ("session_id",), _LLM_COLUMNS + ("runs", "tool_calls", "tool_errors"),
+        f"""
+        WITH l AS (SELECT session_id, {_LLM} FROM llm_calls WHERE session_id IS NOT NULL GROUP BY session_id),
+        r AS (SELECT session_id, count(*) AS runs FROM runs WHERE session_id IS NOT NULL GROUP BY session_id),
+        t AS (SELECT r.session_id, count(*) AS tool_calls, sum(tc.status = 'error') AS tool_errors
+              FROM tool_calls AS tc JOIN runs AS r ON r.run_id = tc.run_id
+              WHERE r.session_id IS NOT NULL GROUP BY r.session_id),
+        k AS (SELECT session_id FROM l UNION SELECT session_id FROM r UNION SELECT session_id FROM t)
+        SELECT k.session_id, {_z("l", _LLM_COLUMNS)}, {_z("r", ("runs",))}, {_z("t", ("tool_calls", "tool_errors"))}
+        FROM k LEFT JOIN l USING (session_id) LEFT JOIN r USING (session_id) LEFT JOIN t USING (session_id)
+        """,
+    ),
+    Rollup(
+        "run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"),
+        "SELECT run_id, count(*), sum(status = 'error') FROM tool_calls GROUP BY run_id",
+    ),
+    Rollup(
+        "run_llm_calls", ("run_id",), ("calls",),
+        "SELECT run_id, count(*) FROM llm_calls WHERE run_id IS NOT NULL GROUP BY run_id",
+    ),
+    Rollup(
+        "usage_slots", ("slot_ms", "agent_id", "provider", "model"), _LLM_COLUMNS + _RUN_COLUMNS,
+        f"""
+        WITH l AS (SELECT ts_ms - ts_ms % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id,
+                          coalesce(provider, '') AS provider, coalesce(model, '') AS model, {_LLM}
+                   FROM llm_calls GROUP BY 1, 2, 3, 4),
+        r AS (SELECT s - s % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id,
+                     coalesce(provider, '') AS provider, coalesce(model, '') AS model, count(*) AS runs,
+                     sum(status = 'running') AS runs_running, sum(status = 'ok') AS runs_ok,
+                     sum(status = 'error') AS runs_error, sum(status = 'interrupted') AS runs_interrupted
+              FROM (SELECT *, coalesce(started_ms, ended_ms) AS s FROM runs) WHERE s IS NOT NULL
+              GROUP BY 1, 2, 3, 4),
+        k AS (SELECT slot_ms, agent_id, provider, model FROM l
+              UNION SELECT slot_ms, agent_id, provider, model FROM r)
+        SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", _LLM_COLUMNS)}, {_z("r", _RUN_COLUMNS)}
+        FROM k LEFT JOIN l USING (slot_ms, agent_id, provider, model)
+               LEFT JOIN r USING (slot_ms, agent_id, provider, model)
+        """,
+    ),
+    Rollup(
+        "tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"),
+        """
+        SELECT s - s % 900000, coalesce(agent_id, ''), coalesce(tool_name, ''), count(*), sum(status = 'error'),
+               sum(coalesce(duration_ms, 0))
+        FROM (SELECT *, coalesce(started_ms, ended_ms) AS s FROM tool_calls) WHERE s IS NOT NULL
+        GROUP BY 1, 2, 3
+        """,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    table: str
+    key: tuple
+    stored: tuple | None
+    recomputed: tuple | None
+
+    def describe(self) -> str:
+        key = ", ".join(str(k) for k in self.key)
+        return f"{self.table} [{key}]: stored {self.stored}, recomputed {self.recomputed}"
+
+
+def _rows(conn: apsw.Connection, sql: str, nkeys: int) -> dict[tuple, tuple]:
+    out = {}
+    for row in conn.execute(sql):
+        values = tuple(row[nkeys:])
+        if any(values):  # a slot emptied by later changes is the same as no slot
+            out[tuple(row[:nkeys])] = values
+    return out
+
+
+def check_rollups(conn: apsw.Connection) -> list[Difference]:
+    diffs = []
+    for r in ROLLUPS:
+        stored = _rows(conn, f"SELECT {', '.join(r.keys + r.values)} FROM {r.table}", len(r.keys))
+        fresh = _rows(conn, r.recompute, len(r.keys))
+        for key in sorted(stored.keys() | fresh.keys(), key=repr):
+            if stored.get(key) != fresh.get(key):
+                diffs.append(Difference(r.table, key, stored.get(key), fresh.get(key)))
+    return diffs
+
+
+def check_checkpoints(conn: apsw.Connection) -> list[str]:
+    """Every file still on disk is read up to a line boundary, never past its end."""
+    problems = []
+    for path, ino, offset in conn.execute(
+        "SELECT path, ino, offset FROM files WHERE status IN ('live', 'rotated') ORDER BY path"
+    ):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != ino:
+                continue
+            if offset > st.st_size:
+                problems.append(f"{path}: checkpoint {offset} is past the end of the file ({st.st_size})")
+            elif offset > 0 and os.pread(fd, 1, offset - 1) != b"\n":
+                problems.append(f"{path}: checkpoint {offset} is not on a line boundary")
+        finally:
+            os.close(fd)
+    return problems

@@ -1,0 +1,94 @@
+"""Rollups equal their recomputation from base rows, whatever order the events came in."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+from conftest import ingest
+from logwriter import LogDir
+
+from agentledger.ledger.db import open_reader
+from agentledger.ledger.verify import check_rollups
+
+
+def _lines(corpus: Path) -> list[bytes]:
+    out = []
+    for path in sorted(corpus.rglob("events*.jsonl")):
+        out += path.read_bytes().splitlines(keepends=True)
+    return out
+
+
+def _verify(db: Path) -> list:
+    conn = open_reader(db)
+    try:
+        return check_rollups(conn)
+    finally:
+        conn.close()
+
+
+def _totals(db: Path) -> tuple:
+    conn = open_reader(db)
+    try:
+        return conn.execute(
+            "SELECT (SELECT sum(cost_pico) FROM session_totals), (SELECT sum(tool_errors) FROM session_totals), "
+            "(SELECT sum(runs) FROM session_totals), (SELECT sum(llm_calls) FROM usage_slots), "
+            "(SELECT sum(runs_running) FROM usage_slots), (SELECT sum(calls) FROM tool_slots)").fetchall()[0]
+    finally:
+        conn.close()
+
+
+def test_corpus_rollups_verify(tmp_path, oc_corpus, oc_expected):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    assert _verify(db) == []
+    t = oc_expected["totals"]
+    assert _totals(db) == (t["cost_pico_usd"], t["failed_tool_calls"], t["runs"], t["llm_calls"],
+                           t["orphaned_runs"], t["tool_calls"])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_shuffled_events_in_small_batches_give_the_same_rollups(tmp_path, oc_corpus, seed):
+    lines = _lines(oc_corpus)
+    random.Random(seed).shuffle(lines)
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root, batch_lines=37)
+    assert _verify(db) == []
+    ref = tmp_path / "ref.db"
+    ingest(ref, oc_corpus)
+    assert _totals(db) == _totals(ref)
+
+
+def test_verify_names_a_corrupted_rollup_and_exits_1(tmp_path, oc_corpus):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    ok = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                        text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok")
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE usage_slots SET cost_pico = cost_pico + 1 "
+                 "WHERE slot_ms = (SELECT min(slot_ms) FROM usage_slots)")
+    conn.close()
+    bad = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 1
+    assert "usage_slots" in bad.stdout and "usage_slots" in bad.stderr
+
+
+def test_verify_finds_a_checkpoint_off_a_line_boundary(tmp_path, oc_corpus):
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(_lines(oc_corpus)[:50]))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE files SET offset = offset - 3")
+    conn.close()
+    bad = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 1 and "line boundary" in bad.stdout
