@@ -73,6 +73,11 @@ CREATE TABLE run_llm_calls (
 
 -- Lists ordered by time. (Indexes keyed by random ids are left out on purpose: each costs
 -- several microseconds per ingested event.)
-CREATE INDEX runs_by_start ON runs (started_ms);
+
 CREATE INDEX compactions_by_key ON compactions (session_key, ts_ms);
 CREATE INDEX subagents_by_spawn ON subagents (spawned_ms);
+-- Time-ordered, so cheap to keep: the partial 15-minute slots at the edges of a query
+-- window are summed from the base rows through these.
+CREATE INDEX llm_calls_by_ts ON llm_calls (ts_ms);
+CREATE INDEX runs_by_time ON runs (coalesce(started_ms, ended_ms));
+CREATE INDEX tool_calls_by_time ON tool_calls (coalesce(started_ms, ended_ms));

@@ -12,7 +12,7 @@ import pytest
 from conftest import ingest
 from logwriter import LogDir
 
-from agentledger.ledger.db import open_reader
+from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 
 
@@ -92,3 +92,21 @@ def test_verify_finds_a_checkpoint_off_a_line_boundary(tmp_path, oc_corpus):
     bad = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
                          text=True)
     assert bad.returncode == 1 and "line boundary" in bad.stdout
+
+
+def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_expected):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    # Turn it back into a version-1 ledger: base rows only.
+    conn = apsw.Connection(str(db))
+    for (kind, name) in conn.execute(
+            "SELECT type, name FROM sqlite_schema WHERE sql IS NOT NULL AND name IN "
+            "('session_totals', 'run_tool_totals', 'usage_slots', 'tool_slots', 'run_llm_calls', "
+            "'sessions_by_last', 'compactions_by_key', 'subagents_by_spawn', 'llm_calls_by_ts', 'runs_by_time', "
+            "'tool_calls_by_time')").fetchall():
+        conn.execute(f"DROP {kind.upper()} {name}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    open_writer(db).close()  # migrates to version 2, filling the rollups from the base rows
+    assert _verify(db) == []
+    assert _totals(db)[0] == oc_expected["totals"]["cost_pico_usd"]

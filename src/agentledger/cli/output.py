@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import sys
 
 import click
 import orjson
+
+
+def emit_csv(rows: list[dict]) -> None:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    click.echo(out.getvalue(), nl=False)
 
 
 def emit_json(value: object) -> None:

@@ -14,6 +14,7 @@ import apsw
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schema"
 BUSY_TIMEOUT_MS = 10_000
+ROLLUPS_MIGRATION = 2
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -82,6 +83,10 @@ def migrate(conn: apsw.Connection) -> int:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(path.read_text())
+            if number == ROLLUPS_MIGRATION:
+                from agentledger.ledger.verify import rebuild_rollups
+
+                rebuild_rollups(conn)  # a ledger written before rollups existed gets them filled
             conn.execute(f"PRAGMA user_version = {number:d}")
         except BaseException:
             conn.execute("ROLLBACK")

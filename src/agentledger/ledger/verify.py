@@ -139,3 +139,10 @@ def check_checkpoints(conn: apsw.Connection) -> list[str]:
         finally:
             os.close(fd)
     return problems
+
+
+def rebuild_rollups(conn: apsw.Connection) -> None:
+    """Recompute every rollup from the base rows (for a ledger that predates them, or repair)."""
+    for r in ROLLUPS:
+        conn.execute(f"DELETE FROM {r.table}")
+        conn.execute(f"INSERT INTO {r.table} ({', '.join(r.keys + r.values)}) {r.recompute}")

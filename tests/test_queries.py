@@ -1,0 +1,116 @@
+"""Query answers equal the corpus truth, window edges are exact, filters are injection-proof."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ingest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader
+
+
+@pytest.fixture(scope="module")
+def corpus_db(tmp_path_factory, oc_corpus) -> Path:
+    db = tmp_path_factory.mktemp("q") / "ledger.db"
+    ingest(db, oc_corpus)
+    return db
+
+
+def _q(db: Path, fn, *args, **window):
+    conn = open_reader(db)
+    try:
+        return fn(conn, queries.Window(**window), *args)
+    finally:
+        conn.close()
+
+
+def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_costs_by_model_and_day_match_expected(corpus_db, oc_expected):
+    by_model = {r["model"]: r for r in _q(corpus_db, queries.costs, "model")}
+    for model, want in oc_expected["per_model"].items():
+        assert by_model[model]["llm_calls"] == want["llm_calls"]
+        assert by_model[model]["total_tokens"] == want["total"]
+        assert round(by_model[model]["cost_usd"] * 10**12) == want["cost_pico_usd"]
+    by_day = {r["day"]: r for r in _q(corpus_db, queries.costs, "day")}
+    for day, want in oc_expected["per_day"].items():
+        assert round(by_day[day]["cost_usd"] * 10**12) == want["cost_pico_usd"]
+        assert by_day[day]["llm_calls"] == want["llm_calls"]
+
+
+def test_costs_by_tool_match_expected(corpus_db, oc_expected):
+    rows = {r["tool"]: r for r in _q(corpus_db, queries.costs, "tool")}
+    for name, want in oc_expected["detail"]["tool_calls_by_name"].items():
+        assert (rows[name]["calls"], rows[name]["errors"]) == (want["calls"], want["failed"])
+
+
+def test_tz_moves_spend_across_the_day_boundary(corpus_db):
+    utc = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "UTC")}
+    la = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "America/Los_Angeles")}
+    tokyo = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "Asia/Kolkata")}
+    assert sum(utc.values()) == pytest.approx(sum(la.values())) == pytest.approx(sum(tokyo.values()))
+    assert "2026-09-30" in la and "2026-09-30" not in utc  # early-UTC spend belongs to the evening before
+    conn = open_reader(corpus_db)
+    # Ground truth from the rows themselves, in the zone (+05:30 exercises a half-hour offset).
+    want: dict[str, int] = {}
+    zone = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    for ts, cost in conn.execute("SELECT ts_ms, cost_pico FROM llm_calls"):
+        day = dt.datetime.fromtimestamp(ts / 1000, tz=zone).date().isoformat()
+        want[day] = want.get(day, 0) + cost
+    conn.close()
+    assert {d: round(c * 10**12) for d, c in tokyo.items()} == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.integers(1_790_800_000_000, 1_791_300_000_000), span=st.integers(0, 3 * 86_400_000))
+def test_window_sums_are_exact_at_any_edges(corpus_db, a, span):
+    b = a + span
+    u = _q(corpus_db, queries.usage, since=a, until=b)
+    conn = open_reader(corpus_db)
+    calls, cost = conn.execute(
+        "SELECT count(*), coalesce(sum(cost_pico), 0) FROM llm_calls WHERE ts_ms BETWEEN ? AND ?", (a, b)).fetchall()[0]
+    runs = conn.execute("SELECT count(*) FROM runs WHERE coalesce(started_ms, ended_ms) BETWEEN ? AND ?",
+                        (a, b)).fetchall()[0][0]
+    tools = conn.execute("SELECT count(*) FROM tool_calls WHERE coalesce(started_ms, ended_ms) BETWEEN ? AND ?",
+                         (a, b)).fetchall()[0][0]
+    conn.close()
+    assert (u["llm_calls"] + u["llm_errors"], round(u["cost_usd"] * 10**12), u["runs"], u["tool_calls"]) == \
+        (calls, cost, runs, tools)
+
+
+@pytest.mark.parametrize("evil", ["'; DROP TABLE llm_calls; --", "%", "_", "main' OR '1'='1"])
+def test_injection_attempts_are_harmless(corpus_db, evil):
+    for args in (["sessions", "--agent", evil, "--json"], ["usage", "--agent", evil, "--json"],
+                 ["costs", "--agent", evil, "--json"]):
+        out = _cli(corpus_db, *args)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        assert rows in ([], {}) or (isinstance(rows, dict) and rows["llm_calls"] == 0)
+    assert _q(corpus_db, queries.usage)["llm_calls"] == 397  # nothing was dropped
+    # Bytes no command line can carry still reach the queries only as bound values.
+    assert _q(corpus_db, queries.sessions, agent=evil + "\x00") == []
+
+
+def test_bad_group_by_and_tz_are_clear_errors(corpus_db):
+    out = _cli(corpus_db, "costs", "--group-by", "session_id; DROP TABLE runs")
+    assert out.returncode == 2 and "--group-by" in out.stderr
+    out = _cli(corpus_db, "costs", "--group-by", "day", "--tz", "Nowhere/Special")
+    assert out.returncode == 2 and "unknown time zone" in out.stderr
+
+
+def test_csv_output(corpus_db):
+    out = _cli(corpus_db, "costs", "--group-by", "agent", "--csv")
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("agent_id,llm_calls")
+    assert {line.split(",")[0] for line in lines[1:]} == {"main", "work"}
