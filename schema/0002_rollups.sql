@@ -65,10 +65,36 @@ CREATE TABLE tool_slots (
 
 CREATE INDEX sessions_by_last ON sessions (last_ms);
 
--- LLM calls per run: a run without any falls back to its usage snapshot's cost.
-CREATE TABLE run_llm_calls (
-    run_id TEXT PRIMARY KEY,
-    calls  INTEGER NOT NULL
+-- LLM usage per run (a run with none falls back to its usage snapshot's cost) and per
+-- session × provider × model (a session's cost by model).
+CREATE TABLE run_llm_totals (
+    run_id             TEXT NOT NULL,
+    llm_calls          INTEGER NOT NULL DEFAULT 0,
+    llm_errors         INTEGER NOT NULL DEFAULT 0,
+    input_tokens       INTEGER NOT NULL DEFAULT 0,
+    output_tokens      INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    total_tokens       INTEGER NOT NULL DEFAULT 0,
+    cost_pico          INTEGER NOT NULL DEFAULT 0,
+    unpriced_calls     INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id)
+) WITHOUT ROWID;
+
+CREATE TABLE session_model_totals (
+    session_id         TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    llm_calls          INTEGER NOT NULL DEFAULT 0,
+    llm_errors         INTEGER NOT NULL DEFAULT 0,
+    input_tokens       INTEGER NOT NULL DEFAULT 0,
+    output_tokens      INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    total_tokens       INTEGER NOT NULL DEFAULT 0,
+    cost_pico          INTEGER NOT NULL DEFAULT 0,
+    unpriced_calls     INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, provider, model)
 ) WITHOUT ROWID;
 
 -- Lists ordered by time. (Indexes keyed by random ids are left out on purpose: each costs
@@ -81,3 +107,5 @@ CREATE INDEX subagents_by_spawn ON subagents (spawned_ms);
 CREATE INDEX llm_calls_by_ts ON llm_calls (ts_ms);
 CREATE INDEX runs_by_time ON runs (coalesce(started_ms, ended_ms));
 CREATE INDEX tool_calls_by_time ON tool_calls (coalesce(started_ms, ended_ms));
+-- One run's model calls, for `run ID` and `timeline`.
+CREATE INDEX llm_calls_by_run ON llm_calls (run_id);

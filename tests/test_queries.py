@@ -114,3 +114,63 @@ def test_csv_output(corpus_db):
     lines = out.stdout.splitlines()
     assert lines[0].startswith("agent_id,llm_calls")
     assert {line.split(",")[0] for line in lines[1:]} == {"main", "work"}
+
+
+def test_family_cost_and_tree_match_expected_children(corpus_db, oc_expected):
+    conn = open_reader(corpus_db)
+    try:
+        for want in oc_expected["sessions_sample"]:
+            if not want["children"]:
+                continue
+            d = queries.session_detail(conn, want["sessionId"])
+            assert round(d["cost_usd"] * 10**12) == want["cost_pico_usd"]
+            assert d["family_cost_usd"] == pytest.approx(want["cost_including_children"], abs=1e-9)
+            node = queries.tree(conn, want["sessionKey"])
+            kids = {c["session_key"] for c in node["children"]}
+            assert {c["sessionKey"] for c in want["children"]} <= kids
+            assert sum(round(c["cumulative_cost_usd"] * 10**12) for c in node["children"]) + \
+                round(node["own_cost_usd"] * 10**12) == round(node["cumulative_cost_usd"] * 10**12)
+    finally:
+        conn.close()
+
+
+def test_session_detail_runs_tools_and_model_split(corpus_db, oc_expected):
+    want = next(s for s in oc_expected["sessions_sample"] if s["tool_calls"] and len(s["per_model"]) > 1)
+    out = _cli(corpus_db, "session", want["sessionId"], "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert len(d["runs"]) == want["runs"]
+    assert len(d["tool_calls"]) == want["tool_calls"]
+    by_model = {m["model"]: m for m in d["cost_by_model"]}
+    for model, m in want["per_model"].items():
+        assert round(by_model[model]["cost_usd"] * 10**12) == m["cost_pico_usd"]
+
+
+@pytest.mark.parametrize("args", [["session", "no-such-session"], ["run", "no-such-run"], ["tree", "nope"],
+                                  ["timeline", "nope"]])
+def test_unknown_key_is_one_line_exit_1(corpus_db, args):
+    out = _cli(corpus_db, *args)
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("agentledger: no ")
+
+
+def test_every_list_command_answers_json(corpus_db):
+    for args in (["runs"], ["tools"], ["errors"], ["subagents"], ["events", "--kind", "run.end"], ["files"],
+                 ["top", "runs"], ["top", "tools"], ["top", "models"], ["top", "sessions"],
+                 ["timeline", "agent:main:main", "--kinds", "tool,compaction"]):
+        out = _cli(corpus_db, *args, "--json")
+        assert out.returncode == 0, (args, out.stderr)
+        rows = json.loads(out.stdout)
+        assert isinstance(rows, list) and rows, args
+
+
+def test_tool_percentiles(corpus_db):
+    rows = {r["tool"]: r for r in _q(corpus_db, queries.tools)}
+    conn = open_reader(corpus_db)
+    durations = sorted(d for (d,) in conn.execute(
+        "SELECT duration_ms FROM tool_calls WHERE tool_name = 'read' AND duration_ms IS NOT NULL"))
+    conn.close()
+    import numpy as np
+
+    assert rows["read"]["p50_ms"] == round(float(np.percentile(durations, 50)), 1)
+    assert rows["read"]["p99_ms"] <= max(durations)

@@ -101,9 +101,9 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     conn = apsw.Connection(str(db))
     for (kind, name) in conn.execute(
             "SELECT type, name FROM sqlite_schema WHERE sql IS NOT NULL AND name IN "
-            "('session_totals', 'run_tool_totals', 'usage_slots', 'tool_slots', 'run_llm_calls', "
+            "('session_totals', 'run_tool_totals', 'usage_slots', 'tool_slots', 'run_llm_totals', 'session_model_totals', "
             "'sessions_by_last', 'compactions_by_key', 'subagents_by_spawn', 'llm_calls_by_ts', 'runs_by_time', "
-            "'tool_calls_by_time')").fetchall():
+            "'tool_calls_by_time', 'llm_calls_by_run')").fetchall():
         conn.execute(f"DROP {kind.upper()} {name}")
     conn.execute("PRAGMA user_version = 1")
     conn.close()

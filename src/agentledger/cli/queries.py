@@ -126,7 +126,7 @@ def rejects(conn, w, fmt):
 @cli.command(name="inputs")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
-def files_cmd(obj, as_json):
+def inputs(obj, as_json):
     """Tailed log files: where each one is read up to, and any that were lost."""
     conn = open_reader(obj.db)
     try:
@@ -140,3 +140,166 @@ def files_cmd(obj, as_json):
     else:
         emit_table(rows, [("source", "source"), ("path", "file"), ("status", "status"), ("offset", "offset"),
                           ("size", "size"), ("lines", "lines"), ("lost_bytes", "lost bytes")])
+
+
+_RUN_TABLE = [("run_id", "run"), ("session_key", "session"), ("model", "model"), ("status", "status"),
+              ("started_at", "started"), ("llm_calls", "llm"), ("tool_calls", "tools"), ("total_tokens", "tokens"),
+              ("cost_usd", "cost $")]
+_TOOL_CALL_TABLE = [("tool_call_id", "call"), ("tool_name", "tool"), ("status", "status"),
+                    ("started_at", "started"), ("duration_ms", "ms"), ("error", "error")]
+
+
+def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, list[tuple[str, str]]]],
+                 summary: list[tuple[str, object]]) -> None:
+    if fmt == "json":
+        emit_json(detail)
+        return
+    if fmt == "csv":
+        raise click.UsageError("--csv needs a list; use --json for this command")
+    emit_pairs(summary)
+    for key, title, columns in sections:
+        rows = detail[key]
+        click.echo(f"\n{title} ({len(rows)})")
+        if rows:
+            emit_table(rows, columns)
+
+
+@cli.command()
+@query_options(default_limit=None)
+@click.argument("key")
+def session(conn, w, fmt, key):
+    """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
+    d = queries.session_detail(conn, key)
+    first = d["instances"][0]
+    _emit_detail(d, fmt, [
+        ("instances", "instances", [("session_id", "session id"), ("status", "status"), ("started_at", "started"),
+                                    ("ended_at", "ended"), ("runs", "runs"), ("cost_usd", "cost $")]),
+        ("cost_by_model", "cost by model", [("model", "model"), ("llm_calls", "llm calls"),
+                                            ("total_tokens", "tokens"), ("cost_usd", "cost $")]),
+        ("runs", "runs", _RUN_TABLE[:1] + _RUN_TABLE[2:]),
+        ("tool_calls", "tool calls", _TOOL_CALL_TABLE),
+        ("subagents", "subagents", [("child_session_key", "child"), ("label", "label"), ("outcome", "outcome"),
+                                    ("cost_usd", "cost $")]),
+        ("compactions", "compactions", [("at", "at"), ("phase", "phase"), ("message_count", "messages"),
+                                        ("token_count", "tokens")]),
+    ], [("session", d["session_key"]), ("agent", first["agent_id"]), ("cost $", d["cost_usd"]),
+        ("with subagents $", d["family_cost_usd"])])
+
+
+@cli.command(name="runs")
+@query_options(default_limit=50)
+def runs_cmd(conn, w, fmt):
+    """Runs (agent turns), most recent first, with their calls, tokens and cost."""
+    _emit_rows(queries.runs(conn, w), fmt, "no runs match", _RUN_TABLE)
+
+
+@cli.command()
+@query_options(default_limit=None)
+@click.argument("run_id")
+def run(conn, w, fmt, run_id):
+    """One run: status, reported usage, its tool calls and its model calls."""
+    d = queries.run_detail(conn, run_id)
+    _emit_detail(d, fmt, [
+        ("tool_calls_list", "tool calls", _TOOL_CALL_TABLE),
+        ("model_calls", "model calls", [("at", "at"), ("model", "model"), ("total_tokens", "tokens"),
+                                        ("cost_usd", "cost $"), ("duration_ms", "ms")]),
+    ], [("run", d["run_id"]), ("session", d["session_key"]), ("model", d["model"]), ("status", d["status"]),
+        ("error", d["error"]), ("cost $", d["cost_usd"])])
+
+
+@cli.command(name="tools")
+@query_options(default_limit=None)
+@click.option("--name", metavar="TOOL", help="Only this tool.")
+@click.option("--errors-only", is_flag=True, help="Only tools that failed at least once.")
+def tools_cmd(conn, w, fmt, name, errors_only):
+    """Tool calls by tool: calls, errors, error rate, duration percentiles."""
+    _emit_rows(queries.tools(conn, w, name=name, errors_only=errors_only), fmt, "no tool calls match",
+               [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("error_rate", "err rate"),
+                ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")])
+
+
+@cli.command()
+@query_options(default_limit=None)
+@click.option("--kinds", metavar="K1,K2", help=f"Only these kinds: {', '.join(queries.TIMELINE_KINDS)}.")
+@click.argument("key")
+def timeline(conn, w, fmt, kinds, key):
+    """Everything that happened in one session, in time order."""
+    wanted = [k.strip() for k in kinds.split(",")] if kinds else None
+    bad = [k for k in wanted or [] if k not in queries.TIMELINE_KINDS]
+    if bad:
+        raise click.BadParameter(f"unknown kind {bad[0]!r}: choose from {', '.join(queries.TIMELINE_KINDS)}",
+                                 param_hint="--kinds")
+    items = queries.timeline(conn, key, wanted)
+    _emit_rows(items[: w.limit] if w.limit else items, fmt, "nothing happened in this session",
+               [("at", "at"), ("kind", "kind"), ("what", "what"), ("cost_usd", "cost $")])
+
+
+@cli.command(name="subagents")
+@query_options(default_limit=50)
+def subagents_cmd(conn, w, fmt):
+    """Subagents spawned, with their parent, outcome and cost."""
+    _emit_rows(queries.subagents(conn, w), fmt, "no subagents match",
+               [("child_session_key", "child"), ("parent_session_key", "parent"), ("label", "label"),
+                ("outcome", "outcome"), ("duration_ms", "ms"), ("cost_usd", "cost $")])
+
+
+def _tree_lines(node: dict, depth: int = 0) -> list[str]:
+    label = f" [{node['label']}]" if node["label"] else ""
+    lines = [f"{'  ' * depth}{node['session_key']}{label}  own ${node['own_cost_usd']:.4f}  "
+             f"total ${node['cumulative_cost_usd']:.4f}"]
+    for child in node["children"]:
+        lines += _tree_lines(child, depth + 1)
+    return lines
+
+
+@cli.command()
+@query_options(default_limit=None)
+@click.argument("key")
+def tree(conn, w, fmt, key):
+    """A session and its subagents, recursively, with each node's own and cumulative cost."""
+    root = queries.tree(conn, key)
+    if fmt == "json":
+        emit_json(root)
+    else:
+        for line in _tree_lines(root):
+            click.echo(line)
+
+
+@cli.command(name="errors")
+@query_options(default_limit=100)
+def errors_cmd(conn, w, fmt):
+    """Failed runs and failed tool calls, most recent first."""
+    _emit_rows(queries.errors(conn, w), fmt, "no errors in this window",
+               [("at", "at"), ("kind", "kind"), ("name", "what"), ("session_key", "session"), ("error", "error")])
+
+
+@cli.command()
+@query_options(default_limit=10)
+@click.argument("what", type=click.Choice(queries.TOP))
+def top(conn, w, fmt, what):
+    """The biggest runs, tools, models or sessions (by cost; tools by calls)."""
+    rows = queries.top(conn, w, what)
+    columns = {"runs": _RUN_TABLE,
+               "tools": [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("p95_ms", "p95 ms")],
+               "models": [("model", "model"), ("llm_calls", "llm calls"), ("cost_usd", "cost $")],
+               "sessions": [("session_key", "session"), ("llm_calls", "llm calls"), ("cost_usd", "cost $")]}[what]
+    _emit_rows(rows, fmt, f"no {what} in this window", columns)
+
+
+@cli.command(name="events")
+@query_options(default_limit=100)
+@click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only this event kind (repeatable).")
+def events_cmd(conn, w, fmt, kinds):
+    """Raw events as indexed, most recent first, with the file and offset they came from."""
+    _emit_rows(queries.events(conn, w, kinds=list(kinds)), fmt, "no events match",
+               [("at", "at"), ("kind", "kind"), ("session_key", "session"), ("file", "file"), ("offset", "offset")])
+
+
+@cli.command(name="files")
+@query_options(default_limit=100)
+@click.option("--path", "path_glob", metavar="GLOB", help="Only paths matching this glob (* and ?).")
+def files_cmd(conn, w, fmt, path_glob):
+    """Tool calls that touched a file, most recent first."""
+    _emit_rows(queries.files(conn, w, path_glob=path_glob), fmt, "no tool calls touched a matching file",
+               [("file_path", "file"), ("tool_name", "tool"), ("status", "status"), ("started_at", "at"),
+                ("session_key", "session")])

@@ -7,6 +7,7 @@ import zoneinfo
 from dataclasses import dataclass
 
 import apsw
+import numpy as np
 import orjson
 
 from agentledger.facts import PICO_PER_USD
@@ -51,7 +52,7 @@ SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS
 FROM runs AS r JOIN usage_snapshots AS u
   ON u.session_id = r.session_id
  AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000
-WHERE NOT EXISTS (SELECT 1 FROM run_llm_calls AS c WHERE c.run_id = r.run_id)
+WHERE NOT EXISTS (SELECT 1 FROM run_llm_totals AS c WHERE c.run_id = r.run_id)
 GROUP BY r.run_id
 """
 
@@ -337,3 +338,312 @@ def file_status(conn: apsw.Connection) -> list[dict]:
          "lost_bytes": lost, "updated_at": iso(ts)}
         for s, p, st, off, size, lines, lost, ts in rows
     ]
+
+
+class NotFound(LookupError):
+    """No session or run by that name."""
+
+
+def _json_list(values) -> str:
+    return orjson.dumps(list(values)).decode()
+
+
+def _llm_dict(vals) -> dict:
+    calls, errors, i, o, cr, cw, t, cost, unpriced = vals
+    return {"llm_calls": calls - errors, "llm_errors": errors, "input_tokens": i, "output_tokens": o,
+            "cache_read_tokens": cr, "cache_write_tokens": cw, "total_tokens": t, "cost_usd": _usd(cost),
+            "unpriced_calls": unpriced}
+
+
+_RUN_COLUMNS = """r.run_id, r.session_key, r.session_id, r.agent_id, r.model, r.provider, r.status, r.started_ms,
+    r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
+    coalesce(l.llm_calls, 0), coalesce(l.total_tokens, 0), coalesce(l.cost_pico, 0)"""
+_RUN_FROM = """runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
+    LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id"""
+
+
+def _run_dict(row) -> dict:
+    (rid, key, sid, agent, model, provider, status, started, ended, duration, stop, error, tools, tool_err,
+     llm, tokens, cost) = row
+    return {"run_id": rid, "session_key": key, "session_id": sid, "agent_id": agent, "model": model,
+            "provider": provider, "status": status, "started_at": iso(started), "ended_at": iso(ended),
+            "duration_ms": duration, "stop_reason": stop, "error": error, "tool_calls": tools,
+            "tool_errors": tool_err, "llm_calls": llm, "total_tokens": tokens, "cost_usd": _usd(cost)}
+
+
+def runs(conn: apsw.Connection, w: Window, *, status: str | None = None) -> list[dict]:
+    params: list = []
+    cond = _between("coalesce(r.started_ms, r.ended_ms)", w.since, w.until, params) + _agent("r.agent_id", w, params)
+    if status is not None:
+        cond += " AND r.status = ?"
+        params.append(status)
+    limit = ""
+    if w.limit is not None:
+        limit = "LIMIT ?"
+        params.append(w.limit)
+    rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE {cond} "
+                        f"ORDER BY coalesce(r.started_ms, r.ended_ms) DESC {limit}", params)
+    return [_run_dict(row) for row in rows]
+
+
+_TOOL_COLUMNS = """tc.run_id, tc.tool_call_id, tc.tool_name, tc.agent_id, tc.session_key, tc.status, tc.started_ms,
+    tc.ended_ms, tc.duration_ms, tc.error, tc.file_path"""
+
+
+def _tool_dict(row) -> dict:
+    rid, cid, name, agent, key, status, started, ended, duration, error, path = row
+    return {"run_id": rid or None, "tool_call_id": cid, "tool_name": name, "agent_id": agent, "session_key": key,
+            "status": status, "started_at": iso(started), "ended_at": iso(ended), "duration_ms": duration,
+            "error": error, "file_path": path}
+
+
+def run_detail(conn: apsw.Connection, run_id: str) -> dict:
+    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.run_id = ?", (run_id,)).fetchall()
+    if not row:
+        raise NotFound(f"no run {run_id!r}")
+    out = _run_dict(row[0])
+    usage = conn.execute("SELECT input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens "
+                         "FROM runs WHERE run_id = ?", (run_id,)).fetchall()[0]
+    out["reported_usage"] = dict(zip(_TOKEN_KEYS, usage)) if usage[4] is not None else None
+    out["tool_calls_list"] = [_tool_dict(r) for r in conn.execute(
+        f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.run_id = ? ORDER BY coalesce(tc.started_ms, "
+        "tc.ended_ms)", (run_id,))]
+    out["model_calls"] = [
+        {"at": iso(ts), "call_index": idx, "provider": p, "model": m, "input_tokens": i, "output_tokens": o,
+         "cache_read_tokens": cr, "cache_write_tokens": cw, "total_tokens": t,
+         "cost_usd": None if c is None else _usd(c), "duration_ms": d, "error": e}
+        for ts, idx, p, m, i, o, cr, cw, t, c, d, e in conn.execute(
+            "SELECT ts_ms, call_index, provider, model, input_tokens, output_tokens, cache_read_tokens, "
+            "cache_write_tokens, total_tokens, cost_pico, duration_ms, error FROM llm_calls WHERE run_id = ? "
+            "ORDER BY ts_ms", (run_id,))]
+    return out
+
+
+def _session_ids(conn: apsw.Connection, key: str) -> list[str]:
+    ids = [r[0] for r in conn.execute(
+        "SELECT session_id FROM sessions WHERE session_key = ? OR session_id = ? ORDER BY first_ms", (key, key))]
+    if not ids:
+        raise NotFound(f"no session {key!r} (give a session key or a session id)")
+    return ids
+
+
+def _own_cost(conn: apsw.Connection, session_key: str) -> int:
+    """Spend of every instance of a session key, snapshot fallbacks included."""
+    ids = [r[0] for r in conn.execute("SELECT session_id FROM sessions WHERE session_key = ?", (session_key,))]
+    if not ids:
+        return 0
+    cost = conn.execute("SELECT coalesce(sum(cost_pico), 0) FROM session_totals WHERE session_id IN "
+                        "(SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0][0]
+    return cost + sum(_fallback_cost(conn, Window(), ids).values())
+
+
+def session_detail(conn: apsw.Connection, key: str) -> dict:
+    ids = _session_ids(conn, key)
+    id_list = _json_list(ids)
+    instances = [s for s in sessions(conn, Window()) if s["session_id"] in set(ids)]
+    keys = sorted({s["session_key"] for s in instances if s["session_key"]})
+    by_model = [
+        {"provider": p or None, "model": m or None, **_llm_dict(vals)}
+        for p, m, *vals in conn.execute(
+            "SELECT provider, model, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
+            "sum(cache_read_tokens), sum(cache_write_tokens), sum(total_tokens), sum(cost_pico), "
+            "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
+            "GROUP BY 1, 2 ORDER BY 10 DESC", (id_list,))]
+    run_rows = [_run_dict(r) for r in conn.execute(
+        f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
+        "ORDER BY coalesce(r.started_ms, r.ended_ms)", (id_list,))]
+    tools = [_tool_dict(r) for r in conn.execute(
+        f"SELECT {_TOOL_COLUMNS} FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id "
+        "WHERE r.session_id IN (SELECT value FROM json_each(?)) ORDER BY coalesce(tc.started_ms, tc.ended_ms)",
+        (id_list,))]
+    children = subagents(conn, Window(), parent_keys=keys)
+    compactions = [
+        {"at": iso(ts), "phase": phase, "message_count": mc, "compacting_count": cc, "token_count": tc,
+         "compacted_count": dc}
+        for ts, phase, mc, cc, tc, dc in conn.execute(
+            "SELECT ts_ms, phase, message_count, compacting_count, token_count, compacted_count FROM compactions "
+            "WHERE session_key IN (SELECT value FROM json_each(?)) ORDER BY ts_ms", (_json_list(keys),))]
+    own = sum(s["cost_usd"] for s in instances)
+    family = own + sum(_family_cost(conn, c["child_session_key"], set()) for c in children) / PICO_PER_USD
+    return {"session_key": keys[0] if len(keys) == 1 else keys, "instances": instances,
+            "cost_usd": round(own, 12), "family_cost_usd": round(family, 12), "cost_by_model": by_model,
+            "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
+
+
+def _family_cost(conn: apsw.Connection, session_key: str, seen: set[str]) -> int:
+    if session_key in seen:  # a malformed log could make a cycle
+        return 0
+    seen.add(session_key)
+    total = _own_cost(conn, session_key)
+    for (child,) in conn.execute("SELECT child_session_key FROM subagents WHERE parent_session_key = ?",
+                                 (session_key,)).fetchall():
+        total += _family_cost(conn, child, seen)
+    return total
+
+
+def tree(conn: apsw.Connection, key: str) -> dict:
+    """The subagent hierarchy under a session key, each node with its own and cumulative cost."""
+    ids = _session_ids(conn, key)
+    root = conn.execute("SELECT session_key FROM sessions WHERE session_id = ?", (ids[0],)).fetchall()[0][0] or key
+
+    def node(session_key: str, seen: set[str], label: str | None) -> dict:
+        seen.add(session_key)
+        own = _own_cost(conn, session_key)
+        children = [node(c, seen, lbl) for c, lbl in conn.execute(
+            "SELECT child_session_key, label FROM subagents WHERE parent_session_key = ? ORDER BY spawned_ms",
+            (session_key,)).fetchall() if c not in seen]
+        cumulative = own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD) for c in children)
+        return {"session_key": session_key, "label": label, "own_cost_usd": _usd(own),
+                "cumulative_cost_usd": _usd(cumulative), "children": children}
+
+    return node(root, set(), None)
+
+
+def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None = None) -> list[dict]:
+    params: list = []
+    cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
+    if parent_keys is not None:
+        cond += " AND parent_session_key IN (SELECT value FROM json_each(?))"
+        params.append(_json_list(parent_keys))
+    limit = ""
+    if w.limit is not None:
+        limit = "LIMIT ?"
+        params.append(w.limit)
+    rows = conn.execute(
+        "SELECT child_session_key, parent_session_key, parent_run_id, child_agent_id, label, mode, status, "
+        f"spawned_ms, ended_ms, duration_ms, outcome, reason, model FROM subagents WHERE {cond} "
+        f"ORDER BY coalesce(spawned_ms, ended_ms) DESC {limit}", params).fetchall()
+    return [{"child_session_key": c, "parent_session_key": p, "parent_run_id": r, "agent_id": a, "label": lbl,
+             "mode": mode, "status": st, "spawned_at": iso(s), "ended_at": iso(e), "duration_ms": d, "outcome": o,
+             "reason": why, "model": m, "cost_usd": _usd(_own_cost(conn, c))}
+            for c, p, r, a, lbl, mode, st, s, e, d, o, why, m in rows]
+
+
+def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_only: bool = False) -> list[dict]:
+    """Per tool: calls, errors, error rate and duration percentiles (from the rows, on demand)."""
+    rows = _tool_costs(conn, Window(since=w.since, until=w.until, agent=w.agent))
+    if name is not None:
+        rows = [r for r in rows if r["tool"] == name]
+    if errors_only:
+        rows = [r for r in rows if r["errors"]]
+    params: list = []
+    cond = _between("coalesce(started_ms, ended_ms)", w.since, w.until, params) + _agent("agent_id", w, params)
+    durations: dict[str, list[int]] = {}
+    for tool_name, duration in conn.execute(
+            f"SELECT coalesce(tool_name, ''), duration_ms FROM tool_calls WHERE {cond} AND duration_ms IS NOT NULL",
+            params):
+        durations.setdefault(tool_name, []).append(duration)
+    out = []
+    for r in rows:
+        d = durations.get(r["tool"] or "", [])
+        p50, p95, p99 = (np.percentile(np.asarray(d, dtype=np.float64), [50, 95, 99]).round(1).tolist()
+                         if d else (None, None, None))
+        out.append({**r, "error_rate": round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0,
+                    "p50_ms": p50, "p95_ms": p95, "p99_ms": p99})
+    return out[: w.limit] if w.limit else out
+
+
+def errors(conn: apsw.Connection, w: Window) -> list[dict]:
+    """Failed runs and failed tool calls, most recent first."""
+    failed_runs = [{"kind": "run", "at": r["started_at"] or r["ended_at"], "session_key": r["session_key"],
+                    "name": r["model"], "id": r["run_id"], "error": r["error"]}
+                   for r in runs(conn, Window(since=w.since, until=w.until, agent=w.agent), status="error")]
+    params: list = []
+    cond = _between("coalesce(tc.started_ms, tc.ended_ms)", w.since, w.until, params) + _agent("tc.agent_id", w,
+                                                                                                params)
+    failed_tools = [{"kind": "tool", "at": t["started_at"] or t["ended_at"], "session_key": t["session_key"],
+                     "name": t["tool_name"], "id": t["tool_call_id"], "error": t["error"]}
+                    for t in map(_tool_dict, conn.execute(
+                        f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.status = 'error' AND {cond}",
+                        params))]
+    out = sorted(failed_runs + failed_tools, key=lambda r: r["at"] or "", reverse=True)
+    return out[: w.limit] if w.limit else out
+
+
+TOP = ("runs", "tools", "models", "sessions")
+
+
+def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
+    limit = w.limit or 10
+    if what == "models":
+        return costs(conn, Window(since=w.since, until=w.until, agent=w.agent, limit=limit), "model")
+    if what == "tools":
+        return sorted(tools(conn, Window(since=w.since, until=w.until, agent=w.agent)),
+                      key=lambda r: (-r["calls"], str(r["tool"])))[:limit]
+    if what == "sessions":
+        return costs(conn, Window(since=w.since, until=w.until, agent=w.agent, limit=limit), "session")
+    if what == "runs":
+        params: list = []
+        cond = _between("coalesce(r.started_ms, r.ended_ms)", w.since, w.until, params) + _agent("r.agent_id", w,
+                                                                                                  params)
+        params.append(limit)
+        return [_run_dict(row) for row in conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE {cond} ORDER BY l.cost_pico DESC LIMIT ?", params)]
+    raise ValueError(f"cannot rank {what!r}: choose one of {', '.join(TOP)}")
+
+
+def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) -> list[dict]:
+    params: list = []
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
+    if kinds:
+        cond += " AND kind IN (SELECT value FROM json_each(?))"
+        params.append(_json_list(kinds))
+    limit = ""
+    if w.limit is not None:
+        limit = "LIMIT ?"
+        params.append(w.limit)
+    rows = conn.execute(
+        f"SELECT e.ts_ms, e.id, e.kind, e.agent_id, e.session_key, f.path, e.offset FROM events AS e "
+        f"LEFT JOIN files AS f ON f.id = e.file_id WHERE {cond} ORDER BY e.ts_ms DESC, e.id {limit}", params)
+    return [{"at": iso(ts), "event_id": f"{eid & (2**64 - 1):016x}", "kind": kind, "agent_id": agent,
+             "session_key": key, "file": path, "offset": off} for ts, eid, kind, agent, key, path, off in rows]
+
+
+def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> list[dict]:
+    """Tool calls that touched a file path, most recent first; ``path_glob`` uses * and ?."""
+    params: list = []
+    cond = _between("coalesce(tc.started_ms, tc.ended_ms)", w.since, w.until, params) + _agent("tc.agent_id", w,
+                                                                                                params)
+    if path_glob:
+        cond += " AND tc.file_path GLOB ?"
+        params.append(path_glob)
+    limit = ""
+    if w.limit is not None:
+        limit = "LIMIT ?"
+        params.append(w.limit)
+    return [_tool_dict(r) for r in conn.execute(
+        f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.file_path IS NOT NULL AND {cond} "
+        f"ORDER BY coalesce(tc.started_ms, tc.ended_ms) DESC {limit}", params)]
+
+
+TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent")
+
+
+def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) -> list[dict]:
+    """Everything that happened in a session, in time order."""
+    detail = session_detail(conn, key)
+    want = set(kinds or TIMELINE_KINDS)
+    items = []
+    if "run" in want:
+        for r in detail["runs"]:
+            items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
+                          "id": r["run_id"], "cost_usd": r["cost_usd"]})
+    if "llm" in want:
+        for r in detail["runs"]:
+            for c in run_detail(conn, r["run_id"])["model_calls"]:
+                items.append({"at": c["at"], "kind": "llm", "what": f"{c['model']} {c['total_tokens']} tokens",
+                              "id": r["run_id"], "cost_usd": c["cost_usd"]})
+    if "tool" in want:
+        for t in detail["tool_calls"]:
+            items.append({"at": t["started_at"] or t["ended_at"], "kind": "tool",
+                          "what": f"{t['tool_name']} {t['status']}", "id": t["tool_call_id"], "cost_usd": None})
+    if "compaction" in want:
+        for c in detail["compactions"]:
+            items.append({"at": c["at"], "kind": "compaction", "what": c["phase"], "id": None, "cost_usd": None})
+    if "subagent" in want:
+        for s in detail["subagents"]:
+            items.append({"at": s["spawned_at"] or s["ended_at"], "kind": "subagent",
+                          "what": f"{s['label']} {s['outcome'] or s['status']}", "id": s["child_session_key"],
+                          "cost_usd": s["cost_usd"]})
+    items.sort(key=lambda i: i["at"] or "")
+    return items

@@ -47,7 +47,8 @@ _ADD_SESSION = _upsert_add("session_totals", ("session_id",), _SESSION_COLUMNS)
 _ADD_USAGE = _upsert_add("usage_slots", ("slot_ms", "agent_id", "provider", "model"), _USAGE_COLUMNS)
 _ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"))
 _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
-_ADD_RUN_LLM = _upsert_add("run_llm_calls", ("run_id",), ("calls",))
+_ADD_RUN_LLM = _upsert_add("run_llm_totals", ("run_id",), _SESSION_COLUMNS[:9])
+_ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
 _SESSION_SPAN = (
     "UPDATE sessions SET first_ms = min(first_ms, ?), last_ms = max(last_ms, ?) WHERE session_id = ?"
 )
@@ -65,22 +66,23 @@ class Deltas:
         self.usage: dict[tuple, list[int]] = defaultdict(lambda: [0] * len(_USAGE_COLUMNS))
         self.tool_slot: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
         self.run_tools: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0])
+        self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0] * 9)
+        self.session_model: dict[tuple, list[int]] = defaultdict(lambda: [0] * 9)
 
     def llm_call(self, row: tuple) -> None:
         """``row`` is the writer's llm_calls parameter tuple."""
         (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row
         err = error is not None
         values = (1, err, i, o, cr, cw, t, cost or 0, cost is None and not err)
+        targets = [self.usage[(_slot(ts), agent or "", provider or "", model or "")]]
         if session_id is not None:
-            acc = self.session[session_id]
+            targets.append(self.session[session_id])
+            targets.append(self.session_model[(session_id, provider or "", model or "")])
+        if run_id is not None:
+            targets.append(self.run_llm[run_id])
+        for acc in targets:
             for k, v in enumerate(values):
                 acc[k] += v
-        acc = self.usage[(_slot(ts), agent or "", provider or "", model or "")]
-        for k, v in enumerate(values):
-            acc[k] += v
-        if run_id is not None:
-            self.run_llm[run_id][0] += 1
 
     def tool(self, row: tuple, sign: int) -> None:
         run_id, _, agent, name, ts, status, duration = row
@@ -162,3 +164,4 @@ class Tracker:
         _write(self.conn, _ADD_USAGE, d.usage)
         _write(self.conn, _ADD_TOOL_SLOT, d.tool_slot)
         _write(self.conn, _ADD_RUN_LLM, d.run_llm)
+        _write(self.conn, _ADD_SESSION_MODEL, d.session_model)

@@ -52,8 +52,13 @@ ROLLUPS = (
         "SELECT run_id, count(*), sum(status = 'error') FROM tool_calls GROUP BY run_id",
     ),
     Rollup(
-        "run_llm_calls", ("run_id",), ("calls",),
-        "SELECT run_id, count(*) FROM llm_calls WHERE run_id IS NOT NULL GROUP BY run_id",
+        "run_llm_totals", ("run_id",), _LLM_COLUMNS,
+        f"SELECT run_id, {_LLM} FROM llm_calls WHERE run_id IS NOT NULL GROUP BY run_id",
+    ),
+    Rollup(
+        "session_model_totals", ("session_id", "provider", "model"), _LLM_COLUMNS,
+        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {_LLM} FROM llm_calls
+            WHERE session_id IS NOT NULL GROUP BY 1, 2, 3""",
     ),
     Rollup(
         "usage_slots", ("slot_ms", "agent_id", "provider", "model"), _LLM_COLUMNS + _RUN_COLUMNS,
