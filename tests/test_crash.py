@@ -23,7 +23,8 @@ WRITER = Path(__file__).with_name("logwriter.py")
 
 def _serve(db: Path, root: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--rescan", "0.05", str(root)],
+        [sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen", "127.0.0.1:0", "--rescan", "0.05",
+         str(root)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
     )
 

@@ -38,7 +38,8 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
 
 
 def _serve(db: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", *args],
+    return subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen", "127.0.0.1:0",
+                             *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env=env)
 
@@ -92,7 +93,7 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     del env["AGENTLEDGER_DB"]
     db = tmp_path / "state" / "agentledger" / "ledger.db"
-    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--rescan", "0.2"],
+    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0", "--rescan", "0.2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") > 0)

@@ -21,6 +21,7 @@ from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
 from agentledger.config import demo_dir, openclaw_state_dirs
+from agentledger.http import DEFAULT_LISTEN, ApiServer
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.writer import LedgerWriter
@@ -46,7 +47,7 @@ def _start_demo(directory: Path) -> subprocess.Popen:
 
 
 def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
-               demo: bool | None) -> int:
+               demo: bool | None, listen: str = DEFAULT_LISTEN) -> int:
     stop = threading.Event()
     wake = threading.Event()
 
@@ -72,7 +73,15 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
             demo_proc = _start_demo(roots[0])
             _say(f"no agent logs found: running the demo in {roots[0]} (a live writer appends events)")
     conn = open_writer(db)
+    api = None
     try:
+        try:
+            api = ApiServer(db, listen)
+        except OSError as exc:
+            _say(f"cannot listen on {listen}: {exc.strerror}; pass --listen HOST:PORT")
+            return 2
+        api.start()
+        _say(f"listening on {api.address}")
         writer = LedgerWriter(conn)
         pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop)
         _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")
@@ -99,6 +108,8 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
             observer.stop()
             observer.join(timeout=5)
     finally:
+        if api is not None:
+            api.close()
         conn.close()
         if demo_proc is not None:
             demo_proc.terminate()

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from agentledger.cli import cli
+from agentledger.http import DEFAULT_LISTEN, parse_listen
 from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
@@ -21,9 +22,12 @@ from agentledger.tail.tailer import DEFAULT_MAX_LINE
               help="Seconds between full rescans (inotify wakes it sooner).")
 @click.option("--demo/--no-demo", default=None,
               help="Run on the demo directory with a live writer (default: only when no agent logs exist).")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Where the HTTP API listens (port 0 picks a free one).")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, roots: tuple[Path, ...]) -> None:
+def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, listen: str,
+          roots: tuple[Path, ...]) -> None:
     """Catch up on ROOTS, then follow them live until SIGTERM or Ctrl-C.
 
     Without ROOTS it reads OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw, legacy names),
@@ -31,5 +35,6 @@ def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, roots:
     """
     from agentledger.daemon import run_daemon
 
-    code = run_daemon(obj.db, fmt, list(roots), max_line=max_line, rescan_s=rescan, demo=demo)
+    parse_listen(listen)  # a malformed address is a usage error, before anything starts
+    code = run_daemon(obj.db, fmt, list(roots), max_line=max_line, rescan_s=rescan, demo=demo, listen=listen)
     sys.exit(code)

@@ -1,0 +1,76 @@
+"""The JSON API over real HTTP on 127.0.0.1, served by a real ``serve`` subprocess."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory, oc_corpus):
+    tmp = tmp_path_factory.mktemp("http")
+    root = tmp / "state"
+    shutil.copytree(oc_corpus, root)
+    db = tmp / "ledger.db"
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen",
+                             "127.0.0.1:0", str(root)], stderr=subprocess.PIPE, text=True, cwd=REPO)
+    address = None
+    deadline = time.monotonic() + 30
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            address = m.group(1)
+        if "caught up" in line:
+            break
+    assert address, lines
+    yield address
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def get(url: str) -> tuple[int, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_sessions_usage_and_costs(api, oc_expected):
+    status, rows = get(f"{api}/v1/sessions?limit=500")
+    assert status == 200 and len(rows) == 49
+    status, usage = get(f"{api}/v1/usage")
+    assert usage["cost_usd"] == pytest.approx(oc_expected["totals"]["cost_usd"])
+    status, costs = get(f"{api}/v1/costs?group_by=day&since=2026-10-02&until=2026-10-02T23:59:59.999Z")
+    assert status == 200 and [r["day"] for r in costs] == ["2026-10-02"]
+    assert round(costs[0]["cost_usd"] * 10**12) == oc_expected["per_day"]["2026-10-02"]["cost_pico_usd"]
+
+
+def test_one_session_by_key_and_unknown(api, oc_expected):
+    want = oc_expected["sessions_sample"][0]
+    status, d = get(f"{api}/v1/sessions/{want['sessionId']}")
+    assert status == 200 and round(d["cost_usd"] * 10**12) == want["cost_pico_usd"]
+    status, d = get(f"{api}/v1/sessions/agent%3Amain%3Anope")
+    assert status == 404 and "no session" in d["error"]
+
+
+def test_bad_parameters_are_400(api):
+    assert get(f"{api}/v1/costs?group_by=nope")[0] == 400
+    assert get(f"{api}/v1/sessions?since=yesterday")[0] == 400
+    assert get(f"{api}/v1/sessions?limit=-1")[0] == 400
+    assert get(f"{api}/v1/nothing")[0] == 404
+    assert get(f"{api}/healthz") == (200, {"status": "ok"})
