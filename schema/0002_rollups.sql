@@ -49,6 +49,9 @@ CREATE TABLE usage_slots (
     runs_ok            INTEGER NOT NULL DEFAULT 0,
     runs_error         INTEGER NOT NULL DEFAULT 0,
     runs_interrupted   INTEGER NOT NULL DEFAULT 0,
+    sessions           INTEGER NOT NULL DEFAULT 0,  -- by start (else first event); provider = model = ''
+    subagent_sessions  INTEGER NOT NULL DEFAULT 0,
+    compactions        INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (slot_ms, agent_id, provider, model)
 ) WITHOUT ROWID;
 
@@ -109,3 +112,10 @@ CREATE INDEX runs_by_time ON runs (coalesce(started_ms, ended_ms));
 CREATE INDEX tool_calls_by_time ON tool_calls (coalesce(started_ms, ended_ms));
 -- One run's model calls, for `run ID` and `timeline`.
 CREATE INDEX llm_calls_by_run ON llm_calls (run_id);
+CREATE INDEX sessions_by_start ON sessions (coalesce(started_ms, first_ms));
+
+-- Runs with no LLM call (yet): the only ones whose usage snapshot may stand in for cost.
+CREATE TABLE runs_without_calls (
+    run_id  TEXT PRIMARY KEY,
+    present INTEGER NOT NULL DEFAULT 1
+) WITHOUT ROWID;

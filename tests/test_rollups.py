@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import apsw
 import pytest
-from conftest import ingest
+from conftest import REPO, ingest
 from logwriter import LogDir
 
 from agentledger.ledger.db import open_reader, open_writer
@@ -99,12 +100,12 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     ingest(db, oc_corpus)
     # Turn it back into a version-1 ledger: base rows only.
     conn = apsw.Connection(str(db))
-    for (kind, name) in conn.execute(
-            "SELECT type, name FROM sqlite_schema WHERE sql IS NOT NULL AND name IN "
-            "('session_totals', 'run_tool_totals', 'usage_slots', 'tool_slots', 'run_llm_totals', 'session_model_totals', "
-            "'sessions_by_last', 'compactions_by_key', 'subagents_by_spawn', 'llm_calls_by_ts', 'runs_by_time', "
-            "'tool_calls_by_time', 'llm_calls_by_run')").fetchall():
-        conn.execute(f"DROP {kind.upper()} {name}")
+    created = re.findall(r"CREATE (TABLE|INDEX) (\w+)", (REPO / "schema" / "0002_rollups.sql").read_text())
+    for kind, name in created:
+        if kind == "TABLE":
+            conn.execute(f"DROP TABLE {name}")
+        elif conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (name,)).fetchall():
+            conn.execute(f"DROP INDEX {name}")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     open_writer(db).close()  # migrates to version 2, filling the rollups from the base rows

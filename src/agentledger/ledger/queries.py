@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 
 from agentledger.facts import PICO_PER_USD
+from agentledger.ledger.verify import SUBAGENT_KEY
 from agentledger.timeutil import iso
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens")
@@ -42,17 +43,13 @@ def _range(column: str, w: Window, params: list) -> str:
     return " AND ".join(parts) or "1"
 
 
-_SUBAGENT_SESSION = (
-    "(s.session_key IN (SELECT child_session_key FROM subagents) OR s.session_key LIKE 'agent:%:subagent:%')"
-)
-
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot.
 _SNAPSHOT_FALLBACK = """
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS ts_ms, max(u.cost_pico) AS cost_pico
-FROM runs AS r JOIN usage_snapshots AS u
+FROM runs_without_calls AS w JOIN runs AS r ON r.run_id = w.run_id
+JOIN usage_snapshots AS u
   ON u.session_id = r.session_id
  AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000
-WHERE NOT EXISTS (SELECT 1 FROM run_llm_totals AS c WHERE c.run_id = r.run_id)
 GROUP BY r.run_id
 """
 
@@ -151,7 +148,7 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
         params.append(w.limit)
     sql = f"""
     SELECT s.session_key, s.session_id, s.agent_id, s.source, s.status, coalesce(s.started_ms, s.first_ms),
-           s.ended_ms, s.first_ms, s.last_ms, {_SUBAGENT_SESSION},
+           s.ended_ms, s.first_ms, s.last_ms, {SUBAGENT_KEY},
            coalesce(t.runs, 0), coalesce(t.llm_calls, 0) - coalesce(t.llm_errors, 0), coalesce(t.llm_errors, 0),
            coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), coalesce(t.input_tokens, 0),
            coalesce(t.output_tokens, 0), coalesce(t.cache_read_tokens, 0), coalesce(t.cache_write_tokens, 0),
@@ -186,18 +183,15 @@ def usage(conn: apsw.Connection, w: Window) -> dict:
                       "count(*), coalesce(sum(status = 'error'), 0)", "coalesce(started_ms, ended_ms)", "agent_id")
     fallback = sum(_fallback_cost(conn, w).values())
 
-    def count(sql: str, column: str, agent_column: str) -> int:
-        params: list = []
-        cond = _between(column, w.since, w.until, params) + _agent(agent_column, w, params)
-        return conn.execute(sql.format(cond=cond), params).fetchall()[0][0]
-
-    sess = count(f"SELECT coalesce(sum(NOT {_SUBAGENT_SESSION}), 0) FROM sessions AS s WHERE {{cond}}",
-                 "s.first_ms", "s.agent_id")
-    sub_sess = count(f"SELECT coalesce(sum({_SUBAGENT_SESSION}), 0) FROM sessions AS s WHERE {{cond}}",
-                     "s.first_ms", "s.agent_id")
-    subagents = count("SELECT count(*) FROM subagents WHERE {cond}", "coalesce(spawned_ms, ended_ms)",
-                      "child_agent_id")
-    compactions = count("SELECT count(*) FROM compactions WHERE phase = 'start' AND {cond}", "ts_ms", "agent_id")
+    sess, sub_sess = _windowed(
+        conn, w, "usage_slots", "coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
+        f"coalesce(sum(NOT {SUBAGENT_KEY}), 0), coalesce(sum({SUBAGENT_KEY}), 0)",
+        "coalesce(started_ms, first_ms)", "agent_id")
+    (compactions,) = _windowed(conn, w, "usage_slots", "coalesce(sum(compactions), 0)",
+                               "(SELECT * FROM compactions WHERE phase = 'start')", "count(*)", "ts_ms", "agent_id")
+    params: list = []
+    cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
+    subagents = conn.execute(f"SELECT count(*) FROM subagents WHERE {cond}", params).fetchall()[0][0]
     params: list = []
     rejected = conn.execute(f"SELECT count(*) FROM rejects WHERE {_between('ts_ms', w.since, w.until, params)}",
                             params).fetchall()[0][0] if w.since is not None or w.until is not None else \

@@ -17,7 +17,8 @@ SLOT_MS = 900_000  # 15 minutes: every real UTC offset is a multiple of it
 _SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                     "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls", "runs", "tool_calls",
                     "tool_errors")
-_USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error", "runs_interrupted")
+_USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error", "runs_interrupted", "sessions",
+                                          "subagent_sessions", "compactions")
 _RUN_STATUSES = ("running", "ok", "error", "interrupted")
 
 _READ_RUNS = """
@@ -26,6 +27,10 @@ SELECT r.run_id, r.session_id, r.agent_id, r.provider, r.model, coalesce(r.start
 FROM json_each(?) AS j JOIN runs AS r ON r.run_id = j.value
 LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
 LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+"""
+_READ_SESSIONS = """
+SELECT s.session_id, coalesce(s.started_ms, s.first_ms), s.agent_id, s.session_key
+FROM json_each(?) AS j JOIN sessions AS s ON s.session_id = j.value
 """
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
@@ -49,6 +54,11 @@ _ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"),
 _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
 _ADD_RUN_LLM = _upsert_add("run_llm_totals", ("run_id",), _SESSION_COLUMNS[:9])
 _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
+_RUNS_WITHOUT_CALLS = (
+    "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
+    "WHERE value NOT IN (SELECT run_id FROM run_llm_totals)"
+)
+_RUNS_WITH_CALLS = "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?))"
 _SESSION_SPAN = (
     "UPDATE sessions SET first_ms = min(first_ms, ?), last_ms = max(last_ms, ?) WHERE session_id = ?"
 )
@@ -56,6 +66,11 @@ _SESSION_SPAN = (
 
 def _slot(ts: int) -> int:
     return ts - ts % SLOT_MS
+
+
+def is_subagent_key(session_key: str | None) -> bool:
+    """Subagent sessions are keyed ``agent:<id>:subagent:<uuid>``."""
+    return bool(session_key) and session_key.startswith("agent:") and ":subagent:" in session_key
 
 
 class Deltas:
@@ -110,12 +125,24 @@ class Deltas:
                 acc[10 + k] += sign * (status == name)
 
 
+    def session_row(self, row: tuple, sign: int) -> None:
+        _, ts, agent, key = row
+        acc = self.usage[(_slot(ts), agent or "", "", "")]
+        acc[15 if is_subagent_key(key) else 14] += sign
+
+    def compaction(self, row: tuple) -> None:
+        """``row`` is the writer's compactions parameter tuple; a compaction counts once, at its start."""
+        _, ts, phase, _, agent = row[:5]
+        if phase == "start":
+            self.usage[(_slot(ts), agent or "", "", "")][16] += 1
+
+
 def _read(conn: apsw.Connection, sql: str, keys: list) -> dict:
     if not keys:
         return {}
     out = {}
     for row in conn.execute(sql, (orjson.dumps(keys).decode(),)):
-        out[row[0] if sql is _READ_RUNS else (row[0], row[1])] = row
+        out[(row[0], row[1]) if sql is _READ_TOOLS else row[0]] = row
     return out
 
 
@@ -131,17 +158,23 @@ def _write(conn: apsw.Connection, sql: str, deltas: dict) -> None:
 class Tracker:
     """Brackets a batch's entity upserts: ``before()``, the upserts, then ``after()``."""
 
-    def __init__(self, conn: apsw.Connection, run_ids: set[str], tool_keys: set[tuple[str, str]]):
+    def __init__(self, conn: apsw.Connection, run_ids: set[str], tool_keys: set[tuple[str, str]],
+                 session_ids: set[str]):
         self.conn = conn
         self.tool_keys = [list(k) for k in tool_keys]
         self.run_ids = sorted(run_ids | {k[0] for k in tool_keys})
+        self.session_ids = set(session_ids)
         self.deltas = Deltas()
 
     def before(self) -> None:
         self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys)
         self.old_runs = _read(self.conn, _READ_RUNS, self.run_ids)
+        # The sessions of these runs may widen their span (and so move slot) below.
+        self.session_ids |= {row[1] for row in self.old_runs.values() if row[1] is not None}
+        self.session_ids = sorted(self.session_ids)
+        self.old_sessions = _read(self.conn, _READ_SESSIONS, self.session_ids)
 
-    def after(self, llm_rows: list[tuple]) -> None:
+    def after(self, llm_rows: list[tuple], compaction_rows: list[tuple]) -> None:
         d = self.deltas
         for row in self.old_tools.values():
             d.tool(row, -1)
@@ -152,16 +185,29 @@ class Tracker:
         for row in self.old_runs.values():
             d.run(row, -1)
         spans = []
-        for row in _read(self.conn, _READ_RUNS, self.run_ids).values():
+        new_runs = []
+        for run_id, row in _read(self.conn, _READ_RUNS, self.run_ids).items():
             d.run(row, +1)
+            if run_id not in self.old_runs:
+                new_runs.append(run_id)
             if row[1] is not None and row[9] is not None:
                 spans.append((row[9], row[10], row[1]))
         if spans:
             self.conn.executemany(_SESSION_SPAN, spans)
+        for row in self.old_sessions.values():
+            d.session_row(row, -1)
+        for row in _read(self.conn, _READ_SESSIONS, self.session_ids).values():
+            d.session_row(row, +1)
         for row in llm_rows:
             d.llm_call(row)
+        for row in compaction_rows:
+            d.compaction(row)
         _write(self.conn, _ADD_SESSION, d.session)
         _write(self.conn, _ADD_USAGE, d.usage)
         _write(self.conn, _ADD_TOOL_SLOT, d.tool_slot)
         _write(self.conn, _ADD_RUN_LLM, d.run_llm)
         _write(self.conn, _ADD_SESSION_MODEL, d.session_model)
+        if new_runs:
+            self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
+        if d.run_llm:
+            self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(list(d.run_llm)).decode(),))

@@ -19,6 +19,8 @@ _LLM = """count(*) AS llm_calls, sum(error IS NOT NULL) AS llm_errors, sum(input
 _LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                 "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls")
 _RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
+_COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions")
+SUBAGENT_KEY = "(coalesce(session_key, '') LIKE 'agent:%:subagent:%')"
 
 
 def _z(alias: str, columns: tuple[str, ...]) -> str:
@@ -61,7 +63,7 @@ ROLLUPS = (
             WHERE session_id IS NOT NULL GROUP BY 1, 2, 3""",
     ),
     Rollup(
-        "usage_slots", ("slot_ms", "agent_id", "provider", "model"), _LLM_COLUMNS + _RUN_COLUMNS,
+        "usage_slots", ("slot_ms", "agent_id", "provider", "model"), _LLM_COLUMNS + _RUN_COLUMNS + _COUNT_COLUMNS,
         f"""
         WITH l AS (SELECT ts_ms - ts_ms % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id,
                           coalesce(provider, '') AS provider, coalesce(model, '') AS model, {_LLM}
@@ -72,12 +74,27 @@ ROLLUPS = (
                      sum(status = 'error') AS runs_error, sum(status = 'interrupted') AS runs_interrupted
               FROM (SELECT *, coalesce(started_ms, ended_ms) AS s FROM runs) WHERE s IS NOT NULL
               GROUP BY 1, 2, 3, 4),
+        s AS (SELECT s - s % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id, '' AS provider, '' AS model,
+                     sum(NOT {SUBAGENT_KEY}) AS sessions, sum({SUBAGENT_KEY}) AS subagent_sessions
+              FROM (SELECT *, coalesce(started_ms, first_ms) AS s FROM sessions) GROUP BY 1, 2),
+        c AS (SELECT ts_ms - ts_ms % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id, '' AS provider,
+                     '' AS model, count(*) AS compactions
+              FROM compactions WHERE phase = 'start' GROUP BY 1, 2),
         k AS (SELECT slot_ms, agent_id, provider, model FROM l
-              UNION SELECT slot_ms, agent_id, provider, model FROM r)
-        SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", _LLM_COLUMNS)}, {_z("r", _RUN_COLUMNS)}
+              UNION SELECT slot_ms, agent_id, provider, model FROM r
+              UNION SELECT slot_ms, agent_id, provider, model FROM s
+              UNION SELECT slot_ms, agent_id, provider, model FROM c)
+        SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", _LLM_COLUMNS)}, {_z("r", _RUN_COLUMNS)},
+               {_z("s", ("sessions", "subagent_sessions"))}, {_z("c", ("compactions",))}
         FROM k LEFT JOIN l USING (slot_ms, agent_id, provider, model)
                LEFT JOIN r USING (slot_ms, agent_id, provider, model)
+               LEFT JOIN s USING (slot_ms, agent_id, provider, model)
+               LEFT JOIN c USING (slot_ms, agent_id, provider, model)
         """,
+    ),
+    Rollup(
+        "runs_without_calls", ("run_id",), ("present",),
+        "SELECT run_id, 1 FROM runs WHERE run_id NOT IN (SELECT run_id FROM llm_calls WHERE run_id IS NOT NULL)",
     ),
     Rollup(
         "tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"),

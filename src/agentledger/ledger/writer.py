@@ -38,7 +38,7 @@ from agentledger.ledger import rollups
 
 
 # Errors that come from one value in the data, not from the database or the machine.
-_DATA_ERRORS = (OverflowError, TypeError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
+_DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)
 
 
@@ -449,7 +449,7 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
-        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys)
+        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys, set(prepared.sessions))
         tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
@@ -457,7 +457,7 @@ class LedgerWriter:
             rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
-        tracker.after(prepared.rows.get(_LLM_CALL, []))
+        tracker.after(prepared.rows.get(_LLM_CALL, []), prepared.rows.get(_COMPACTION, []))
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0)
 
     # -- files -------------------------------------------------------------------
