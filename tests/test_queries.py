@@ -174,3 +174,16 @@ def test_tool_percentiles(corpus_db):
 
     assert rows["read"]["p50_ms"] == round(float(np.percentile(durations, 50)), 1)
     assert rows["read"]["p99_ms"] <= max(durations)
+
+
+def test_model_latency_percentiles(corpus_db):
+    out = _cli(corpus_db, "costs", "--group-by", "model", "--latency", "--json")
+    rows = {r["model"]: r for r in json.loads(out.stdout)}
+    conn = open_reader(corpus_db)
+    durations = [d for (d,) in conn.execute(
+        "SELECT duration_ms FROM llm_calls WHERE model = 'gpt-5' AND duration_ms IS NOT NULL")]
+    conn.close()
+    import numpy as np
+
+    assert rows["gpt-5"]["p95_ms"] == round(float(np.percentile(durations, 95)), 1)
+    assert _cli(corpus_db, "costs", "--group-by", "day", "--latency").returncode == 2

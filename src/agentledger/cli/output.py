@@ -27,7 +27,7 @@ def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:,.4f}"
+        return f"{value:,.4f}" if abs(value) < 100 else f"{value:,.2f}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):

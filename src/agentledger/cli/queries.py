@@ -91,9 +91,17 @@ def usage(conn, w, fmt):
               help="What to group spend by.")
 @click.option("--tz", default="UTC", show_default=True, metavar="ZONE",
               help="Time zone that days are counted in (IANA name, e.g. Europe/Berlin).")
-def costs(conn, w, fmt, group_by, tz):
+@click.option("--latency", is_flag=True,
+              help="With --group-by model: add p50/p95/p99 call duration (reads every call in the window).")
+def costs(conn, w, fmt, group_by, tz, latency):
     """Spend grouped by model, provider, agent, session, day or tool, with a grand total."""
     rows = queries.costs(conn, w, group_by, tz)
+    if latency:
+        if group_by != "model":
+            raise click.BadParameter("only with --group-by model", param_hint="--latency")
+        lat = queries.model_latency(conn, w)
+        for r in rows:
+            r["p50_ms"], r["p95_ms"], r["p99_ms"] = lat.get(r["model"] or "", (None, None, None))
     if fmt == "json":
         emit_json(rows)
         return
@@ -110,8 +118,9 @@ def costs(conn, w, fmt, group_by, tz):
     total = {label: "TOTAL", "llm_calls": sum(r["llm_calls"] for r in rows),
              "total_tokens": sum(r["total_tokens"] for r in rows),
              "cost_usd": round(sum(r["cost_usd"] for r in rows), 12)}
+    latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
     emit_table(rows + [total], [(label, group_by), ("llm_calls", "llm calls"), ("total_tokens", "tokens"),
-                                ("cost_usd", "cost $")])
+                                ("cost_usd", "cost $")] + latency_columns)
 
 
 @cli.command()

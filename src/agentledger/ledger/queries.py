@@ -31,18 +31,6 @@ def _usd(pico: int | None) -> float:
     return round((pico or 0) / PICO_PER_USD, 12)
 
 
-def _range(column: str, w: Window, params: list) -> str:
-    """SQL conditions for a time column; ``column`` is always a literal from this module."""
-    parts = []
-    if w.since is not None:
-        parts.append(f"{column} >= ?")
-        params.append(w.since)
-    if w.until is not None:
-        parts.append(f"{column} <= ?")
-        params.append(w.until)
-    return " AND ".join(parts) or "1"
-
-
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot.
 _SNAPSHOT_FALLBACK = """
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS ts_ms, max(u.cost_pico) AS cost_pico
@@ -108,6 +96,13 @@ def _agent(column: str, w: Window, params: list) -> str:
     return f" AND {column} = ?"
 
 
+def _limit(w: Window, params: list) -> str:
+    if w.limit is None:
+        return ""
+    params.append(w.limit)
+    return "LIMIT ?"
+
+
 def _add(a: list, b: tuple) -> list:
     return [x + y for x, y in zip(a, b)]
 
@@ -142,10 +137,7 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
     params: list = []
     cond = _between("s.last_ms", w.since, None, params) + " AND " + _between("s.first_ms", None, w.until, params)
     cond += _agent("s.agent_id", w, params)
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    limit = _limit(w, params)
     sql = f"""
     SELECT s.session_key, s.session_id, s.agent_id, s.source, s.status, coalesce(s.started_ms, s.first_ms),
            s.ended_ms, s.first_ms, s.last_ms, {SUBAGENT_KEY},
@@ -192,10 +184,9 @@ def usage(conn: apsw.Connection, w: Window) -> dict:
     params: list = []
     cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
     subagents = conn.execute(f"SELECT count(*) FROM subagents WHERE {cond}", params).fetchall()[0][0]
-    params: list = []
+    params = []
     rejected = conn.execute(f"SELECT count(*) FROM rejects WHERE {_between('ts_ms', w.since, w.until, params)}",
-                            params).fetchall()[0][0] if w.since is not None or w.until is not None else \
-        conn.execute("SELECT count(*) FROM rejects").fetchall()[0][0]
+                            params).fetchall()[0][0]
     calls, errors, i, o, cr, cw, t, cost, unpriced = llm
     return {
         "sessions": sess, "subagent_sessions": sub_sess, "runs": runs[0], "interrupted_runs": runs[4],
@@ -247,6 +238,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     label = {"agent": "agent_id", "day": "day"}.get(group_by, group_by)
     out = []
     for key, (calls, errors, i, o, cr, cw, t, cost, unpriced) in groups.items():
+        if not (calls or cost):
+            continue  # slots that only count sessions or compactions
         out.append({label: key if key != "" else None, "llm_calls": calls - errors, "llm_errors": errors,
                     "input_tokens": i, "output_tokens": o, "cache_read_tokens": cr, "cache_write_tokens": cw,
                     "total_tokens": t, "cost_usd": _usd(cost), "unpriced_calls": unpriced})
@@ -255,6 +248,24 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     else:
         out.sort(key=lambda r: (-r["cost_usd"], str(r[label])))
     return out[: w.limit] if w.limit else out
+
+
+def _percentiles(values: list[int]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return None, None, None
+    return tuple(np.percentile(np.asarray(values, dtype=np.float64), [50, 95, 99]).round(1).tolist())
+
+
+def model_latency(conn: apsw.Connection, w: Window) -> dict[str, tuple]:
+    """p50/p95/p99 of model-call durations by model, from the rows (on demand: scans the window)."""
+    params: list = []
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
+    durations: dict[str, list[int]] = {}
+    for model, duration in conn.execute(
+            f"SELECT coalesce(model, ''), duration_ms FROM llm_calls WHERE {cond} AND duration_ms IS NOT NULL",
+            params):
+        durations.setdefault(model, []).append(duration)
+    return {model: _percentiles(values) for model, values in durations.items()}
 
 
 def _by_local_day(groups: dict, tz: str) -> dict:
@@ -307,11 +318,8 @@ def printable(data: bytes) -> str:
 
 def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
     params: list = []
-    cond = _range("ts_ms", w, params)
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    cond = _between("ts_ms", w.since, w.until, params)
+    limit = _limit(w, params)
     rows = conn.execute(
         f"SELECT path, offset, length, reason, head, ts_ms FROM rejects WHERE {cond} ORDER BY path, offset {limit}",
         params,
@@ -371,10 +379,7 @@ def runs(conn: apsw.Connection, w: Window, *, status: str | None = None) -> list
     if status is not None:
         cond += " AND r.status = ?"
         params.append(status)
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    limit = _limit(w, params)
     rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE {cond} "
                         f"ORDER BY coalesce(r.started_ms, r.ended_ms) DESC {limit}", params)
     return [_run_dict(row) for row in rows]
@@ -499,10 +504,7 @@ def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None
     if parent_keys is not None:
         cond += " AND parent_session_key IN (SELECT value FROM json_each(?))"
         params.append(_json_list(parent_keys))
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    limit = _limit(w, params)
     rows = conn.execute(
         "SELECT child_session_key, parent_session_key, parent_run_id, child_agent_id, label, mode, status, "
         f"spawned_ms, ended_ms, duration_ms, outcome, reason, model FROM subagents WHERE {cond} "
@@ -529,9 +531,7 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
         durations.setdefault(tool_name, []).append(duration)
     out = []
     for r in rows:
-        d = durations.get(r["tool"] or "", [])
-        p50, p95, p99 = (np.percentile(np.asarray(d, dtype=np.float64), [50, 95, 99]).round(1).tolist()
-                         if d else (None, None, None))
+        p50, p95, p99 = _percentiles(durations.get(r["tool"] or "", []))
         out.append({**r, "error_rate": round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0,
                     "p50_ms": p50, "p95_ms": p95, "p99_ms": p99})
     return out[: w.limit] if w.limit else out
@@ -582,10 +582,7 @@ def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) 
     if kinds:
         cond += " AND kind IN (SELECT value FROM json_each(?))"
         params.append(_json_list(kinds))
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    limit = _limit(w, params)
     rows = conn.execute(
         f"SELECT e.ts_ms, e.id, e.kind, e.agent_id, e.session_key, f.path, e.offset FROM events AS e "
         f"LEFT JOIN files AS f ON f.id = e.file_id WHERE {cond} ORDER BY e.ts_ms DESC, e.id {limit}", params)
@@ -601,10 +598,7 @@ def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> 
     if path_glob:
         cond += " AND tc.file_path GLOB ?"
         params.append(path_glob)
-    limit = ""
-    if w.limit is not None:
-        limit = "LIMIT ?"
-        params.append(w.limit)
+    limit = _limit(w, params)
     return [_tool_dict(r) for r in conn.execute(
         f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.file_path IS NOT NULL AND {cond} "
         f"ORDER BY coalesce(tc.started_ms, tc.ended_ms) DESC {limit}", params)]
