@@ -39,6 +39,7 @@ def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_costs_by_model_and_day_match_expected(corpus_db, oc_expected):
     by_model = {r["model"]: r for r in _q(corpus_db, queries.costs, "model")}
+    assert set(by_model) == set(oc_expected["per_model"])  # no empty rows from count-only slots
     for model, want in oc_expected["per_model"].items():
         assert by_model[model]["llm_calls"] == want["llm_calls"]
         assert by_model[model]["total_tokens"] == want["total"]
