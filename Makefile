@@ -20,6 +20,7 @@ test: $(BIN)/agentledger
 
 bench: $(BIN)/agentledger
 	$(BIN)/python bench/catchup.py
+	$(BIN)/python bench/queries.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
