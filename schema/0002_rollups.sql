@@ -119,3 +119,4 @@ CREATE TABLE runs_without_calls (
     run_id  TEXT PRIMARY KEY,
     present INTEGER NOT NULL DEFAULT 1
 ) WITHOUT ROWID;
+

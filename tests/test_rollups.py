@@ -100,7 +100,8 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     ingest(db, oc_corpus)
     # Turn it back into a version-1 ledger: base rows only.
     conn = apsw.Connection(str(db))
-    created = re.findall(r"CREATE (TABLE|INDEX) (\w+)", (REPO / "schema" / "0002_rollups.sql").read_text())
+    created = [m for name in ("0002_rollups.sql", "0003_daily_rollups.sql")
+               for m in re.findall(r"CREATE (?:UNIQUE )?(TABLE|INDEX) (\w+)", (REPO / "schema" / name).read_text())]
     for kind, name in created:
         if kind == "TABLE":
             conn.execute(f"DROP TABLE {name}")

@@ -56,26 +56,47 @@ _SLOT_RUN_SUMS = ("coalesce(sum(runs), 0), coalesce(sum(runs_running), 0), coale
                   "coalesce(sum(runs_error), 0), coalesce(sum(runs_interrupted), 0)")
 
 
+_DAY = 86_400_000
+
+
 @dataclass(frozen=True, slots=True)
-class _Split:
-    """A window as whole 15-minute slots (read from rollups) plus partial edges (read from rows)."""
+class _Part:
+    """A piece of a query window: whole days or whole 15-minute slots (read from rollups), or the
+    partial slots at its edges (read from rows). ``lo``/``hi`` are inclusive: bucket starts for
+    days and slots, milliseconds for rows."""
 
-    slot_lo: int | None
-    slot_hi: int | None
-    edges: tuple[tuple[int | None, int | None], ...]
+    level: str  # "days" | "slots" | "rows"
+    lo: int | None
+    hi: int | None
 
 
-def _split(w: Window) -> _Split:
-    lo = None if w.since is None else -(-w.since // _SLOT) * _SLOT
-    hi = None if w.until is None else (w.until + 1) // _SLOT * _SLOT - _SLOT
+def _slot_plan(since: int | None, until: int | None) -> list[_Part]:
+    lo = None if since is None else -(-since // _SLOT) * _SLOT
+    hi = None if until is None else (until + 1) // _SLOT * _SLOT - _SLOT
     if lo is not None and hi is not None and lo > hi:
-        return _Split(0, -1, ((w.since, w.until),))
-    edges = []
-    if w.since is not None and w.since < lo:
-        edges.append((w.since, lo - 1))
-    if w.until is not None and w.until >= hi + _SLOT:
-        edges.append((hi + _SLOT, w.until))
-    return _Split(lo, hi, tuple(edges))
+        return [_Part("rows", since, until)]
+    parts = [_Part("slots", lo, hi)]
+    if since is not None and since < lo:
+        parts.append(_Part("rows", since, lo - 1))
+    if until is not None and until >= hi + _SLOT:
+        parts.append(_Part("rows", hi + _SLOT, until))
+    return parts
+
+
+def _plan(w: Window, *, days: bool = True) -> list[_Part]:
+    """Whole UTC days first, then slots for partial days, then rows for partial slots."""
+    since, until = w.since, w.until
+    if days:
+        lo = None if since is None else -(-since // _DAY) * _DAY
+        hi = None if until is None else (until + 1) // _DAY * _DAY - _DAY
+        if lo is None or hi is None or lo <= hi:
+            parts = [_Part("days", lo, hi)]
+            if since is not None and since < lo:
+                parts += _slot_plan(since, lo - 1)
+            if until is not None and until >= hi + _DAY:
+                parts += _slot_plan(hi + _DAY, until)
+            return parts
+    return _slot_plan(since, until)
 
 
 def _between(column: str, lo: int | None, hi: int | None, params: list) -> str:
@@ -109,15 +130,18 @@ def _add(a: list, b: tuple) -> list:
 
 def _windowed(conn: apsw.Connection, w: Window, rollup: str, rollup_sums: str, base: str, base_sums: str,
               base_time: str, base_agent: str) -> list[int]:
-    """Sums over a window: whole slots from ``rollup``, partial edge slots from the ``base`` rows."""
-    sp = _split(w)
-    params: list = []
-    cond = _between("slot_ms", sp.slot_lo, sp.slot_hi, params) + _agent("agent_id", w, params)
-    total = list(conn.execute(f"SELECT {rollup_sums} FROM {rollup} WHERE {cond}", params).fetchall()[0])
-    for lo, hi in sp.edges:
-        params = []
-        cond = _between(base_time, lo, hi, params) + _agent(base_agent, w, params)
-        total = _add(total, conn.execute(f"SELECT {base_sums} FROM {base} WHERE {cond}", params).fetchall()[0])
+    """Sums over a window: ``{rollup}_days`` and ``{rollup}_slots`` where whole, ``base`` rows at the edges."""
+    total: list[int] | None = None
+    for part in _plan(w):
+        params: list = []
+        if part.level == "rows":
+            cond = _between(base_time, part.lo, part.hi, params) + _agent(base_agent, w, params)
+            sql = f"SELECT {base_sums} FROM {base} WHERE {cond}"
+        else:
+            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = f"SELECT {rollup_sums} FROM {rollup}_{part.level} WHERE {cond}"
+        row = conn.execute(sql, params).fetchall()[0]
+        total = list(row) if total is None else _add(total, row)
     return total
 
 
@@ -168,18 +192,18 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
 
 
 def usage(conn: apsw.Connection, w: Window) -> dict:
-    llm = _windowed(conn, w, "usage_slots", _SLOT_LLM_SUMS, "llm_calls", _LLM_SUMS, "ts_ms", "agent_id")
-    runs = _windowed(conn, w, "usage_slots", _SLOT_RUN_SUMS, "runs", _RUN_SUMS,
+    llm = _windowed(conn, w, "usage", _SLOT_LLM_SUMS, "llm_calls", _LLM_SUMS, "ts_ms", "agent_id")
+    runs = _windowed(conn, w, "usage", _SLOT_RUN_SUMS, "runs", _RUN_SUMS,
                      "coalesce(started_ms, ended_ms)", "agent_id")
-    tools = _windowed(conn, w, "tool_slots", "coalesce(sum(calls), 0), coalesce(sum(errors), 0)", "tool_calls",
+    tools = _windowed(conn, w, "tool", "coalesce(sum(calls), 0), coalesce(sum(errors), 0)", "tool_calls",
                       "count(*), coalesce(sum(status = 'error'), 0)", "coalesce(started_ms, ended_ms)", "agent_id")
     fallback = sum(_fallback_cost(conn, w).values())
 
     sess, sub_sess = _windowed(
-        conn, w, "usage_slots", "coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
+        conn, w, "usage", "coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
         f"coalesce(sum(NOT {SUBAGENT_KEY}), 0), coalesce(sum({SUBAGENT_KEY}), 0)",
         "coalesce(started_ms, first_ms)", "agent_id")
-    (compactions,) = _windowed(conn, w, "usage_slots", "coalesce(sum(compactions), 0)",
+    (compactions,) = _windowed(conn, w, "usage", "coalesce(sum(compactions), 0)",
                                "(SELECT * FROM compactions WHERE phase = 'start')", "count(*)", "ts_ms", "agent_id")
     params: list = []
     cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
@@ -216,23 +240,22 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
         return out[: w.limit] if w.limit else out
     dims = {"model": "model", "provider": "provider", "agent": "agent_id", "day": "slot_ms"}
     column = dims[group_by]
-    sp = _split(w)
-    groups: dict = {}
-
-    def absorb(rows) -> None:
-        for key, *vals in rows:
-            acc = groups.get(key)
-            groups[key] = list(vals) if acc is None else _add(acc, vals)
-
-    params: list = []
-    cond = _between("slot_ms", sp.slot_lo, sp.slot_hi, params) + _agent("agent_id", w, params)
-    absorb(conn.execute(f"SELECT {column}, {_SLOT_LLM_SUMS} FROM usage_slots WHERE {cond} GROUP BY 1", params))
     base_column = {"model": "coalesce(model, '')", "provider": "coalesce(provider, '')",
                    "agent": "coalesce(agent_id, '')", "day": f"ts_ms - ts_ms % {_SLOT}"}[group_by]
-    for lo, hi in sp.edges:
-        params = []
-        cond = _between("ts_ms", lo, hi, params) + _agent("agent_id", w, params)
-        absorb(conn.execute(f"SELECT {base_column}, {_LLM_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params))
+    # Local days in another zone do not line up with UTC days: read slots there.
+    utc = _zone(tz) is dt.timezone.utc
+    groups: dict = {}
+    for part in _plan(w, days=group_by != "day" or utc):
+        params: list = []
+        if part.level == "rows":
+            cond = _between("ts_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = f"SELECT {base_column}, {_LLM_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1"
+        else:
+            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = f"SELECT {column}, {_SLOT_LLM_SUMS} FROM usage_{part.level} WHERE {cond} GROUP BY 1"
+        for key, *vals in conn.execute(sql, params):
+            acc = groups.get(key)
+            groups[key] = vals if acc is None else _add(acc, vals)
     if group_by == "day":
         groups = _by_local_day(groups, tz)
     label = {"agent": "agent_id", "day": "day"}.get(group_by, group_by)
@@ -289,20 +312,19 @@ def _zone(tz: str) -> dt.tzinfo:
 
 def _tool_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     """Tools carry no cost of their own: calls, errors and time spent, by tool."""
-    sp = _split(w)
     groups: dict = {}
-    params: list = []
-    cond = _between("slot_ms", sp.slot_lo, sp.slot_hi, params) + _agent("agent_id", w, params)
-    for name, calls, errors, duration in conn.execute(
-            f"SELECT tool_name, sum(calls), sum(errors), sum(duration_ms) FROM tool_slots WHERE {cond} GROUP BY 1",
-            params):
-        groups[name] = [calls, errors, duration]
-    for lo, hi in sp.edges:
-        params = []
-        cond = _between("coalesce(started_ms, ended_ms)", lo, hi, params) + _agent("agent_id", w, params)
-        for name, *vals in conn.execute(
-                "SELECT coalesce(tool_name, ''), count(*), sum(status = 'error'), sum(coalesce(duration_ms, 0)) "
-                f"FROM tool_calls WHERE {cond} GROUP BY 1", params):
+    for part in _plan(w):
+        params: list = []
+        if part.level == "rows":
+            cond = _between("coalesce(started_ms, ended_ms)", part.lo, part.hi, params) + _agent("agent_id", w,
+                                                                                                  params)
+            sql = ("SELECT coalesce(tool_name, ''), count(*), sum(status = 'error'), sum(coalesce(duration_ms, 0)) "
+                   f"FROM tool_calls WHERE {cond} GROUP BY 1")
+        else:
+            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = f"SELECT tool_name, sum(calls), sum(errors), sum(duration_ms) FROM tool_{part.level} WHERE {cond} " \
+                  "GROUP BY 1"
+        for name, *vals in conn.execute(sql, params):
             groups[name] = _add(groups.get(name, [0, 0, 0]), vals)
     out = [{"tool": name or None, "calls": c, "errors": e, "duration_s": round(d / 1000, 3)}
            for name, (c, e, d) in groups.items() if c]

@@ -14,6 +14,7 @@ import apsw
 import orjson
 
 SLOT_MS = 900_000  # 15 minutes: every real UTC offset is a multiple of it
+DAY_MS = 86_400_000
 _SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                     "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls", "runs", "tool_calls",
                     "tool_errors")
@@ -51,6 +52,8 @@ def _upsert_add(table: str, keys: tuple[str, ...], values: tuple[str, ...]) -> s
 _ADD_SESSION = _upsert_add("session_totals", ("session_id",), _SESSION_COLUMNS)
 _ADD_USAGE = _upsert_add("usage_slots", ("slot_ms", "agent_id", "provider", "model"), _USAGE_COLUMNS)
 _ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"))
+_ADD_USAGE_DAY = _ADD_USAGE.replace("usage_slots", "usage_days")
+_ADD_TOOL_DAY = _ADD_TOOL_SLOT.replace("tool_slots", "tool_days")
 _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
 _ADD_RUN_LLM = _upsert_add("run_llm_totals", ("run_id",), _SESSION_COLUMNS[:9])
 _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
@@ -146,6 +149,16 @@ def _read(conn: apsw.Connection, sql: str, keys: list) -> dict:
     return out
 
 
+def _by_day(deltas: dict) -> dict:
+    """Slot-keyed deltas summed per UTC day (the slot start is the first key part)."""
+    days: dict = {}
+    for (slot, *rest), values in deltas.items():
+        key = (slot - slot % DAY_MS, *rest)
+        acc = days.get(key)
+        days[key] = list(values) if acc is None else [a + b for a, b in zip(acc, values)]
+    return days
+
+
 def _write(conn: apsw.Connection, sql: str, deltas: dict) -> None:
     rows = []
     for key, values in deltas.items():
@@ -204,7 +217,9 @@ class Tracker:
             d.compaction(row)
         _write(self.conn, _ADD_SESSION, d.session)
         _write(self.conn, _ADD_USAGE, d.usage)
+        _write(self.conn, _ADD_USAGE_DAY, _by_day(d.usage))
         _write(self.conn, _ADD_TOOL_SLOT, d.tool_slot)
+        _write(self.conn, _ADD_TOOL_DAY, _by_day(d.tool_slot))
         _write(self.conn, _ADD_RUN_LLM, d.run_llm)
         _write(self.conn, _ADD_SESSION_MODEL, d.session_model)
         if new_runs:

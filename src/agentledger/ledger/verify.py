@@ -35,7 +35,20 @@ class Rollup:
     recompute: str  # SELECT keys..., values... from the base rows
 
 
-ROLLUPS = (
+def _daily(rollup: Rollup) -> Rollup:
+    """The same rollup per UTC day: its recomputation summed by day (key ``slot_ms`` = day start)."""
+    names = ", ".join(rollup.keys + rollup.values)
+    rest = ", ".join(rollup.keys[1:])
+    sums = ", ".join(f"sum({v})" for v in rollup.values)
+    groups = ", ".join(str(i + 1) for i in range(len(rollup.keys)))
+    return Rollup(
+        rollup.table.replace("_slots", "_days"), rollup.keys, rollup.values,
+        f"WITH s({names}) AS ({rollup.recompute}) "
+        f"SELECT slot_ms - slot_ms % 86400000, {rest}, {sums} FROM s GROUP BY {groups}",
+    )
+
+
+_BASE_ROLLUPS = (
     Rollup(
         "session_totals", ("session_id",), _LLM_COLUMNS + ("runs", "tool_calls", "tool_errors"),
         f"""
@@ -106,6 +119,7 @@ ROLLUPS = (
         """,
     ),
 )
+ROLLUPS = _BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.endswith("_slots"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +178,12 @@ def check_checkpoints(conn: apsw.Connection) -> list[str]:
 
 
 def rebuild_rollups(conn: apsw.Connection) -> None:
-    """Recompute every rollup from the base rows (for a ledger that predates them, or repair)."""
+    """Recompute every rollup from the base rows (for a ledger that predates them, or repair).
+
+    Rollups whose table a later migration creates are left to that migration."""
+    existing = {name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     for r in ROLLUPS:
+        if r.table not in existing:
+            continue
         conn.execute(f"DELETE FROM {r.table}")
         conn.execute(f"INSERT INTO {r.table} ({', '.join(r.keys + r.values)}) {r.recompute}")
