@@ -1,8 +1,10 @@
 """Query flatness: the same queries on a small and a large ledger.
 
-    python bench/queries.py [--small 100000] [--large 10000000] [--workdir /tmp/agentledger-bench-q]
+    python bench/queries.py [--small 100000] [--large 10000000] [--days 30] [--workdir /tmp/agentledger-bench-q]
 
-Builds (or reuses, under --workdir) a corpus and a ledger of each size with bench/gen.py and
+Builds (or reuses, under --workdir) a corpus and a ledger of each size, both spanning the same
+--days (rollups are per time bucket, so "flat" means: more events in the same period cost no more
+to query; a longer history does add day rows), with bench/gen.py and
 agentledger's own catch-up, then times `sessions --limit 50`, `usage`, `costs --group-by model`
 and `costs --group-by day` through the query API on a read-only connection (median of 7 runs,
 after one warm-up). Rollups should make the large/small ratio stay under 2x. Figures are printed,
@@ -35,13 +37,14 @@ QUERIES = {
 }
 
 
-def ledger(workdir: Path, events: int) -> Path:
-    corpus = workdir / f"corpus-{events}"
-    db = workdir / f"ledger-{events}.db"
+def ledger(workdir: Path, events: int, days: float) -> Path:
+    name = f"{events}-{days:g}d"
+    corpus = workdir / f"corpus-{name}"
+    db = workdir / f"ledger-{name}.db"
     if not (corpus / "bench-manifest.json").exists():
-        print(f"generating {events:,} events ...", flush=True)
-        generate(corpus, events)
-    done = workdir / f"ledger-{events}.done"
+        print(f"generating {events:,} events over {days:g} days ...", flush=True)
+        generate(corpus, events, days=days)
+    done = workdir / f"ledger-{name}.done"
     if not done.exists():
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -77,10 +80,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=100_000)
     parser.add_argument("--large", type=int, default=10_000_000)
+    parser.add_argument("--days", type=float, default=30.0, help="time span of both corpora")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/agentledger-bench-q"))
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    small, large = ledger(args.workdir, args.small), ledger(args.workdir, args.large)
+    small, large = ledger(args.workdir, args.small, args.days), ledger(args.workdir, args.large, args.days)
+    for db in (small, large):
+        open_writer(db).close()  # bring a reused ledger up to this version's schema
     a, b = timings(small), timings(large)
     print(f"\n{'query':26s} {args.small:>12,} ev {args.large:>14,} ev   ratio (target <= 2.0)")
     for name in QUERIES:

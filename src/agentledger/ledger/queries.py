@@ -32,10 +32,11 @@ def _usd(pico: int | None) -> float:
 
 
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot.
+# CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
 _SNAPSHOT_FALLBACK = """
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS ts_ms, max(u.cost_pico) AS cost_pico
-FROM runs_without_calls AS w JOIN runs AS r ON r.run_id = w.run_id
-JOIN usage_snapshots AS u
+FROM runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id
+CROSS JOIN usage_snapshots AS u
   ON u.session_id = r.session_id
  AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000
 GROUP BY r.run_id
@@ -128,21 +129,56 @@ def _add(a: list, b: tuple) -> list:
     return [x + y for x, y in zip(a, b)]
 
 
-def _windowed(conn: apsw.Connection, w: Window, rollup: str, rollup_sums: str, base: str, base_sums: str,
-              base_time: str, base_agent: str) -> list[int]:
-    """Sums over a window: ``{rollup}_days`` and ``{rollup}_slots`` where whole, ``base`` rows at the edges."""
-    total: list[int] | None = None
+@dataclass(frozen=True, slots=True)
+class _Measure:
+    """Sums a rollup keeps, and how to compute the same sums from the rows it summarises."""
+
+    rollup_sums: str
+    base: str
+    base_sums: str
+    base_time: str
+
+
+def _windowed(conn: apsw.Connection, w: Window, rollup: str, measures: list[_Measure]) -> list[list[int]]:
+    """Sums over a window: ``{rollup}_days`` and ``_slots`` where whole (one query for every measure),
+    each measure's rows at the edges."""
+    totals = [None] * len(measures)
+
+    def absorb(i: int, row: tuple) -> None:
+        totals[i] = list(row) if totals[i] is None else _add(totals[i], row)
+
     for part in _plan(w):
-        params: list = []
         if part.level == "rows":
-            cond = _between(base_time, part.lo, part.hi, params) + _agent(base_agent, w, params)
-            sql = f"SELECT {base_sums} FROM {base} WHERE {cond}"
-        else:
-            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
-            sql = f"SELECT {rollup_sums} FROM {rollup}_{part.level} WHERE {cond}"
-        row = conn.execute(sql, params).fetchall()[0]
-        total = list(row) if total is None else _add(total, row)
-    return total
+            for i, m in enumerate(measures):
+                params: list = []
+                cond = _between(m.base_time, part.lo, part.hi, params) + _agent("agent_id", w, params)
+                absorb(i, conn.execute(f"SELECT {m.base_sums} FROM {m.base} WHERE {cond}", params).fetchall()[0])
+            continue
+        params = []
+        cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+        row = conn.execute(f"SELECT {', '.join(m.rollup_sums for m in measures)} FROM {rollup}_{part.level} "
+                           f"WHERE {cond}", params).fetchall()[0]
+        at = 0
+        for i, m in enumerate(measures):
+            width = m.rollup_sums.count("sum(")
+            absorb(i, row[at:at + width])
+            at += width
+    return totals
+
+
+_USAGE_MEASURES = [
+    _Measure(_SLOT_LLM_SUMS, "llm_calls", _LLM_SUMS, "ts_ms"),
+    _Measure(_SLOT_RUN_SUMS, "runs", _RUN_SUMS, "coalesce(started_ms, ended_ms)"),
+    _Measure("coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
+             f"coalesce(sum(NOT {SUBAGENT_KEY}), 0), coalesce(sum({SUBAGENT_KEY}), 0)",
+             "coalesce(started_ms, first_ms)"),
+    _Measure("coalesce(sum(compactions), 0)", "(SELECT * FROM compactions WHERE phase = 'start')", "count(*)",
+             "ts_ms"),
+]
+_TOOL_MEASURES = [
+    _Measure("coalesce(sum(calls), 0), coalesce(sum(errors), 0)", "tool_calls",
+             "count(*), coalesce(sum(status = 'error'), 0)", "coalesce(started_ms, ended_ms)"),
+]
 
 
 def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | None = None) -> dict[str | None, int]:
@@ -192,19 +228,9 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
 
 
 def usage(conn: apsw.Connection, w: Window) -> dict:
-    llm = _windowed(conn, w, "usage", _SLOT_LLM_SUMS, "llm_calls", _LLM_SUMS, "ts_ms", "agent_id")
-    runs = _windowed(conn, w, "usage", _SLOT_RUN_SUMS, "runs", _RUN_SUMS,
-                     "coalesce(started_ms, ended_ms)", "agent_id")
-    tools = _windowed(conn, w, "tool", "coalesce(sum(calls), 0), coalesce(sum(errors), 0)", "tool_calls",
-                      "count(*), coalesce(sum(status = 'error'), 0)", "coalesce(started_ms, ended_ms)", "agent_id")
+    llm, runs, (sess, sub_sess), (compactions,) = _windowed(conn, w, "usage", _USAGE_MEASURES)
+    (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
     fallback = sum(_fallback_cost(conn, w).values())
-
-    sess, sub_sess = _windowed(
-        conn, w, "usage", "coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
-        f"coalesce(sum(NOT {SUBAGENT_KEY}), 0), coalesce(sum({SUBAGENT_KEY}), 0)",
-        "coalesce(started_ms, first_ms)", "agent_id")
-    (compactions,) = _windowed(conn, w, "usage", "coalesce(sum(compactions), 0)",
-                               "(SELECT * FROM compactions WHERE phase = 'start')", "count(*)", "ts_ms", "agent_id")
     params: list = []
     cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
     subagents = conn.execute(f"SELECT count(*) FROM subagents WHERE {cond}", params).fetchall()[0][0]
