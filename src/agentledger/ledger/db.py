@@ -14,7 +14,8 @@ import apsw
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schema"
 BUSY_TIMEOUT_MS = 10_000
-ROLLUPS_MIGRATION = 2
+# Migrations after which rollups are recomputed from the rows (None: every rollup there is).
+REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -74,23 +75,32 @@ def open_reader(path: str | Path) -> apsw.Connection:
 
 
 def migrate(conn: apsw.Connection) -> int:
-    """Apply pending migrations, each in its own transaction; returns the new version."""
+    """Apply pending migrations in one transaction, then refill the rollups they call for.
+
+    Refilling after the last migration means the rollups are recomputed with the definitions
+    that match the final schema, and a crash midway leaves the ledger as it was."""
     known = migrations()
     current = conn.execute("PRAGMA user_version").fetchall()[0][0]
     if current > len(known):
         raise LedgerError(f"database schema version {current} is newer than this agentledger ({len(known)})")
-    for number, path in known[current:]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+    pending = known[current:]
+    if not pending:
+        return current
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        refill: set[str] | None = set()
+        for number, path in pending:
             conn.execute(path.read_text())
-            if number == ROLLUPS_MIGRATION:
-                from agentledger.ledger.verify import rebuild_rollups
+            if number in REFILLS:
+                tables = REFILLS[number]
+                refill = None if tables is None or refill is None else refill | set(tables)
+        if refill is None or refill:
+            from agentledger.ledger.verify import rebuild_rollups
 
-                rebuild_rollups(conn)  # a ledger written before rollups existed gets them filled
-            conn.execute(f"PRAGMA user_version = {number:d}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        current = number
-    return current
+            rebuild_rollups(conn, None if refill is None else tuple(refill))
+        conn.execute(f"PRAGMA user_version = {pending[-1][0]:d}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return pending[-1][0]

@@ -174,6 +174,8 @@ _USAGE_MEASURES = [
              "coalesce(started_ms, first_ms)"),
     _Measure("coalesce(sum(compactions), 0)", "(SELECT * FROM compactions WHERE phase = 'start')", "count(*)",
              "ts_ms"),
+    _Measure("coalesce(sum(subagents), 0)", "(SELECT *, child_agent_id AS agent_id FROM subagents)", "count(*)",
+             "coalesce(spawned_ms, ended_ms)"),
 ]
 _TOOL_MEASURES = [
     _Measure("coalesce(sum(calls), 0), coalesce(sum(errors), 0)", "tool_calls",
@@ -228,13 +230,10 @@ def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
 
 
 def usage(conn: apsw.Connection, w: Window) -> dict:
-    llm, runs, (sess, sub_sess), (compactions,) = _windowed(conn, w, "usage", _USAGE_MEASURES)
+    llm, runs, (sess, sub_sess), (compactions,), (subagents,) = _windowed(conn, w, "usage", _USAGE_MEASURES)
     (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
     fallback = sum(_fallback_cost(conn, w).values())
     params: list = []
-    cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
-    subagents = conn.execute(f"SELECT count(*) FROM subagents WHERE {cond}", params).fetchall()[0][0]
-    params = []
     rejected = conn.execute(f"SELECT count(*) FROM rejects WHERE {_between('ts_ms', w.since, w.until, params)}",
                             params).fetchall()[0][0]
     calls, errors, i, o, cr, cw, t, cost, unpriced = llm

@@ -19,7 +19,7 @@ _SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", 
                     "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls", "runs", "tool_calls",
                     "tool_errors")
 _USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error", "runs_interrupted", "sessions",
-                                          "subagent_sessions", "compactions")
+                                          "subagent_sessions", "compactions", "subagents")
 _RUN_STATUSES = ("running", "ok", "error", "interrupted")
 
 _READ_RUNS = """
@@ -32,6 +32,10 @@ LEFT JOIN run_activity AS a ON a.run_id = r.run_id
 _READ_SESSIONS = """
 SELECT s.session_id, coalesce(s.started_ms, s.first_ms), s.agent_id, s.session_key
 FROM json_each(?) AS j JOIN sessions AS s ON s.session_id = j.value
+"""
+_READ_SUBAGENTS = """
+SELECT a.child_session_key, coalesce(a.spawned_ms, a.ended_ms), a.child_agent_id
+FROM json_each(?) AS j JOIN subagents AS a ON a.child_session_key = j.value
 """
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
@@ -133,6 +137,11 @@ class Deltas:
         acc = self.usage[(_slot(ts), agent or "", "", "")]
         acc[15 if is_subagent_key(key) else 14] += sign
 
+    def subagent(self, row: tuple, sign: int) -> None:
+        _, ts, agent = row
+        if ts is not None:
+            self.usage[(_slot(ts), agent or "", "", "")][17] += sign
+
     def compaction(self, row: tuple) -> None:
         """``row`` is the writer's compactions parameter tuple; a compaction counts once, at its start."""
         _, ts, phase, _, agent = row[:5]
@@ -172,8 +181,9 @@ class Tracker:
     """Brackets a batch's entity upserts: ``before()``, the upserts, then ``after()``."""
 
     def __init__(self, conn: apsw.Connection, run_ids: set[str], tool_keys: set[tuple[str, str]],
-                 session_ids: set[str]):
+                 session_ids: set[str], subagent_keys: set[str]):
         self.conn = conn
+        self.subagent_keys = sorted(subagent_keys)
         self.tool_keys = [list(k) for k in tool_keys]
         self.run_ids = sorted(run_ids | {k[0] for k in tool_keys})
         self.session_ids = set(session_ids)
@@ -186,6 +196,7 @@ class Tracker:
         self.session_ids |= {row[1] for row in self.old_runs.values() if row[1] is not None}
         self.session_ids = sorted(self.session_ids)
         self.old_sessions = _read(self.conn, _READ_SESSIONS, self.session_ids)
+        self.old_subagents = _read(self.conn, _READ_SUBAGENTS, self.subagent_keys)
 
     def after(self, llm_rows: list[tuple], compaction_rows: list[tuple]) -> None:
         d = self.deltas
@@ -211,6 +222,10 @@ class Tracker:
             d.session_row(row, -1)
         for row in _read(self.conn, _READ_SESSIONS, self.session_ids).values():
             d.session_row(row, +1)
+        for row in self.old_subagents.values():
+            d.subagent(row, -1)
+        for row in _read(self.conn, _READ_SUBAGENTS, self.subagent_keys).values():
+            d.subagent(row, +1)
         for row in llm_rows:
             d.llm_call(row)
         for row in compaction_rows:

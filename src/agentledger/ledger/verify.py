@@ -19,7 +19,7 @@ _LLM = """count(*) AS llm_calls, sum(error IS NOT NULL) AS llm_errors, sum(input
 _LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                 "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls")
 _RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
-_COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions")
+_COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions", "subagents")
 SUBAGENT_KEY = "(coalesce(session_key, '') LIKE 'agent:%:subagent:%')"
 
 
@@ -93,16 +93,21 @@ _BASE_ROLLUPS = (
         c AS (SELECT ts_ms - ts_ms % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id, '' AS provider,
                      '' AS model, count(*) AS compactions
               FROM compactions WHERE phase = 'start' GROUP BY 1, 2),
+        a AS (SELECT t - t % 900000 AS slot_ms, coalesce(child_agent_id, '') AS agent_id, '' AS provider,
+                     '' AS model, count(*) AS subagents
+              FROM (SELECT *, coalesce(spawned_ms, ended_ms) AS t FROM subagents) WHERE t IS NOT NULL GROUP BY 1, 2),
         k AS (SELECT slot_ms, agent_id, provider, model FROM l
               UNION SELECT slot_ms, agent_id, provider, model FROM r
               UNION SELECT slot_ms, agent_id, provider, model FROM s
-              UNION SELECT slot_ms, agent_id, provider, model FROM c)
+              UNION SELECT slot_ms, agent_id, provider, model FROM c
+              UNION SELECT slot_ms, agent_id, provider, model FROM a)
         SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", _LLM_COLUMNS)}, {_z("r", _RUN_COLUMNS)},
-               {_z("s", ("sessions", "subagent_sessions"))}, {_z("c", ("compactions",))}
+               {_z("s", ("sessions", "subagent_sessions"))}, {_z("c", ("compactions",))}, {_z("a", ("subagents",))}
         FROM k LEFT JOIN l USING (slot_ms, agent_id, provider, model)
                LEFT JOIN r USING (slot_ms, agent_id, provider, model)
                LEFT JOIN s USING (slot_ms, agent_id, provider, model)
                LEFT JOIN c USING (slot_ms, agent_id, provider, model)
+               LEFT JOIN a USING (slot_ms, agent_id, provider, model)
         """,
     ),
     Rollup(
@@ -177,13 +182,13 @@ def check_checkpoints(conn: apsw.Connection) -> list[str]:
     return problems
 
 
-def rebuild_rollups(conn: apsw.Connection) -> None:
+def rebuild_rollups(conn: apsw.Connection, tables: tuple[str, ...] | None = None) -> None:
     """Recompute every rollup from the base rows (for a ledger that predates them, or repair).
 
     Rollups whose table a later migration creates are left to that migration."""
     existing = {name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     for r in ROLLUPS:
-        if r.table not in existing:
+        if r.table not in existing or (tables is not None and r.table not in tables):
             continue
         conn.execute(f"DELETE FROM {r.table}")
         conn.execute(f"INSERT INTO {r.table} ({', '.join(r.keys + r.values)}) {r.recompute}")

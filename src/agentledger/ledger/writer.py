@@ -324,6 +324,7 @@ class _Prepared:
     runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last]
     run_ids: set[str] = field(default_factory=set)  # runs whose row this batch upserts
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
+    subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
 
 def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
@@ -344,6 +345,8 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
                     out.tool_keys.add((row[0], row[1]))
                 elif t is RunStarted or t is RunEnded:
                     out.run_ids.add(row[0])
+                elif t is SubagentSpawned or t is SubagentEnded:
+                    out.subagent_keys.add(row[0])
         sid = f.session_id
         if sid is not None:
             agg = sessions.get(sid)
@@ -449,7 +452,8 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
-        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys, set(prepared.sessions))
+        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys, set(prepared.sessions),
+                                  prepared.subagent_keys)
         tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
