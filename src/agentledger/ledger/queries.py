@@ -306,14 +306,20 @@ def _percentiles(values: list[int]) -> tuple[float | None, float | None, float |
 
 def model_latency(conn: apsw.Connection, w: Window) -> dict[str, tuple]:
     """p50/p95/p99 of model-call durations by model, from the rows (on demand: scans the window)."""
-    params: list = []
-    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
-    durations: dict[str, list[int]] = {}
-    for model, duration in conn.execute(
-            f"SELECT coalesce(model, ''), duration_ms FROM llm_calls WHERE {cond} AND duration_ms IS NOT NULL",
-            params):
-        durations.setdefault(model, []).append(duration)
+    durations = _durations(conn, w, "llm_calls", "model", "ts_ms")
     return {model: _percentiles(values) for model, values in durations.items()}
+
+
+def _durations(conn: apsw.Connection, w: Window, table: str, name: str, time: str) -> dict[str, list[int]]:
+    """Reported durations in the window, by name (column names are literals from this module)."""
+    params: list = []
+    cond = _between(time, w.since, w.until, params) + _agent("agent_id", w, params)
+    out: dict[str, list[int]] = {}
+    for key, duration in conn.execute(
+            f"SELECT coalesce({name}, ''), duration_ms FROM {table} WHERE {cond} AND duration_ms IS NOT NULL",
+            params):
+        out.setdefault(key, []).append(duration)
+    return out
 
 
 def _by_local_day(groups: dict, tz: str) -> dict:
@@ -569,13 +575,7 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
         rows = [r for r in rows if r["tool"] == name]
     if errors_only:
         rows = [r for r in rows if r["errors"]]
-    params: list = []
-    cond = _between("coalesce(started_ms, ended_ms)", w.since, w.until, params) + _agent("agent_id", w, params)
-    durations: dict[str, list[int]] = {}
-    for tool_name, duration in conn.execute(
-            f"SELECT coalesce(tool_name, ''), duration_ms FROM tool_calls WHERE {cond} AND duration_ms IS NOT NULL",
-            params):
-        durations.setdefault(tool_name, []).append(duration)
+    durations = _durations(conn, w, "tool_calls", "tool_name", "coalesce(started_ms, ended_ms)")
     out = []
     for r in rows:
         p50, p95, p99 = _percentiles(durations.get(r["tool"] or "", []))
