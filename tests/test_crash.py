@@ -18,6 +18,10 @@ import pytest
 from conftest import REPO, ingest
 from ledgerdump import dump, scalar
 
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.writer import LedgerWriter
+
 WRITER = Path(__file__).with_name("logwriter.py")
 
 
@@ -58,6 +62,12 @@ def _campaign(tmp_path: Path, kills: int, seed: int) -> None:
     ingest(db, root)  # whatever the last daemon had not reached yet
     clean = tmp_path / "clean.db"
     ingest(clean, root)
+    # The daemon marks what never ended as interrupted; do the same to the clean build.
+    now = int(time.time() * 1000)
+    for path in (db, clean):
+        conn = open_writer(path)
+        reconcile(LedgerWriter(conn), now)
+        conn.close()
     assert dump(db) == dump(clean)
     verify = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
                             text=True, cwd=REPO)

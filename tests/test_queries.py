@@ -188,3 +188,51 @@ def test_model_latency_percentiles(corpus_db):
 
     assert rows["gpt-5"]["p95_ms"] == round(float(np.percentile(durations, 95)), 1)
     assert _cli(corpus_db, "costs", "--group-by", "day", "--latency").returncode == 2
+
+
+def test_three_level_subagent_tree_family_totals(tmp_path):
+    import orjson
+    from logwriter import LogDir
+
+    t0 = 1_790_000_000_000
+    lines = []
+    n = 0
+
+    def ev(kind, data, key, sid="unknown", run=None, ts=None):
+        nonlocal n
+        n += 1
+        e = {"id": f"evt_{n:016x}", "ts": ts or t0 + n, "seq": n, "agentId": "main", "sessionKey": key,
+             "sessionId": sid, "kind": kind, "data": data, "source": "hook"}
+        if run:
+            e["runId"] = run
+        lines.append(orjson.dumps(e))
+
+    def call(key, sid, run, cost):
+        ev("run.start", {"model": "m", "provider": "p"}, key, sid, run)
+        ev("llm.call", {"callIndex": 0, "provider": "p", "model": "m", "costUsd": cost,
+                        "delta": {"input": 1, "output": 1, "total": 2}}, key, sid, run)
+        ev("run.end", {"model": "m", "provider": "p"}, key, sid, run)
+
+    root, child, grandchild = "agent:main:main", "agent:main:subagent:c1", "agent:main:subagent:g1"
+    call(root, "S0", "R0", 1.0)
+    ev("subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "child"}, root, run="R0")
+    call(child, "S1", "R1", 0.25)
+    ev("subagent.spawn", {"childSessionKey": grandchild, "agentId": "main", "label": "grandchild"}, child, run="R1")
+    call(grandchild, "S2", "R2", 0.125)
+    ev("subagent.spawn", {"childSessionKey": "agent:main:subagent:c2", "agentId": "main"}, root, run="R0")
+    call("agent:main:subagent:c2", "S3", "R3", 0.0625)
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"\n".join(lines) + b"\n")
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        node = queries.tree(conn, root)
+        d = queries.session_detail(conn, root)
+    finally:
+        conn.close()
+    assert node["own_cost_usd"] == 1.0
+    assert node["cumulative_cost_usd"] == 1.0 + 0.25 + 0.125 + 0.0625
+    kid = next(c for c in node["children"] if c["session_key"] == child)
+    assert kid["cumulative_cost_usd"] == 0.375 and kid["children"][0]["session_key"] == grandchild
+    assert d["family_cost_usd"] == node["cumulative_cost_usd"]

@@ -100,10 +100,10 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     ingest(db, oc_corpus)
     # Turn it back into a version-1 ledger: base rows only.
     conn = apsw.Connection(str(db))
-    created = [m for name in ("0002_rollups.sql", "0003_daily_rollups.sql")
-               for m in re.findall(r"CREATE (?:UNIQUE )?(TABLE|INDEX) (\w+)", (REPO / "schema" / name).read_text())]
+    created = [m for path in sorted((REPO / "schema").glob("*.sql")) if not path.name.startswith("0001")
+               for m in re.findall(r"CREATE (?:UNIQUE )?(TABLE|INDEX) (\w+)", path.read_text())]
     for kind, name in created:
-        if kind == "TABLE":
+        if kind == "TABLE" and conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (name,)).fetchall():
             conn.execute(f"DROP TABLE {name}")
         elif conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (name,)).fetchall():
             conn.execute(f"DROP INDEX {name}")

@@ -24,7 +24,8 @@ from agentledger.config import demo_dir, openclaw_state_dirs
 from agentledger.http import DEFAULT_LISTEN, ApiServer
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
+from agentledger.ledger.writer import LedgerWriter, now_ms
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -46,8 +47,18 @@ def _start_demo(directory: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "agentledger.demo", str(directory)])
 
 
+RECONCILE_EVERY_S = 60.0
+
+
+def _reconcile(writer: LedgerWriter, grace_s: float) -> None:
+    done = reconcile(writer, now_ms(), grace_s)
+    if done.runs or done.tool_calls or done.subagents:
+        log.info("interrupted after %.0fs without an end: %d runs, %d tool calls, %d subagents", grace_s,
+                 done.runs, done.tool_calls, done.subagents)
+
+
 def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
-               demo: bool | None, listen: str = DEFAULT_LISTEN) -> int:
+               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S) -> int:
     stop = threading.Event()
     wake = threading.Event()
 
@@ -89,6 +100,8 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         stats = pipeline.catch_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
+        _reconcile(writer, grace_s)
+        next_reconcile = time.monotonic() + RECONCILE_EVERY_S
         observer = Observer()
         for root in roots:
             if Path(root).is_dir():
@@ -101,6 +114,9 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
                 if stop.is_set():
                     break
                 stats = pipeline.run_once()
+                if time.monotonic() >= next_reconcile:
+                    _reconcile(writer, grace_s)
+                    next_reconcile = time.monotonic() + RECONCILE_EVERY_S
                 if stats.lines:
                     log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events,
                              stats.rejects)

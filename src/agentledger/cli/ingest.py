@@ -11,7 +11,8 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
+from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
@@ -36,11 +37,13 @@ def _progress_pipeline(writer, specs, max_line):
               help="Input format of the roots.")
 @click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,
               help="Longest line indexed, in bytes; longer lines are rejected without being held in memory.")
+@click.option("--grace", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S, show_default=True, metavar="SECONDS",
+              help="Runs, tool calls and subagents open longer than this are marked interrupted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.argument("roots", nargs=-1, required=True,
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def ingest(obj, fmt: str, max_line: int, as_json: bool, roots: tuple[Path, ...]) -> None:
+def ingest(obj, fmt: str, max_line: int, grace: float, as_json: bool, roots: tuple[Path, ...]) -> None:
     """Catch up once on ROOTS (state dirs or telemetry dirs) and exit."""
     conn = open_writer(obj.db)
     writer = LedgerWriter(conn)
@@ -51,8 +54,10 @@ def ingest(obj, fmt: str, max_line: int, as_json: bool, roots: tuple[Path, ...])
             stats = pipeline.catch_up()
     else:
         stats = Pipeline(writer, specs, max_line=max_line).catch_up()
+    interrupted = reconcile(writer, now_ms(), grace)
     conn.close()
-    summary = stats.as_dict()
+    summary = stats.as_dict() | {"interrupted_runs": interrupted.runs, "interrupted_tool_calls": interrupted.tool_calls,
+                                 "interrupted_subagents": interrupted.subagents}
     if as_json:
         emit_json(summary)
     else:

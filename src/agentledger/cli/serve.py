@@ -9,6 +9,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.http import DEFAULT_LISTEN, parse_listen
+from agentledger.ledger.reconcile import DEFAULT_GRACE_S
 from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
@@ -24,9 +25,11 @@ from agentledger.tail.tailer import DEFAULT_MAX_LINE
               help="Run on the demo directory with a live writer (default: only when no agent logs exist).")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where the HTTP API listens (port 0 picks a free one).")
+@click.option("--grace", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S, show_default=True, metavar="SECONDS",
+              help="Runs, tool calls and subagents open longer than this are marked interrupted.")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, listen: str,
+def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, listen: str, grace: float,
           roots: tuple[Path, ...]) -> None:
     """Catch up on ROOTS, then follow them live until SIGTERM or Ctrl-C.
 
@@ -36,5 +39,6 @@ def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, listen
     from agentledger.daemon import run_daemon
 
     parse_listen(listen)  # a malformed address is a usage error, before anything starts
-    code = run_daemon(obj.db, fmt, list(roots), max_line=max_line, rescan_s=rescan, demo=demo, listen=listen)
+    code = run_daemon(obj.db, fmt, list(roots), max_line=max_line, rescan_s=rescan, demo=demo, listen=listen,
+                      grace_s=grace)
     sys.exit(code)

@@ -1,0 +1,57 @@
+"""Orphan reconciliation: what started and never ended becomes ``interrupted``.
+
+A run, tool call or subagent still open ``grace`` after its last sign of life is marked
+interrupted, in a ledger transaction that moves the rollups with it. A late end event
+still wins: the writer's upserts set the real outcome over ``interrupted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentledger.ledger import rollups
+from agentledger.ledger.writer import LedgerWriter
+
+DEFAULT_GRACE_S = 600
+
+_OPEN_RUNS = """
+SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+WHERE r.status = 'running' AND max(coalesce(a.last_ms, 0), coalesce(r.started_ms, 0)) < ?
+"""
+_OPEN_TOOLS = """
+SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
+WHERE status = 'running' AND coalesce(started_ms, ended_ms, 0) < ?
+"""
+_OPEN_SUBAGENTS = """
+SELECT a.child_session_key FROM subagents AS a INDEXED BY subagents_open
+WHERE a.status = 'running' AND max(coalesce(a.spawned_ms, 0),
+    coalesce((SELECT max(last_ms) FROM sessions WHERE session_key = a.child_session_key), 0)) < ?
+"""
+
+
+@dataclass(slots=True)
+class Reconciled:
+    runs: int = 0
+    tool_calls: int = 0
+    subagents: int = 0
+
+
+def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_S) -> Reconciled:
+    """Mark what has been open longer than ``grace_s`` as interrupted; idempotent."""
+    cutoff = now_ms - int(grace_s * 1000)
+    with writer.transaction() as conn:
+        runs = [r for (r,) in conn.execute(_OPEN_RUNS, (cutoff,))]
+        tools = [(r, t) for r, t in conn.execute(_OPEN_TOOLS, (cutoff,))]
+        subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (cutoff,))]
+        if not (runs or tools or subagents):
+            return Reconciled()
+        tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
+        tracker.before()
+        conn.executemany("UPDATE runs SET status = 'interrupted' WHERE run_id = ? AND status = 'running'",
+                         [(r,) for r in runs])
+        conn.executemany("UPDATE tool_calls SET status = 'interrupted' "
+                         "WHERE run_id = ? AND tool_call_id = ? AND status = 'running'", tools)
+        conn.executemany("UPDATE subagents SET status = 'interrupted' "
+                         "WHERE child_session_key = ? AND status = 'running'", [(k,) for k in subagents])
+        tracker.after([], [])
+    return Reconciled(len(runs), len(tools), len(subagents))
