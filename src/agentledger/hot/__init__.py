@@ -1,0 +1,1 @@
+"""Per-session runtime state kept hot in memory and durable on disk between restarts."""
