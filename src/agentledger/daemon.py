@@ -23,9 +23,10 @@ from watchdog.observers import Observer
 from agentledger.config import demo_dir, openclaw_state_dirs
 from agentledger.http import DEFAULT_LISTEN, ApiServer
 from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger.db import open_writer
+from agentledger.ledger.db import LedgerBusy, open_writer, writer_lock
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
+from agentledger.notify import Notifier
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -48,6 +49,24 @@ def _start_demo(directory: Path) -> subprocess.Popen:
 
 
 RECONCILE_EVERY_S = 60.0
+WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pings keep flowing
+
+
+class _Progress:
+    """Catch-up progress for systemd: the watchdog is fed and STATUS updated per batch."""
+
+    def __init__(self, notifier: Notifier):
+        self.notifier = notifier
+        self.bytes = 0
+        self._last = 0.0
+
+    def advance(self, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.notifier.watchdog()
+        now = time.monotonic()
+        if now - self._last >= 1.0:
+            self._last = now
+            self.notifier.status(f"catching up: {self.bytes / 1e6:,.1f} MB indexed")
 
 
 def _reconcile(writer: LedgerWriter, grace_s: float) -> None:
@@ -61,16 +80,22 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
                demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S) -> int:
     stop = threading.Event()
     wake = threading.Event()
+    notifier = Notifier()
 
     def on_signal(signum, frame):
         if stop.is_set():
             os._exit(128 + signum)
+        notifier.stopping()
         stop.set()
         wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-
+    try:
+        lock = writer_lock(db)
+    except LedgerBusy as exc:
+        _say(str(exc))
+        return 1
     demo_proc = None
     if not roots:
         found = [] if demo else openclaw_state_dirs()
@@ -93,13 +118,18 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
             return 2
         api.start()
         _say(f"listening on {api.address}")
+        # Ready once queries can be answered: a long catch-up is progress, not a failed start.
+        notifier.ready(f"catching up on {', '.join(str(r) for r in roots)}")
+        progress = _Progress(notifier)
         writer = LedgerWriter(conn)
-        pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop)
+        pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop,
+                            on_progress=progress.advance)
         _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")
         started = time.monotonic()
         stats = pipeline.catch_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
+        notifier.status(f"following {len(roots)} source root(s); caught up")
         _reconcile(writer, grace_s)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S
         observer = Observer()
@@ -109,7 +139,8 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         observer.start()
         try:
             while not stop.is_set():
-                wake.wait(rescan_s)
+                notifier.watchdog()
+                wake.wait(min(rescan_s, WATCHDOG_MAX_WAIT_S))
                 wake.clear()
                 if stop.is_set():
                     break
@@ -127,6 +158,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         if api is not None:
             api.close()
         conn.close()
+        os.close(lock)
         if demo_proc is not None:
             demo_proc.terminate()
             demo_proc.wait(timeout=10)

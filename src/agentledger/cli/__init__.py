@@ -10,7 +10,7 @@ import click
 
 from agentledger import __version__
 from agentledger.config import default_db
-from agentledger.ledger.db import LedgerError
+from agentledger.ledger.db import LedgerBusy, LedgerError
 from agentledger.ledger.queries import NotFound
 
 
@@ -31,6 +31,8 @@ def main(args: list[str] | None = None) -> None:
     except click.UsageError as exc:
         where = f"agentledger {exc.ctx.command_path.partition(' ')[2]}".strip() if exc.ctx else "agentledger"
         _fail(f"{exc.format_message()} (see `{where} --help`)")
+    except LedgerBusy as exc:
+        _fail(str(exc), 1)
     except NotFound as exc:
         _fail(str(exc).strip('"'), 1)
     except (LedgerError, ValueError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import click
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger.db import open_writer
+from agentledger.ledger.db import open_writer, writer_lock
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import FORMATS
@@ -45,6 +46,7 @@ def _progress_pipeline(writer, specs, max_line):
 @click.pass_obj
 def ingest(obj, fmt: str, max_line: int, grace: float, as_json: bool, roots: tuple[Path, ...]) -> None:
     """Catch up once on ROOTS (state dirs or telemetry dirs) and exit."""
+    lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
     writer = LedgerWriter(conn)
     specs = specs_from(fmt, list(roots))
@@ -56,6 +58,7 @@ def ingest(obj, fmt: str, max_line: int, grace: float, as_json: bool, roots: tup
         stats = Pipeline(writer, specs, max_line=max_line).catch_up()
     interrupted = reconcile(writer, now_ms(), grace)
     conn.close()
+    os.close(lock)
     summary = stats.as_dict() | {"interrupted_runs": interrupted.runs, "interrupted_tool_calls": interrupted.tool_calls,
                                  "interrupted_subagents": interrupted.subagents}
     if as_json:

@@ -7,6 +7,8 @@ Readers open the file read-only so they can never take the write lock.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 from pathlib import Path
 
@@ -21,6 +23,26 @@ _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 class LedgerError(Exception):
     """The database cannot be used as asked (missing, newer schema, locked)."""
+
+
+class LedgerBusy(LedgerError):
+    """Another agentledger process is already the writer of this ledger."""
+
+
+def writer_lock(path: str | Path) -> int:
+    """Become the only writer of the ledger at ``path``; returns the lock's descriptor (keep it open).
+
+    Two tailers on one ledger would race on the same checkpoints, so a second one is refused
+    at once rather than left to fail mid-batch."""
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LedgerBusy(f"another agentledger process is writing {path} (stop it, or pass another --db)") from None
+    return fd
 
 
 def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
