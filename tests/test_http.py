@@ -74,3 +74,41 @@ def test_bad_parameters_are_400(api):
     assert get(f"{api}/v1/sessions?limit=-1")[0] == 400
     assert get(f"{api}/v1/nothing")[0] == 404
     assert get(f"{api}/healthz") == (200, {"status": "ok"})
+
+
+def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{api}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    want_types = {
+        "agentledger_tokens": "counter", "agentledger_cost_usd": "counter", "agentledger_llm_calls": "counter",
+        "agentledger_tool_calls": "counter", "agentledger_runs": "counter", "agentledger_sessions": "counter",
+        "agentledger_sessions_active": "gauge", "agentledger_ingest_lines": "counter",
+        "agentledger_files_tailed": "gauge", "agentledger_ingest_lag_seconds": "gauge",
+        "agentledger_db_size_bytes": "gauge", "agentledger_build_info": "gauge",
+    }
+    for name, kind in want_types.items():
+        assert families[name].type == kind, name
+
+    def total(name, **labels):
+        return sum(s.value for s in families[name].samples
+                   if s.name.endswith("_total") or families[name].type == "gauge"
+                   if all(s.labels.get(k) == v for k, v in labels.items()))
+
+    t = oc_expected["totals"]
+    assert total("agentledger_cost_usd") == pytest.approx(t["cost_usd"])
+    assert total("agentledger_tokens", token_type="input") == t["tokens"]["input"]
+    assert total("agentledger_tokens", token_type="cache_read") == t["tokens"]["cacheRead"]
+    assert total("agentledger_llm_calls") == t["llm_calls"]
+    assert total("agentledger_tool_calls") == t["tool_calls"]
+    assert total("agentledger_tool_calls", outcome="error") == t["failed_tool_calls"]
+    assert total("agentledger_runs") == t["runs"]
+    assert total("agentledger_ingest_lines", result="rejected") == oc_expected["lines"]["malformed"]["total"]
+    assert total("agentledger_ingest_lines") == oc_expected["lines"]["physical"]
+    # No label ever carries an id.
+    for family in families.values():
+        for sample in family.samples:
+            for value in sample.labels.values():
+                assert not re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-|evt_|toolu_", value), sample

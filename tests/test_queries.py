@@ -236,3 +236,16 @@ def test_three_level_subagent_tree_family_totals(tmp_path):
     kid = next(c for c in node["children"] if c["session_key"] == child)
     assert kid["cumulative_cost_usd"] == 0.375 and kid["children"][0]["session_key"] == grandchild
     assert d["family_cost_usd"] == node["cumulative_cost_usd"]
+
+
+def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agentledger.metrics import registry_for
+
+    text = generate_latest(registry_for(corpus_db, top_n=3)).decode()
+    tools = next(f for f in text_string_to_metric_families(text) if f.name == "agentledger_tool_calls")
+    names = {s.labels["tool"] for s in tools.samples}
+    assert len(names) == 4 and "_other" in names
+    assert sum(s.value for s in tools.samples) == oc_expected["totals"]["tool_calls"]

@@ -13,9 +13,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
+from agentledger.metrics import registry_for
 from agentledger.timeutil import parse_time
 
 log = logging.getLogger("agentledger.http")
@@ -79,6 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         url = urlsplit(self.path)
+        if url.path == "/metrics":
+            self._metrics()
+            return
         try:
             status, body = _route(self.db, url.path, parse_qs(url.query))
         except queries.NotFound as exc:
@@ -90,6 +95,17 @@ class _Handler(BaseHTTPRequestHandler):
         data = orjson.dumps(body)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _metrics(self) -> None:
+        try:
+            data, status, ctype = generate_latest(registry_for(self.db)), 200, CONTENT_TYPE_LATEST
+        except LedgerError as exc:
+            data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

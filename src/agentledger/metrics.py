@@ -1,0 +1,157 @@
+"""Prometheus metrics, read from the ledger at scrape time.
+
+Every counter is a sum over ledger rows (through the rollups), so counters survive
+restarts and never reset while the ledger lives: ``increase()`` sees no false resets.
+No session, run or tool-call id is ever a label; tool and model labels are capped to
+the ``top_n`` busiest, the rest summed under ``_other``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agentledger import __version__
+from agentledger.facts import PICO_PER_USD
+from agentledger.ledger.db import open_reader
+
+OTHER = "_other"
+_TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
+
+
+def _capped(rows: list[tuple], top_n: int, weight) -> dict:
+    """Keep the ``top_n`` label values by ``weight``; fold the rest into ``_other``."""
+    keep = {r[0] for r in sorted(rows, key=weight, reverse=True)[:top_n]}
+    return {r[0]: r[0] if r[0] in keep else OTHER for r in rows}
+
+
+class LedgerCollector(Collector):
+    def __init__(self, db: Path, top_n: int = 20):
+        self.db = db
+        self.top_n = top_n
+
+    def collect(self) -> Iterator[Metric]:
+        conn = open_reader(self.db)
+        try:
+            conn.execute("BEGIN")  # one snapshot for the whole scrape
+            yield from self._llm(conn)
+            yield from self._runs_and_sessions(conn)
+            yield from self._tools(conn)
+            yield from self._ingest(conn)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        size = GaugeMetricFamily("agentledger_db_size_bytes", "Size of the ledger database and its WAL.")
+        size.add_metric([], sum(os.path.getsize(p) for p in (str(self.db), f"{self.db}-wal") if os.path.exists(p)))
+        yield size
+        info = GaugeMetricFamily("agentledger_build_info", "Always 1; the version is a label.", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+
+    def _llm(self, conn) -> Iterator[Metric]:
+        rows = conn.execute(
+            "SELECT model, provider, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
+            "sum(cache_read_tokens), sum(cache_write_tokens), sum(cost_pico), sum(unpriced_calls) "
+            "FROM usage_days WHERE llm_calls > 0 OR cost_pico > 0 GROUP BY 1, 2").fetchall()
+        label = _capped([(m, c) for m, _, c, *_ in rows], self.top_n, lambda r: r[1])
+        tokens = CounterMetricFamily("agentledger_tokens", "Tokens by provider, model and kind (OpenTelemetry "
+                                     "gen_ai.token.type naming).", labels=["provider", "model", "token_type"])
+        cost = CounterMetricFamily("agentledger_cost_usd", "Spend in USD, by where the cost came from.",
+                                   labels=["provider", "model", "cost_source"])
+        calls = CounterMetricFamily("agentledger_llm_calls", "Model calls; priced=false have no known cost.",
+                                    labels=["provider", "model", "outcome", "priced"])
+        acc: dict[tuple, list[float]] = {}
+        for model, provider, n, errors, i, o, cr, cw, pico, unpriced in rows:
+            key = (provider or "", label[model] or "")
+            a = acc.setdefault(key, [0.0] * 8)
+            for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw, pico)):
+                a[k] += v
+        for (provider, model), (priced, unpriced, errors, i, o, cr, cw, pico) in sorted(acc.items()):
+            for token_type, value in zip(_TOKEN_TYPES, (i, o, cr, cw)):
+                tokens.add_metric([provider, model, token_type], value)
+            cost.add_metric([provider, model, "log"], pico / PICO_PER_USD)
+            calls.add_metric([provider, model, "ok", "true"], priced)
+            calls.add_metric([provider, model, "ok", "false"], unpriced)
+            calls.add_metric([provider, model, "error", "true"], errors)
+        yield tokens
+        yield cost
+        yield calls
+
+    def _runs_and_sessions(self, conn) -> Iterator[Metric]:
+        ok, error, interrupted, running, sessions, compactions = conn.execute(
+            "SELECT coalesce(sum(runs_ok), 0), coalesce(sum(runs_error), 0), coalesce(sum(runs_interrupted), 0), "
+            "coalesce(sum(runs_running), 0), coalesce(sum(sessions), 0), coalesce(sum(compactions), 0) "
+            "FROM usage_days").fetchall()[0]
+        runs = CounterMetricFamily("agentledger_runs", "Agent runs by outcome (running = not ended yet).",
+                                   labels=["outcome"])
+        for outcome, value in (("ok", ok), ("error", error), ("interrupted", interrupted), ("running", running)):
+            runs.add_metric([outcome], value)
+        yield runs
+        started = CounterMetricFamily("agentledger_sessions", "Top-level sessions started.")
+        started.add_metric([], sessions)
+        yield started
+        active = GaugeMetricFamily("agentledger_sessions_active", "Sessions neither ended nor idle for an hour.")
+        cutoff = int(time.time() * 1000) - 3_600_000
+        active.add_metric([], conn.execute(
+            "SELECT count(*) FROM sessions WHERE status = 'active' AND last_ms >= ?", (cutoff,)).fetchall()[0][0])
+        yield active
+        comp = CounterMetricFamily("agentledger_compactions", "Context compactions.")
+        comp.add_metric([], compactions)
+        yield comp
+
+    def _tools(self, conn) -> Iterator[Metric]:
+        rows = conn.execute("SELECT tool_name, sum(calls), sum(errors) FROM tool_days GROUP BY 1").fetchall()
+        label = _capped([(t, c) for t, c, _ in rows], self.top_n, lambda r: r[1])
+        acc: dict[str, list[int]] = {}
+        for tool, calls, errors in rows:
+            a = acc.setdefault(label[tool] or "", [0, 0])
+            a[0] += calls
+            a[1] += errors
+        family = CounterMetricFamily("agentledger_tool_calls", "Tool calls by tool and outcome.",
+                                     labels=["tool", "outcome"])
+        for tool, (calls, errors) in sorted(acc.items()):
+            family.add_metric([tool, "ok"], calls - errors)
+            family.add_metric([tool, "error"], errors)
+        yield family
+
+    def _ingest(self, conn) -> Iterator[Metric]:
+        lines = CounterMetricFamily("agentledger_ingest_lines", "Log lines read, by source and result.",
+                                    labels=["source", "result"])
+        rejects = dict(conn.execute(
+            "SELECT f.source, count(*) FROM rejects AS r JOIN files AS f ON f.id = r.file_id GROUP BY 1").fetchall())
+        tailed = GaugeMetricFamily("agentledger_files_tailed", "Log files being followed.", labels=["source"])
+        lag = GaugeMetricFamily("agentledger_ingest_lag_seconds",
+                                "Seconds since the newest event indexed from each source.", labels=["source"])
+        now = time.time()
+        for source, total, active in conn.execute(
+                "SELECT source, sum(lines), sum(status IN ('live', 'rotated')) FROM files GROUP BY 1"):
+            bad = rejects.get(source, 0)
+            lines.add_metric([source, "indexed"], total - bad)
+            lines.add_metric([source, "rejected"], bad)
+            tailed.add_metric([source], active)
+        for (source,) in conn.execute("SELECT DISTINCT source FROM files").fetchall():
+            # Walks the time-ordered key backwards until an event of this source: cheap in practice.
+            newest = conn.execute(
+                "SELECT ts_ms FROM events WHERE file_id IN (SELECT id FROM files WHERE source = ?) "
+                "ORDER BY ts_ms DESC LIMIT 1", (source,)).fetchall()
+            if newest:
+                lag.add_metric([source], max(now - newest[0][0] / 1000, 0.0))
+        events = CounterMetricFamily("agentledger_file_events", "Rotations, truncations and lost files seen.",
+                                     labels=["event"])
+        for event, count in conn.execute("SELECT event, count(*) FROM file_events GROUP BY 1"):
+            events.add_metric([event], count)
+        yield lines
+        yield tailed
+        yield lag
+        yield events
+
+
+def registry_for(db: Path, top_n: int = 20) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LedgerCollector(db, top_n))
+    return registry
