@@ -41,12 +41,18 @@ def test_ready_watchdog_stopping(tmp_path):
     try:
         first = _messages(sock, "READY=1")
         assert any(m.startswith("STATUS=catching up") for m in first)
+        _messages(sock, "STATUS=following 1 source root(s); caught up")
+        logs.append(b"".join(llm_call(n) for n in range(100, 150)))  # a live batch after the catch-up
         # The loop waits up to 5 s between rescans, yet the watchdog (0.4 s) keeps being fed.
         pings = 0
         deadline = time.monotonic() + 3
+        later: list[str] = []
         while time.monotonic() < deadline and pings < 3:
-            pings += _messages(sock, "WATCHDOG=1", timeout=2).count("WATCHDOG=1")
+            got = _messages(sock, "WATCHDOG=1", timeout=2)
+            later += got
+            pings += got.count("WATCHDOG=1")
         assert pings >= 3
+        assert not any(m.startswith("STATUS=catching up") for m in later), later
         proc.send_signal(signal.SIGTERM)
         assert "STOPPING=1" in _messages(sock, "STOPPING=1")
         assert proc.wait(timeout=30) == 0

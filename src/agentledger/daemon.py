@@ -58,13 +58,14 @@ class _Progress:
     def __init__(self, notifier: Notifier):
         self.notifier = notifier
         self.bytes = 0
+        self.caught_up = False  # afterwards, live batches only feed the watchdog
         self._last = 0.0
 
     def advance(self, nbytes: int) -> None:
         self.bytes += nbytes
         self.notifier.watchdog()
         now = time.monotonic()
-        if now - self._last >= 1.0:
+        if not self.caught_up and now - self._last >= 1.0:
             self._last = now
             self.notifier.status(f"catching up: {self.bytes / 1e6:,.1f} MB indexed")
 
@@ -129,6 +130,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         stats = pipeline.catch_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
+        progress.caught_up = True
         notifier.status(f"following {len(roots)} source root(s); caught up")
         _reconcile(writer, grace_s)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import apsw
 
-SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schema"
+# Installed, the migrations ship inside the package; in a source checkout they are schema/.
+_PACKAGED = Path(__file__).resolve().parents[1] / "schema"
+SCHEMA_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[3] / "schema"
 BUSY_TIMEOUT_MS = 10_000
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
 REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days")}
@@ -83,10 +85,16 @@ def open_reader(path: str | Path) -> apsw.Connection:
     path = Path(path)
     if not path.exists():
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
-    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-    _pragmas(conn)
-    conn.execute("PRAGMA query_only = ON")
-    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        _pragmas(conn)
+        conn.execute("PRAGMA query_only = ON")
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
+        raise LedgerError(
+            f"cannot read {path} ({exc}): run as a member of the ledger's group while the daemon is running, "
+            "or as its owner"
+        ) from None
     latest = len(migrations())
     if version != latest:
         raise LedgerError(
