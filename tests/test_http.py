@@ -112,3 +112,37 @@ def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
         for sample in family.samples:
             for value in sample.labels.values():
                 assert not re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-|evt_|toolu_", value), sample
+
+
+def test_health_and_readiness(api):
+    assert get(f"{api}/healthz") == (200, {"status": "ok"})
+    assert get(f"{api}/readyz") == (200, {"ready": True})  # the fixture waited for the catch-up
+
+
+def test_not_ready_while_catching_up(tmp_path):
+    from logwriter import LogDir, llm_call
+
+    logs = LogDir(tmp_path / "state")
+    with open(logs.live, "wb") as f:
+        for n in range(1, 150_001):
+            f.write(llm_call(n))
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(tmp_path / "l.db"), "serve",
+                             "--listen", "127.0.0.1:0", str(logs.root)], stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    try:
+        address = None
+        while address is None:
+            line = proc.stderr.readline()
+            assert line, "serve died"
+            m = re.search(r"listening on (http://\S+)", line)
+            address = m.group(1) if m else None
+        status, body = get(f"{address}/readyz")
+        assert (status, body) == (503, {"ready": False, "reason": "catching up"})
+        assert get(f"{address}/healthz")[0] == 200
+        deadline = time.monotonic() + 120
+        while get(f"{address}/readyz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

@@ -21,7 +21,7 @@ from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
 from agentledger.config import demo_dir, openclaw_state_dirs
-from agentledger.http import DEFAULT_LISTEN, ApiServer
+from agentledger.http import DEFAULT_LISTEN, ApiServer, Health
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import LedgerBusy, open_writer, writer_lock
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
@@ -55,8 +55,9 @@ WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pin
 class _Progress:
     """Catch-up progress for systemd: the watchdog is fed and STATUS updated per batch."""
 
-    def __init__(self, notifier: Notifier):
+    def __init__(self, notifier: Notifier, health: Health):
         self.notifier = notifier
+        self.health = health
         self.bytes = 0
         self.caught_up = False  # afterwards, live batches only feed the watchdog
         self._last = 0.0
@@ -64,6 +65,7 @@ class _Progress:
     def advance(self, nbytes: int) -> None:
         self.bytes += nbytes
         self.notifier.watchdog()
+        self.health.tick()
         now = time.monotonic()
         if not self.caught_up and now - self._last >= 1.0:
             self._last = now
@@ -121,7 +123,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         _say(f"listening on {api.address}")
         # Ready once queries can be answered: a long catch-up is progress, not a failed start.
         notifier.ready(f"catching up on {', '.join(str(r) for r in roots)}")
-        progress = _Progress(notifier)
+        progress = _Progress(notifier, api.health)
         writer = LedgerWriter(conn)
         pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop,
                             on_progress=progress.advance)
@@ -130,7 +132,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         stats = pipeline.catch_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
-        progress.caught_up = True
+        progress.caught_up = api.health.caught_up = True
         notifier.status(f"following {len(roots)} source root(s); caught up")
         _reconcile(writer, grace_s)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S
@@ -142,6 +144,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         try:
             while not stop.is_set():
                 notifier.watchdog()
+                api.health.tick()
                 wake.wait(min(rescan_s, WATCHDOG_MAX_WAIT_S))
                 wake.clear()
                 if stop.is_set():

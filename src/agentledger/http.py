@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -26,6 +27,30 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 
 class BadRequest(ValueError):
     pass
+
+
+class Health:
+    """What /healthz and /readyz report; the daemon's loop writes it, request threads read it."""
+
+    STALL_S = 30.0  # the loop ticks at least every second; this much silence means it is stuck
+
+    def __init__(self) -> None:
+        self.caught_up = False
+        self.last_tick = time.monotonic()
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def alive(self) -> tuple[int, dict]:
+        stalled = time.monotonic() - self.last_tick
+        if stalled > self.STALL_S:
+            return 503, {"status": "stalled", "seconds_since_last_pass": round(stalled, 1)}
+        return 200, {"status": "ok"}
+
+    def ready(self) -> tuple[int, dict]:
+        if not self.caught_up:
+            return 503, {"ready": False, "reason": "catching up"}
+        return 200, {"ready": True}
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -52,10 +77,18 @@ def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.
                           limit=int(limit) if limit is not None else default_limit)
 
 
-def _route(db: Path, path: str, params: dict[str, list[str]]) -> tuple[int, object]:
+def _route(db: Path, health: Health, path: str, params: dict[str, list[str]]) -> tuple[int, object]:
     parts = [unquote(p) for p in path.strip("/").split("/")]
     if parts == ["healthz"]:
-        return 200, {"status": "ok"}
+        return health.alive()
+    if parts == ["readyz"]:
+        status, body = health.ready()
+        if status == 200:
+            try:  # ready also means the ledger answers
+                open_reader(db).close()
+            except LedgerError as exc:
+                return 503, {"ready": False, "reason": str(exc)}
+        return status, body
     if len(parts) < 2 or parts[0] != "v1":
         return 404, {"error": f"no such endpoint {path!r}"}
     conn = open_reader(db)
@@ -78,6 +111,7 @@ def _route(db: Path, path: str, params: dict[str, list[str]]) -> tuple[int, obje
 class _Handler(BaseHTTPRequestHandler):
     server_version = "agentledger"
     db: Path
+    health: Health
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         url = urlsplit(self.path)
@@ -85,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._metrics()
             return
         try:
-            status, body = _route(self.db, url.path, parse_qs(url.query))
+            status, body = _route(self.db, self.health, url.path, parse_qs(url.query))
         except queries.NotFound as exc:
             status, body = 404, {"error": str(exc).strip('"')}
         except (BadRequest, ValueError) as exc:
@@ -117,9 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
 class ApiServer:
     """Serves in a background thread until ``close``."""
 
-    def __init__(self, db: Path, listen: str):
+    def __init__(self, db: Path, listen: str, health: Health | None = None):
         host, port = parse_listen(listen)
-        handler = type("Handler", (_Handler,), {"db": db})
+        self.health = health or Health()
+        handler = type("Handler", (_Handler,), {"db": db, "health": self.health})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
