@@ -45,7 +45,7 @@ def test_ready_watchdog_stopping(tmp_path):
         logs.append(b"".join(llm_call(n) for n in range(100, 150)))  # a live batch after the catch-up
         # The loop waits up to 5 s between rescans, yet the watchdog (0.4 s) keeps being fed.
         pings = 0
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 10
         later: list[str] = []
         while time.monotonic() < deadline and pings < 3:
             got = _messages(sock, "WATCHDOG=1", timeout=2)

@@ -145,7 +145,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
             while not stop.is_set():
                 notifier.watchdog()
                 api.health.tick()
-                wake.wait(min(rescan_s, WATCHDOG_MAX_WAIT_S))
+                wake.wait(min(rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
                 wake.clear()
                 if stop.is_set():
                     break

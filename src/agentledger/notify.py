@@ -28,6 +28,11 @@ class Notifier:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) if self._addr is not None else None
 
     @property
+    def interval_s(self) -> float | None:
+        """How often the watchdog wants a ping, or None when there is no watchdog."""
+        return self._watchdog_s
+
+    @property
     def enabled(self) -> bool:
         return self._sock is not None
 
