@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from ledgerdump import dump
 from logwriter import LogDir, llm_call
 

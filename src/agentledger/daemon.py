@@ -59,7 +59,6 @@ class _Progress:
         self.notifier = notifier
         self.health = health
         self.bytes = 0
-        self.caught_up = False  # afterwards, live batches only feed the watchdog
         self._last = 0.0
 
     def advance(self, nbytes: int) -> None:
@@ -67,7 +66,8 @@ class _Progress:
         self.notifier.watchdog()
         self.health.tick()
         now = time.monotonic()
-        if not self.caught_up and now - self._last >= 1.0:
+        # Once caught up, live batches only feed the watchdog.
+        if not self.health.caught_up and now - self._last >= 1.0:
             self._last = now
             self.notifier.status(f"catching up: {self.bytes / 1e6:,.1f} MB indexed")
 
@@ -132,7 +132,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         stats = pipeline.catch_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
-        progress.caught_up = api.health.caught_up = True
+        api.health.caught_up = True
         notifier.status(f"following {len(roots)} source root(s); caught up")
         _reconcile(writer, grace_s)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentledger.facts import Fact, Reject
@@ -35,14 +35,12 @@ class IngestStats:
     truncated: int = 0
     lost_files: int = 0
     lost_bytes: int = 0
-    file_events: list[tuple[str, str, int | None]] = field(default_factory=list)
 
     def add(self, other: IngestStats) -> None:
         for name in ("lines", "bytes", "events", "duplicates", "rejects", "rotated", "truncated",
                      "lost_files", "lost_bytes"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.files = max(self.files, other.files)
-        self.file_events.extend(other.file_events)
 
     def as_dict(self) -> dict:
         return {
@@ -111,7 +109,6 @@ class Pipeline:
                 stats.truncated += report.truncated
                 stats.lost_files += report.lost
                 stats.lost_bytes += report.lost_bytes
-                stats.file_events.extend(report.events)
                 for name, path, nbytes in report.events:
                     level = logging.WARNING if name in ("lost", "truncate") else logging.INFO
                     log.log(level, "file %s: %s%s", name, path, f" ({nbytes} bytes unread)" if nbytes else "")

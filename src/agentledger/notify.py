@@ -32,10 +32,6 @@ class Notifier:
         """How often the watchdog wants a ping, or None when there is no watchdog."""
         return self._watchdog_s
 
-    @property
-    def enabled(self) -> bool:
-        return self._sock is not None
-
     def send(self, *fields: str) -> None:
         if self._sock is None:
             return

@@ -261,8 +261,6 @@ _BUILDERS = {
     "llm.output": _marker,
 }
 
-KNOWN_KINDS = frozenset(_BUILDERS)
-
 
 def _reject(line: bytes, offset: int, reason: str) -> Reject:
     return Reject(offset=offset, length=len(line), reason=reason, head=line[:HEAD_BYTES])

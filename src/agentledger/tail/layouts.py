@@ -73,11 +73,6 @@ def oc_telemetry_files(root: Path) -> list[Candidate]:
     return found
 
 
-def watch_dirs(root: Path) -> list[Path]:
-    """Directories whose changes should wake the tailer (watched recursively)."""
-    return [root] if root.is_dir() else []
-
-
 LAYOUTS = {
     "oc-telemetry": oc_telemetry_files,
 }

@@ -270,10 +270,8 @@ class Tailer:
     # -- reading -----------------------------------------------------------------
     def read(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of complete lines from the row's offset; call ``advance`` after committing each."""
-        if p.fd < 0 or p.size <= row.offset and row.id not in self._pending_long:
-            if p.fd < 0 or p.size == row.offset:
-                self._mark_read(p)
-            return
+        if p.fd < 0 or (p.size <= row.offset and row.id not in self._pending_long):
+            return  # unchanged since it was read to its end (``finished`` remembers it)
         while True:
             start = row.offset
             res = read_lines(
@@ -290,7 +288,6 @@ class Tailer:
             yield Chunk(row, p.path, start, res, max(p.size, res.end))
             if row.offset != res.end:
                 return  # the caller did not commit; stop rather than skip lines
-        # unreachable
 
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
@@ -298,11 +295,7 @@ class Tailer:
         if chunk.size > chunk.row.size:
             chunk.row.size = chunk.size
 
-    def _mark_read(self, p: Physical) -> None:
-        if p.fp is not None:
-            self._unchanged[(p.dev, p.ino)] = (p.size, p.mtime_ns, p.fp)
-
     def finished(self, row: FileRow, p: Physical) -> None:
         """Remember a file read to its end so an unchanged one is not reopened next scan."""
-        if row.offset >= p.size and row.id not in self._pending_long:
-            self._mark_read(p)
+        if row.offset >= p.size and row.id not in self._pending_long and p.fp is not None:
+            self._unchanged[(p.dev, p.ino)] = (p.size, p.mtime_ns, p.fp)
