@@ -1,7 +1,7 @@
 """Keeping the rollup tables equal to their definition (see verify.py), batch by batch.
 
-For every run and tool call a batch touches, the writer reads the row before and after
-its upserts; the rollups move by what the new row contributes minus what the old one
+For every run, tool call, session and subagent a batch touches, the writer reads the row
+before and after its upserts; the rollups move by what the new row contributes minus what the old one
 did. LLM calls are only ever inserted, so they simply add. Deltas are summed per rollup
 key in Python and written with one upsert per key, which is what keeps this cheap.
 """
@@ -149,13 +149,14 @@ class Deltas:
             self.usage[(_slot(ts), agent or "", "", "")][16] += 1
 
 
-def _read(conn: apsw.Connection, sql: str, keys: list) -> dict:
+def _read(conn: apsw.Connection, sql: str, keys: list, key_width: int = 1) -> dict:
+    """Rows for ``keys`` by key; a row's key is its first ``key_width`` columns."""
     if not keys:
         return {}
-    out = {}
-    for row in conn.execute(sql, (orjson.dumps(keys).decode(),)):
-        out[(row[0], row[1]) if sql is _READ_TOOLS else row[0]] = row
-    return out
+    rows = conn.execute(sql, (orjson.dumps(keys).decode(),))
+    if key_width == 1:
+        return {row[0]: row for row in rows}
+    return {row[:key_width]: row for row in rows}
 
 
 def _by_day(deltas: dict) -> dict:
@@ -182,6 +183,7 @@ class Tracker:
 
     def __init__(self, conn: apsw.Connection, run_ids: set[str], tool_keys: set[tuple[str, str]],
                  session_ids: set[str], subagent_keys: set[str]):
+        """``run_ids``: every run the batch has a fact of (its span may widen its session's)."""
         self.conn = conn
         self.subagent_keys = sorted(subagent_keys)
         self.tool_keys = [list(k) for k in tool_keys]
@@ -190,7 +192,7 @@ class Tracker:
         self.deltas = Deltas()
 
     def before(self) -> None:
-        self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys)
+        self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys, 2)
         self.old_runs = _read(self.conn, _READ_RUNS, self.run_ids)
         # The sessions of these runs may widen their span (and so move slot) below.
         self.session_ids |= {row[1] for row in self.old_runs.values() if row[1] is not None}
@@ -202,7 +204,7 @@ class Tracker:
         d = self.deltas
         for row in self.old_tools.values():
             d.tool(row, -1)
-        for row in _read(self.conn, _READ_TOOLS, self.tool_keys).values():
+        for row in _read(self.conn, _READ_TOOLS, self.tool_keys, 2).values():
             d.tool(row, +1)
         # A run's contribution includes its tool totals: settle those before reading runs again.
         _write(self.conn, _ADD_RUN_TOOLS, d.run_tools)

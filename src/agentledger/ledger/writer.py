@@ -321,8 +321,7 @@ class _Prepared:
     events: list[tuple] = field(default_factory=list)
     rows: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
-    runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last]
-    run_ids: set[str] = field(default_factory=set)  # runs whose row this batch upserts
+    runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last] of this batch's facts
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
@@ -343,8 +342,6 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
                 rows[spec[0]].append(row)
                 if t is ToolStarted or t is ToolEnded:
                     out.tool_keys.add((row[0], row[1]))
-                elif t is RunStarted or t is RunEnded:
-                    out.run_ids.add(row[0])
                 elif t is SubagentSpawned or t is SubagentEnded:
                     out.subagent_keys.add(row[0])
         sid = f.session_id
@@ -452,7 +449,7 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
-        tracker = rollups.Tracker(conn, prepared.run_ids, prepared.tool_keys, set(prepared.sessions),
+        tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions),
                                   prepared.subagent_keys)
         tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
