@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 
 from agentledger.facts import PICO_PER_USD
-from agentledger.ledger.verify import SUBAGENT_KEY
+from agentledger.ledger.verify import LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY
 from agentledger.timeutil import iso
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens")
@@ -43,18 +43,8 @@ GROUP BY r.run_id
 """
 
 _SLOT = 900_000
-_LLM_SUMS = ("count(*), coalesce(sum(error IS NOT NULL), 0), coalesce(sum(input_tokens), 0), "
-             "coalesce(sum(output_tokens), 0), coalesce(sum(cache_read_tokens), 0), "
-             "coalesce(sum(cache_write_tokens), 0), coalesce(sum(total_tokens), 0), "
-             "coalesce(sum(coalesce(cost_pico, 0)), 0), coalesce(sum(cost_pico IS NULL AND error IS NULL), 0)")
-_SLOT_LLM_SUMS = ("coalesce(sum(llm_calls), 0), coalesce(sum(llm_errors), 0), coalesce(sum(input_tokens), 0), "
-                  "coalesce(sum(output_tokens), 0), coalesce(sum(cache_read_tokens), 0), "
-                  "coalesce(sum(cache_write_tokens), 0), coalesce(sum(total_tokens), 0), "
-                  "coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0)")
-_RUN_SUMS = ("count(*), coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'ok'), 0), "
-             "coalesce(sum(status = 'error'), 0), coalesce(sum(status = 'interrupted'), 0)")
-_SLOT_RUN_SUMS = ("coalesce(sum(runs), 0), coalesce(sum(runs_running), 0), coalesce(sum(runs_ok), 0), "
-                  "coalesce(sum(runs_error), 0), coalesce(sum(runs_interrupted), 0)")
+_SLOT_LLM_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in LLM_COLUMNS)
+_SLOT_RUN_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in RUN_COLUMNS)
 
 
 _DAY = 86_400_000
@@ -167,8 +157,8 @@ def _windowed(conn: apsw.Connection, w: Window, rollup: str, measures: list[_Mea
 
 
 _USAGE_MEASURES = [
-    _Measure(_SLOT_LLM_SUMS, "llm_calls", _LLM_SUMS, "ts_ms"),
-    _Measure(_SLOT_RUN_SUMS, "runs", _RUN_SUMS, "coalesce(started_ms, ended_ms)"),
+    _Measure(_SLOT_LLM_SUMS, "llm_calls", LLM_ROW_SUMS, "ts_ms"),
+    _Measure(_SLOT_RUN_SUMS, "runs", RUN_ROW_SUMS, "coalesce(started_ms, ended_ms)"),
     _Measure("coalesce(sum(sessions), 0), coalesce(sum(subagent_sessions), 0)", "sessions",
              f"coalesce(sum(NOT {SUBAGENT_KEY}), 0), coalesce(sum({SUBAGENT_KEY}), 0)",
              "coalesce(started_ms, first_ms)"),
@@ -195,10 +185,14 @@ def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | No
     return {sid: cost or 0 for sid, cost in rows}
 
 
-def sessions(conn: apsw.Connection, w: Window) -> list[dict]:
+def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None = None) -> list[dict]:
+    """Sessions active in the window (or exactly ``session_ids``), most recent first."""
     params: list = []
     cond = _between("s.last_ms", w.since, None, params) + " AND " + _between("s.first_ms", None, w.until, params)
     cond += _agent("s.agent_id", w, params)
+    if session_ids is not None:
+        cond += " AND s.session_id IN (SELECT value FROM json_each(?))"
+        params.append(_json_list(session_ids))
     limit = _limit(w, params)
     sql = f"""
     SELECT s.session_key, s.session_id, s.agent_id, s.source, s.status, coalesce(s.started_ms, s.first_ms),
@@ -274,7 +268,7 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
         params: list = []
         if part.level == "rows":
             cond = _between("ts_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
-            sql = f"SELECT {base_column}, {_LLM_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1"
+            sql = f"SELECT {base_column}, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1"
         else:
             cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
             sql = f"SELECT {column}, {_SLOT_LLM_SUMS} FROM usage_{part.level} WHERE {cond} GROUP BY 1"
@@ -492,7 +486,7 @@ def _own_cost(conn: apsw.Connection, session_key: str) -> int:
 def session_detail(conn: apsw.Connection, key: str) -> dict:
     ids = _session_ids(conn, key)
     id_list = _json_list(ids)
-    instances = [s for s in sessions(conn, Window()) if s["session_id"] in set(ids)]
+    instances = sessions(conn, Window(), session_ids=ids)
     keys = sorted({s["session_key"] for s in instances if s["session_key"]})
     by_model = [
         {"provider": p or None, "model": m or None, **_llm_dict(vals)}
@@ -664,10 +658,12 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) ->
             items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
                           "id": r["run_id"], "cost_usd": r["cost_usd"]})
     if "llm" in want:
-        for r in detail["runs"]:
-            for c in run_detail(conn, r["run_id"])["model_calls"]:
-                items.append({"at": c["at"], "kind": "llm", "what": f"{c['model']} {c['total_tokens']} tokens",
-                              "id": r["run_id"], "cost_usd": c["cost_usd"]})
+        rows = conn.execute(
+            "SELECT ts_ms, run_id, model, total_tokens, cost_pico FROM llm_calls "
+            "WHERE run_id IN (SELECT value FROM json_each(?))", (_json_list(r["run_id"] for r in detail["runs"]),))
+        for ts, run_id, model, tokens, cost in rows:
+            items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
+                          "cost_usd": None if cost is None else _usd(cost)})
     if "tool" in want:
         for t in detail["tool_calls"]:
             items.append({"at": t["started_at"] or t["ended_at"], "kind": "tool",

@@ -11,14 +11,20 @@ from dataclasses import dataclass
 
 import apsw
 
-# What one llm_calls row contributes, as the columns every llm rollup shares.
-_LLM = """count(*) AS llm_calls, sum(error IS NOT NULL) AS llm_errors, sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens, sum(cache_read_tokens) AS cache_read_tokens,
-    sum(cache_write_tokens) AS cache_write_tokens, sum(total_tokens) AS total_tokens,
-    sum(coalesce(cost_pico, 0)) AS cost_pico, sum(cost_pico IS NULL AND error IS NULL) AS unpriced_calls"""
-_LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
-                "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls")
-_RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
+# What llm_calls and runs rows contribute to every rollup that counts them, summed over a
+# group of rows. Queries use the same sums for the partial slots at a window's edges.
+LLM_ROW_SUMS = """count(*) AS llm_calls, coalesce(sum(error IS NOT NULL), 0) AS llm_errors,
+    coalesce(sum(input_tokens), 0) AS input_tokens, coalesce(sum(output_tokens), 0) AS output_tokens,
+    coalesce(sum(cache_read_tokens), 0) AS cache_read_tokens,
+    coalesce(sum(cache_write_tokens), 0) AS cache_write_tokens, coalesce(sum(total_tokens), 0) AS total_tokens,
+    coalesce(sum(coalesce(cost_pico, 0)), 0) AS cost_pico,
+    coalesce(sum(cost_pico IS NULL AND error IS NULL), 0) AS unpriced_calls"""
+RUN_ROW_SUMS = """count(*) AS runs, coalesce(sum(status = 'running'), 0) AS runs_running,
+    coalesce(sum(status = 'ok'), 0) AS runs_ok, coalesce(sum(status = 'error'), 0) AS runs_error,
+    coalesce(sum(status = 'interrupted'), 0) AS runs_interrupted"""
+LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
+               "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls")
+RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
 _COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions", "subagents")
 SUBAGENT_KEY = "(coalesce(session_key, '') LIKE 'agent:%:subagent:%')"
 
@@ -50,15 +56,15 @@ def _daily(rollup: Rollup) -> Rollup:
 
 _BASE_ROLLUPS = (
     Rollup(
-        "session_totals", ("session_id",), _LLM_COLUMNS + ("runs", "tool_calls", "tool_errors"),
+        "session_totals", ("session_id",), LLM_COLUMNS + ("runs", "tool_calls", "tool_errors"),
         f"""
-        WITH l AS (SELECT session_id, {_LLM} FROM llm_calls WHERE session_id IS NOT NULL GROUP BY session_id),
+        WITH l AS (SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE session_id IS NOT NULL GROUP BY session_id),
         r AS (SELECT session_id, count(*) AS runs FROM runs WHERE session_id IS NOT NULL GROUP BY session_id),
         t AS (SELECT r.session_id, count(*) AS tool_calls, sum(tc.status = 'error') AS tool_errors
               FROM tool_calls AS tc JOIN runs AS r ON r.run_id = tc.run_id
               WHERE r.session_id IS NOT NULL GROUP BY r.session_id),
         k AS (SELECT session_id FROM l UNION SELECT session_id FROM r UNION SELECT session_id FROM t)
-        SELECT k.session_id, {_z("l", _LLM_COLUMNS)}, {_z("r", ("runs",))}, {_z("t", ("tool_calls", "tool_errors"))}
+        SELECT k.session_id, {_z("l", LLM_COLUMNS)}, {_z("r", ("runs",))}, {_z("t", ("tool_calls", "tool_errors"))}
         FROM k LEFT JOIN l USING (session_id) LEFT JOIN r USING (session_id) LEFT JOIN t USING (session_id)
         """,
     ),
@@ -67,24 +73,22 @@ _BASE_ROLLUPS = (
         "SELECT run_id, count(*), sum(status = 'error') FROM tool_calls GROUP BY run_id",
     ),
     Rollup(
-        "run_llm_totals", ("run_id",), _LLM_COLUMNS,
-        f"SELECT run_id, {_LLM} FROM llm_calls WHERE run_id IS NOT NULL GROUP BY run_id",
+        "run_llm_totals", ("run_id",), LLM_COLUMNS,
+        f"SELECT run_id, {LLM_ROW_SUMS} FROM llm_calls WHERE run_id IS NOT NULL GROUP BY run_id",
     ),
     Rollup(
-        "session_model_totals", ("session_id", "provider", "model"), _LLM_COLUMNS,
-        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {_LLM} FROM llm_calls
+        "session_model_totals", ("session_id", "provider", "model"), LLM_COLUMNS,
+        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {LLM_ROW_SUMS} FROM llm_calls
             WHERE session_id IS NOT NULL GROUP BY 1, 2, 3""",
     ),
     Rollup(
-        "usage_slots", ("slot_ms", "agent_id", "provider", "model"), _LLM_COLUMNS + _RUN_COLUMNS + _COUNT_COLUMNS,
+        "usage_slots", ("slot_ms", "agent_id", "provider", "model"), LLM_COLUMNS + RUN_COLUMNS + _COUNT_COLUMNS,
         f"""
         WITH l AS (SELECT ts_ms - ts_ms % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id,
-                          coalesce(provider, '') AS provider, coalesce(model, '') AS model, {_LLM}
+                          coalesce(provider, '') AS provider, coalesce(model, '') AS model, {LLM_ROW_SUMS}
                    FROM llm_calls GROUP BY 1, 2, 3, 4),
         r AS (SELECT s - s % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id,
-                     coalesce(provider, '') AS provider, coalesce(model, '') AS model, count(*) AS runs,
-                     sum(status = 'running') AS runs_running, sum(status = 'ok') AS runs_ok,
-                     sum(status = 'error') AS runs_error, sum(status = 'interrupted') AS runs_interrupted
+                     coalesce(provider, '') AS provider, coalesce(model, '') AS model, {RUN_ROW_SUMS}
               FROM (SELECT *, coalesce(started_ms, ended_ms) AS s FROM runs) WHERE s IS NOT NULL
               GROUP BY 1, 2, 3, 4),
         s AS (SELECT s - s % 900000 AS slot_ms, coalesce(agent_id, '') AS agent_id, '' AS provider, '' AS model,
@@ -101,7 +105,7 @@ _BASE_ROLLUPS = (
               UNION SELECT slot_ms, agent_id, provider, model FROM s
               UNION SELECT slot_ms, agent_id, provider, model FROM c
               UNION SELECT slot_ms, agent_id, provider, model FROM a)
-        SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", _LLM_COLUMNS)}, {_z("r", _RUN_COLUMNS)},
+        SELECT k.slot_ms, k.agent_id, k.provider, k.model, {_z("l", LLM_COLUMNS)}, {_z("r", RUN_COLUMNS)},
                {_z("s", ("sessions", "subagent_sessions"))}, {_z("c", ("compactions",))}, {_z("a", ("subagents",))}
         FROM k LEFT JOIN l USING (slot_ms, agent_id, provider, model)
                LEFT JOIN r USING (slot_ms, agent_id, provider, model)
