@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, ingest
+from conftest import CORPUS, cli_env, ingest
 from ledgerdump import dump, scalar
 
 from agentledger.ledger import queries
@@ -138,7 +138,7 @@ def test_sessions_sample(corpus_db, oc_expected):
 
 def test_big_line_is_indexed(corpus_db, oc_expected):
     big = oc_expected["lines"]["big_line"]
-    path = str(Path(oc_expected and __import__("conftest").CORPUS / "oc-telemetry" / big["path"]).resolve())
+    path = str((CORPUS / "oc-telemetry" / big["path"]).resolve())
     line_no = big["line"]
     offset = sum(len(line) for line in open(path, "rb").readlines()[: line_no - 1])
     assert scalar(corpus_db, "SELECT count(*) FROM events e JOIN files f ON f.id = e.file_id "

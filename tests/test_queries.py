@@ -249,3 +249,46 @@ def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):
     names = {s.labels["tool"] for s in tools.samples}
     assert len(names) == 4 and "_other" in names
     assert sum(s.value for s in tools.samples) == oc_expected["totals"]["tool_calls"]
+
+
+def test_timeline_holds_every_model_and_tool_call_of_the_session(corpus_db, oc_expected):
+    want = next(s for s in oc_expected["sessions_sample"] if s["tool_calls"] and s["llm_calls"] > 3)
+    conn = open_reader(corpus_db)
+    try:
+        items = queries.timeline(conn, want["sessionId"])
+    finally:
+        conn.close()
+    kinds = [i["kind"] for i in items]
+    assert kinds.count("llm") == want["llm_calls"]
+    assert kinds.count("tool") == want["tool_calls"]
+    assert kinds.count("run") == want["runs"]
+    assert [i["at"] for i in items] == sorted(i["at"] for i in items)
+    assert round(sum(i["cost_usd"] for i in items if i["kind"] == "llm") * 10**12) == want["cost_pico_usd"]
+
+
+def test_a_subagent_spawn_extends_its_parent_session_span(tmp_path):
+    import orjson
+    from logwriter import LogDir
+
+    t0 = 1_790_000_000_000
+
+    def ev(n, kind, data, **env):
+        base = {"id": f"evt_{n:016x}", "ts": t0 + n * 1000, "seq": n, "agentId": "main",
+                "sessionKey": "agent:main:main", "sessionId": "S", "runId": "R", "kind": kind, "data": data,
+                "source": "hook"}
+        base.update(env)
+        return orjson.dumps(base) + b"\n"
+
+    logs = LogDir(tmp_path / "state")
+    logs.append(ev(1, "run.start", {"model": "m", "provider": "p"}))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    # A later batch whose only event is the spawn: it names the run and the key, not the session id.
+    logs.append(ev(9, "subagent.spawn", {"childSessionKey": "agent:main:subagent:x"}, sessionId="unknown"))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        (s,) = queries.sessions(conn, queries.Window(), session_ids=["S"])
+    finally:
+        conn.close()
+    assert s["last_activity_at"] == "2026-09-21T14:13:29.000Z"
