@@ -7,7 +7,7 @@ still wins: the writer's upserts set the real outcome over ``interrupted``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentledger.ledger import rollups
 from agentledger.ledger.writer import LedgerWriter
@@ -34,6 +34,8 @@ class Reconciled:
     runs: int = 0
     tool_calls: int = 0
     subagents: int = 0
+    sessions: set[str] = field(default_factory=set)  # session instances whose rows changed
+    position: int = 0
 
 
 def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_S) -> Reconciled:
@@ -54,4 +56,5 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
         conn.executemany("UPDATE subagents SET status = 'interrupted' "
                          "WHERE child_session_key = ? AND status = 'running'", [(k,) for k in subagents])
         tracker.after([], [])
-    return Reconciled(len(runs), len(tools), len(subagents))
+        position = rollups.advance_position(conn, tracker.touched)
+    return Reconciled(len(runs), len(tools), len(subagents), tracker.touched, position)

@@ -66,9 +66,22 @@ _RUNS_WITHOUT_CALLS = (
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals)"
 )
 _RUNS_WITH_CALLS = "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?))"
+_NEXT_POSITION = "UPDATE ledger_position SET seq = seq + 1 WHERE id = 1 RETURNING seq"
+_SESSION_CHANGED = (
+    "INSERT INTO session_changes (session_id, seq) VALUES (?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq"
+)
 _SESSION_SPAN = (
     "UPDATE sessions SET first_ms = min(first_ms, ?), last_ms = max(last_ms, ?) WHERE session_id = ?"
 )
+
+
+def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
+    """Number this transaction's changes and mark the session instances they touched."""
+    seq = conn.execute(_NEXT_POSITION).fetchall()[0][0]
+    if session_ids:
+        conn.executemany(_SESSION_CHANGED, [(sid, seq) for sid in session_ids])
+    return seq
 
 
 def _slot(ts: int) -> int:
@@ -190,6 +203,7 @@ class Tracker:
         self.run_ids = sorted(run_ids | {k[0] for k in tool_keys})
         self.session_ids = set(session_ids)
         self.deltas = Deltas()
+        self.touched: set[str] = set()  # session instances whose rows or totals this batch changed
 
     def before(self) -> None:
         self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys, 2)
@@ -243,3 +257,4 @@ class Tracker:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:
             self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(list(d.run_llm)).decode(),))
+        self.touched = set(self.session_ids) | set(d.session)

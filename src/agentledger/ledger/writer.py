@@ -81,6 +81,8 @@ class ApplyResult:
     new_facts: int
     duplicate_facts: int
     rejects: int
+    sessions: set[str] = field(default_factory=set)  # session instances the batch changed
+    position: int = 0  # the ledger position this batch committed as
 
 
 def now_ms() -> int:
@@ -396,6 +398,7 @@ class LedgerWriter:
             except _DATA_ERRORS:
                 result, refused = self._apply_one_by_one(conn, batch)
                 rejects = rejects + refused
+            result.position = rollups.advance_position(conn, result.sessions)
             ts = now_ms()
             if rejects:
                 conn.executemany(_REJECT, [
@@ -425,6 +428,7 @@ class LedgerWriter:
                 continue
             total.new_facts += one.new_facts
             total.duplicate_facts += one.duplicate_facts
+            total.sessions |= one.sessions
         return total, refused
 
     def _apply_facts(self, conn: apsw.Connection, file_id: int, items: list[tuple[int, int, Fact]]) -> ApplyResult:
@@ -459,7 +463,8 @@ class LedgerWriter:
             if rows:
                 conn.executemany(sql, rows)
         tracker.after(prepared.rows.get(_LLM_CALL, []), prepared.rows.get(_COMPACTION, []))
-        return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0)
+        return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
+                           sessions=tracker.touched)
 
     # -- files -------------------------------------------------------------------
     def load_files(self, source: str) -> list[FileRow]:
