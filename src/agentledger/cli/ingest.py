@@ -12,10 +12,9 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer, writer_lock
-from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
+from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import FORMATS
-from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
 
 def _progress_pipeline(writer, specs, max_line):
@@ -36,16 +35,19 @@ def _progress_pipeline(writer, specs, max_line):
 @cli.command()
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
               help="Input format of the roots.")
-@click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,
-              help="Longest line indexed, in bytes; longer lines are rejected without being held in memory.")
-@click.option("--grace", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S, show_default=True, metavar="SECONDS",
-              help="Runs, tool calls and subagents open longer than this are marked interrupted.")
+@click.option("--max-line", type=click.IntRange(min=1024), default=None,
+              help="Longest line indexed, in bytes; longer lines are rejected without being held in memory "
+                   "(config `max_line`, default 32 MiB).")
+@click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.argument("roots", nargs=-1, required=True,
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def ingest(obj, fmt: str, max_line: int, grace: float, as_json: bool, roots: tuple[Path, ...]) -> None:
+def ingest(obj, fmt: str, max_line: int | None, grace: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:
     """Catch up once on ROOTS (state dirs or telemetry dirs) and exit."""
+    config = obj.configure(max_line=max_line, grace_s=grace)
+    max_line, grace = config.max_line, config.grace_s
     lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
     writer = LedgerWriter(conn)
