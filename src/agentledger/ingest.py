@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentledger.facts import Fact, Reject
-from agentledger.ledger.writer import Batch, LedgerWriter
+from agentledger.ledger.writer import ApplyResult, Batch, LedgerWriter
 from agentledger.sources import decoder_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
@@ -62,7 +62,7 @@ class Pipeline:
         stop: threading.Event | None = None,
         on_total: Callable[[int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        after_commit: Callable[[Batch], None] | None = None,
+        after_commit: Callable[[Batch, ApplyResult], None] | None = None,
     ):
         self.writer = writer
         self.max_line = max_line
@@ -128,7 +128,7 @@ class Pipeline:
                         stats.duplicates += result.duplicate_facts
                         stats.rejects += result.rejects
                         if self.after_commit:
-                            self.after_commit(batch)
+                            self.after_commit(batch, result)
                         if self.on_progress:
                             self.on_progress(nbytes)
                         if self.stop.is_set():

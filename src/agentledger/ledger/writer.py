@@ -228,6 +228,15 @@ _REJECT = """
 INSERT OR IGNORE INTO rejects (ts_ms, file_id, path, offset, length, reason, head)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 """
+_GATE_DECISION = """
+INSERT INTO gate_decisions (ts_ms, gate, scope, metric, decision, session_key, agent_id, tool, value, limit_value,
+                            reason, asked_via)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_GATE_COUNT = """
+INSERT INTO gate_decision_counts (gate, decision, count) VALUES (?, ?, ?)
+ON CONFLICT (gate, decision) DO UPDATE SET count = count + excluded.count
+"""
 _CHECKPOINT = """
 UPDATE files SET offset = ?, lines = lines + ?, size = max(size, ?), path = ?, updated_ms = ?
 WHERE id = ? AND offset = ?
@@ -465,6 +474,17 @@ class LedgerWriter:
         tracker.after(prepared.rows.get(_LLM_CALL, []), prepared.rows.get(_COMPACTION, []))
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
                            sessions=tracker.touched)
+
+    # -- gate decisions ------------------------------------------------------------
+    def record_gate_decisions(self, decisions: list, counts: dict[tuple[str, str], int]) -> None:
+        """Keep what gates answered: every warn/block whole, every decision in the counts."""
+        if not decisions and not counts:
+            return
+        with self.transaction() as conn:
+            conn.executemany(_GATE_DECISION, [
+                (d.ts_ms, d.gate, d.scope, d.metric, d.decision, d.session_key, d.agent_id, d.tool, d.value, d.limit,
+                 d.reason, d.via) for d in decisions])
+            conn.executemany(_GATE_COUNT, [(gate, decision, n) for (gate, decision), n in counts.items()])
 
     # -- files -------------------------------------------------------------------
     def load_files(self, source: str) -> list[FileRow]:
