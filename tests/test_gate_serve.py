@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -218,3 +219,28 @@ def test_hot_views_survive_kill_9_and_stay_private(daemon):
     daemon.start()
     daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.75)
     assert daemon.gate()["decision"] == "allow"
+
+
+PLUGIN = REPO / "integrations" / "openclaw" / "agentledger-gate" / "index.js"
+
+
+def _plugin(url: str, session_key: str, tool: str, **options) -> object:
+    script = (f"import {{ createGate }} from {json.dumps(str(PLUGIN))};\n"
+              f"const gate = createGate({json.dumps({'url': url, **options})});\n"
+              f"const out = await gate({{ toolName: {json.dumps(tool)} }}, {{ sessionKey: {json.dumps(session_key)} }});\n"
+              "console.log(JSON.stringify(out ?? null));")
+    ran = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed: the OpenClaw plugin is JavaScript")
+def test_the_openclaw_plugin_blocks_with_the_daemons_reason(daemon):
+    assert _plugin(daemon.url, "agent:main:s1", "exec") is None
+    daemon.logs.append(llm(2, 2.0))
+    daemon._wait(lambda: daemon.gate()["decision"] == "block")
+    assert _plugin(daemon.url, "agent:main:s1", "exec") == {
+        "block": True, "blockReason": "session agent:main:s1 spent $2.50 of its $2.00 budget (gate session-cost)"}
+    assert _plugin("http://127.0.0.1:9", "agent:main:s1", "exec") is None
+    closed = _plugin("http://127.0.0.1:9", "agent:main:s1", "exec", failClosed=True)
+    assert closed["block"] is True and "unreachable" in closed["blockReason"]
