@@ -20,13 +20,14 @@ from pathlib import Path
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from agentledger.config import demo_dir, openclaw_state_dirs
+from agentledger.config import default_sources, demo_dir
 from agentledger.http import DEFAULT_LISTEN, ApiServer, Health
-from agentledger.ingest import Pipeline, specs_from
+from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs
 from agentledger.ledger.db import LedgerBusy, open_writer, writer_lock
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
+from agentledger.pricing import Pricer
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -79,8 +80,10 @@ def _reconcile(writer: LedgerWriter, grace_s: float) -> None:
                  done.runs, done.tool_calls, done.subagents)
 
 
-def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
-               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S) -> int:
+def run_daemon(db: Path, specs: list[SourceSpec], *, max_line: int, rescan_s: float,
+               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S,
+               pricer: Pricer | None = None) -> int:
+    """``specs`` empty: the usual places (see ``config.default_sources``), else the demo."""
     stop = threading.Event()
     wake = threading.Event()
     notifier = Notifier()
@@ -100,17 +103,19 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         _say(str(exc))
         return 1
     demo_proc = None
-    if not roots:
-        found = [] if demo else openclaw_state_dirs()
+    if not specs:
+        found = [] if demo else default_sources()
         if found:
-            roots = found
+            specs = specs_from_pairs(found)
         elif demo is False:
-            _say("no OpenClaw state dir found ($OPENCLAW_STATE_DIR, ~/.openclaw): pass ROOT or use --demo")
+            _say("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
+                 "pass ROOT, --source FORMAT=ROOT or use --demo")
             return 2
         else:
-            roots = [demo_dir()]
-            demo_proc = _start_demo(roots[0])
-            _say(f"no agent logs found: running the demo in {roots[0]} (a live writer appends events)")
+            specs = specs_from("oc-telemetry", [demo_dir()])
+            demo_proc = _start_demo(demo_dir())
+            _say(f"no agent logs found: running the demo in {demo_dir()} (a live writer appends events)")
+    roots = [root for spec in specs for root in spec.roots]
     conn = open_writer(db)
     api = None
     try:
@@ -125,8 +130,8 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         notifier.ready(f"catching up on {', '.join(str(r) for r in roots)}")
         progress = _Progress(notifier, api.health)
         writer = LedgerWriter(conn)
-        pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop,
-                            on_progress=progress.advance)
+        pipeline = Pipeline(writer, specs, max_line=max_line, stop=stop, on_progress=progress.advance,
+                            pricer=pricer)
         _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")
         started = time.monotonic()
         stats = pipeline.catch_up()

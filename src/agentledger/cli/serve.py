@@ -8,15 +8,14 @@ from pathlib import Path
 import click
 
 from agentledger.cli import cli
+from agentledger.cli.ingest import pricer_for, resolve_sources, with_sources
 from agentledger.http import DEFAULT_LISTEN, parse_listen
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S
-from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
-              help="Input format of the roots.")
+@with_sources
 @click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,
               help="Longest line indexed, in bytes.")
 @click.option("--rescan", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
@@ -29,16 +28,18 @@ from agentledger.tail.tailer import DEFAULT_MAX_LINE
               help="Runs, tool calls and subagents open longer than this are marked interrupted.")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def serve(obj, fmt: str, max_line: int, rescan: float, demo: bool | None, listen: str, grace: float,
-          roots: tuple[Path, ...]) -> None:
-    """Catch up on ROOTS, then follow them live until SIGTERM or Ctrl-C.
+def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int, rescan: float, demo: bool | None,
+          listen: str, grace: float, roots: tuple[Path, ...]) -> None:
+    """Catch up on ROOTS (in --format) and every --source, then follow them live until SIGTERM or Ctrl-C.
 
-    Without ROOTS it reads OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw, legacy names),
-    else starts the demo: a directory fed by a small live writer.
+    Without either it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw,
+    legacy names) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a
+    directory fed by a small live writer.
     """
     from agentledger.daemon import run_daemon
 
     parse_listen(listen)  # a malformed address is a usage error, before anything starts
-    code = run_daemon(obj.db, fmt, list(roots), max_line=max_line, rescan_s=rescan, demo=demo, listen=listen,
-                      grace_s=grace)
+    specs = resolve_sources(fmt, roots, sources) if roots or sources else []
+    code = run_daemon(obj.db, specs, max_line=max_line, rescan_s=rescan, demo=demo, listen=listen,
+                      grace_s=grace, pricer=pricer_for(prices))
     sys.exit(code)
