@@ -63,7 +63,7 @@ def default_overrides_path() -> Path | None:
 
 
 def _decimal(value: object, where: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
         raise ValueError(f"{where}: expected a non-negative number of USD per million tokens, got {value!r}")
     return Decimal(str(value))
 
@@ -87,7 +87,7 @@ def load_overrides(path: Path) -> dict[str, Rates]:
             raise ValueError(f"{where} must be a table")
         unknown = set(spec) - set(_RATE_KEYS)
         if unknown:
-            raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r} (use {', '.join(_RATE_KEYS)})")
+            raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {', '.join(_RATE_KEYS)})")
         if "input" not in spec or "output" not in spec:
             raise ValueError(f"{where}: needs at least input and output")
         rates = {k: _decimal(spec[k], f"{where}.{k}") for k in _RATE_KEYS if k in spec}
@@ -149,7 +149,7 @@ def _bundled(provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal
         fields["cache_write_1h_tokens"] = t.cache_write_1h
         fields["cache_write_5m_tokens"] = t.cache_write - t.cache_write_1h
     usage = genai_prices.Usage(**fields)
-    when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
     for hint in ((provider, None) if provider else (None,)):
         try:
             return genai_prices.calc_price(usage, model, provider_id=hint, genai_request_timestamp=when).total_price

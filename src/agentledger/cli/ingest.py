@@ -64,7 +64,13 @@ def pricer_for(prices: Path | None) -> Pricer:
 
 def _progress_pipeline(writer, specs, max_line, pricer):
     """A pipeline that drives a rich progress bar (only on a terminal)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), TimeRemainingColumn(), transient=True)

@@ -37,7 +37,6 @@ from agentledger.facts import (
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
 
-
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)

@@ -91,7 +91,7 @@ def iso_ms(value: object) -> int | None:
     except ValueError:
         return None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        parsed = parsed.replace(tzinfo=dt.UTC)
     return int(parsed.timestamp() * 1000)
 
 
@@ -105,7 +105,7 @@ def cost_pico(value: object) -> int | None:
     """A producer's USD cost → pico-USD; None for anything that is not a plausible cost."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if value != value or value < 0 or value > MAX_CALL_COST_USD:
+    if not 0 <= value <= MAX_CALL_COST_USD:  # NaN fails every comparison
         return None
     return round(value * PICO_PER_USD)
 
