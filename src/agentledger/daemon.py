@@ -20,15 +20,16 @@ from pathlib import Path
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from agentledger.config import Config, demo_dir, openclaw_state_dirs
+from agentledger.config import Config, default_sources, demo_dir
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import ApiServer, Health
-from agentledger.ingest import Pipeline, SourceSpec, specs_from
+from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs
 from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
+from agentledger.pricing import Pricer
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -111,21 +112,19 @@ def _record_gates(writer: LedgerWriter, keeper: GateKeeper) -> None:
 def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subprocess.Popen | None] | str:
     """The sources to follow, and the demo writer when there are none; or why it cannot start."""
     if config.sources and not demo:
-        by_format: dict[str, list[str]] = {}
-        for source in config.sources:
-            by_format.setdefault(source.format, []).append(str(source.root))
-        return [SourceSpec(fmt, tuple(roots)) for fmt, roots in by_format.items()], None
-    found = [] if demo else openclaw_state_dirs()
+        return specs_from_pairs([(s.format, s.root) for s in config.sources]), None
+    found = [] if demo else default_sources()
     if found:
-        return specs_from("oc-telemetry", found), None
+        return specs_from_pairs(found), None
     if demo is False:
-        return "no OpenClaw state dir found ($OPENCLAW_STATE_DIR, ~/.openclaw): pass ROOT or use --demo"
+        return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
+                "pass ROOT, --source FORMAT=ROOT or use --demo")
     root = demo_dir()
     _say(f"no agent logs found: running the demo in {root} (a live writer appends events)")
     return specs_from("oc-telemetry", [root]), _start_demo(root)
 
 
-def run_daemon(config: Config, *, demo: bool | None = None) -> int:
+def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
     stop = threading.Event()
     wake = threading.Event()
     notifier = Notifier()
@@ -176,7 +175,8 @@ def run_daemon(config: Config, *, demo: bool | None = None) -> int:
         notifier.ready(f"catching up on {where}")
         progress = _Progress(notifier, api.health)
         pipeline = Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
-                            after_commit=lambda batch, result: live.committed(result.sessions, result.position))
+                            after_commit=lambda batch, result: live.committed(result.sessions, result.position),
+                            pricer=pricer)
         _say(f"ledger {db}; catching up on {where}")
         started = time.monotonic()
         stats = pipeline.catch_up()

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 
 from agentledger.cli import cli
-from agentledger.sources import FORMATS
+from agentledger.cli.ingest import pricer_for, with_sources
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
-              help="Input format of the ROOTS given here.")
+@with_sources
 @click.option("--max-line", type=click.IntRange(min=1024), default=None,
               help="Longest line indexed, in bytes (config `max_line`, default 32 MiB).")
 @click.option("--rescan", type=click.FloatRange(min=0.05), default=None, metavar="SECONDS",
@@ -26,15 +25,18 @@ from agentledger.sources import FORMATS
               help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def serve(obj, fmt: str, max_line: int | None, rescan: float | None, demo: bool | None, listen: str | None,
-          grace: float | None, roots: tuple[Path, ...]) -> None:
-    """Catch up on ROOTS (else the config's [[sources]]), then follow them live until SIGTERM or Ctrl-C.
+def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, rescan: float | None,
+          demo: bool | None, listen: str | None, grace: float | None, roots: tuple[Path, ...]) -> None:
+    """Catch up on ROOTS (in --format) and every --source (else the config's [[sources]]), then follow
+    them live until SIGTERM or Ctrl-C.
 
-    With neither it reads OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw, legacy names),
-    else starts the demo: a directory fed by a small live writer.
+    With none it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw,
+    legacy names) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a
+    directory fed by a small live writer.
     """
     from agentledger.daemon import run_daemon
 
-    sources = [{"format": fmt, "root": str(r)} for r in roots] or None
-    config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace, sources=sources)
-    sys.exit(run_daemon(config, demo=demo))
+    pairs = [(fmt, r) for r in roots] + list(sources)
+    config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace,
+                           sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
+    sys.exit(run_daemon(config, demo=demo, pricer=pricer_for(prices)))
