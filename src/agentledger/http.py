@@ -193,6 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(route)
 
     def _answer(self, route) -> None:
+        started = time.perf_counter()
         try:
             status, body = route()
         except queries.NotFound as exc:
@@ -202,9 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
         except LedgerError as exc:
             status, body = 503, {"error": str(exc)}
         data = orjson.dumps(body)
+        elapsed_ms = (time.perf_counter() - started) * 1000
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("Server-Timing", f"app;dur={elapsed_ms:.3f}")  # time inside the handler
         self.end_headers()
         self.wfile.write(data)
 
