@@ -57,6 +57,6 @@ def cli(ctx: click.Context, db: Path | None, verbose: bool) -> None:
     ctx.obj = Context(db if db is not None else default_db())
 
 
-from agentledger.cli import ingest, queries, serve, verify  # noqa: E402  (commands register on cli)
+from agentledger.cli import ingest, prune, queries, serve, verify  # noqa: E402  (commands register on cli)
 
-__all__ = ["cli", "main", "ingest", "queries", "serve", "verify"]
+__all__ = ["cli", "main", "ingest", "prune", "queries", "serve", "verify"]
