@@ -266,9 +266,13 @@ def test_prune_refuses_while_another_process_writes(ledger: Path):
     assert agentledger(ledger, "prune", "--dry-run").returncode == 0  # reading needs no lock
 
 
-def test_a_bad_age_is_a_usage_error(ledger: Path):
+def test_a_bad_age_or_a_missing_ledger_is_one_line(ledger: Path, tmp_path: Path):
     out = agentledger(ledger, "prune", "--older-than", "0")
     assert out.returncode == 2 and "--older-than" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    missing = tmp_path / "nowhere.db"
+    out = agentledger(missing, "prune")
+    assert out.returncode == 2 and "no ledger at" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not missing.exists()
 
 
 def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path):

@@ -10,9 +10,13 @@ import click
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.ledger import retention
-from agentledger.ledger.db import LedgerBusy, open_reader, open_writer, writer_lock
+from agentledger.ledger.db import LedgerBusy, LedgerError, open_reader, open_writer, writer_lock
 from agentledger.ledger.writer import now_ms
 from agentledger.timeutil import iso
+
+
+_LABELS = {"events": "events (reduced to their key)", "messages": "message previews",
+           "usage_snapshots": "usage snapshots", "reject_heads": "reject heads", "gate_decisions": "gate decisions"}
 
 
 def _size(db: Path) -> int:
@@ -32,6 +36,8 @@ def prune(obj, days: int, dry_run: bool, as_json: bool) -> None:
     Totals, rollups, sessions, runs, model and tool calls stay, and so does every event's id:
     re-reading old logs still counts nothing twice. The freed space goes back to the file system.
     """
+    if not obj.db.exists():
+        raise LedgerError(f"no ledger at {obj.db}: nothing to prune (pass --db)")
     horizon = retention.horizon(now_ms(), days)
     before = _size(obj.db)
     if dry_run:
@@ -65,9 +71,8 @@ def prune(obj, days: int, dry_run: bool, as_json: bool) -> None:
                      "reclaimed_bytes": None if dry_run else result.reclaimed_bytes,
                      "free_bytes": free if dry_run else 0})
         return
-    verb = "would prune" if dry_run else "pruned"
-    pairs: list[tuple[str, object]] = [("older than", f"{iso(horizon)} ({days} days)")]
-    pairs += [(f"{name.replace('_', ' ')} {verb}", getattr(result, name)) for name in result.COUNTS]
+    click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} ({days} days):")
+    pairs: list[tuple[str, object]] = [(label, getattr(result, name)) for name, label in _LABELS.items()]
     if dry_run:
         pairs.append(("ledger size", f"{before / 1e6:,.1f} MB ({free / 1e6:,.1f} MB of it free)"))
     else:
