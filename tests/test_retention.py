@@ -275,13 +275,14 @@ def test_a_bad_age_or_a_missing_ledger_is_one_line(ledger: Path, tmp_path: Path)
     assert not missing.exists()
 
 
-def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path):
+def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path, caplog):
     """The daemon's view: ticks interleaved with ingest, a little work per tick, then a pause."""
     root = tmp_path / "root"
     db = tmp_path / "ledger.db"
     pruner = retention.Pruner(30, every_s=3600, budget_s=0.0, batch_rows=200)
     conn = open_writer(db)
     finished = []
+    caplog.set_level("INFO", logger="agentledger.retention")
     try:
         for seed in range(4):
             _synthetic(root, 1500, seed)
@@ -296,7 +297,9 @@ def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path):
         assert pruner.tick(conn, now_ms=AFTER_ALL) is None  # the next pass waits an hour
     finally:
         conn.close()
-    assert len(finished) == 1 and finished[0].events > 0
+    assert len(finished) == 1 and finished[0].events > 0 and finished[0].reclaimed_bytes > 0
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "agentledger.retention"]
+    assert f"{finished[0].events} events reduced to their key" in line and "returned to the file system" in line
     assert _verify(db) == []
     assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 6000 - finished[0].events
     # The same events again, in a copy read from the start: nothing new.

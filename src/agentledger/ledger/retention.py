@@ -212,7 +212,7 @@ def ensure_incremental_vacuum(conn: apsw.Connection, path: str | Path) -> bool:
 class Pruner:
     """Retention from inside the daemon's loop: call ``tick()`` every iteration.
 
-    A tick works for at most ``budget_s`` (whole batches), so ingest and watchdog pings are
+    A tick stops after the batch that passes ``budget_s``, so ingest and watchdog pings are
     never held up for long; a new pass starts ``every_s`` after the last one finished."""
 
     def __init__(self, raw_days: float, *, every_s: float = 3600.0, budget_s: float = 0.2,
