@@ -36,6 +36,23 @@ def oc_expected(oc_corpus: Path) -> dict:
     return json.loads((oc_corpus / "expected.json").read_text())
 
 
+def _corpus(name: str) -> Path:
+    path = CORPUS / name
+    if not path.is_dir():
+        pytest.skip(f"shared corpus not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def transcript_corpus() -> Path:
+    return _corpus("oc-transcript")
+
+
+@pytest.fixture(scope="session")
+def claude_corpus() -> Path:
+    return _corpus("claude-code")
+
+
 def ingest(db: Path, *roots: Path, fmt: str = "oc-telemetry", **kwargs) -> IngestStats:
     conn = open_writer(db)
     try:

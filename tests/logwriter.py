@@ -40,6 +40,17 @@ def llm_call(n: int, *, cost_pico: int = 1_000_000, ts: int | None = None, sessi
     return orjson.dumps(ev) + b"\n"
 
 
+def event(n: int, kind: str, data: dict, *, session: str = "s1", agent: str = "main", ts: int | None = None,
+          run: str | None = None, session_id: str | None = None) -> bytes:
+    """Any telemetry line, keyed like ``llm_call``'s: session ``agent:<agent>:<session>``, id ``sid-<session>``."""
+    ev = {
+        "id": event_id(n), "ts": ts if ts is not None else BASE_TS + n, "seq": n, "agentId": agent,
+        "sessionKey": f"agent:{agent}:{session}", "sessionId": session_id or f"sid-{session}",
+        "runId": run or f"run-{session}", "kind": kind, "data": data, "source": "diagnostic_event",
+    }
+    return orjson.dumps(ev) + b"\n"
+
+
 class LogDir:
     """One telemetry directory: ``events.jsonl`` plus rotated files."""
 

@@ -64,5 +64,7 @@ def test_absurd_cost_and_tokens_do_not_stall_the_file(tmp_path, db):
     logs.append(llm_call(1) + huge + llm_call(3))
     stats = ingest(db, logs.root)
     assert stats.events == 3
-    assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_pico IS NULL") == 1
+    # The absurd cost is not taken: the call is priced from its tokens instead, never counted at 1e8 USD.
+    assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_source = 'log'") == 2
+    assert scalar(db, "SELECT max(cost_pico) FROM llm_calls") < 10**12
     assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 2

@@ -1,3 +1,3 @@
-from agentledger.cli import main
+from agentledger.entry import main
 
 main()

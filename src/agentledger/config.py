@@ -1,18 +1,42 @@
-"""Where things live by default."""
+"""The effective configuration: built-in defaults < TOML file < ``AGENTLEDGER_*`` environment < flags.
+
+The file is ``--config``, else ``$AGENTLEDGER_CONFIG``, else
+``$XDG_CONFIG_HOME/agentledger/config.toml`` when it exists. Every scalar key has an
+environment variable named after its path (``hot.max_entries`` → ``AGENTLEDGER_HOT_MAX_ENTRIES``);
+the lists (``sources``, ``gates``) take JSON there. Anything invalid is one ``ConfigError``
+naming the key, the problem and where the value came from.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentledger.ledger.reconcile import DEFAULT_GRACE_S
+from agentledger.sources import FORMATS
+from agentledger.tail.tailer import DEFAULT_MAX_LINE
+
+ENV_PREFIX = "AGENTLEDGER_"
+DEFAULT_LISTEN = "127.0.0.1:9464"
+
+
+class ConfigError(ValueError):
+    """An unusable configuration value; the message names the key and how to fix it."""
 
 
 def state_home() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "agentledger"
 
 
-def default_db() -> Path:
-    env = os.environ.get("AGENTLEDGER_DB")
-    return Path(env).expanduser() if env else state_home() / "ledger.db"
+def config_home(env: Mapping[str, str] = os.environ) -> Path:
+    return Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "agentledger"
 
 
 def demo_dir() -> Path:
@@ -29,3 +53,237 @@ def openclaw_state_dirs() -> list[Path]:
         if (home / name).is_dir():
             return [home / name]
     return []
+
+
+def claude_config_dirs() -> list[Path]:
+    """Claude Code's config dirs: $CLAUDE_CONFIG_DIR (a comma list), else ~/.config/claude and ~/.claude."""
+    env = os.environ.get("CLAUDE_CONFIG_DIR")
+    if env:
+        return [Path(p.strip()).expanduser() for p in env.split(",") if p.strip()]
+    home = Path.home()
+    return [d for d in (home / ".config" / "claude", home / ".claude") if d.is_dir()]
+
+
+def default_sources() -> list[tuple[str, Path]]:
+    """(format, root) for every producer found in its usual place; empty when there is none."""
+    pairs: list[tuple[str, Path]] = []
+    for state in openclaw_state_dirs():
+        if state.is_dir():
+            # Telemetry and transcripts record the same model calls: read one of them, the
+            # telemetry extension's where it is installed (it also sees subagents and messages).
+            has_telemetry = any((agent / "telemetry").is_dir() for agent in (state / "agents").glob("*"))
+            pairs.append(("oc-telemetry" if has_telemetry else "oc-transcript", state))
+    pairs += [("claude-code", d) for d in claude_config_dirs() if d.is_dir()]
+    return pairs
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as a socket address; port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"cannot listen on {value!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Strict):
+    format: Literal[FORMATS]  # type: ignore[valid-type]
+    root: Path
+
+    @field_validator("root")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+
+class HotConfig(_Strict):
+    max_entries: int = Field(default=128, ge=1)
+    flush_interval_s: float = Field(default=5.0, ge=0)
+    ttl_s: float = Field(default=3600.0, ge=0)  # idle sessions leave memory (their files stay)
+    end_grace_s: float = Field(default=300.0, ge=0)  # an ended session is dropped this long after its end
+
+
+class MetricsConfig(_Strict):
+    top_n: int = Field(default=20, ge=1)
+
+
+SCOPES = ("session", "session-family", "agent-day", "global-day")
+METRICS = ("cost_usd", "tokens", "tool_calls", "llm_calls", "tool_errors")
+
+
+class GateConfig(_Strict):
+    name: str = Field(min_length=1)
+    scope: Literal[SCOPES]  # type: ignore[valid-type]
+    metric: Literal[METRICS]  # type: ignore[valid-type]
+    limit: float = Field(gt=0)
+    action: Literal["block", "warn"] = "block"
+    tools: tuple[str, ...] = ("*",)  # shell-style globs of tool names
+    agents: tuple[str, ...] = ("*",)  # globs of the asking session's agent id ("" when unknown)
+
+
+class Config(_Strict):
+    db: Path = Field(default_factory=lambda: state_home() / "ledger.db")
+    state_dir: Path = Field(default_factory=state_home)  # the hot store lives under it
+    listen: str = DEFAULT_LISTEN
+    timezone: str = "UTC"  # where day-scoped gates start their day
+    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0)
+    rescan_s: float = Field(default=2.0, ge=0.05)
+    max_line: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
+    sources: tuple[SourceConfig, ...] = ()
+    hot: HotConfig = HotConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    gates: tuple[GateConfig, ...] = ()
+
+    @field_validator("db", "state_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("not a time zone name (e.g. UTC, Europe/Berlin)") from None
+        return v
+
+    @model_validator(mode="after")
+    def _unique_gates(self) -> Config:
+        names = [g.name for g in self.gates]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"gate name {name!r} is used twice; names must be unique")
+        return self
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+def _scalar_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key an environment variable can set: scalars by path, lists whole."""
+    out = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.extend(_scalar_paths(annotation, prefix + (name,)))
+        else:
+            out.append(prefix + (name,))
+    return out
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    return ENV_PREFIX + "_".join(path).upper()
+
+
+def _set(doc: dict, path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        doc = doc.setdefault(part, {})
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{'.'.join(path)}: the file gives {part} a value, not a table")
+    doc[path[-1]] = value
+
+
+def _env_value(path: tuple[str, ...], raw: str) -> Any:
+    if path[-1] in ("sources", "gates"):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{env_name(path)}: not JSON; give a JSON list of tables") from None
+    return raw  # pydantic converts numbers and checks them
+
+
+def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """The file to read and whether it must exist (named by flag or environment)."""
+    if explicit is not None:
+        return explicit.expanduser(), True
+    if env.get(ENV_PREFIX + "CONFIG"):
+        return Path(env[ENV_PREFIX + "CONFIG"]).expanduser(), True
+    default = config_home(env) / "config.toml"
+    return default, False
+
+
+def _describe(error: dict, origins: dict[tuple, str]) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+    message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (see `agentledger config show` for the keys there are)"
+    elif error["type"] == "literal_error":
+        message = message.replace("must be", "must be one of", 1)
+    where = f" (from {origin})" if origin else ""
+    return f"{key}: {message}{where}" if key else f"{message}{where}"
+
+
+def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
+         env: Mapping[str, str] | None = None) -> Config:
+    """The effective configuration; ``overrides`` are flag values by key path (``"hot.ttl_s"``)."""
+    env = os.environ if env is None else env
+    path, required = config_file(explicit, env)
+    doc: dict = {}
+    origins: dict[tuple, str] = {}
+    if path is not None and (required or path.exists()):
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist: create it or pass another --config") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        origins = {(k,): str(path) for k in doc}
+    for key_path in _scalar_paths(Config):
+        raw = env.get(env_name(key_path))
+        if raw is not None:
+            _set(doc, key_path, _env_value(key_path, raw))
+            origins[key_path] = f"${env_name(key_path)}"
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            key_path = tuple(dotted.split("."))
+            _set(doc, key_path, value)
+            origins[key_path] = "the command line"
+    try:
+        return Config.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"invalid config: {_describe(first, origins)}") from None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def to_toml(config: Config) -> str:
+    """The configuration as a TOML file that ``load`` reads back to the same values."""
+    data = config.model_dump(mode="json")
+    lines: list[str] = []
+    tables: list[tuple[str, dict]] = []
+    arrays: list[tuple[str, list]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif key in ("sources", "gates"):
+            arrays.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    for name, items in arrays:
+        for item in items:
+            lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"

@@ -20,13 +20,16 @@ from pathlib import Path
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
-from agentledger.config import demo_dir, openclaw_state_dirs
-from agentledger.http import DEFAULT_LISTEN, ApiServer, Health
-from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger.db import LedgerBusy, open_writer, writer_lock
-from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
+from agentledger.config import Config, default_sources, demo_dir
+from agentledger.gates import GateKeeper
+from agentledger.hot.sessions import HotSessions
+from agentledger.http import ApiServer, Health
+from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs
+from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lock
+from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
+from agentledger.pricing import Pricer
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -72,15 +75,56 @@ class _Progress:
             self.notifier.status(f"catching up: {self.bytes / 1e6:,.1f} MB indexed")
 
 
-def _reconcile(writer: LedgerWriter, grace_s: float) -> None:
+class LiveState:
+    """What follows each committed transaction: hot views and gate caches move with the ledger."""
+
+    def __init__(self, conn, hot: HotSessions, keeper: GateKeeper):
+        self.conn = conn
+        self.hot = hot
+        self.keeper = keeper
+        self.following = False  # while catching up, views are rebuilt once at the end instead
+
+    def committed(self, sessions: set[str], position: int) -> None:
+        if self.following:
+            self.hot.refresh(self.conn, sessions, position)
+        self.keeper.position = position
+
+    def caught_up(self) -> None:
+        rebuilt = self.hot.validate(self.conn)
+        if rebuilt:
+            log.info("hot store: %d recovered session views were behind the ledger and were rebuilt", rebuilt)
+        self.following = True
+
+
+def _reconcile(writer: LedgerWriter, grace_s: float, live: LiveState) -> None:
     done = reconcile(writer, now_ms(), grace_s)
+    live.committed(done.sessions, done.position)
     if done.runs or done.tool_calls or done.subagents:
         log.info("interrupted after %.0fs without an end: %d runs, %d tool calls, %d subagents", grace_s,
                  done.runs, done.tool_calls, done.subagents)
 
 
-def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
-               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S) -> int:
+def _record_gates(writer: LedgerWriter, keeper: GateKeeper) -> None:
+    decisions, counts = keeper.drain()
+    writer.record_gate_decisions(decisions, counts)
+
+
+def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subprocess.Popen | None] | str:
+    """The sources to follow, and the demo writer when there are none; or why it cannot start."""
+    if config.sources and not demo:
+        return specs_from_pairs([(s.format, s.root) for s in config.sources]), None
+    found = [] if demo else default_sources()
+    if found:
+        return specs_from_pairs(found), None
+    if demo is False:
+        return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
+                "pass ROOT, --source FORMAT=ROOT or use --demo")
+    root = demo_dir()
+    _say(f"no agent logs found: running the demo in {root} (a live writer appends events)")
+    return specs_from("oc-telemetry", [root]), _start_demo(root)
+
+
+def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
     stop = threading.Event()
     wake = threading.Event()
     notifier = Notifier()
@@ -94,64 +138,74 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    db = config.db
     try:
         lock = writer_lock(db)
     except LedgerBusy as exc:
         _say(str(exc))
         return 1
-    demo_proc = None
-    if not roots:
-        found = [] if demo else openclaw_state_dirs()
-        if found:
-            roots = found
-        elif demo is False:
-            _say("no OpenClaw state dir found ($OPENCLAW_STATE_DIR, ~/.openclaw): pass ROOT or use --demo")
-            return 2
-        else:
-            roots = [demo_dir()]
-            demo_proc = _start_demo(roots[0])
-            _say(f"no agent logs found: running the demo in {roots[0]} (a live writer appends events)")
+    found = _roots(config, demo)
+    if isinstance(found, str):
+        _say(found)
+        os.close(lock)
+        return 2
+    specs, demo_proc = found
+    where = ", ".join(r for spec in specs for r in spec.roots)
     conn = open_writer(db)
     api = None
+    hot = HotSessions(config.state_dir / "hot", max_entries=config.hot.max_entries,
+                      flush_interval_s=config.hot.flush_interval_s, ttl_s=config.hot.ttl_s,
+                      end_grace_s=config.hot.end_grace_s)
+    if hot.store.quarantined:
+        log.warning("hot store: %d unreadable session files set aside; those sessions are rebuilt from the ledger",
+                    hot.store.quarantined)
+    readers = ReaderPool(db)
+    keeper = GateKeeper(config.gates, hot, readers, config.zone)
+    writer = LedgerWriter(conn)
+    live = LiveState(conn, hot, keeper)
     try:
         try:
-            api = ApiServer(db, listen)
+            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n)
         except OSError as exc:
-            _say(f"cannot listen on {listen}: {exc.strerror}; pass --listen HOST:PORT")
+            _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT")
             return 2
         api.start()
         _say(f"listening on {api.address}")
         # Ready once queries can be answered: a long catch-up is progress, not a failed start.
-        notifier.ready(f"catching up on {', '.join(str(r) for r in roots)}")
+        notifier.ready(f"catching up on {where}")
         progress = _Progress(notifier, api.health)
-        writer = LedgerWriter(conn)
-        pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop,
-                            on_progress=progress.advance)
-        _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")
+        pipeline = Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
+                            after_commit=lambda batch, result: live.committed(result.sessions, result.position),
+                            pricer=pricer)
+        _say(f"ledger {db}; catching up on {where}")
         started = time.monotonic()
         stats = pipeline.catch_up()
+        live.caught_up()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
         api.health.caught_up = True
-        notifier.status(f"following {len(roots)} source root(s); caught up")
-        _reconcile(writer, grace_s)
+        notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
+        _reconcile(writer, config.grace_s, live)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S
         observer = Observer()
-        for root in roots:
-            if Path(root).is_dir():
-                observer.schedule(_Wake(wake), str(root), recursive=True)
+        for spec in specs:
+            for root in spec.roots:
+                if Path(root).is_dir():
+                    observer.schedule(_Wake(wake), str(root), recursive=True)
         observer.start()
         try:
             while not stop.is_set():
                 notifier.watchdog()
                 api.health.tick()
-                wake.wait(min(rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
+                wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
                 wake.clear()
+                _record_gates(writer, keeper)
+                hot.expire()
                 if stop.is_set():
                     break
                 stats = pipeline.run_once()
                 if time.monotonic() >= next_reconcile:
-                    _reconcile(writer, grace_s)
+                    _reconcile(writer, config.grace_s, live)
                     next_reconcile = time.monotonic() + RECONCILE_EVERY_S
                 if stats.lines:
                     log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events,
@@ -162,6 +216,9 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
     finally:
         if api is not None:
             api.close()
+        _record_gates(writer, keeper)
+        hot.close()
+        readers.close()
         conn.close()
         os.close(lock)
         if demo_proc is not None:

@@ -29,6 +29,7 @@ class Tokens:
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    cache_write_1h: int = 0  # the part of cache_write kept for an hour (priced higher than 5 minutes)
     total: int = 0
 
 
@@ -69,10 +70,14 @@ class LlmCall(Fact):
     model: str | None = None
     call_index: int | None = None
     tokens: Tokens
-    cost_pico: int | None = None  # None: the source carried no cost
-    cost_source: str = "log"
+    cost_pico: int | None = None  # None: the source carried no cost (the pipeline may price it)
+    cost_source: str = "log"  # "log" | "transcript" | "priced"
     duration_ms: int | None = None
     error: str | None = None
+    # Sources that repeat one call over several lines (streaming snapshots) name it, so the
+    # ledger keeps one row per call with the best of its lines; None: the line is the call.
+    call_key: str | None = None
+    sidechain: bool = False  # a replay on a side branch never outranks the main branch's copy
 
 
 @dataclass(slots=True, kw_only=True)
@@ -100,6 +105,7 @@ class ToolEnded(Fact):
     error: str | None = None
     file_path: str | None = None
     exec_command: str | None = None
+    exit_code: int | None = None  # a command's exit status, which producers do not count as an error
 
 
 @dataclass(slots=True, kw_only=True)

@@ -16,13 +16,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agentledger.config import parse_listen
+from agentledger.gates import GateKeeper, hot_json
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.metrics import registry_for
 from agentledger.timeutil import parse_time
 
 log = logging.getLogger("agentledger.http")
-DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
 class BadRequest(ValueError):
@@ -53,17 +54,9 @@ class Health:
         return 200, {"ready": True}
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"cannot listen on {value!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
     def one(name: str) -> str | None:
-        values = params.get(name)
-        return values[-1] if values else None
+        return _one(params, name)
 
     try:
         since = parse_time(one("since")) if one("since") else None
@@ -77,7 +70,47 @@ def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.
                           limit=int(limit) if limit is not None else default_limit)
 
 
-def _route(db: Path, health: Health, path: str, params: dict[str, list[str]]) -> tuple[int, object]:
+def _one(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name)
+    return values[-1] if values else None
+
+
+def _hot(keeper: GateKeeper | None, key: str) -> tuple[int, object]:
+    if keeper is None:
+        return 503, {"error": "hot session views are served by `agentledger serve` only"}
+    with keeper.readers.connection() as conn:
+        state = keeper.hot.lookup(conn, key)
+    if state is None:
+        return 404, {"error": f"no session {key!r} (give a session key or a session id)"}
+    return 200, hot_json(state)
+
+
+def _gate(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple[int, object]:
+    if keeper is None:
+        return 503, {"error": "gates are answered by `agentledger serve` only"}
+    key = _one(params, "session_key") or _one(params, "sessionKey") or _one(params, "session_id")
+    tool = _one(params, "tool") or _one(params, "toolName")
+    return 200, keeper.decide(key, tool).as_json()
+
+
+def claude_code_answer(keeper: GateKeeper, payload: object) -> dict:
+    """Claude Code's hook protocol: a PreToolUse that a gate blocks gets the deny JSON; all else ``{}``."""
+    if not isinstance(payload, dict):
+        raise BadRequest("a hook payload is a JSON object")
+    if payload.get("hook_event_name") != "PreToolUse":
+        return {}
+    key, tool = payload.get("session_id"), payload.get("tool_name")
+    if not isinstance(key, str) or not isinstance(tool, str):
+        raise BadRequest("a PreToolUse payload needs string session_id and tool_name")
+    decision = keeper.decide(key, tool, via="claude-code")
+    if decision.decision != "block":
+        return {}
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": decision.reason}}
+
+
+def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
+           params: dict[str, list[str]]) -> tuple[int, object]:
     parts = [unquote(p) for p in path.strip("/").split("/")]
     if parts == ["healthz"]:
         return health.alive()
@@ -91,6 +124,16 @@ def _route(db: Path, health: Health, path: str, params: dict[str, list[str]]) ->
         return status, body
     if len(parts) < 2 or parts[0] != "v1":
         return 404, {"error": f"no such endpoint {path!r}"}
+    if parts[1:] == ["gate"]:
+        return _gate(keeper, params)
+    if parts[1:] == ["hot"]:
+        if keeper is None:
+            return 503, {"error": "hot session views are served by `agentledger serve` only"}
+        w = _window(params, 50)
+        views = [hot_json(v) for v in keeper.hot.views() if w.agent is None or v.agent_id == w.agent]
+        return 200, views[: w.limit]
+    if parts[1] == "sessions" and len(parts) == 4 and parts[3] == "hot":
+        return _hot(keeper, parts[2])
     conn = open_reader(db)
     try:
         if parts[1:] == ["sessions"]:
@@ -108,18 +151,50 @@ def _route(db: Path, health: Health, path: str, params: dict[str, list[str]]) ->
         conn.close()
 
 
+MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a whole file to write
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "agentledger"
+    protocol_version = "HTTP/1.1"  # keep-alive: a hook client asks many times
     db: Path
     health: Health
+    keeper: GateKeeper | None
+    top_n: int
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         url = urlsplit(self.path)
         if url.path == "/metrics":
             self._metrics()
             return
+        self._answer(lambda: _route(self.db, self.health, self.keeper, url.path, parse_qs(url.query)))
+
+    def do_POST(self) -> None:  # noqa: N802
+        url = urlsplit(self.path)
+
+        def route() -> tuple[int, object]:
+            length = self.headers.get("Content-Length", "")
+            if not length.isdigit():
+                raise BadRequest("send a Content-Length")
+            if int(length) > MAX_BODY:
+                self.close_connection = True  # the unread body must not be taken for the next request
+                return 413, {"error": f"body over {MAX_BODY} bytes"}
+            body = self.rfile.read(int(length))
+            if url.path.rstrip("/") != "/v1/hooks/claude-code":
+                return 404, {"error": f"no such endpoint {url.path!r}"}
+            if self.keeper is None:
+                return 503, {"error": "hooks are answered by `agentledger serve` only"}
+            try:
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(f"the body is not JSON: {exc}") from None
+            return 200, claude_code_answer(self.keeper, payload)
+
+        self._answer(route)
+
+    def _answer(self, route) -> None:
         try:
-            status, body = _route(self.db, self.health, url.path, parse_qs(url.query))
+            status, body = route()
         except queries.NotFound as exc:
             status, body = 404, {"error": str(exc).strip('"')}
         except (BadRequest, ValueError) as exc:
@@ -135,7 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _metrics(self) -> None:
         try:
-            data, status, ctype = generate_latest(registry_for(self.db)), 200, CONTENT_TYPE_LATEST
+            extra = [self.keeper.checks] if self.keeper is not None else []
+            registry = registry_for(self.db, self.top_n, extra)
+            data, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
         except LedgerError as exc:
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
         self.send_response(status)
@@ -151,10 +228,11 @@ class _Handler(BaseHTTPRequestHandler):
 class ApiServer:
     """Serves in a background thread until ``close``."""
 
-    def __init__(self, db: Path, listen: str, health: Health | None = None):
+    def __init__(self, db: Path, listen: str, health: Health | None = None, keeper: GateKeeper | None = None,
+                 top_n: int = 20):
         host, port = parse_listen(listen)
         self.health = health or Health()
-        handler = type("Handler", (_Handler,), {"db": db, "health": self.health})
+        handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "top_n": top_n})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentledger.facts import Fact, Reject
-from agentledger.ledger.writer import Batch, LedgerWriter
-from agentledger.sources import decoder_for
+from agentledger.facts import Fact, LlmCall, Reject
+from agentledger.ledger.writer import ApplyResult, Batch, LedgerWriter
+from agentledger.pricing import Pricer
+from agentledger.sources import Decoder, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
 
@@ -62,9 +63,11 @@ class Pipeline:
         stop: threading.Event | None = None,
         on_total: Callable[[int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        after_commit: Callable[[Batch], None] | None = None,
+        after_commit: Callable[[Batch, ApplyResult], None] | None = None,
+        pricer: Pricer | None = None,
     ):
         self.writer = writer
+        self.pricer = pricer or Pricer.default()
         self.max_line = max_line
         self.stop = stop or threading.Event()
         self.on_total = on_total
@@ -72,22 +75,31 @@ class Pipeline:
         self.after_commit = after_commit
         self.tailers = [
             (Tailer(writer, spec.format, list(spec.roots), max_line=max_line, batch_lines=batch_lines),
-             decoder_for(spec.format))
+             opener_for(spec.format))
             for spec in specs
         ]
 
-    def _batch(self, chunk: Chunk, decode) -> Batch:
+    def _batch(self, chunk: Chunk, decode: Decoder) -> Batch:
         facts: list[tuple[int, int, Fact]] = []
         rejects: list[Reject] = []
+        price = self.pricer.apply
         for off, line in chunk.result.lines:
             try:
                 out = decode(line, off)
             except Exception as exc:  # a decoder bug must cost one line, never the stream
                 out = Reject(offset=off, length=len(line), reason=f"decoder error: {type(exc).__name__}: {exc}"[:300],
                              head=line[:HEAD_BYTES])
-            if type(out) is Reject:
+            t = type(out)
+            if t is Reject:
                 rejects.append(out)
+            elif t is list:
+                for fact in out:
+                    if type(fact) is LlmCall:
+                        price(fact)
+                    facts.append((off, len(line), fact))
             else:
+                if t is LlmCall:
+                    price(out)
                 facts.append((off, len(line), out))
         for off, length, head in chunk.result.too_long:
             rejects.append(Reject(offset=off, length=length,
@@ -101,7 +113,7 @@ class Pipeline:
     def run_once(self) -> IngestStats:
         """One scan of every source and a read of everything new; stops early when asked to."""
         stats = IngestStats()
-        for tailer, decode in self.tailers:
+        for tailer, opener in self.tailers:
             pairs, opened, report = tailer.scan()
             try:
                 stats.files += report.files
@@ -117,6 +129,8 @@ class Pipeline:
                 for row, p in pairs:
                     if self.stop.is_set():
                         break
+                    # Built per read from the path as it is now: a renamed file decodes the same.
+                    decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
                         batch = self._batch(chunk, decode)
                         result = self.writer.apply(batch)
@@ -128,7 +142,7 @@ class Pipeline:
                         stats.duplicates += result.duplicate_facts
                         stats.rejects += result.rejects
                         if self.after_commit:
-                            self.after_commit(batch)
+                            self.after_commit(batch, result)
                         if self.on_progress:
                             self.on_progress(nbytes)
                         if self.stop.is_set():
@@ -151,3 +165,15 @@ class Pipeline:
 
 def specs_from(fmt: str, roots: list[str | Path]) -> list[SourceSpec]:
     return [SourceSpec(fmt, tuple(str(Path(r).expanduser()) for r in roots))]
+
+
+def specs_from_pairs(pairs: list[tuple[str, str | Path]]) -> list[SourceSpec]:
+    """(format, root) pairs, as flags or a config file list them → one spec per format, in first-seen order."""
+    by_format: dict[str, list[str]] = {}
+    for fmt, root in pairs:
+        opener_for(fmt)  # an unknown format is refused before anything is read
+        roots = by_format.setdefault(fmt, [])
+        path = str(Path(root).expanduser())
+        if path not in roots:
+            roots.append(path)
+    return [SourceSpec(fmt, tuple(roots)) for fmt, roots in by_format.items()]

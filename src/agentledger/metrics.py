@@ -43,6 +43,7 @@ class LedgerCollector(Collector):
             yield from self._runs_and_sessions(conn)
             yield from self._tools(conn)
             yield from self._ingest(conn)
+            yield from self._gates(conn)
             conn.execute("COMMIT")
         finally:
             conn.close()
@@ -151,7 +152,18 @@ class LedgerCollector(Collector):
         yield events
 
 
-def registry_for(db: Path, top_n: int = 20) -> CollectorRegistry:
+    def _gates(self, conn) -> Iterator[Metric]:
+        decisions = CounterMetricFamily("agentledger_gate_decisions", "Gate questions answered, by gate and "
+                                        "decision (gate \"\" when no gate tripped).", labels=["gate", "decision"])
+        for gate, decision, count in conn.execute("SELECT gate, decision, count FROM gate_decision_counts"):
+            decisions.add_metric([gate, decision], count)
+        yield decisions
+
+
+def registry_for(db: Path, top_n: int = 20, extra: list[Collector] = ()) -> CollectorRegistry:
+    """The ledger's metrics plus the daemon's own (``extra``: e.g. gate check timings)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LedgerCollector(db, top_n))
+    for collector in extra:
+        registry.register(collector)
     return registry

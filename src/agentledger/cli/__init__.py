@@ -8,14 +8,31 @@ from pathlib import Path
 import click
 
 from agentledger import __version__, logs
-from agentledger.config import default_db
+from agentledger.config import Config, load
 from agentledger.ledger.db import LedgerBusy, LedgerError
 from agentledger.ledger.queries import NotFound
 
 
 class Context:
-    def __init__(self, db: Path):
-        self.db = db
+    """What every command shares: the effective configuration, read when first needed."""
+
+    def __init__(self, config_path: Path | None, db: Path | None):
+        self.config_path = config_path
+        self.db_flag = db
+        self._config: Config | None = None
+
+    def configure(self, **flags) -> Config:
+        """The configuration with this command's flags (by key path) on top; None means not given."""
+        self._config = load(self.config_path, {"db": self.db_flag, **flags})
+        return self._config
+
+    @property
+    def config(self) -> Config:
+        return self._config or self.configure()
+
+    @property
+    def db(self) -> Path:
+        return self.config.db
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -45,21 +62,35 @@ def main(args: list[str] | None = None) -> None:
 
 @click.group()
 @click.version_option(__version__, prog_name="agentledger")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Ledger database (default: $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
+              help="Ledger database (default: config `db`, $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
               help="Least severe log lines shown on stderr [default: warning, or info with -v].")
 @click.option("--log-format", type=click.Choice(("auto", "text", "json")), default="auto", show_default=True,
               help="Log lines as text or one JSON object each; auto: text on a terminal, else JSON.")
 @click.pass_context
-def cli(ctx: click.Context, db: Path | None, verbose: bool, log_level: str | None, log_format: str) -> None:
+def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: bool, log_level: str | None,
+        log_format: str) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
     logs.setup(log_level or ("info" if verbose else "warning"),
                json={"auto": None, "text": False, "json": True}[log_format])
-    ctx.obj = Context(db if db is not None else default_db())
+    ctx.obj = Context(config_path, db)
 
 
-from agentledger.cli import ingest, prune, queries, serve, verify  # noqa: E402  (commands register on cli)
+from agentledger.cli import config, ingest, prune, queries, serve, verify  # noqa: E402  (commands register on cli)
 
-__all__ = ["cli", "main", "ingest", "prune", "queries", "serve", "verify"]
+__all__ = ["cli", "main", "config", "ingest", "prune", "queries", "serve", "verify"]
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def gate(args: tuple[str, ...]) -> None:
+    """Ask the running daemon's gates about a tool call (Claude Code hook: --hook claude-code).
+
+    `agentledger gate --help` lists its options."""
+    from agentledger.hook import main as gate_main
+
+    sys.exit(gate_main(list(args)))

@@ -1,4 +1,4 @@
-"""``agentledger ingest``: catch up once and exit."""
+"""``agentledger ingest``: catch up once and exit; ``agentledger reprice``."""
 
 from __future__ import annotations
 
@@ -10,23 +10,74 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.ingest import Pipeline, specs_from
+from agentledger.config import Config, default_sources
+from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs
 from agentledger.ledger.db import open_writer, writer_lock
-from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
+from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
+from agentledger.pricing import Pricer, default_overrides_path
 from agentledger.sources import FORMATS
-from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
 
-def _progress_pipeline(writer, specs, max_line):
+def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
+    pairs = []
+    for value in values:
+        fmt, sep, root = value.partition("=")
+        if not sep or not root:
+            raise click.BadParameter(f"{value!r} is not FORMAT=ROOT (e.g. claude-code=~/.claude)")
+        if fmt not in FORMATS:
+            raise click.BadParameter(f"unknown format {fmt!r} in {value!r}: choose one of {', '.join(FORMATS)}")
+        path = Path(root).expanduser()
+        if not path.is_dir():
+            raise click.BadParameter(f"{root!r} is not a directory (in {value!r})")
+        pairs.append((fmt, path))
+    return pairs
+
+
+source_options = [
+    click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
+                 help="Input format of the ROOT arguments."),
+    click.option("--source", "sources", multiple=True, callback=_source, metavar="FORMAT=ROOT",
+                 help="A source to read, e.g. claude-code=~/.claude; repeat for several."),
+    click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+                 help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write per million "
+                      "tokens; default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml)."),
+]
+
+
+def with_sources(f):
+    for option in reversed(source_options):
+        f = option(f)
+    return f
+
+
+def resolve_sources(fmt: str, roots: tuple[Path, ...], sources: list[tuple[str, Path]], config: Config) -> list[SourceSpec]:
+    """ROOT arguments (in ``--format``) plus every ``--source``; else the config's; else the usual places.
+    Empty: none found."""
+    pairs = [(fmt, r) for r in roots] + list(sources)
+    pairs = pairs or [(s.format, s.root) for s in config.sources] or default_sources()
+    return specs_from_pairs(pairs)
+
+
+def pricer_for(prices: Path | None) -> Pricer:
+    return Pricer.from_file(prices or default_overrides_path())
+
+
+def _progress_pipeline(writer, specs, max_line, pricer):
     """A pipeline that drives a rich progress bar (only on a terminal)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
     task = progress.add_task("indexing", total=None)
     pipeline = Pipeline(
-        writer, specs, max_line=max_line,
+        writer, specs, max_line=max_line, pricer=pricer,
         on_total=lambda n: progress.update(task, total=(progress.tasks[0].completed + n)),
         on_progress=lambda n: progress.advance(task, n),
     )
@@ -34,33 +85,65 @@ def _progress_pipeline(writer, specs, max_line):
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
-              help="Input format of the roots.")
-@click.option("--max-line", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE, show_default=True,
-              help="Longest line indexed, in bytes; longer lines are rejected without being held in memory.")
-@click.option("--grace", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S, show_default=True, metavar="SECONDS",
-              help="Runs, tool calls and subagents open longer than this are marked interrupted.")
+@with_sources
+@click.option("--max-line", type=click.IntRange(min=1024), default=None,
+              help="Longest line indexed, in bytes; longer lines are rejected without being held in memory "
+                   "(config `max_line`, default 32 MiB).")
+@click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.argument("roots", nargs=-1, required=True,
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
-def ingest(obj, fmt: str, max_line: int, grace: float, as_json: bool, roots: tuple[Path, ...]) -> None:
-    """Catch up once on ROOTS (state dirs or telemetry dirs) and exit."""
+def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, grace: float | None,
+           as_json: bool, roots: tuple[Path, ...]) -> None:
+    """Catch up once on ROOTS (in --format) and every --source, then exit.
+
+    Without either it reads the config's [[sources]], else what it finds: OpenClaw's state dir
+    ($OPENCLAW_STATE_DIR, ~/.openclaw) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude)."""
+    config = obj.configure(max_line=max_line, grace_s=grace)
+    max_line, grace = config.max_line, config.grace_s
+    specs = resolve_sources(fmt, roots, sources, config)
+    if not specs:
+        raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
+    pricer = pricer_for(prices)
     lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
     writer = LedgerWriter(conn)
-    specs = specs_from(fmt, list(roots))
     if sys.stderr.isatty() and not as_json:
-        pipeline, progress = _progress_pipeline(writer, specs, max_line)
+        pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
         with progress:
             stats = pipeline.catch_up()
     else:
-        stats = Pipeline(writer, specs, max_line=max_line).catch_up()
+        stats = Pipeline(writer, specs, max_line=max_line, pricer=pricer).catch_up()
     interrupted = reconcile(writer, now_ms(), grace)
     conn.close()
     os.close(lock)
     summary = stats.as_dict() | {"interrupted_runs": interrupted.runs, "interrupted_tool_calls": interrupted.tool_calls,
                                  "interrupted_subagents": interrupted.subagents}
+    if as_json:
+        emit_json(summary)
+    else:
+        emit_pairs([(k.replace("_", " "), v) for k, v in summary.items()])
+
+
+@cli.command()
+@click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Price overrides (default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+def reprice(obj, prices: Path | None, as_json: bool) -> None:
+    """Price again every call priced here (or left unpriced), with today's price table and overrides.
+
+    Costs the logs carried are never touched; rollups move with the rows."""
+    pricer = pricer_for(prices)
+    lock = writer_lock(obj.db)
+    conn = open_writer(obj.db)
+    try:
+        result = LedgerWriter(conn).reprice(pricer)
+    finally:
+        conn.close()
+        os.close(lock)
+    summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced}
     if as_json:
         emit_json(summary)
     else:

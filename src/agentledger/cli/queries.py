@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import click
+import orjson
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_csv, emit_json, emit_pairs, emit_table
@@ -39,6 +41,8 @@ def query_options(default_limit: int | None):
         def wrapper(obj, fmt, since, until, agent, limit, **kwargs):
             if since is not None and until is not None and since > until:
                 raise click.BadParameter("--since is after --until", param_hint="--since")
+            if kwargs.get("live"):  # answered by the running daemon, not the database
+                return fn(None, queries.Window(since=since, until=until, agent=agent, limit=limit), fmt, **kwargs)
             conn = open_reader(obj.db)
             try:
                 w = queries.Window(since=since, until=until, agent=agent, limit=limit)
@@ -62,10 +66,34 @@ def _emit_rows(rows: list[dict], fmt: str | None, empty: str, columns: list[tupl
         emit_table(rows, columns)
 
 
+def _live_sessions(url: str, w: queries.Window) -> list[dict]:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({k: v for k, v in (("agent", w.agent), ("limit", w.limit)) if v is not None})
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/hot?{query}", timeout=5) as response:
+            return orjson.loads(response.read())
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"no daemon answers at {url} ({exc}): start `agentledger serve`, or pass --url")
+
+
 @cli.command()
+@click.option("--live", is_flag=True, help="The running daemon's hot session views, as its gates see them.")
+@click.option("--url", default=None, metavar="URL",
+              help="The daemon, with --live (default: $AGENTLEDGER_URL, else http://<config listen>).")
 @query_options(default_limit=50)
-def sessions(conn, w, fmt):
+def sessions(conn, w, fmt, live, url):
     """Sessions with their runs, calls, tokens and cost, most recent first."""
+    if live:
+        obj = click.get_current_context().obj
+        url = url or os.environ.get("AGENTLEDGER_URL") or f"http://{obj.config.listen}"
+        _emit_rows(_live_sessions(url, w), fmt, "no live sessions", [
+            ("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
+            ("last_activity_at", "last activity"), ("current_run", "run"), ("llm_calls", "llm"),
+            ("tool_calls", "tools"), ("tool_errors", "tool err"), ("total_tokens", "tokens"), ("cost_usd", "cost $")])
+        return
     _emit_rows(queries.sessions(conn, w), fmt, "no sessions match", [("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
                           ("started_at", "started"), ("runs", "runs"), ("llm_calls", "llm"),
                           ("tool_calls", "tools"), ("tool_errors", "tool err"),

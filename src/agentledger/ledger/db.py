@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -139,3 +142,34 @@ def migrate(conn: apsw.Connection) -> int:
         raise
     conn.execute("COMMIT")
     return pending[-1][0]
+
+
+class ReaderPool:
+    """Read-only connections reused across requests: opening one costs more than a gate decision."""
+
+    def __init__(self, path: str | Path, size: int = 8):
+        self.path = path
+        self._idle: queue.LifoQueue[apsw.Connection] = queue.LifoQueue(maxsize=size)
+
+    @contextmanager
+    def connection(self) -> Iterator[apsw.Connection]:
+        try:
+            conn = self._idle.get_nowait()
+        except queue.Empty:
+            conn = open_reader(self.path)
+        try:
+            yield conn
+        except BaseException:
+            conn.close()  # it may be mid-transaction; a fresh one is cheaper than finding out
+            raise
+        try:
+            self._idle.put_nowait(conn)
+        except queue.Full:
+            conn.close()
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return

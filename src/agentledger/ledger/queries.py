@@ -681,3 +681,91 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) ->
                           "cost_usd": s["cost_usd"]})
     items.sort(key=lambda i: i["at"] or "")
     return items
+
+
+# -- what gates and the hot store read ------------------------------------------------------------
+
+_HOT_TOTALS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+               "total_tokens", "cost_pico", "tool_calls", "tool_errors")
+_CURRENT_INSTANCE = """
+SELECT s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.started_ms, s.first_ms), s.ended_ms, s.last_ms
+FROM sessions AS s WHERE s.session_key = ?1
+UNION ALL
+SELECT s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.started_ms, s.first_ms), s.ended_ms, s.last_ms
+FROM sessions AS s WHERE s.session_id = ?1 AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = ?1)
+ORDER BY 5 DESC LIMIT 1
+"""
+# Subagent sessions spawned (directly or not) by a session key since an instant; a malformed
+# log cannot loop here: UNION drops keys already seen.
+_FAMILY = """
+WITH RECURSIVE fam(k) AS (
+    SELECT child_session_key FROM subagents WHERE parent_session_key = ?1 AND coalesce(spawned_ms, ended_ms, 0) >= ?2
+    UNION
+    SELECT a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
+)
+SELECT s.session_id FROM fam JOIN sessions AS s ON s.session_key = fam.k WHERE s.session_key != ?1
+"""
+_INSTANCE_TOTALS = f"""
+SELECT {', '.join(f'coalesce(sum(t.{c}), 0)' for c in _HOT_TOTALS)}, coalesce(max(c.seq), 0)
+FROM json_each(?) AS j LEFT JOIN session_totals AS t ON t.session_id = j.value
+LEFT JOIN session_changes AS c ON c.session_id = j.value
+"""
+_CURRENT_RUN = (
+    "SELECT run_id FROM runs WHERE session_id = ? AND status = 'running' "
+    "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT 1"
+)
+
+
+def ledger_position(conn: apsw.Connection) -> int:
+    """The number of the last batch the ledger committed."""
+    return conn.execute("SELECT seq FROM ledger_position WHERE id = 1").fetchall()[0][0]
+
+
+def _instance_totals(conn: apsw.Connection, session_ids: list[str]) -> tuple[dict, int]:
+    """Totals summed over session instances (snapshot fallbacks included) and their last change."""
+    *values, changed = conn.execute(_INSTANCE_TOTALS, (_json_list(session_ids),)).fetchall()[0]
+    totals = dict(zip(_HOT_TOTALS, values))
+    if session_ids:
+        totals["cost_pico"] += sum(_fallback_cost(conn, Window(), session_ids).values())
+    return totals, changed
+
+
+def hot_session(conn: apsw.Connection, key: str) -> dict | None:
+    """What gates measure of a session: its current instance (a reset starts a new one), alone
+    and with the subagents spawned since that instance began; None when the ledger has no such
+    session. ``key`` is a session key, or a session id for sources keyed by id."""
+    rows = conn.execute(_CURRENT_INSTANCE, (key,)).fetchall()
+    if not rows:
+        return None
+    sid, session_key, agent, status, started, ended, last = rows[0]
+    own, own_changed = _instance_totals(conn, [sid])
+    family_ids = [r[0] for r in conn.execute(_FAMILY, (session_key or key, started or 0))]
+    family, family_changed = _instance_totals(conn, family_ids)
+    current_run = conn.execute(_CURRENT_RUN, (sid,)).fetchall()
+    return {
+        "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
+        "started_ms": started, "ended_ms": ended, "last_activity_ms": last,
+        "current_run": current_run[0][0] if current_run else None,
+        **own, "family": {k: own[k] + family[k] for k in _HOT_TOTALS},
+        "changed": max(own_changed, family_changed),
+    }
+
+
+def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
+    """The keys whose hot view a change to these instances can move: their own and every ancestor's."""
+    rows = conn.execute("""
+        WITH RECURSIVE up(k) AS (
+            SELECT coalesce(session_key, session_id) FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))
+            UNION
+            SELECT a.parent_session_key FROM subagents AS a JOIN up ON a.child_session_key = up.k
+            WHERE a.parent_session_key IS NOT NULL
+        ) SELECT k FROM up""", (_json_list(session_ids),))
+    return {k for (k,) in rows}
+
+
+def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
+    """What day-scoped gates measure: usage in [since, until] from the rollups."""
+    u = usage(conn, Window(since=since, until=until, agent=agent))
+    return {"llm_calls": u["llm_calls"] + u["llm_errors"], "total_tokens": u["total_tokens"],
+            "cost_pico": round(u["cost_usd"] * PICO_PER_USD), "tool_calls": u["tool_calls"],
+            "tool_errors": u["tool_errors"]}

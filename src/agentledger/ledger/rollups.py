@@ -2,7 +2,8 @@
 
 For every run, tool call, session and subagent a batch touches, the writer reads the row
 before and after its upserts; the rollups move by what the new row contributes minus what the old one
-did. LLM calls are only ever inserted, so they simply add. Deltas are summed per rollup
+did. LLM calls add as they are inserted; a call that a better line of it replaces moves
+the rollups by the new row minus the old one. Deltas are summed per rollup
 key in Python and written with one upsert per key, which is what keeps this cheap.
 """
 
@@ -104,11 +105,12 @@ class Deltas:
         self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0] * 9)
         self.session_model: dict[tuple, list[int]] = defaultdict(lambda: [0] * 9)
 
-    def llm_call(self, row: tuple) -> None:
-        """``row`` is the writer's llm_calls parameter tuple."""
-        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row
+    def llm_call(self, row: tuple, sign: int = 1) -> None:
+        """``row`` is the writer's llm_calls parameter tuple (see writer.LLM_CALL_COLUMNS)."""
+        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row[:19]
         err = error is not None
-        values = (1, err, i, o, cr, cw, t, cost or 0, cost is None and not err)
+        values = (sign, sign * err, sign * i, sign * o, sign * cr, sign * cw, sign * t, sign * (cost or 0),
+                  sign * (cost is None and not err))
         targets = [self.usage[(_slot(ts), agent or "", provider or "", model or "")]]
         if session_id is not None:
             targets.append(self.session[session_id])
@@ -191,6 +193,21 @@ def _write(conn: apsw.Connection, sql: str, deltas: dict) -> None:
         conn.executemany(sql, rows)
 
 
+def move_llm_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[tuple]) -> set[str]:
+    """Rollups follow llm_calls rows changed in place (old → new); returns the sessions touched."""
+    d = Deltas()
+    for row in old_rows:
+        d.llm_call(row, -1)
+    for row in new_rows:
+        d.llm_call(row)
+    _write(conn, _ADD_SESSION, d.session)
+    _write(conn, _ADD_USAGE, d.usage)
+    _write(conn, _ADD_USAGE_DAY, _by_day(d.usage))
+    _write(conn, _ADD_RUN_LLM, d.run_llm)
+    _write(conn, _ADD_SESSION_MODEL, d.session_model)
+    return set(d.session)
+
+
 class Tracker:
     """Brackets a batch's entity upserts: ``before()``, the upserts, then ``after()``."""
 
@@ -214,7 +231,8 @@ class Tracker:
         self.old_sessions = _read(self.conn, _READ_SESSIONS, self.session_ids)
         self.old_subagents = _read(self.conn, _READ_SUBAGENTS, self.subagent_keys)
 
-    def after(self, llm_rows: list[tuple], compaction_rows: list[tuple]) -> None:
+    def after(self, llm_rows: list[tuple], compaction_rows: list[tuple], replaced_llm_rows: list[tuple] = ()) -> None:
+        """``replaced_llm_rows``: llm_calls rows the batch took out (a call's better line replaced them)."""
         d = self.deltas
         for row in self.old_tools.values():
             d.tool(row, -1)
@@ -242,6 +260,8 @@ class Tracker:
             d.subagent(row, -1)
         for row in _read(self.conn, _READ_SUBAGENTS, self.subagent_keys).values():
             d.subagent(row, +1)
+        for row in replaced_llm_rows:
+            d.llm_call(row, -1)
         for row in llm_rows:
             d.llm_call(row)
         for row in compaction_rows:

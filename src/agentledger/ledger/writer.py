@@ -35,7 +35,7 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.ledger import rollups
-
+from agentledger.pricing import PRICED, Pricer
 
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
@@ -74,6 +74,13 @@ class FileRow:
     size: int
     status: str
     lost_bytes: int | None
+
+
+@dataclass(slots=True)
+class RepriceResult:
+    checked: int = 0
+    changed: int = 0
+    unpriced: int = 0
 
 
 @dataclass(slots=True)
@@ -158,12 +165,28 @@ ON CONFLICT (run_id) DO UPDATE SET
     cache_write_tokens = excluded.cache_write_tokens,
     total_tokens       = excluded.total_tokens
 """
-_LLM_CALL = """
-INSERT INTO llm_calls (event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider,
-    model, call_index, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens,
-    cost_pico, cost_source, duration_ms, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+LLM_CALL_COLUMNS = (
+    "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
+    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
+    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens"
+)
+_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 22)})"
+_KEYED_CALLS = (
+    f"SELECT {LLM_CALL_COLUMNS} FROM llm_calls WHERE call_key IN (SELECT value FROM json_each(?))"
+)
+_DROP_KEYED_CALL = "DELETE FROM llm_calls WHERE call_key = ?"
+# Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
+_REPRICEABLE = (
+    f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
+    "AND id > ? ORDER BY id LIMIT ?"
+)
+_SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
+_RUN_AT = (
+    "SELECT run_id FROM runs WHERE session_id = ? AND started_ms <= ? ORDER BY started_ms DESC LIMIT 1"
+)
+_LATEST_RUN = (
+    "SELECT run_id FROM runs WHERE session_id = ? ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT 1"
+)
 _USAGE_SNAPSHOT = """
 INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -179,8 +202,8 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
 """
 _TOOL_ENDED = """
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
-                        ended_ms, duration_ms, error, file_path, exec_command)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ended_ms, duration_ms, error, file_path, exec_command, exit_code)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
     agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
@@ -190,7 +213,8 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     duration_ms  = excluded.duration_ms,
     error        = excluded.error,
     file_path    = excluded.file_path,
-    exec_command = excluded.exec_command
+    exec_command = excluded.exec_command,
+    exit_code    = excluded.exit_code
 """
 _SUBAGENT_SPAWNED = """
 INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
@@ -228,6 +252,15 @@ _REJECT = """
 INSERT OR IGNORE INTO rejects (ts_ms, file_id, path, offset, length, reason, head)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 """
+_GATE_DECISION = """
+INSERT INTO gate_decisions (ts_ms, gate, scope, metric, decision, session_key, agent_id, tool, value, limit_value,
+                            reason, asked_via)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_GATE_COUNT = """
+INSERT INTO gate_decision_counts (gate, decision, count) VALUES (?, ?, ?)
+ON CONFLICT (gate, decision) DO UPDATE SET count = count + excluded.count
+"""
 _CHECKPOINT = """
 UPDATE files SET offset = ?, lines = lines + ?, size = max(size, ?), path = ?, updated_ms = ?
 WHERE id = ? AND offset = ?
@@ -238,7 +271,13 @@ def _llm_call(f: LlmCall) -> tuple:
     k = f.tokens
     return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
             f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
-            f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error)
+            f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error, f.call_key, int(f.sidechain),
+            k.cache_write_1h)
+
+
+def _rank(row: tuple) -> tuple:
+    """Which of two rows of one call to keep: the main branch's, then the most output, then the most tokens."""
+    return (not row[20], row[11], row[14])
 
 
 def _tool_started(f: ToolStarted) -> tuple:
@@ -247,7 +286,8 @@ def _tool_started(f: ToolStarted) -> tuple:
 
 def _tool_ended(f: ToolEnded) -> tuple:
     return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key,
-            "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path, f.exec_command)
+            "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path, f.exec_command,
+            f.exit_code)
 
 
 def _run_started(f: RunStarted) -> tuple | None:
@@ -458,13 +498,96 @@ class LedgerWriter:
         tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
+        added, replaced = self._keyed_calls(conn, prepared.rows)
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
-        tracker.after(prepared.rows.get(_LLM_CALL, []), prepared.rows.get(_COMPACTION, []))
+        tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
                            sessions=tracker.touched)
+
+    # -- gate decisions ------------------------------------------------------------
+    def record_gate_decisions(self, decisions: list, counts: dict[tuple[str, str], int]) -> None:
+        """Keep what gates answered: every warn/block whole, every decision in the counts."""
+        if not decisions and not counts:
+            return
+        with self.transaction() as conn:
+            conn.executemany(_GATE_DECISION, [
+                (d.ts_ms, d.gate, d.scope, d.metric, d.decision, d.session_key, d.agent_id, d.tool, d.value, d.limit,
+                 d.reason, d.via) for d in decisions])
+            conn.executemany(_GATE_COUNT, [(gate, decision, n) for (gate, decision), n in counts.items()])
+    @staticmethod
+    def _keyed_calls(conn: apsw.Connection, rows: dict[str, list[tuple]]) -> tuple[list[tuple], list[tuple]]:
+        """Settle calls that several lines describe: one row per call key, the best line's.
+
+        Leaves in ``rows`` only the llm_calls rows to insert; returns (rows the rollups gain,
+        rows they lose). A better line of a known call replaces its row, so the rollups move
+        by the difference and a call is never counted twice, whatever order its lines come in."""
+        calls = rows.get(_LLM_CALL)
+        if not calls:
+            return [], []
+        best: dict[str, tuple] = {}
+        plain = []
+        for row in calls:
+            key = row[19]
+            if key is None:
+                plain.append(row)
+            elif key not in best or _rank(row) > _rank(best[key]):
+                best[key] = row
+        if not best:
+            return calls, []
+        stored = {row[19]: row for row in conn.execute(_KEYED_CALLS, (orjson.dumps(list(best)).decode(),))}
+        replaced = []
+        for key, row in best.items():
+            old = stored.get(key)
+            if old is None:
+                plain.append(row)
+            elif _rank(row) > _rank(old):
+                conn.execute(_DROP_KEYED_CALL, (key,))
+                replaced.append(old)
+                plain.append(row)
+        rows[_LLM_CALL] = plain
+        return plain, replaced
+
+    def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:
+        """Price again every call whose cost was priced here or unknown; one transaction per batch."""
+        result = RepriceResult()
+        last = 0
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(_REPRICEABLE, (last, batch)).fetchall()
+                if not rows:
+                    return result
+                last = rows[-1][0]
+                old_rows, new_rows, updates = [], [], []
+                for rid, *row in rows:
+                    if row[18] is not None:
+                        continue  # a failed call
+                    result.checked += 1
+                    tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
+                                    total=row[14], cache_write_1h=row[21])
+                    cost = pricer.price(row[7], row[8], tokens, row[1])
+                    result.unpriced += cost is None
+                    if cost == row[15]:
+                        continue
+                    source = PRICED if cost is not None else None
+                    old_rows.append(tuple(row))
+                    row[15], row[16] = cost, source
+                    new_rows.append(tuple(row))
+                    updates.append((cost, source, rid))
+                if updates:
+                    conn.executemany(_SET_COST, updates)
+                    rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
+                    result.changed += len(updates)
+
+    def run_at(self, session_id: str, ts_ms: int | None) -> str | None:
+        """The run a session was in at ``ts_ms`` (None: its latest), as far as the ledger knows."""
+        if ts_ms is None:
+            rows = self.conn.execute(_LATEST_RUN, (session_id,)).fetchall()
+        else:
+            rows = self.conn.execute(_RUN_AT, (session_id, ts_ms)).fetchall()
+        return rows[0][0] if rows else None
 
     # -- files -------------------------------------------------------------------
     def load_files(self, source: str) -> list[FileRow]:

@@ -1,7 +1,9 @@
-"""Source decoders: pure functions from one log line to a fact or a reject.
+"""Source decoders: pure functions from one log line to facts or a reject.
 
-Each format module exposes ``decode(line, offset) -> Fact | Reject``. Decoding
-never touches the database, so it can be tested and benchmarked on its own.
+Each format is opened per file: ``opener(path, lookup)`` returns the decoder of that
+file's lines, ``decode(line, offset) -> Fact | Reject | list[Fact]``. Transcript formats
+learn who a file belongs to from its path (and side files), and ask ``lookup`` which run
+a session is in when a read resumes mid-file; decoding itself never writes anything.
 """
 
 from __future__ import annotations
@@ -9,19 +11,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentledger.facts import Fact, Reject
-from agentledger.sources import oc_telemetry
+from agentledger.sources import claude_code, oc_telemetry, oc_transcript
+from agentledger.sources.common import RunLookup
 
-Decoder = Callable[[bytes, int], "Fact | Reject"]
+Decoder = Callable[[bytes, int], "Fact | Reject | list[Fact]"]
+Opener = Callable[[str, RunLookup], Decoder]
 
-DECODERS: dict[str, Decoder] = {
-    "oc-telemetry": oc_telemetry.decode,
+
+def _stateless(decode: Decoder) -> Opener:
+    return lambda path, lookup: decode
+
+
+OPENERS: dict[str, Opener] = {
+    "oc-telemetry": _stateless(oc_telemetry.decode),
+    "oc-transcript": oc_transcript.FileDecoder,
+    "claude-code": claude_code.FileDecoder,
 }
 
-FORMATS = tuple(DECODERS)
+FORMATS = tuple(OPENERS)
 
 
-def decoder_for(fmt: str) -> Decoder:
+def opener_for(fmt: str) -> Opener:
     try:
-        return DECODERS[fmt]
+        return OPENERS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}") from None

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+from collections.abc import Callable
 
+import orjson
+
+from agentledger.facts import PICO_PER_USD, Reject
+
+# (session id, at or before this time or None for the latest) → the session's run then.
+RunLookup = Callable[[str, "int | None"], "str | None"]
+
+# A cost above this for one call is garbage (and would overflow 64-bit pico-USD sums).
+MAX_CALL_COST_USD = 10**6
 MISSING = "unknown"
 HEAD_BYTES = 200
 
@@ -51,3 +62,83 @@ def agent_from_key(session_key: str | None) -> str | None:
         if sep and agent:
             return agent
     return None
+
+
+def reject(line: bytes, offset: int, reason: str) -> Reject:
+    return Reject(offset=offset, length=len(line), reason=reason[:300], head=line[:HEAD_BYTES])
+
+
+def json_object(line: bytes, offset: int) -> dict | Reject:
+    """The line as a JSON object, or the reject saying why it is not one."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        if not line.strip():
+            return reject(line, offset, "blank line")
+        reason = "invalid UTF-8" if "utf-8" in str(exc).lower() else "invalid JSON"
+        return reject(line, offset, f"{reason}: {exc}")
+    if obj.__class__ is not dict:
+        return reject(line, offset, f"not a JSON object ({type(obj).__name__})")
+    return obj
+
+
+def iso_ms(value: object) -> int | None:
+    """An ISO 8601 time (``2026-10-01T17:54:14.049Z``) → Unix ms, None when it is not one."""
+    if value.__class__ is not str or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def derived_id(base: int, index: int) -> int:
+    """The id of the index-th fact of a line whose first fact has id ``base`` (signed 64-bit)."""
+    n = (base + index) & 0xFFFF_FFFF_FFFF_FFFF
+    return n - (1 << 64) if n >= 1 << 63 else n
+
+
+def cost_pico(value: object) -> int | None:
+    """A producer's USD cost → pico-USD; None for anything that is not a plausible cost."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not 0 <= value <= MAX_CALL_COST_USD:  # NaN fails every comparison
+        return None
+    return round(value * PICO_PER_USD)
+
+
+def error_text(value: object) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("message")
+    if isinstance(value, str) and value:
+        return value[:2000]
+    return None
+
+
+class RunTracker:
+    """Which run a transcript line belongs to: the latest user turn before it.
+
+    Transcripts name the turn only on its first line, so the decoder follows the file. A
+    read that resumes mid-file asks the ledger for the session's latest run instead of
+    remembering lines it read before, so a restart attributes exactly as a straight read."""
+
+    def __init__(self, lookup: RunLookup, session_id: str | None):
+        self.lookup = lookup
+        self.session_id = session_id
+        self._run: str | None = None
+        self._seeded = False
+
+    def start(self, run_id: str) -> None:
+        self._run, self._seeded = run_id, True
+
+    def current(self, session_id: str | None = None, ts_ms: int | None = None) -> str | None:
+        if session_id is not None and session_id != self.session_id:
+            return self.lookup(session_id, ts_ms)  # a line of another session (e.g. a side branch)
+        if not self._seeded:
+            self._seeded = True
+            if self.session_id is not None:
+                self._run = self.lookup(self.session_id, None)
+        return self._run

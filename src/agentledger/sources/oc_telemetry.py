@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import orjson
-
 from agentledger.facts import (
-    PICO_PER_USD,
     Compaction,
     Fact,
     LlmCall,
@@ -24,11 +21,20 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
-from agentledger.sources.common import HEAD_BYTES, agent_from_key, count, flag, integer, line_id, text
+from agentledger.sources.common import (
+    agent_from_key,
+    cost_pico,
+    count,
+    error_text,
+    flag,
+    integer,
+    json_object,
+    line_id,
+    reject,
+    text,
+)
 
 SOURCE = "oc-telemetry"
-# A cost above this for one call is garbage (and would overflow 64-bit pico-USD sums).
-MAX_CALL_COST_USD = 10**6
 _EVT_PREFIX = "evt_"
 _TWO_63 = 1 << 63
 _TWO_64 = 1 << 64
@@ -61,23 +67,9 @@ def _tokens(value: object) -> Tokens:
     return t
 
 
-def _cost_pico(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if value != value or value < 0 or value > MAX_CALL_COST_USD:
-        return None
-    return round(value * PICO_PER_USD)
-
-
 def _error(env: dict, data: dict) -> str | None:
     err = env.get("error")
-    if err is None:
-        err = data.get("error")
-    if isinstance(err, dict):
-        err = err.get("message")
-    if isinstance(err, str) and err:
-        return err[:2000]
-    return None
+    return error_text(data.get("error") if err is None else err)
 
 
 def _session_started(base: dict, data: dict, env: dict) -> Fact:
@@ -123,7 +115,7 @@ def _llm_call(base: dict, data: dict, env: dict) -> Fact:
         model=text(data.get("model")),
         call_index=integer(data.get("callIndex")),
         tokens=_tokens(data.get("delta")),
-        cost_pico=_cost_pico(data.get("costUsd")),
+        cost_pico=cost_pico(data.get("costUsd")),
         duration_ms=integer(data.get("durationMs")),
         error=_error(env, {}),
     )
@@ -135,7 +127,7 @@ def _usage_snapshot(base: dict, data: dict, env: dict) -> Fact:
         provider=text(data.get("provider")),
         model=text(data.get("model")),
         tokens=_tokens(data.get("usage")),
-        cost_pico=_cost_pico(data.get("costUsd")),
+        cost_pico=cost_pico(data.get("costUsd")),
     )
 
 
@@ -262,29 +254,19 @@ _BUILDERS = {
 }
 
 
-def _reject(line: bytes, offset: int, reason: str) -> Reject:
-    return Reject(offset=offset, length=len(line), reason=reason, head=line[:HEAD_BYTES])
-
-
 def decode(line: bytes, offset: int) -> Fact | Reject:
     """One line (without its newline) at ``offset`` → a fact, or a reject saying why not."""
-    try:
-        env = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        if not line.strip():
-            return _reject(line, offset, "blank line")
-        reason = "invalid UTF-8" if "utf-8" in str(exc).lower() else "invalid JSON"
-        return _reject(line, offset, f"{reason}: {exc}"[:300])
-    if env.__class__ is not dict:
-        return _reject(line, offset, f"not a JSON object ({type(env).__name__})")
+    env = json_object(line, offset)
+    if env.__class__ is Reject:
+        return env
     kind = env.get("kind")
     if kind.__class__ is not str or not kind:
-        return _reject(line, offset, "missing field 'kind'")
+        return reject(line, offset, "missing field 'kind'")
     ts = env.get("ts")
     if ts.__class__ is not int or not 0 <= ts < _TWO_63:
         ts = integer(ts) if ts.__class__ is float and ts >= 0 else None
         if ts is None:
-            return _reject(line, offset, "missing or invalid field 'ts'")
+            return reject(line, offset, "missing or invalid field 'ts'")
     data = env.get("data")
     if data.__class__ is not dict:
         data = {}
@@ -304,5 +286,5 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
         return RawEvent(**base, raw=line)
     fact = builder(base, data, env)
     if fact is None:
-        return _reject(line, offset, f"{kind} without its identifying field")
+        return reject(line, offset, f"{kind} without its identifying field")
     return fact

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentledger.sources.oc_transcript import is_live, is_transcript
+
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
 _ROTATED_WEEK = re.compile(r"^events\.(\d{4})-W(\d{2})\.jsonl$")
 LIVE_NAME = "events.jsonl"
@@ -73,6 +75,56 @@ def oc_telemetry_files(root: Path) -> list[Candidate]:
     return found
 
 
+def _session_dirs(root: Path) -> list[Path]:
+    """A state dir (``<root>/agents/*/sessions``) or a sessions dir itself."""
+    if root.name == "sessions" or any(is_transcript(n) for n in _names(root)):
+        return [root]
+    agents = root / "agents"
+    return [agents / a / "sessions" for a in sorted(_names(agents)) if (agents / a / "sessions").is_dir()]
+
+
+def oc_transcript_files(root: Path) -> list[Candidate]:
+    """Transcripts and their reset/deleted archives, which hold history of their own.
+
+    An archive is a renamed transcript: listing it as not live makes the rename a rotation
+    of the file being followed, never a new file."""
+    found = []
+    for sdir in _session_dirs(root):
+        for name in _names(sdir):
+            if is_transcript(name):
+                live = is_live(name)
+                found.append(Candidate(str(sdir / name), live, (str(sdir), int(live), name)))
+    found.sort(key=lambda c: c.order)
+    return found
+
+
+def _project_dirs(root: Path) -> list[Path]:
+    """A config dir (``<root>/projects/*``), a projects dir, or one project's dir."""
+    if (root / "projects").is_dir():
+        root = root / "projects"
+    if any(n.endswith(".jsonl") for n in _names(root)):
+        return [root]
+    return [root / n for n in sorted(_names(root)) if (root / n).is_dir()]
+
+
+def claude_code_files(root: Path) -> list[Candidate]:
+    """Session transcripts, then their subagents' (whose lines join a run the session started)."""
+    found = []
+    for pdir in _project_dirs(root):
+        for name in _names(pdir):
+            if name.endswith(".jsonl"):
+                found.append(Candidate(str(pdir / name), True, (str(pdir), 0, name)))
+            elif not name.startswith("."):
+                sub = pdir / name / "subagents"
+                for child in _names(sub):
+                    if child.startswith("agent-") and child.endswith(".jsonl"):
+                        found.append(Candidate(str(sub / child), True, (str(pdir), 1, name, child)))
+    found.sort(key=lambda c: c.order)
+    return found
+
+
 LAYOUTS = {
     "oc-telemetry": oc_telemetry_files,
+    "oc-transcript": oc_transcript_files,
+    "claude-code": claude_code_files,
 }

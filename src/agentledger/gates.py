@@ -1,0 +1,201 @@
+"""Real-time gates: may this session make its next tool call?
+
+A session-scoped gate reads the session's hot view (memory, kept equal to the ledger);
+a day-scoped gate reads the ledger's rollups for the current day in the configured
+time zone, cached until the next committed batch. A value at or over its limit trips
+the gate: block gates before warn gates, in the order the config lists them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from prometheus_client import Histogram
+
+from agentledger.config import GateConfig
+from agentledger.facts import PICO_PER_USD
+from agentledger.hot.sessions import HotSession, HotSessions, Totals
+from agentledger.ledger import queries
+from agentledger.ledger.db import ReaderPool
+from agentledger.timeutil import iso
+
+_CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+_NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision: str  # allow | warn | block
+    reason: str
+    gate: str | None = None
+    scope: str | None = None
+    metric: str | None = None
+    value: float | int | None = None
+    limit: float | int | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    tool: str | None = None
+    ts_ms: int = 0
+    via: str = "http"  # how it was asked: http (GET /v1/gate), claude-code (the hook endpoint)
+
+    def as_json(self) -> dict:
+        """The decision, with the ``block``/``blockReason`` pair OpenClaw's before_tool_call takes."""
+        return {"decision": self.decision, "gate": self.gate, "scope": self.scope, "metric": self.metric,
+                "value": self.value, "limit": self.limit, "reason": self.reason, "session_key": self.session_key,
+                "session_id": self.session_id, "tool": self.tool, "block": self.decision == "block",
+                "blockReason": self.reason if self.decision == "block" else None}
+
+
+def _measure(totals: Totals | dict, metric: str) -> float | int:
+    get = totals.get if isinstance(totals, dict) else lambda name: getattr(totals, name)
+    if metric == "cost_usd":
+        return round(get("cost_pico") / PICO_PER_USD, 6)
+    if metric == "tokens":
+        return get("total_tokens")
+    if metric == "llm_calls":
+        return get("llm_calls") + get("llm_errors")
+    return get(metric)
+
+
+def _matches(name: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _totals_json(t: Totals) -> dict:
+    return {"cost_usd": _measure(t, "cost_usd"), "llm_calls": t.llm_calls, "llm_errors": t.llm_errors,
+            "input_tokens": t.input_tokens, "output_tokens": t.output_tokens, "cache_read_tokens": t.cache_read_tokens,
+            "cache_write_tokens": t.cache_write_tokens, "total_tokens": t.total_tokens, "tool_calls": t.tool_calls,
+            "tool_errors": t.tool_errors}
+
+
+def hot_json(state: HotSession) -> dict:
+    """A session's hot view as gates see it (``sessions --live``, ``/v1/sessions/{key}/hot``)."""
+    return {"session_key": state.session_key, "session_id": state.session_id, "agent_id": state.agent_id,
+            "status": state.status, "started_at": iso(state.started_ms), "ended_at": iso(state.ended_ms),
+            "last_activity_at": iso(state.last_activity_ms), "current_run": state.current_run,
+            **_totals_json(state.own), "family": _totals_json(state.family)}
+
+
+def _amount(metric: str, value: float) -> str:
+    if metric == "cost_usd":
+        return f"${value:,.2f}"
+    return f"{value:,.0f}"
+
+
+def _limit(gate: GateConfig) -> float | int:
+    return gate.limit if gate.metric == "cost_usd" or gate.limit != int(gate.limit) else int(gate.limit)
+
+
+def _reason(gate: GateConfig, who: str, value: float, zone: str) -> str:
+    used, limit = _amount(gate.metric, value), _amount(gate.metric, gate.limit)
+    period = f" today ({zone})" if gate.scope.endswith("-day") else ""
+    budget = "daily budget" if period else "budget"
+    if gate.metric == "cost_usd":
+        text = f"{who} spent {used} of its {limit} {budget}{period}"
+    else:
+        text = f"{who} used {used} {_NOUNS[gate.metric]} of its {limit} limit{period}"
+    return f"{text} (gate {gate.name})"
+
+
+class GateKeeper:
+    """Answers gate questions from request threads; the daemon drains what to record."""
+
+    def __init__(self, gates: tuple[GateConfig, ...], hot: HotSessions, readers: ReaderPool, zone: ZoneInfo,
+                 clock: Callable[[], float] = time.time):
+        self.gates = gates
+        self.hot = hot
+        self.readers = readers
+        self.zone = zone
+        self.clock = clock
+        self.position = 0  # the last batch the daemon committed; day caches older than it are stale
+        self._lock = threading.Lock()
+        self._days: dict[tuple, tuple[int, dict]] = {}
+        self._pending: list[Decision] = []
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
+                                registry=None, buckets=_CHECK_BUCKETS)
+
+    def decide(self, session_key: str | None, tool: str | None, via: str = "http") -> Decision:
+        started = time.perf_counter()
+        decision = self._decide(session_key, tool, via)
+        self.checks.observe(time.perf_counter() - started)
+        return decision
+
+    def _decide(self, session_key: str | None, tool: str | None, via: str) -> Decision:
+        now_ms = int(self.clock() * 1000)
+        with self.readers.connection() as conn:
+            state = self.hot.lookup(conn, session_key) if session_key else None
+            agent = (state.agent_id if state else None) or ""
+            applicable = [g for g in self.gates if _matches(tool or "", g.tools) and _matches(agent, g.agents)]
+            tripped = []
+            for gate in applicable:
+                value, who = self._value(conn, gate, state, session_key, now_ms)
+                if value is not None and value >= gate.limit:
+                    tripped.append((gate, value, who))
+        base = {"session_key": state.session_key if state else session_key,
+                "session_id": state.session_id if state else None,
+                "agent_id": state.agent_id if state else None, "tool": tool, "ts_ms": now_ms, "via": via}
+        tripped.sort(key=lambda t: t[0].action != "block")  # stable: config order within an action
+        if tripped:
+            gate, value, who = tripped[0]
+            decision = Decision(gate.action, _reason(gate, who, value, self.zone.key), gate.name, gate.scope,
+                                gate.metric, value, _limit(gate), **base)
+        elif session_key and state is None:
+            decision = Decision("allow", f"unknown session {session_key!r}: no session gate applies", **base)
+        elif not applicable:
+            decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
+        else:
+            decision = Decision("allow", "within every gate", **base)
+        with self._lock:
+            self._counts[(decision.gate or "", decision.decision)] += 1
+            if decision.decision != "allow":
+                self._pending.append(decision)
+        return decision
+
+    def drain(self) -> tuple[list[Decision], Counter]:
+        """Decisions to record and counts to add since the last drain."""
+        with self._lock:
+            pending, counts = self._pending, self._counts
+            self._pending, self._counts = [], Counter()
+        return pending, counts
+
+    def _value(self, conn, gate: GateConfig, state: HotSession | None, key: str | None,
+               now_ms: int) -> tuple[float | int | None, str]:
+        if gate.scope == "session":
+            return (None, "") if state is None else (_measure(state.own, gate.metric), f"session {state.session_key}")
+        if gate.scope == "session-family":
+            if state is None:
+                return None, ""
+            return _measure(state.family, gate.metric), f"session {state.session_key} with its subagents"
+        agent = None
+        if gate.scope == "agent-day":
+            if state is None or not state.agent_id:
+                return None, ""
+            agent = state.agent_id
+        totals = self._day(conn, agent, now_ms)
+        return _measure(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
+
+    def _day(self, conn, agent: str | None, now_ms: int) -> dict:
+        day = dt.datetime.fromtimestamp(now_ms / 1000, self.zone).date()
+        start, end = (int(dt.datetime.combine(d, dt.time(), self.zone).timestamp() * 1000)
+                      for d in (day, day + dt.timedelta(days=1)))  # a DST day is 23 or 25 hours
+        key = (agent, start)
+        with self._lock:
+            cached = self._days.get(key)
+            position = self.position
+        if cached is not None and cached[0] == position:
+            return cached[1]
+        totals = queries.day_totals(conn, start, end - 1, agent)
+        with self._lock:
+            if len(self._days) > 1024:  # yesterday's and departed agents' entries
+                self._days.clear()
+            self._days[key] = (position, totals)
+        return totals

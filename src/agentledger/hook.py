@@ -1,0 +1,145 @@
+"""``agentledger gate``: ask the running daemon whether a tool call may go ahead.
+
+Claude Code runs a command hook once per tool call, so this path imports only the
+standard library and speaks HTTP over a plain socket: it starts about as fast as the
+interpreter itself.
+
+With ``--hook claude-code`` it reads the hook's JSON on stdin and prints what the hook
+protocol expects: the deny JSON when a gate blocks, nothing otherwise (exit 0 either
+way). When the daemon cannot be reached, ``--fail open`` (the default, as Claude Code
+itself does) lets the call through and ``--fail closed`` denies it.
+
+Without ``--hook`` it asks about ``--session``/``--tool`` and prints the decision JSON;
+the exit code is 0 for allow or warn and 1 for block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from urllib.parse import quote
+
+DEFAULT_URL = "http://127.0.0.1:9464"
+USAGE = """Usage: agentledger gate [--hook claude-code] [--session KEY] [--tool NAME]
+                        [--url URL] [--fail open|closed] [--timeout SECONDS]
+
+  --hook claude-code  read a Claude Code hook payload on stdin, answer in its protocol
+  --session KEY       session key (or id) to ask about, without --hook
+  --tool NAME         tool about to be called, without --hook
+  --url URL           the daemon (default: $AGENTLEDGER_URL, else http://127.0.0.1:9464)
+  --fail open|closed  when the daemon cannot be reached: allow (default) or deny
+  --timeout SECONDS   how long to wait for the daemon (default 2)
+"""
+
+
+class Unreachable(Exception):
+    pass
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parse(argv: list[str]) -> dict:
+    opts = {"hook": None, "session": None, "tool": None, "url": os.environ.get("AGENTLEDGER_URL") or DEFAULT_URL,
+            "fail": "open", "timeout": "2"}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=")
+        key = name[2:] if name.startswith("--") else None
+        if key not in opts:
+            raise UsageError(f"no such option {name!r}")
+        if not eq:
+            if not args:
+                raise UsageError(f"{name} needs a value")
+            value = args.pop(0)
+        opts[key] = value
+    if opts["hook"] not in (None, "claude-code"):
+        raise UsageError(f"--hook {opts['hook']!r} is not supported: use --hook claude-code")
+    if opts["fail"] not in ("open", "closed"):
+        raise UsageError(f"--fail {opts['fail']!r}: use --fail open or --fail closed")
+    try:
+        opts["timeout"] = float(opts["timeout"])
+    except ValueError:
+        raise UsageError(f"--timeout {opts['timeout']!r} is not a number of seconds") from None
+    if not opts["url"].startswith("http://"):
+        raise UsageError(f"--url {opts['url']!r}: give http://HOST:PORT")
+    return opts
+
+
+def _request(url: str, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+    hostport = url[len("http://"):].split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep:
+        host, port = hostport, "80"
+    host = host.strip("[]")
+    request = (f"{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}\r\n\r\n").encode()
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            sock.sendall(request + (body or b""))
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    except (OSError, ValueError) as exc:
+        raise Unreachable(f"agentledger daemon unreachable at {url}: {exc}") from None
+    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    try:
+        status = int(head.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        raise Unreachable(f"agentledger daemon at {url} sent no HTTP answer") from None
+    return status, payload
+
+
+def _deny(reason: str) -> str:
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                              "permissionDecisionReason": reason}})
+
+
+def _claude_code(opts: dict) -> int:
+    payload = sys.stdin.buffer.read()
+    try:
+        status, body = _request(opts["url"], "POST", "/v1/hooks/claude-code", payload, opts["timeout"])
+        if status != 200:
+            raise Unreachable(f"agentledger daemon answered {status}: {body[:200].decode(errors='replace')}")
+        answer = json.loads(body)
+    except (Unreachable, ValueError) as exc:
+        print(f"agentledger: {exc}", file=sys.stderr)
+        if opts["fail"] == "closed":
+            print(_deny(f"{exc} (the gate fails closed)"))
+        return 0
+    if answer:
+        print(json.dumps(answer))
+    return 0
+
+
+def _ask(opts: dict) -> int:
+    if not opts["session"]:
+        raise UsageError("give --session KEY (and --tool NAME), or --hook claude-code")
+    path = f"/v1/gate?session_key={quote(opts['session'], safe='')}&tool={quote(opts['tool'] or '', safe='')}"
+    try:
+        status, body = _request(opts["url"], "GET", path, None, opts["timeout"])
+        if status != 200:
+            raise Unreachable(f"agentledger daemon answered {status}: {body[:200].decode(errors='replace')}")
+        decision = json.loads(body)
+    except (Unreachable, ValueError) as exc:
+        blocked = opts["fail"] == "closed"
+        decision = {"decision": "block" if blocked else "allow", "gate": None,
+                    "reason": f"{exc} (the gate fails {opts['fail']})"}
+    print(json.dumps(decision))
+    return 1 if decision.get("decision") == "block" else 0
+
+
+def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(USAGE, end="")
+        return 0
+    try:
+        opts = _parse(argv)
+        return _claude_code(opts) if opts["hook"] else _ask(opts)
+    except UsageError as exc:
+        print(f"agentledger gate: {exc} (see `agentledger gate --help`)", file=sys.stderr)
+        return 2

@@ -1,0 +1,191 @@
+"""Hot per-session aggregates: what gates read, kept in memory and equal to the ledger.
+
+Every value is copied from the ledger's rollups, never accumulated here, so refreshing a
+session twice, or after a crash, cannot count anything twice: a hot view is a replay of
+the ledger by construction. The daemon refreshes the sessions each committed batch
+changed; a view that was not kept fresh this way (recovered from disk, or reloaded after
+eviction) is checked against the ledger's change numbers before it is trusted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import apsw
+
+from agentledger.hot.store import SessionRuntimeStore
+from agentledger.ledger import queries
+
+
+@dataclass(slots=True)
+class Totals:
+    llm_calls: int = 0
+    llm_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost_pico: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+
+@dataclass(slots=True)
+class HotSession:
+    session_key: str = ""
+    session_id: str | None = None
+    agent_id: str | None = None
+    status: str | None = None
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    last_activity_ms: int | None = None
+    current_run: str | None = None
+    own: Totals = field(default_factory=Totals)
+    family: Totals = field(default_factory=Totals)  # own plus the subagents spawned since it started
+
+
+_TOTAL_NAMES = tuple(f.name for f in fields(Totals))
+
+
+def _dump(state: HotSession) -> dict:
+    return asdict(state)
+
+
+def _load(doc: dict) -> HotSession:
+    def totals(value) -> Totals:
+        if not isinstance(value, dict):
+            raise ValueError("totals must be an object")
+        return Totals(**{k: int(value[k]) for k in _TOTAL_NAMES})
+
+    plain = {f.name: doc.get(f.name) for f in fields(HotSession) if f.name not in ("own", "family")}
+    if not isinstance(plain["session_key"], str):
+        raise ValueError("session_key must be a string")
+    return HotSession(**plain, own=totals(doc.get("own")), family=totals(doc.get("family")))
+
+
+def _from_ledger(view: dict) -> HotSession:
+    return HotSession(
+        session_key=view["session_key"], session_id=view["session_id"], agent_id=view["agent_id"],
+        status=view["status"], started_ms=view["started_ms"], ended_ms=view["ended_ms"],
+        last_activity_ms=view["last_activity_ms"], current_run=view["current_run"],
+        own=Totals(**{k: view[k] for k in _TOTAL_NAMES}), family=Totals(**view["family"]),
+    )
+
+
+def _assign(source: HotSession) -> Callable[[HotSession], None]:
+    def mutate(state: HotSession) -> None:
+        for f in fields(HotSession):
+            setattr(state, f.name, getattr(source, f.name))
+    return mutate
+
+
+class HotSessions:
+    """The daemon's hot views, bounded by a ``SessionRuntimeStore`` (LRU + state files)."""
+
+    def __init__(self, state_dir: Path, *, max_entries: int = 128, flush_interval_s: float = 5.0,
+                 ttl_s: float = 0.0, end_grace_s: float = 300.0):
+        self._lock = threading.RLock()
+        self._fresh: set[str] = set()  # keys whose in-memory view is known to equal the ledger
+        self.recovered: list[str] = []
+        self.end_grace_s = end_grace_s
+        self.store: SessionRuntimeStore[HotSession] = SessionRuntimeStore(
+            state_dir, create=HotSession, dump=_dump, load=_load, max_entries=max_entries,
+            flush_interval_s=flush_interval_s, ttl_s=ttl_s,
+            on_evict=lambda key, _: self._fresh.discard(key),
+            on_recover=lambda key, _: self.recovered.append(key),
+        )
+
+    # -- the writer's side ----------------------------------------------------------------
+
+    def validate(self, conn: apsw.Connection) -> int:
+        """Trust recovered views the ledger has not changed since; rebuild the others. Returns how many
+        were rebuilt."""
+        with self._lock:
+            keys, self.recovered = self.recovered, []
+            return sum(self._check(conn, key) for key in keys if key not in self._fresh)
+
+    def refresh(self, conn: apsw.Connection, session_ids: Iterable[str], position: int) -> None:
+        """Bring the views of sessions a committed batch changed (and of their ancestors) up to it."""
+        ids = list(session_ids)
+        if not ids:
+            return
+        with self._lock:
+            for key in queries.session_keys_of(conn, ids):
+                self._put(conn, key, position)
+
+    def expire(self, now_ms: int | None = None) -> list[str]:
+        """Drop views of sessions that ended longer than the grace ago; flush and evict by age."""
+        now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        dropped = []
+        with self._lock:
+            for key in list(self._fresh):
+                state = self.store.get(key)
+                if state is not None and state.ended_ms is not None and \
+                        now_ms - state.ended_ms > self.end_grace_s * 1000:
+                    self.store.delete(key)
+                    self._fresh.discard(key)
+                    dropped.append(key)
+            self.store.maybe_flush()
+        return dropped
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- the readers' side ----------------------------------------------------------------
+
+    def lookup(self, conn: apsw.Connection, key: str) -> HotSession | None:
+        """The view of ``key`` as the ledger has it now; None for a session the ledger does not know."""
+        with self._lock:
+            if key in self._fresh:
+                return self.store.get(key)
+            state = self.store.get(key)
+            if state is not None:
+                self._check(conn, key)
+                return self.store.get(key)
+            position = queries.ledger_position(conn)  # first: a view may be newer than its position, never older
+            view = queries.hot_session(conn, key)
+            if view is None:
+                return None
+            hot = _from_ledger(view)
+            if view["ended_ms"] is None:  # ended sessions are answered, not kept
+                self._put_view(key, hot, position)
+            return hot
+
+    def size(self) -> int:
+        return self.store.size()
+
+    def views(self) -> list[HotSession]:
+        """The views in memory that equal the ledger, most recently active first."""
+        with self._lock:
+            states = [s for s in (self.store.get(k) for k in list(self._fresh)) if s is not None]
+        return sorted(states, key=lambda s: s.last_activity_ms or 0, reverse=True)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _check(self, conn: apsw.Connection, key: str) -> int:
+        """Keep a stored view if nothing it sums changed after its position, else rebuild it."""
+        now = queries.ledger_position(conn)
+        view = queries.hot_session(conn, key)
+        if view is None:
+            self.store.delete(key)
+            return 1
+        position = self.store.position(key)
+        if position is not None and view["changed"] <= position:
+            self._fresh.add(key)
+            return 0
+        self._put_view(key, _from_ledger(view), now)
+        return 1
+
+    def _put(self, conn: apsw.Connection, key: str, position: int) -> None:
+        view = queries.hot_session(conn, key)
+        if view is not None:
+            self._put_view(key, _from_ledger(view), position)
+
+    def _put_view(self, key: str, hot: HotSession, position: int) -> None:
+        self.store.update(key, _assign(hot), position=position)
+        self._fresh.add(key)

@@ -1,0 +1,160 @@
+"""Pricing LLM calls that carry no cost of their own.
+
+A cost the producer wrote down is kept as it is (``cost_source`` "log" or "transcript").
+Otherwise the call is priced from its tokens at the date it was made: first from the
+user's override file, then from the offline price history that ships with the
+``genai-prices`` package (no network: its bundled snapshot only). A model found in
+neither stays unpriced: counted in ``unpriced_calls``, its cost NULL, never a silent $0.
+
+Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
+reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
+bring such usage to the ledger's split with ``exclusive`` before anything is stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tomllib
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from agentledger.facts import PICO_PER_USD, LlmCall, Tokens
+
+PRICED = "priced"
+_PER_MTOK_TO_PICO = PICO_PER_USD // 10**6  # USD per million tokens → pico-USD per token
+_RATE_KEYS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+
+
+def exclusive(tokens: Tokens) -> Tokens:
+    """OpenAI-style usage (cached tokens counted inside input) → the ledger's split."""
+    cached = tokens.cache_read + tokens.cache_write
+    return Tokens(input=max(tokens.input - cached, 0), output=tokens.output, cache_read=tokens.cache_read,
+                  cache_write=tokens.cache_write, cache_write_1h=tokens.cache_write_1h,
+                  total=max(tokens.input, cached) + tokens.output)
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens. ``cache_write_1h`` None: hour-long writes cost twice the input."""
+
+    input: Decimal
+    output: Decimal
+    cache_read: Decimal
+    cache_write: Decimal
+    cache_write_1h: Decimal | None = None
+
+    def pico(self, t: Tokens) -> int:
+        hour = self.cache_write_1h if self.cache_write_1h is not None else 2 * self.input
+        weighted = (self.input * t.input + self.output * t.output + self.cache_read * t.cache_read
+                 + self.cache_write * (t.cache_write - t.cache_write_1h) + hour * t.cache_write_1h)
+        return round(weighted * _PER_MTOK_TO_PICO)
+
+
+def default_overrides_path() -> Path | None:
+    """``$AGENTLEDGER_PRICES``, else ``$XDG_CONFIG_HOME/agentledger/prices.toml`` when it exists."""
+    env = os.environ.get("AGENTLEDGER_PRICES")
+    if env:
+        return Path(env).expanduser()
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = home / "agentledger" / "prices.toml"
+    return path if path.is_file() else None
+
+
+def _decimal(value: object, where: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"{where}: expected a non-negative number of USD per million tokens, got {value!r}")
+    return Decimal(str(value))
+
+
+def load_overrides(path: Path) -> dict[str, Rates]:
+    """``[prices."model-name"]`` tables with per-million ``input``, ``output``, ``cache_read``,
+    ``cache_write`` (and optionally ``cache_write_1h``); a bad file is one clear error."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read price file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"price file {path} is not valid TOML: {exc}") from None
+    table = doc.get("prices", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"price file {path}: [prices] must be a table of models")
+    out = {}
+    for model, spec in table.items():
+        where = f'price file {path}: [prices."{model}"]'
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where} must be a table")
+        unknown = set(spec) - set(_RATE_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {', '.join(_RATE_KEYS)})")
+        if "input" not in spec or "output" not in spec:
+            raise ValueError(f"{where}: needs at least input and output")
+        rates = {k: _decimal(spec[k], f"{where}.{k}") for k in _RATE_KEYS if k in spec}
+        rates.setdefault("cache_read", Decimal(0))
+        rates.setdefault("cache_write", rates["input"])
+        out[model.lower()] = Rates(**rates)
+    return out
+
+
+class Pricer:
+    """Prices calls: the override file wins, then the bundled price history, else unpriced."""
+
+    def __init__(self, overrides: dict[str, Rates] | None = None):
+        self.overrides = overrides or {}
+        self._unknown: set[tuple[str | None, str]] = set()
+
+    @classmethod
+    def from_file(cls, path: Path | None) -> Pricer:
+        return cls(load_overrides(path) if path is not None else None)
+
+    @classmethod
+    def default(cls) -> Pricer:
+        """With the user's override file where there is one (see ``default_overrides_path``)."""
+        return cls.from_file(default_overrides_path())
+
+    def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int) -> int | None:
+        """pico-USD for one call, or None when no price is known for the model."""
+        if not model:
+            return None
+        rates = self.overrides.get(model.lower())
+        if rates is not None:
+            return rates.pico(tokens)
+        if (provider, model) in self._unknown:
+            return None
+        usd = _bundled(provider, model, tokens, ts_ms)
+        if usd is None:
+            self._unknown.add((provider, model))
+            return None
+        return round(usd * PICO_PER_USD)
+
+    def apply(self, fact: LlmCall) -> None:
+        """Price a call that came without a cost; failed calls cost nothing and are not priced."""
+        if fact.cost_pico is not None or fact.error is not None:
+            return
+        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms)
+        if cost is not None:
+            fact.cost_pico = cost
+            fact.cost_source = PRICED
+
+
+def _bundled(provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal | None:
+    # Imported on first use: the snapshot is large, and most commands never price anything.
+    import genai_prices
+
+    # genai-prices counts cache reads and writes inside input_tokens (the OpenAI way).
+    fields = {"input_tokens": t.input + t.cache_read + t.cache_write, "output_tokens": t.output,
+              "cache_read_tokens": t.cache_read, "cache_write_tokens": t.cache_write}
+    if t.cache_write_1h:
+        fields["cache_write_1h_tokens"] = t.cache_write_1h
+        fields["cache_write_5m_tokens"] = t.cache_write - t.cache_write_1h
+    usage = genai_prices.Usage(**fields)
+    when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
+    for hint in ((provider, None) if provider else (None,)):
+        try:
+            return genai_prices.calc_price(usage, model, provider_id=hint, genai_request_timestamp=when).total_price
+        except LookupError:
+            continue  # an unknown provider name: let the model name find its provider
+        except ValueError:
+            return None  # usage the price model cannot split (e.g. more cache than input)
+    return None

@@ -1,0 +1,218 @@
+"""Decoder for Claude Code transcripts (FORMATS.md §3).
+
+``projects/<encoded-cwd>/<sessionId>.jsonl`` is one session; its Task subagents (and /btw
+side questions) write ``<sessionId>/subagents/agent-<id>.jsonl`` in newer versions, or
+inline lines marked ``isSidechain`` in older ones. Either way their spend belongs to the
+session that started them.
+
+Identity: ``sessions.session_id`` is Claude Code's own ``sessionId`` (what its hooks send
+as ``session_id``), ``session_key`` is ``agent:claude-code:<sessionId>`` and the agent is
+``claude-code``. A Task subagent is ``agent:claude-code:subagent:<tool_use id>``.
+
+One response is streamed as one line per content block, each repeating ``message.id``
+with a usage snapshot that grows: every line names the call ``<sessionId>:<message.id>``
+and the ledger keeps the largest. The key leaves out ``requestId`` on purpose: a side
+branch that replays a main-branch message does so under a new request id, and must land
+on the main call (which outranks it) rather than count again.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from agentledger.facts import (
+    Compaction,
+    Fact,
+    LlmCall,
+    Marker,
+    RawEvent,
+    Reject,
+    RunEnded,
+    RunStarted,
+    SubagentEnded,
+    SubagentSpawned,
+    Tokens,
+    ToolEnded,
+    ToolStarted,
+)
+from agentledger.pricing import exclusive
+from agentledger.sources.common import (
+    RunLookup,
+    RunTracker,
+    count,
+    derived_id,
+    error_text,
+    integer,
+    iso_ms,
+    json_object,
+    line_id,
+    reject,
+    text,
+)
+
+SOURCE = "claude-code"
+AGENT = "claude-code"
+SYNTHETIC = "<synthetic>"
+# These lines can be hundreds of MB and say nothing about spend: recognised by their first
+# bytes and never parsed.
+_SNAPSHOT_MARK = b'"type":"file-history-snapshot"'
+_SNAPSHOT_PREFIX = 64
+_TASK_TOOLS = frozenset({"Task", "Agent"})
+# A main-branch response that stops for these reasons ends the turn (tool_use continues it).
+_TURN_OVER = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
+
+
+def session_key(session_id: str) -> str:
+    return f"agent:{AGENT}:{session_id}"
+
+
+def subagent_key(tool_use_id: str) -> str:
+    return f"agent:{AGENT}:subagent:{tool_use_id}"
+
+
+def _tokens(usage: object) -> Tokens:
+    if not isinstance(usage, dict):
+        return Tokens()
+    if "prompt_tokens" in usage:  # OpenAI-style usage through a gateway: cached tokens inside the prompt
+        details = usage.get("prompt_tokens_details")
+        cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return exclusive(Tokens(input=count(usage.get("prompt_tokens")), output=count(usage.get("completion_tokens")),
+                                cache_read=cached))
+    t = Tokens(input=count(usage.get("input_tokens")), output=count(usage.get("output_tokens")),
+               cache_read=count(usage.get("cache_read_input_tokens")),
+               cache_write=count(usage.get("cache_creation_input_tokens")))
+    split = usage.get("cache_creation")
+    if isinstance(split, dict):
+        t.cache_write_1h = min(count(split.get("ephemeral_1h_input_tokens")), t.cache_write)
+    t.total = t.input + t.output + t.cache_read + t.cache_write
+    return t
+
+
+def _provider(model: str | None) -> str | None:
+    return "anthropic" if model and model.startswith("claude") else None
+
+
+class FileDecoder:
+    """Decodes the lines of one Claude Code transcript; built afresh for each read of the file."""
+
+    def __init__(self, path: str, lookup: RunLookup):
+        p = PurePath(path)
+        self.subagent_file = p.parent.name == "subagents"
+        # A main transcript is named after its session; a subagent's sits in a folder named so.
+        self.path_session = p.parents[1].name if self.subagent_file else p.name.removesuffix(".jsonl")
+        # Side-branch files start no runs: their lines join the run of the session at their time.
+        self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
+
+    def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
+        if _SNAPSHOT_MARK in line[:_SNAPSHOT_PREFIX]:
+            return []
+        obj = json_object(line, offset)
+        if obj.__class__ is Reject:
+            return obj
+        kind = obj.get("type")
+        if kind.__class__ is not str or not kind:
+            return reject(line, offset, "missing field 'type'")
+        ts = iso_ms(obj.get("timestamp"))
+        if ts is None:
+            if kind == "summary":
+                return []  # a title for the session list, with no time of its own
+            return reject(line, offset, "missing or invalid field 'timestamp'")
+        session_id = text(obj.get("sessionId")) or self.path_session
+        uuid = text(obj.get("uuid"))
+        base = {"event_id": line_id(uuid.encode() if uuid else line), "ts_ms": ts, "source": SOURCE,
+                "agent_id": AGENT, "session_key": session_key(session_id), "session_id": session_id}
+        sidechain = obj.get("isSidechain") is True
+        msg = obj.get("message")
+        if kind == "assistant" and isinstance(msg, dict):
+            return self._assistant(base, obj, msg, sidechain)
+        if kind == "user" and isinstance(msg, dict):
+            return self._user(base, obj, msg, sidechain, uuid)
+        if kind == "system":
+            return self._system(base, obj)
+        return RawEvent(**base, kind=kind, raw=line)
+
+    def _run(self, base: dict) -> str | None:
+        return self.runs.current(base["session_id"], base["ts_ms"])
+
+    def _assistant(self, base: dict, obj: dict, msg: dict, sidechain: bool) -> Fact | list[Fact]:
+        run_id = self._run(base)
+        model = text(msg.get("model"))
+        message_id = text(msg.get("id"))
+        if model == SYNTHETIC or obj.get("isApiErrorMessage") is True:
+            # An API error shown as a message: a failed call, with no usage and no call of its own.
+            return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
+                           error=_first_text(msg.get("content")) or "API error")
+        call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
+                       tokens=_tokens(msg.get("usage")),
+                       call_key=f"{base['session_id']}:{message_id}" if message_id else None, sidechain=sidechain)
+        facts: list[Fact] = [call]
+        content = msg.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if not (isinstance(block, dict) and block.get("type") == "tool_use" and text(block.get("id"))):
+                    continue
+                ids = {"event_id": derived_id(base["event_id"], len(facts))}
+                facts.append(ToolStarted(**base | ids, kind="tool.start", run_id=run_id,
+                                         tool_name=text(block.get("name")), tool_call_id=block["id"]))
+                if block.get("name") in _TASK_TOOLS:
+                    task = block.get("input") if isinstance(block.get("input"), dict) else {}
+                    ids = {"event_id": derived_id(base["event_id"], len(facts))}
+                    facts.append(SubagentSpawned(**base | ids, kind="subagent.spawn", run_id=run_id,
+                                                 child_session_key=subagent_key(block["id"]), child_agent_id=AGENT,
+                                                 label=text(task.get("description")),
+                                                 mode=text(task.get("subagent_type"))))
+        if not sidechain and run_id is not None and msg.get("stop_reason") in _TURN_OVER:
+            facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
+                                  run_id=run_id, model=model, provider=call.provider,
+                                  stop_reason=msg["stop_reason"]))
+        return facts[0] if len(facts) == 1 else facts
+
+    def _user(self, base: dict, obj: dict, msg: dict, sidechain: bool, uuid: str | None) -> Fact | list[Fact]:
+        content = msg.get("content")
+        if isinstance(content, str):
+            if sidechain or obj.get("isCompactSummary") is True or obj.get("isMeta") is True or not uuid:
+                return Marker(**base, kind="user.prompt")
+            self.runs.start(uuid)
+            return RunStarted(**base, kind="run.start", run_id=uuid)
+        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
+                   and text(b.get("tool_use_id"))] if isinstance(content, list) else []
+        if not results:
+            return Marker(**base, kind="user.message")
+        run_id = self._run(base)
+        outcome = obj.get("toolUseResult")
+        facts: list[Fact] = []
+        for block in results:
+            is_error = block.get("is_error") is True
+            facts.append(ToolEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="tool.end",
+                                   run_id=run_id, tool_call_id=block["tool_use_id"], is_error=is_error,
+                                   error=_first_text(block.get("content")) if is_error else None))
+            if isinstance(outcome, dict) and text(outcome.get("agentId")) and len(results) == 1:
+                # A Task's result names the subagent it ran: the subagent is over.
+                facts.append(SubagentEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))},
+                                           kind="subagent.end", run_id=run_id,
+                                           child_session_key=subagent_key(block["tool_use_id"]),
+                                           outcome="error" if is_error else text(outcome.get("status")) or "ok",
+                                           duration_ms=integer(outcome.get("totalDurationMs"))))
+        return facts[0] if len(facts) == 1 else facts
+
+    def _system(self, base: dict, obj: dict) -> Fact:
+        subtype = text(obj.get("subtype")) or "system"
+        if subtype == "compact_boundary":
+            meta = obj.get("compactMetadata")
+            return Compaction(**base, kind="compaction", run_id=self._run(base), phase="start",
+                              token_count=integer(meta.get("preTokens")) if isinstance(meta, dict) else None)
+        if subtype == "turn_duration" and obj.get("isSidechain") is not True:
+            run_id = self._run(base)
+            if run_id is not None:
+                return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=integer(obj.get("durationMs")))
+        return Marker(**base, kind=f"system.{subtype}")
+
+
+def _first_text(content: object) -> str | None:
+    if isinstance(content, str):
+        return error_text(content)
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str) and block["text"]:
+                return block["text"][:2000]
+    return None

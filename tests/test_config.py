@@ -1,0 +1,140 @@
+"""Configuration: file < environment < flags, and one clear line for anything invalid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from agentledger.config import Config, ConfigError, load, to_toml
+
+FILE = """
+db = "/srv/ledger.db"
+listen = "127.0.0.1:9000"
+grace_s = 120
+timezone = "Europe/Berlin"
+
+[hot]
+max_entries = 64
+ttl_s = 30
+
+[[sources]]
+format = "oc-telemetry"
+root = "/srv/openclaw"
+
+[[gates]]
+name = "session-cost"
+scope = "session"
+metric = "cost_usd"
+limit = 5.0
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(FILE)
+    return path
+
+
+def test_defaults_without_any_file(tmp_path):
+    cfg = load(None, env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert cfg.listen == "127.0.0.1:9464" and cfg.gates == () and cfg.hot.max_entries == 128
+
+
+def test_file_then_environment_then_flags(config_file):
+    cfg = load(config_file, env={})
+    assert (cfg.db, cfg.listen, cfg.grace_s, cfg.hot.max_entries, cfg.hot.ttl_s) == (
+        Path("/srv/ledger.db"), "127.0.0.1:9000", 120, 64, 30)
+    assert cfg.gates[0].name == "session-cost" and cfg.sources[0].root == Path("/srv/openclaw")
+    env = {"AGENTLEDGER_LISTEN": "127.0.0.1:9100", "AGENTLEDGER_HOT_MAX_ENTRIES": "16",
+           "AGENTLEDGER_GATES": '[{"name": "x", "scope": "global-day", "metric": "tokens", "limit": 1e6}]'}
+    cfg = load(config_file, env=env)
+    assert (cfg.listen, cfg.hot.max_entries, cfg.hot.ttl_s) == ("127.0.0.1:9100", 16, 30)
+    assert [g.name for g in cfg.gates] == ["x"]
+    cfg = load(config_file, {"listen": "127.0.0.1:9200", "hot.max_entries": None}, env=env)
+    assert (cfg.listen, cfg.hot.max_entries) == ("127.0.0.1:9200", 16)
+
+
+def test_the_config_file_comes_from_the_environment_when_not_given(config_file, tmp_path):
+    assert load(None, env={"AGENTLEDGER_CONFIG": str(config_file)}).grace_s == 120
+    (tmp_path / "agentledger").mkdir()
+    (tmp_path / "agentledger" / "config.toml").write_text('listen = "127.0.0.1:9300"\n')
+    assert load(None, env={"XDG_CONFIG_HOME": str(tmp_path)}).listen == "127.0.0.1:9300"
+
+
+@pytest.mark.parametrize(("text", "env", "message"), [
+    ("[hot]\nmax_entries = 0\n", {}, "hot.max_entries: must be greater than or equal to 1 (from {file})"),
+    ('[[gates]]\nname = "a"\nscope = "week"\nmetric = "cost_usd"\nlimit = 1\n', {},
+     "gates[0].scope: must be one of 'session', 'session-family', 'agent-day' or 'global-day' (from {file})"),
+    ('[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = -1\n', {},
+     "gates[0].limit: must be greater than 0 (from {file})"),
+    ("colour = 1\n", {}, "colour: unknown key (see `agentledger config show` for the keys there are) (from {file})"),
+    ("", {"AGENTLEDGER_GRACE_S": "soon"}, "grace_s: must be a valid number, unable to parse string as a number "
+                                          "(from $AGENTLEDGER_GRACE_S)"),
+    ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
+                                                   "(from $AGENTLEDGER_TIMEZONE)"),
+    ("listen = [\n", {}, "is not valid TOML"),
+])
+def test_invalid_values_name_their_key_and_origin(tmp_path, text, env, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, env=env)
+    assert message.format(file=path) in str(info.value)
+
+
+def test_two_gates_with_one_name_are_refused(tmp_path):
+    path = tmp_path / "c.toml"
+    gate = '[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = 1\n'
+    path.write_text(gate + gate)
+    with pytest.raises(ConfigError, match="gate name 'a' is used twice"):
+        load(path, env={})
+
+
+def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config_file), "config", "show"],
+                           capture_output=True, text=True, cwd=REPO)
+    assert shown.returncode == 0, shown.stderr
+    again = tmp_path / "again.toml"
+    again.write_text(shown.stdout)
+    assert load(again, env={}) == load(config_file, env={})
+    assert to_toml(Config()).count("[hot]") == 1
+
+
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[hot]\nttl_s = -5\n")
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "sessions"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert ran.returncode == 2
+    assert ran.stderr == f"agentledger: invalid config: hot.ttl_s: must be greater than or equal to 0 (from {path})\n"
+    missing = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(tmp_path / "nope.toml"),
+                              "config", "show"], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def _keys(model, prefix=""):
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        nested = getattr(annotation, "model_fields", None)
+        args = getattr(annotation, "__args__", ())
+        item = args[0] if args and getattr(args[0], "model_fields", None) else None
+        if nested:
+            yield from _keys(annotation, f"{prefix}{name}.")
+        elif item is not None:
+            yield from _keys(item, f"{prefix}{name}[].")
+        else:
+            yield prefix + name
+
+
+def test_the_example_config_loads_and_shows_every_key():
+    example = REPO / "deploy" / "agentledger.toml"
+    cfg = load(example, env={})
+    assert cfg.gates and cfg.sources
+    text = example.read_text()
+    for key in _keys(Config):
+        assert f"\n{key.rsplit('.', 1)[-1]} = " in text, key

@@ -1,0 +1,214 @@
+"""The shared oc-transcript and claude-code corpora give exactly the totals counted while they were written."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ingest
+from ledgerdump import dump, scalar
+
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.verify import check_rollups
+from agentledger.ledger.writer import LedgerWriter, now_ms
+
+
+def _ingest_settled(db: Path, root: Path, fmt: str) -> None:
+    ingest(db, root, fmt=fmt)
+    conn = open_writer(db)
+    try:
+        reconcile(LedgerWriter(conn), now_ms())  # the corpora are long finished: open turns were cut off
+    finally:
+        conn.close()
+
+
+def _read(db: Path, fn, *args):
+    conn = open_reader(db)
+    try:
+        return fn(conn, *args)
+    finally:
+        conn.close()
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    return _read(db, lambda conn: conn.execute(sql).fetchall())
+
+
+@pytest.fixture(scope="module")
+def transcript_db(tmp_path_factory, transcript_corpus) -> Path:
+    db = tmp_path_factory.mktemp("oc-transcript") / "ledger.db"
+    _ingest_settled(db, transcript_corpus, "oc-transcript")
+    return db
+
+
+@pytest.fixture(scope="module")
+def claude_db(tmp_path_factory, claude_corpus) -> Path:
+    db = tmp_path_factory.mktemp("claude-code") / "ledger.db"
+    _ingest_settled(db, claude_corpus, "claude-code")
+    return db
+
+
+def _expected(root: Path) -> dict:
+    return json.loads((root / "expected.json").read_text())
+
+
+def _assert_tokens(u: dict, tokens: dict) -> None:
+    assert (u["input_tokens"], u["output_tokens"], u["cache_read_tokens"], u["cache_write_tokens"],
+            u["total_tokens"]) == (tokens["input"], tokens["output"], tokens["cacheRead"], tokens["cacheWrite"],
+                                   tokens["total"])
+
+
+def _per_model(db: Path) -> dict:
+    rows = _rows(db, "SELECT model, count(*), sum(input_tokens), sum(output_tokens), sum(cache_read_tokens), "
+                     "sum(cache_write_tokens), sum(total_tokens) FROM llm_calls WHERE error IS NULL GROUP BY model")
+    return {m: dict(zip(("llm_calls", "input", "output", "cacheRead", "cacheWrite", "total"), r)) for m, *r in rows}
+
+
+def _per_day(db: Path) -> dict:
+    rows = _rows(db, "SELECT date(ts_ms / 1000, 'unixepoch'), count(*), sum(input_tokens), sum(output_tokens), "
+                     "sum(cache_read_tokens), sum(cache_write_tokens) FROM llm_calls WHERE error IS NULL GROUP BY 1")
+    return {d: dict(zip(("llm_calls", "input", "output", "cacheRead", "cacheWrite"), r)) for d, *r in rows}
+
+
+def _want(table: dict, keys: tuple[str, ...]) -> dict:
+    return {k: {f: v[f] for f in keys} for k, v in table.items()}
+
+
+# -- oc-transcript ---------------------------------------------------------------------------------
+
+def test_transcript_totals(transcript_db, transcript_corpus):
+    want = _expected(transcript_corpus)
+    t = want["totals"]
+    u = _read(transcript_db, queries.usage, queries.Window())
+    _assert_tokens(u, t["tokens"])
+    # Reset and deleted archives hold most of the spend: they are read, and counted once.
+    assert scalar(transcript_db, "SELECT sum(cost_pico) FROM llm_calls") == t["cost_pico_usd"]
+    assert u["cost_usd"] == pytest.approx(t["cost_usd"], abs=1e-6)
+    assert u["unpriced_calls"] == 0
+    assert u["llm_calls"] == t["llm_calls"]
+    assert u["llm_errors"] == want["detail"]["assistant_error_lines"]
+    assert u["runs"] == t["runs"]
+    assert (u["tool_calls"], u["tool_errors"]) == (t["tool_calls"], t["failed_tool_calls"])
+    assert scalar(transcript_db, "SELECT count(*) FROM tool_calls WHERE status = 'interrupted'") \
+        == t["orphaned_tool_calls"]
+    # A turn cut short by an error after unanswered tool calls is recorded failed, not interrupted.
+    assert u["interrupted_runs"] + u["failed_runs"] == t["orphaned_runs"]
+    assert u["subagents"] == t["subagents"]
+    assert u["compactions"] == t["compactions"]
+    assert u["rejected_lines"] == want["lines"]["malformed"]["total"]
+    assert u["sessions"] + u["subagent_sessions"] == t["sessions"] + t["subagent_sessions"]
+    detail = want["detail"]
+    nonzero = sum(len(re.findall(rb'"exitCode":[1-9]', p.read_bytes()))
+                  for p in transcript_corpus.glob("agents/*/sessions/*.jsonl*"))
+    assert nonzero > 0
+    assert _rows(transcript_db, "SELECT status, count(*) FROM tool_calls WHERE exit_code != 0 GROUP BY 1") \
+        == [("ok", nonzero)]
+    assert scalar(transcript_db, "SELECT count(*) FROM events WHERE kind = 'model_change'") == detail["model_change"]
+    assert _read(transcript_db, check_rollups) == []
+
+
+def test_transcript_traps_are_avoided(transcript_db, transcript_corpus):
+    traps = _expected(transcript_corpus)["detail"]["traps"]
+    u = _read(transcript_db, queries.usage, queries.Window())
+    assert u["total_tokens"] != traps["tokens_total_if_reset_and_deleted_archives_are_skipped"]
+    assert u["cost_usd"] != pytest.approx(traps["cost_usd_if_sessions_json_estimatedCostUsd_is_summed"])
+
+
+def test_transcript_per_model_and_day(transcript_db, transcript_corpus):
+    want = _expected(transcript_corpus)
+    keys = ("llm_calls", "input", "output", "cacheRead", "cacheWrite")
+    assert _want(_per_model(transcript_db), keys) == _want(want["per_model"], keys)
+    assert _per_day(transcript_db) == _want(want["per_day"], keys)
+    cost = dict(_rows(transcript_db, "SELECT model, sum(cost_pico) FROM llm_calls GROUP BY model"))
+    assert cost == {m: v["cost_pico_usd"] for m, v in want["per_model"].items()}
+
+
+def test_transcript_sessions_sample(transcript_db, transcript_corpus):
+    by_id = {s["session_id"]: s for s in _read(transcript_db, queries.sessions, queries.Window())}
+    listed = {entry["sessionId"] for index in transcript_corpus.glob("agents/*/sessions/sessions.json")
+              for entry in json.loads(index.read_text()).values()}
+    for want in _expected(transcript_corpus)["sessions_sample"]:
+        got = by_id[want["sessionId"]]
+        assert got["agent_id"] == want["agentId"]
+        # An archived transcript is no longer in sessions.json: it keeps a key of its own.
+        key = want["sessionKey"] if want["sessionId"] in listed else f"agent:{want['agentId']}:{want['sessionId']}"
+        assert got["session_key"] == key
+        assert (got["runs"], got["llm_calls"], got["tool_calls"]) == (want["runs"], want["llm_calls"],
+                                                                     want["tool_calls"])
+        assert (got["input_tokens"], got["output_tokens"]) == (want["tokens"]["input"], want["tokens"]["output"])
+
+
+def test_transcript_reingest_and_copy_change_nothing(tmp_path, transcript_corpus):
+    db = tmp_path / "ledger.db"
+    ingest(db, transcript_corpus, fmt="oc-transcript")
+    before = dump(db)
+    again = ingest(db, transcript_corpus, fmt="oc-transcript")
+    assert (again.lines, again.events) == (0, 0)
+    copy = tmp_path / "copy"
+    shutil.copytree(transcript_corpus, copy)
+    assert ingest(db, copy, fmt="oc-transcript").events == 0
+    assert dump(db) == before
+
+
+# -- claude-code -----------------------------------------------------------------------------------
+
+def test_claude_code_totals(claude_db, claude_corpus):
+    want = _expected(claude_corpus)
+    t = want["totals"]
+    u = _read(claude_db, queries.usage, queries.Window())
+    _assert_tokens(u, t["tokens"])
+    assert scalar(claude_db, "SELECT sum(cache_write_1h_tokens) FROM llm_calls") == t["tokens"]["cacheWrite1h"]
+    # Claude Code writes no cost: every call is priced from the offline table at its date.
+    assert u["unpriced_calls"] == 0
+    assert scalar(claude_db, "SELECT count(*) FROM llm_calls WHERE error IS NULL AND cost_source != 'priced'") == 0
+    assert u["cost_usd"] == pytest.approx(t["reference_cost_usd"], abs=1e-6)
+    assert u["llm_calls"] == t["llm_calls"]
+    assert u["llm_errors"] == want["detail"]["assistant_synthetic_error_lines"]
+    assert (u["tool_calls"], u["tool_errors"]) == (t["tool_calls"], t["failed_tool_calls"])
+    assert u["sessions"] == t["sessions"]
+    assert u["runs"] == t["runs"]
+    assert u["subagents"] == t["subagents"]
+    assert u["compactions"] == t["compactions"]
+    assert u["rejected_lines"] == want["lines"]["malformed"]["total"]
+    assert _read(claude_db, check_rollups) == []
+
+
+def test_claude_code_traps_are_avoided(claude_db, claude_corpus):
+    traps = _expected(claude_corpus)["detail"]["traps"]
+    u = _read(claude_db, queries.usage, queries.Window())
+    assert u["total_tokens"] != traps["tokens_if_every_assistant_line_is_summed"]["total"]
+    assert u["total_tokens"] != traps["tokens_if_sidechain_replays_are_counted"]["total"]
+    assert u["llm_calls"] != traps["llm_calls_if_sidechain_replays_are_counted"]
+
+
+def test_claude_code_per_model_and_day(claude_db, claude_corpus):
+    want = _expected(claude_corpus)
+    keys = ("llm_calls", "input", "output", "cacheRead", "cacheWrite")
+    assert _want(_per_model(claude_db), keys) == _want(want["per_model"], keys)
+    assert _per_day(claude_db) == _want(want["per_day"], keys)
+    cost = dict(_rows(claude_db, "SELECT model, sum(cost_pico) FROM llm_calls WHERE error IS NULL GROUP BY 1"))
+    for model, v in want["per_model"].items():
+        assert cost[model] / 10**12 == pytest.approx(v["reference_cost_usd"], abs=1e-6), model
+
+
+def test_claude_code_sessions_are_keyed_by_their_session_id(claude_db, claude_corpus):
+    by_id = {s["session_id"]: s for s in _read(claude_db, queries.sessions, queries.Window())}
+    for want in _expected(claude_corpus)["sessions_sample"]:
+        got = by_id[want["sessionId"]]
+        assert got["session_key"] == f"agent:claude-code:{want['sessionId']}"
+        assert got["source"] == "claude-code"
+        including_children = want["tokens_including_children"]
+        assert (got["input_tokens"], got["output_tokens"], got["cache_read_tokens"]) == (
+            including_children["input"], including_children["output"], including_children["cacheRead"])
+        assert got["llm_calls"] == want["llm_calls"] + sum(c["llm_calls"] for c in want["children"])
+
+
+def test_claude_code_skips_file_snapshots_without_an_event(claude_db, claude_corpus):
+    want = _expected(claude_corpus)
+    assert scalar(claude_db, "SELECT count(*) FROM events WHERE kind = 'file-history-snapshot'") == 0
+    assert scalar(claude_db, "SELECT sum(lines) FROM files") == want["lines"]["physical"]

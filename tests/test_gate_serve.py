@@ -1,0 +1,246 @@
+"""Gates end to end: a real ``serve`` subprocess, real HTTP, the ``gate`` command as Claude Code runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_env
+from logwriter import LogDir, event
+
+PRE_TOOL_USE = {"session_id": "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp",
+                "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                "tool_input": {"command": "ls"}, "tool_use_id": "toolu_01"}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def llm(n: int, cost: float, session: str = "s1") -> bytes:
+    return event(n, "llm.call", {"callIndex": n, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                 "delta": {"input": 5, "output": 5, "cacheRead": 0, "cacheWrite": 0, "total": 10},
+                                 "costUsd": cost}, session=session, ts=_now_ms())
+
+
+def _config(tmp_path: Path, root: Path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f"""
+db = "{tmp_path / 'ledger.db'}"
+state_dir = "{tmp_path / 'state-dir'}"
+listen = "127.0.0.1:0"
+rescan_s = 0.2
+
+[hot]
+flush_interval_s = 0
+
+[[sources]]
+format = "oc-telemetry"
+root = "{root}"
+
+[[gates]]
+name = "session-cost"
+scope = "session"
+metric = "cost_usd"
+limit = 2.0
+
+[[gates]]
+name = "fleet-day"
+scope = "global-day"
+metric = "cost_usd"
+limit = 10.0
+tools = ["Bash"]
+""")
+    return path
+
+
+def _gate_cmd(*args: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "gate", *args], input=stdin, capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=30)
+
+
+class Daemon:
+    def __init__(self, tmp_path: Path):
+        self.root = tmp_path / "logs"
+        self.logs = LogDir(self.root)
+        self.logs.append(llm(1, 0.5))
+        self.config = _config(tmp_path, self.root)
+        self.tmp_path = tmp_path
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        env = cli_env(self.tmp_path / "ledger.db")
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        else:
+            raise AssertionError("serve did not start listening")
+        self._wait(lambda: self.get("/readyz")[0] == 200)
+
+    def get(self, path: str) -> tuple[int, object]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def post(self, path: str, body: dict) -> tuple[int, object]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+
+    def gate(self, key: str = "agent:main:s1", tool: str = "exec") -> dict:
+        return self.get(f"/v1/gate?session_key={key}&tool={tool}")[1]
+
+    @staticmethod
+    def _wait(predicate, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        raise AssertionError("condition not reached in time")
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        return code
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path)
+    yield d
+    if d.proc.poll() is None:
+        d.stop()
+
+
+def test_gates_answer_live_over_http_and_from_the_command(daemon):
+    assert daemon.gate()["decision"] == "allow"
+    daemon.logs.append(llm(2, 1.0))
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
+    assert daemon.gate()["decision"] == "allow"
+    daemon.logs.append(llm(3, 0.75))
+    daemon._wait(lambda: daemon.gate()["decision"] == "block")
+    decision = daemon.gate()
+    assert decision["reason"] == "session agent:main:s1 spent $2.25 of its $2.00 budget (gate session-cost)"
+    assert decision["block"] is True and decision["blockReason"] == decision["reason"]
+
+    hot = daemon.get("/v1/sessions/agent:main:s1/hot")[1]
+    assert (hot["llm_calls"], hot["total_tokens"], hot["cost_usd"]) == (3, 30, 2.25)
+    assert daemon.get("/v1/sessions/agent:main:nobody/hot")[0] == 404
+
+    env = cli_env(daemon.tmp_path / "ledger.db")
+    ran = _gate_cmd("--session", "agent:main:s1", "--tool", "exec", "--url", daemon.url, env=env)
+    assert ran.returncode == 1
+    assert json.loads(ran.stdout)["gate"] == "session-cost"
+
+    live = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(daemon.config), "sessions", "--live",
+                           "--json", "--url", daemon.url], capture_output=True, text=True, cwd=REPO, env=env)
+    assert live.returncode == 0, live.stderr
+    assert [(s["session_key"], s["cost_usd"]) for s in json.loads(live.stdout)] == [("agent:main:s1", 2.25)]
+
+
+def test_claude_code_hooks_over_http_and_through_the_command(daemon):
+    env = cli_env(daemon.tmp_path / "ledger.db")
+    assert daemon.post("/v1/hooks/claude-code", PRE_TOOL_USE) == (200, {})
+    assert daemon.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "hook_event_name": "SessionStart"}) == (200, {})
+    ran = _gate_cmd("--hook", "claude-code", "--url", daemon.url, stdin=json.dumps(PRE_TOOL_USE), env=env)
+    assert (ran.returncode, ran.stdout) == (0, "")
+
+    daemon.logs.append(llm(2, 9.75, session="other"))  # the fleet's spend today passes $10
+    deny = {"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "deny",
+        "permissionDecisionReason": "all agents together spent $10.25 of its $10.00 daily budget today (UTC) "
+                                    "(gate fleet-day)"}}
+    daemon._wait(lambda: daemon.post("/v1/hooks/claude-code", PRE_TOOL_USE)[1] == deny)
+    ran = _gate_cmd("--hook", "claude-code", "--url", daemon.url, stdin=json.dumps(PRE_TOOL_USE), env=env)
+    assert ran.returncode == 0
+    assert json.loads(ran.stdout) == deny
+    # Read-only tools are not in the gate's list.
+    assert daemon.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "tool_name": "Read"}) == (200, {})
+    assert daemon.stop() == 0
+
+    # The decisions were kept.
+    import apsw
+
+    conn = apsw.Connection(str(daemon.tmp_path / "ledger.db"))
+    rows = conn.execute("SELECT DISTINCT gate, decision, asked_via FROM gate_decisions").fetchall()
+    assert rows == [("fleet-day", "block", "claude-code")]
+    conn.close()
+
+
+def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
+    url = "http://127.0.0.1:9"  # discard port: nothing listens
+    env = dict(os.environ)
+    opened = _gate_cmd("--hook", "claude-code", "--url", url, stdin=json.dumps(PRE_TOOL_USE), env=env)
+    assert (opened.returncode, opened.stdout) == (0, "")
+    assert "unreachable" in opened.stderr
+    closed = _gate_cmd("--hook", "claude-code", "--url", url, "--fail", "closed", stdin=json.dumps(PRE_TOOL_USE),
+                       env=env)
+    assert closed.returncode == 0
+    answer = json.loads(closed.stdout)["hookSpecificOutput"]
+    assert (answer["hookEventName"], answer["permissionDecision"]) == ("PreToolUse", "deny")
+    assert "unreachable" in answer["permissionDecisionReason"]
+    bad = _gate_cmd("--fail", "sideways", env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "--fail open or --fail closed" in bad.stderr
+
+
+def test_hot_views_survive_kill_9_and_stay_private(daemon):
+    daemon.logs.append(llm(2, 1.0))
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
+    assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
+    sessions = daemon.tmp_path / "state-dir" / "hot" / "sessions"
+    files = list(sessions.iterdir())
+    assert len(files) == 1
+    assert stat.S_IMODE(sessions.stat().st_mode) == 0o700
+    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+    daemon.logs.append(llm(3, 0.25))  # written while the daemon is down
+    daemon.start()
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.75)
+    assert daemon.gate()["decision"] == "allow"
+
+
+PLUGIN = REPO / "integrations" / "openclaw" / "agentledger-gate" / "index.js"
+
+
+def _plugin(url: str, session_key: str, tool: str, **options) -> object:
+    script = (f"import {{ createGate }} from {json.dumps(str(PLUGIN))};\n"
+              f"const gate = createGate({json.dumps({'url': url, **options})});\n"
+              f"const out = await gate({{ toolName: {json.dumps(tool)} }}, {{ sessionKey: {json.dumps(session_key)} }});\n"
+              "console.log(JSON.stringify(out ?? null));")
+    ran = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed: the OpenClaw plugin is JavaScript")
+def test_the_openclaw_plugin_blocks_with_the_daemons_reason(daemon):
+    assert _plugin(daemon.url, "agent:main:s1", "exec") is None
+    daemon.logs.append(llm(2, 2.0))
+    daemon._wait(lambda: daemon.gate()["decision"] == "block")
+    assert _plugin(daemon.url, "agent:main:s1", "exec") == {
+        "block": True, "blockReason": "session agent:main:s1 spent $2.50 of its $2.00 budget (gate session-cost)"}
+    assert _plugin("http://127.0.0.1:9", "agent:main:s1", "exec") is None
+    closed = _plugin("http://127.0.0.1:9", "agent:main:s1", "exec", failClosed=True)
+    assert closed["block"] is True and "unreachable" in closed["blockReason"]

@@ -1,0 +1,293 @@
+"""Gates over a real ledger fed batch by batch, as the daemon feeds them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from conftest import CORPUS
+from logwriter import BASE_TS, LogDir, event
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentledger.config import GateConfig
+from agentledger.daemon import LiveState
+from agentledger.gates import GateKeeper, hot_json
+from agentledger.hot.sessions import HotSessions
+from agentledger.http import claude_code_answer
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger import queries
+from agentledger.ledger.db import ReaderPool, open_reader, open_writer
+from agentledger.ledger.writer import LedgerWriter
+from agentledger.metrics import registry_for
+from prometheus_client import generate_latest
+
+NOW_MS = BASE_TS + 3_600_000
+
+
+def llm(n: int, cost_usd: float, *, session: str = "s1", agent: str = "main", ts: int | None = None,
+        total: int = 10, model: str = "claude-sonnet-4-5") -> bytes:
+    return event(n, "llm.call", {"callIndex": n, "provider": "anthropic", "model": model,
+                                 "delta": {"input": total, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                           "total": total}, "costUsd": cost_usd},
+                 session=session, agent=agent, ts=ts)
+
+
+def tool_end(n: int, name: str = "exec", *, error: bool = False, session: str = "s1") -> bytes:
+    return event(n, "tool.end", {"toolName": name, "toolCallId": f"call-{n}", "isError": error, "durationMs": 5},
+                 session=session)
+
+
+class Ledger:
+    """A ledger, its hot views and gate keeper, fed one ``add`` (one committed batch) at a time."""
+
+    def __init__(self, tmp_path: Path, gates: list[dict], tz: str = "UTC", now_ms: int = NOW_MS):
+        self.root = tmp_path / "state"
+        self.logs = {}
+        self.db = tmp_path / "ledger.db"
+        self.conn = open_writer(self.db)
+        self.writer = LedgerWriter(self.conn)
+        self.hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
+        self.readers = ReaderPool(self.db)
+        self.keeper = GateKeeper(tuple(GateConfig(**g) for g in gates), self.hot, self.readers, ZoneInfo(tz),
+                                 clock=lambda: now_ms / 1000)
+        self.live = LiveState(self.conn, self.hot, self.keeper)
+        self.live.caught_up()
+        self.pipeline = Pipeline(self.writer, specs_from("oc-telemetry", [self.root]),
+                                 after_commit=lambda b, r: self.live.committed(r.sessions, r.position))
+
+    def add(self, *lines: bytes, agent: str = "main") -> None:
+        logs = self.logs.setdefault(agent, LogDir(self.root, agent))
+        logs.append(b"".join(lines))
+        self.pipeline.run_once()
+
+    def ask(self, key: str = "agent:main:s1", tool: str = "exec"):
+        return self.keeper.decide(key, tool)
+
+    def close(self) -> None:
+        self.hot.close()
+        self.readers.close()
+        self.conn.close()
+
+
+@pytest.fixture
+def ledger_with(tmp_path):
+    made = []
+
+    def make(gates: list[dict], **kwargs) -> Ledger:
+        made.append(Ledger(tmp_path, gates, **kwargs))
+        return made[-1]
+
+    yield make
+    for ledger in made:
+        ledger.close()
+
+
+def gate(**kw) -> dict:
+    return {"name": "g", "scope": "session", "metric": "cost_usd", "limit": 3.0} | kw
+
+
+def test_a_session_crossing_its_budget_is_blocked_on_the_next_call_and_not_before(ledger_with):
+    ledger = ledger_with([gate(name="session-cost", limit=3.0)])
+    ledger.add(llm(1, 1.0))
+    assert ledger.ask().decision == "allow"
+    ledger.add(llm(2, 1.5))
+    first = ledger.ask()
+    assert first.decision == "allow" and first.reason == "within every gate"
+    ledger.add(llm(3, 0.62))
+    d = ledger.ask()
+    assert d.decision == "block"
+    assert d.as_json() == {
+        "decision": "block", "gate": "session-cost", "scope": "session", "metric": "cost_usd", "value": 3.12,
+        "limit": 3.0, "session_key": "agent:main:s1", "session_id": "sid-s1", "tool": "exec", "block": True,
+        "reason": "session agent:main:s1 spent $3.12 of its $3.00 budget (gate session-cost)",
+        "blockReason": "session agent:main:s1 spent $3.12 of its $3.00 budget (gate session-cost)",
+    }
+
+
+def test_zero_cost_calls_never_trip_a_cost_gate(ledger_with):
+    ledger = ledger_with([gate(limit=0.000001)])
+    ledger.add(*(llm(n, 0.0, model="local-free") for n in range(1, 200)))
+    assert ledger.ask().decision == "allow"
+
+
+@pytest.mark.parametrize(("metric", "limit", "lines", "noun"), [
+    ("tokens", 30, [llm(1, 0, total=10), llm(2, 0, total=10), llm(3, 0, total=10)], "30 tokens of its 30 limit"),
+    ("llm_calls", 2, [llm(1, 0), llm(2, 0)], "2 LLM calls of its 2 limit"),
+    ("tool_calls", 2, [tool_end(1), tool_end(2, error=True)], "2 tool calls of its 2 limit"),
+    ("tool_errors", 2, [tool_end(1, error=True), tool_end(2), tool_end(3, error=True)],
+     "2 tool errors of its 2 limit"),
+])
+def test_each_metric_trips_exactly_at_its_limit(ledger_with, metric, limit, lines, noun):
+    ledger = ledger_with([gate(metric=metric, limit=limit)])
+    ledger.add(event(900, "run.start", {"model": "m"}), *lines[:-1])  # tool events reach a session through their run
+    assert ledger.ask().decision == "allow"
+    ledger.add(lines[-1])
+    d = ledger.ask()
+    assert (d.decision, d.metric, d.value, d.limit) == ("block", metric, limit, limit)
+    assert d.reason == f"session agent:main:s1 used {noun} (gate g)"
+
+
+def test_tool_globs_choose_which_calls_a_gate_guards(ledger_with):
+    ledger = ledger_with([gate(tools=["exec*", "browser"], limit=1.0)])
+    ledger.add(llm(1, 2.0))
+    assert ledger.ask(tool="exec_command").decision == "block"
+    assert ledger.ask(tool="browser").decision == "block"
+    d = ledger.ask(tool="read")
+    assert (d.decision, d.reason) == ("allow", "no gate applies to tool 'read'")
+
+
+def test_block_gates_win_over_warn_gates_and_warnings_pass(ledger_with):
+    ledger = ledger_with([gate(name="soft", action="warn", limit=1.0), gate(name="hard", limit=2.0)])
+    ledger.add(llm(1, 1.5))
+    d = ledger.ask()
+    assert (d.decision, d.gate) == ("warn", "soft")
+    assert not d.as_json()["block"]
+    ledger.add(llm(2, 1.0))
+    assert (ledger.ask().decision, ledger.ask().gate) == ("block", "hard")
+
+
+def test_unknown_sessions_are_allowed_and_told_why(ledger_with):
+    ledger = ledger_with([gate(limit=1.0)])
+    d = ledger.ask("agent:main:nobody")
+    assert (d.decision, d.reason) == ("allow", "unknown session 'agent:main:nobody': no session gate applies")
+
+
+def test_the_family_scope_adds_subagents_spend(ledger_with):
+    ledger = ledger_with([gate(name="own", limit=3.0), gate(name="family", scope="session-family", limit=3.0)])
+    child = "agent:main:subagent:abc"
+    ledger.add(llm(1, 1.0),
+               event(2, "subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "research"}),
+               llm(3, 1.0, session="subagent:abc"))
+    assert ledger.ask().decision == "allow"
+    ledger.add(llm(4, 1.25, session="subagent:abc"))  # only the child spends: the parent's family view moves
+    d = ledger.ask()
+    assert (d.decision, d.gate, d.value) == ("block", "family", 3.25)
+    assert d.reason == "session agent:main:s1 with its subagents spent $3.25 of its $3.00 budget (gate family)"
+    assert ledger.ask(child).decision == "allow"  # the child's own family is only itself
+
+
+def test_day_scopes_count_today_in_the_configured_zone(ledger_with):
+    berlin = ZoneInfo("Europe/Berlin")
+    midnight = dt.datetime.fromtimestamp(NOW_MS / 1000, berlin).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = int(midnight.timestamp() * 1000)
+    ledger = ledger_with([gate(name="main-day", scope="agent-day", limit=2.0, agents=["main"]),
+                          gate(name="all-day", scope="global-day", limit=5.0)], tz="Europe/Berlin")
+    ledger.add(llm(1, 100.0, ts=today - 60_000), llm(2, 1.0, ts=today + 60_000))  # yesterday's spend is not today's
+    ledger.add(llm(3, 2.5, session="x", agent="ops", ts=today + 120_000), agent="ops")
+    assert ledger.ask().decision == "allow"
+    ledger.add(llm(4, 1.0, ts=today + 180_000))
+    d = ledger.ask()
+    assert (d.gate, d.value) == ("main-day", 2.0)
+    assert d.reason == "agent main spent $2.00 of its $2.00 daily budget today (Europe/Berlin) (gate main-day)"
+    assert ledger.ask("agent:ops:x").decision == "allow"
+    ledger.add(llm(5, 0.5, session="x", agent="ops", ts=today + 240_000), agent="ops")
+    d = ledger.ask("agent:ops:x")
+    assert (d.decision, d.gate, d.value) == ("block", "all-day", 5.0)
+    assert d.reason == "all agents together spent $5.00 of its $5.00 daily budget today (Europe/Berlin) (gate all-day)"
+
+
+def test_blocks_and_warnings_are_recorded_and_counted(ledger_with):
+    ledger = ledger_with([gate(name="soft", action="warn", limit=1.0), gate(name="hard", limit=2.0)])
+    ledger.add(llm(1, 1.5))
+    ledger.ask()
+    ledger.add(llm(2, 1.0))
+    ledger.ask()
+    ledger.ask(tool="exec")
+    ledger.ask("agent:main:nobody")
+    decisions, counts = ledger.keeper.drain()
+    ledger.writer.record_gate_decisions(decisions, counts)
+    assert ledger.keeper.drain() == ([], {})
+    conn = open_reader(ledger.db)
+    rows = conn.execute("SELECT gate, decision, session_key, tool, value, limit_value, asked_via FROM gate_decisions "
+                        "ORDER BY rowid").fetchall()
+    assert rows == [("soft", "warn", "agent:main:s1", "exec", 1.5, 1.0, "http"),
+                    ("hard", "block", "agent:main:s1", "exec", 2.5, 2.0, "http"),
+                    ("hard", "block", "agent:main:s1", "exec", 2.5, 2.0, "http")]
+    conn.close()
+    text = generate_latest(registry_for(ledger.db, extra=[ledger.keeper.checks])).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    got = {(s.labels["gate"], s.labels["decision"]): s.value
+           for s in families["agentledger_gate_decisions"].samples if s.name.endswith("_total")}
+    assert got == {("soft", "warn"): 1, ("hard", "block"): 2, ("", "allow"): 1}
+    checks = families["agentledger_gate_check_duration_seconds"]
+    assert checks.type == "histogram"
+    assert [s.value for s in checks.samples if s.name.endswith("_count")] == [4]
+
+
+def test_a_hot_view_equals_the_ledger_and_recovers_from_its_file(ledger_with, tmp_path):
+    ledger = ledger_with([])
+    ledger.add(event(0, "run.start", {"model": "m"}))
+    for n in range(1, 30, 3):
+        ledger.add(llm(n, 0.25), tool_end(n + 1, error=n % 2 == 0), event(n + 2, "run.start", {"model": "m"},
+                                                                           run=f"run-{n}"))
+    conn = open_reader(ledger.db)
+    view = ledger.hot.lookup(conn, "agent:main:s1")
+    assert hot_json(view) == hot_json(_replayed(conn, "agent:main:s1"))
+    assert (view.own.llm_calls, view.own.tool_calls, view.own.cost_pico) == (10, 10, 2_500_000_000_000)
+    assert view.current_run == "run-28"
+    ledger.hot.close()
+
+    # A restart with nothing new: the file is trusted as it is.
+    again = HotSessions(tmp_path / "hot")
+    assert again.recovered == ["agent:main:s1"]
+    assert again.validate(conn) == 0
+    assert hot_json(again.lookup(conn, "agent:main:s1")) == hot_json(view)
+
+    # The ledger moved on while the hot store was down: the view is rebuilt, not served stale.
+    ledger.pipeline.after_commit = None
+    ledger.add(llm(100, 1.0))
+    third = HotSessions(tmp_path / "hot")
+    assert third.validate(conn) == 1
+    assert third.lookup(conn, "agent:main:s1").own.cost_pico == 3_500_000_000_000
+    conn.close()
+
+
+def _replayed(conn, key):
+    from agentledger.hot.sessions import _from_ledger
+
+    return _from_ledger(queries.hot_session(conn, key))
+
+
+def test_an_ended_session_leaves_the_hot_store_after_the_grace(ledger_with):
+    ledger = ledger_with([])
+    ledger.add(llm(1, 0.5), event(2, "session.end", {"sessionId": "sid-s1", "messageCount": 3, "durationMs": 10},
+                                  ts=BASE_TS + 10))
+    assert ledger.hot.store.has("agent:main:s1")
+    assert ledger.hot.expire(now_ms=BASE_TS + 10 + 299_000) == []
+    assert ledger.hot.expire(now_ms=BASE_TS + 10 + 301_000) == ["agent:main:s1"]
+    assert not ledger.hot.store.has("agent:main:s1")
+    # Still answered from the ledger.
+    assert ledger.ask().decision == "allow"
+    assert ledger.hot.lookup(ledger.conn, "agent:main:s1").status == "ended"
+
+
+def _hook_payloads() -> list[dict]:
+    path = CORPUS / "claude-code" / "hooks.jsonl"
+    if not path.exists():
+        pytest.skip(f"shared corpus not found at {path}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_claude_code_hook_answers_follow_the_protocol(ledger_with):
+    ledger = ledger_with([gate(name="all-day", scope="global-day", limit=1.0, tools=["Bash", "Web*"])])
+    payloads = _hook_payloads()
+    pre = [p for p in payloads if p["hook_event_name"] == "PreToolUse"]
+    assert pre
+    for payload in payloads:  # nothing spent yet: every event is answered with {}
+        assert claude_code_answer(ledger.keeper, payload) == {}
+    ledger.add(llm(1, 1.5, ts=NOW_MS - 1000))
+    for payload in pre:
+        answer = claude_code_answer(ledger.keeper, payload)
+        if payload["tool_name"] in ("Bash",) or payload["tool_name"].startswith("Web"):
+            assert answer == {"hookSpecificOutput": {
+                "hookEventName": "PreToolUse", "permissionDecision": "deny",
+                "permissionDecisionReason": "all agents together spent $1.50 of its $1.00 daily budget today (UTC) "
+                                            "(gate all-day)"}}
+        else:
+            assert answer == {}
+    for payload in payloads:
+        if payload["hook_event_name"] != "PreToolUse":
+            assert claude_code_answer(ledger.keeper, payload) == {}

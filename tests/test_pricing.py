@@ -1,0 +1,123 @@
+"""Pricing calls that carry no cost: cache-token semantics, overrides, unpriced calls, repricing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import cli_env, ingest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ledgerdump import scalar
+from test_transcript_sources import (
+    SESSION,
+    _project,
+    cc_assistant,
+    cc_prompt,
+    scalar_rows,
+)
+
+from agentledger.facts import LlmCall, Tokens
+from agentledger.ledger.db import open_reader
+from agentledger.ledger.verify import check_rollups
+from agentledger.pricing import Pricer, exclusive, load_overrides
+
+OCT_2026 = 1_790_812_800_000
+SONNET = "claude-sonnet-4-5-20250929"
+
+
+def test_bundled_prices_match_the_published_rates():
+    pricer = Pricer()
+    tokens = Tokens(input=100_000)  # below the 200k prompts that Anthropic prices higher
+    assert pricer.price("anthropic", SONNET, tokens, OCT_2026) == 3 * 10**11
+    assert pricer.price(None, "gpt-5", tokens, OCT_2026) == 125_000_000_000
+    # An hour-long cache write costs twice the input; five minutes, 1.25 times.
+    writes = Tokens(cache_write=200_000, cache_write_1h=100_000)
+    assert pricer.price("anthropic", SONNET, writes, OCT_2026) == (6 + 3.75) * 10**11
+
+
+@settings(max_examples=60, deadline=None)
+@given(fresh=st.integers(0, 150_000), cached=st.integers(0, 150_000), output=st.integers(0, 20_000))
+def test_openai_style_usage_costs_what_the_same_traffic_does_in_the_ledgers_split(fresh, cached, output):
+    inclusive = Tokens(input=fresh + cached, output=output, cache_read=cached)
+    split = exclusive(inclusive)
+    assert (split.input, split.cache_read, split.total) == (fresh, cached, fresh + cached + output)
+    pricer = Pricer()
+    assert pricer.price("openai", "gpt-5", split, OCT_2026) == pricer.price(
+        "openai", "gpt-5", Tokens(input=fresh, output=output, cache_read=cached), OCT_2026)
+
+
+def _overrides(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "prices.toml"
+    path.write_text(body)
+    return path
+
+
+def test_an_override_wins_over_the_table_and_an_unknown_model_stays_unpriced(tmp_path):
+    path = _overrides(tmp_path, '[prices."claude-sonnet-4-5-20250929"]\ninput = 1\noutput = 2\ncache_read = 0.5\n'
+                                '[prices."house-model"]\ninput = 0.1\noutput = 0.2\n')
+    pricer = Pricer.from_file(path)
+    t = Tokens(input=10**6, output=10**6, cache_read=10**6, cache_write=10**6)
+    assert pricer.price("anthropic", SONNET, t, OCT_2026) == (1 + 2 + 0.5 + 1) * 10**12  # cache_write defaults to input
+    assert pricer.price(None, "house-model", Tokens(output=10**6), OCT_2026) == 200_000_000_000
+    assert pricer.price(None, "no-such-model-anywhere", t, OCT_2026) is None
+    call = LlmCall(event_id=1, ts_ms=OCT_2026, kind="llm.call", source="x", model="no-such-model-anywhere",
+                   tokens=t)
+    pricer.apply(call)
+    assert (call.cost_pico, call.cost_source) == (None, "log")
+    # A cost the log carried is never replaced, even by an override.
+    carried = LlmCall(event_id=2, ts_ms=OCT_2026, kind="llm.call", source="x", model=SONNET, tokens=t, cost_pico=7)
+    pricer.apply(carried)
+    assert carried.cost_pico == 7
+
+
+@pytest.mark.parametrize("body, words", [
+    ("[prices", "not valid TOML"),
+    ('[prices."m"]\ninput = 1\n', "needs at least input and output"),
+    ('[prices."m"]\ninput = -1\noutput = 1\n', "non-negative number"),
+    ('[prices."m"]\ninput = 1\noutput = 1\ncached = 2\n', "unknown key 'cached'"),
+])
+def test_a_bad_price_file_is_one_clear_error(tmp_path, body, words):
+    with pytest.raises(ValueError, match=words):
+        load_overrides(_overrides(tmp_path, body))
+
+
+def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db):
+    project = _project(tmp_path)
+    line = cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=1000, second=1)
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + line.replace(
+        b"claude-sonnet-4-5-20250929", b"in-house-llm") + cc_assistant("a2", "msg_2", {"type": "text", "text": "y"},
+                                                                       output=10, second=2))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    env = cli_env(db)
+
+    def usage() -> dict:
+        out = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], env=env, capture_output=True,
+                             check=True)
+        return orjson.loads(out.stdout)
+
+    before = usage()
+    assert (before["llm_calls"], before["unpriced_calls"]) == (2, 1)
+    assert scalar_rows(db, "SELECT model, cost_pico, cost_source FROM llm_calls WHERE cost_pico IS NULL") == [
+        ("in-house-llm", None, None)]
+    prices = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1000\n')
+    out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
+                         env=env, capture_output=True, check=True)
+    assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0}
+    after = usage()
+    assert after["unpriced_calls"] == 0
+    # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
+    added = (10 * 1 + 1000 * 1000 + 1000 * 0 + 100 * 1 + 200 * 2) / 10**6
+    assert after["cost_usd"] == pytest.approx(before["cost_usd"] + added, abs=1e-9)
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
+    again = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
+                           env=env, capture_output=True, check=True)
+    assert orjson.loads(again.stdout)["calls_changed"] == 0
+    assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_source = 'priced'") == 2

@@ -1,0 +1,239 @@
+"""Transcript sources read live: streaming lines of one call, resets while tailing, resumed reads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from conftest import cli_env, ingest
+from ledgerdump import scalar
+
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.verify import check_rollups
+from agentledger.ledger.writer import LedgerWriter
+
+SESSION = "5f0c1b52-0000-4000-8000-000000000001"
+MODEL = "claude-sonnet-4-5-20250929"
+
+
+def _line(obj: dict) -> bytes:
+    return orjson.dumps(obj) + b"\n"
+
+
+def cc_assistant(uuid: str, message_id: str, block: dict, *, output: int, second: int, sidechain: bool = False,
+                 request: str = "req_1", stop: str | None = None) -> bytes:
+    usage = {"input_tokens": 10, "output_tokens": output, "cache_read_input_tokens": 1000,
+             "cache_creation_input_tokens": 300,
+             "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}}
+    return _line({"type": "assistant", "uuid": uuid, "sessionId": SESSION, "isSidechain": sidechain,
+                  "timestamp": f"2026-10-01T10:00:{second:02d}.000Z", "requestId": request,
+                  "message": {"id": message_id, "model": MODEL, "content": [block], "stop_reason": stop,
+                              "usage": usage}})
+
+
+def cc_prompt(uuid: str, text: str, second: int) -> bytes:
+    return _line({"type": "user", "uuid": uuid, "sessionId": SESSION, "isSidechain": False,
+                  "timestamp": f"2026-10-01T10:00:{second:02d}.000Z", "message": {"role": "user", "content": text}})
+
+
+def cc_result(uuid: str, tool_use_id: str, second: int, is_error: bool = False) -> bytes:
+    return _line({"type": "user", "uuid": uuid, "sessionId": SESSION, "isSidechain": False,
+                  "timestamp": f"2026-10-01T10:00:{second:02d}.000Z",
+                  "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use_id,
+                                                           "content": "ok", "is_error": is_error}]}})
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "claude" / "projects" / "-home-dev-src-app"
+    project.mkdir(parents=True)
+    return project
+
+
+def _calls(db: Path) -> list[tuple]:
+    return scalar_rows(db, "SELECT call_key, input_tokens, output_tokens, cache_write_1h_tokens, ts_ms "
+                           "FROM llm_calls ORDER BY id")
+
+
+def scalar_rows(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    conn = open_reader(db)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _clean(db: Path) -> None:
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
+
+
+def test_a_streamed_response_is_one_call_with_its_final_usage_across_ingests(tmp_path, db):
+    project = _project(tmp_path)
+    transcript = project / f"{SESSION}.jsonl"
+    lines = [
+        cc_prompt("u1", "fix the flaky test", 0),
+        cc_assistant("a1", "msg_1", {"type": "thinking", "thinking": "..."}, output=3, second=1),
+        cc_assistant("a2", "msg_1", {"type": "text", "text": "Looking."}, output=7, second=2),
+        cc_assistant("a3", "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+                     output=412, second=3, stop="tool_use"),
+        cc_result("r1", "toolu_1", 4),
+    ]
+    transcript.write_bytes(b"".join(lines[:2]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert [row[:3] for row in _calls(db)] == [(f"{SESSION}:msg_1", 10, 3)]
+    _clean(db)
+    with transcript.open("ab") as f:
+        f.write(b"".join(lines[2:]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    calls = _calls(db)
+    assert [row[:4] for row in calls] == [(f"{SESSION}:msg_1", 10, 412, 200)]
+    assert calls[0][4] % 60_000 == 3_000  # the call is dated by the line that carried its final usage
+    _clean(db)
+    # Reading the whole file again, or a copy of it, changes nothing.
+    assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0
+    assert scalar(db, "SELECT count(*) FROM tool_calls WHERE status = 'ok'") == 1
+    usage = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], env=cli_env(db),
+                           capture_output=True, check=True)
+    u = orjson.loads(usage.stdout)
+    assert (u["llm_calls"], u["output_tokens"], u["unpriced_calls"]) == (1, 412, 0)
+    assert u["cost_usd"] > 0
+
+
+def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path, db):
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    # The side branch's file is read first here (a second root), then the session.
+    (sub / "agent-a1b2c3d4.jsonl").write_bytes(
+        cc_assistant("s1", "msg_1", {"type": "text", "text": "hi"}, output=900, second=9, sidechain=True,
+                     request="req_replay")
+        + cc_assistant("s2", "msg_side", {"type": "text", "text": "side"}, output=50, second=10, sidechain=True,
+                       request="req_side", stop="end_turn"))
+    ingest(db, sub, fmt="claude-code")
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hello", 0)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "hi"}, output=120, second=1, stop="end_turn"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert sorted(row[:3] for row in _calls(db)) == [(f"{SESSION}:msg_1", 10, 120), (f"{SESSION}:msg_side", 10, 50)]
+    _clean(db)
+
+
+def _oc_line(obj: dict) -> bytes:
+    return orjson.dumps(obj) + b"\n"
+
+
+def oc_header(session_id: str) -> bytes:
+    return _oc_line({"type": "session", "version": 3, "id": session_id, "timestamp": "2026-10-01T08:00:00.000Z"})
+
+
+def oc_user(entry: str, second: int) -> bytes:
+    return _oc_line({"type": "message", "id": entry, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z",
+                     "message": {"role": "user", "content": "hi", "timestamp": 1}})
+
+
+def oc_assistant(entry: str, second: int, *, tool: str | None = None, cost: float = 0.01,
+                 model: str = "claude-sonnet-4-5") -> bytes:
+    content = [{"type": "toolCall", "id": tool, "name": "exec", "arguments": {}}] if tool else []
+    return _oc_line({"type": "message", "id": entry, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z",
+                     "message": {"role": "assistant", "content": content, "provider": "anthropic", "model": model,
+                                 "stopReason": "toolUse" if tool else "stop",
+                                 "usage": {"input": 5, "output": 7, "cacheRead": 0, "cacheWrite": 0,
+                                           "totalTokens": 12, "cost": {"total": cost}}}})
+
+
+def oc_result(entry: str, second: int, tool: str, exit_code: int = 0) -> bytes:
+    return _oc_line({"type": "message", "id": entry, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z",
+                     "message": {"role": "toolResult", "toolCallId": tool, "toolName": "exec", "isError": False,
+                                 "details": {"exitCode": exit_code}}})
+
+
+def _sessions_dir(tmp_path: Path, key: str, session_id: str) -> Path:
+    sdir = tmp_path / "state" / "agents" / "main" / "sessions"
+    sdir.mkdir(parents=True)
+    (sdir / "sessions.json").write_bytes(orjson.dumps({key: {"sessionId": session_id, "inputTokens": 999999,
+                                                             "estimatedCostUsd": 123.0}}))
+    return sdir
+
+
+def test_a_reset_while_tailing_is_a_rotation_and_nothing_is_lost_or_counted_twice(tmp_path, db):
+    sid = "0b7bec4a-3902-43fd-bcbe-a4d347d8d807"
+    sdir = _sessions_dir(tmp_path, "agent:main:main", sid)
+    live = sdir / f"{sid}.jsonl"
+    live.write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [tmp_path / "state"]))
+        pipeline.run_once()
+        # Appended, then archived by a reset before the next look.
+        with live.open("ab") as f:
+            f.write(oc_user("u2", 3) + oc_assistant("a2", 4))
+        os.rename(live, sdir / f"{sid}.jsonl.reset.2026-10-01T08-01-00.000Z")
+        stats = pipeline.run_once()
+        assert (stats.rotated, stats.lost_files) == (1, 0)
+        assert pipeline.run_once().lines == 0
+    finally:
+        conn.close()
+    assert scalar(db, "SELECT count(*) FROM files") == 1
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == 2
+    assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 2 * 10**10
+    # sessions.json's snapshot figures are never taken as totals; the key comes from it.
+    assert scalar_rows(db, "SELECT session_key, input_tokens FROM sessions JOIN session_totals USING (session_id)") \
+        == [("agent:main:main", 10)]
+    _clean(db)
+
+
+def test_a_read_resumed_after_a_restart_pairs_tools_with_the_run_they_belong_to(tmp_path, db):
+    sid = "11446b2a-bd58-431d-9dfc-a853117a5255"
+    sdir = _sessions_dir(tmp_path, "agent:main:telegram:direct:1", sid)
+    path = sdir / f"{sid}.jsonl"
+    path.write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2, tool="call_1"))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    with path.open("ab") as f:
+        f.write(oc_result("t1", 3, "call_1", exit_code=2) + oc_assistant("a2", 4))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")  # a new process: only the ledger remembers the run
+    assert scalar_rows(db, "SELECT run_id, status, exit_code FROM tool_calls") == [(f"{sid}:u1", "ok", 2)]
+    assert scalar_rows(db, "SELECT run_id, status FROM runs") == [(f"{sid}:u1", "ok")]
+    assert scalar_rows(db, "SELECT llm_calls, tool_calls, tool_errors FROM session_totals") == [(2, 1, 0)]
+    _clean(db)
+
+
+def test_huge_file_snapshots_are_skipped_unread(tmp_path, db):
+    project = _project(tmp_path)
+    snapshot = b'{"type":"file-history-snapshot","messageId":"x","snapshot":{"blob":"' + b"a" * 3_000_000 + b'\n'
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + snapshot + cc_prompt("u2", "again", 5))
+    stats = ingest(db, tmp_path / "claude", fmt="claude-code")
+    # The snapshot line is not even valid JSON: it was recognised by its first bytes, not parsed.
+    assert (stats.lines, stats.rejects) == (3, 0)
+    assert scalar(db, "SELECT count(*) FROM runs") == 2
+
+
+def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=5, second=1))
+    sid = "e0d235fc-d368-469e-be13-2dc0f3afab3b"
+    sdir = _sessions_dir(tmp_path, "agent:main:main", sid)
+    (sdir / f"{sid}.jsonl").write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2))
+    (sdir / f"{sid}.jsonl.lock").write_bytes(b"not a transcript\n")
+    env = cli_env(db)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--json",
+                          "--source", f"claude-code={tmp_path / 'claude'}",
+                          "--source", f"oc-transcript={tmp_path / 'state'}"], env=env, capture_output=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert orjson.loads(out.stdout)["files"] == 2
+    assert scalar_rows(db, "SELECT source, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1") == [
+        ("claude-code", 1), ("oc-transcript", 1)]
+    for bad, words in ((f"nonsense={tmp_path}", "unknown format 'nonsense'"), ("claude-code", "FORMAT=ROOT"),
+                       (f"claude-code={tmp_path / 'missing'}", "not a directory")):
+        out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--source", bad], env=env,
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 2
+        assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr, out.stderr
