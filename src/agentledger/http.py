@@ -157,6 +157,9 @@ MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a who
 class _Handler(BaseHTTPRequestHandler):
     server_version = "agentledger"
     protocol_version = "HTTP/1.1"  # keep-alive: a hook client asks many times
+    # Headers and body go out as two writes; with Nagle on, a keep-alive client's delayed ACK
+    # would hold the body back ~40 ms.
+    disable_nagle_algorithm = True
     db: Path
     health: Health
     keeper: GateKeeper | None
