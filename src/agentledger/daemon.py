@@ -24,6 +24,7 @@ from agentledger.config import demo_dir, openclaw_state_dirs
 from agentledger.http import DEFAULT_LISTEN, ApiServer, Health
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import LedgerBusy, open_writer, writer_lock
+from agentledger.ledger.lifecycle import DEFAULT_IDLE_S
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S, reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
@@ -80,7 +81,8 @@ def _reconcile(writer: LedgerWriter, grace_s: float) -> None:
 
 
 def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s: float,
-               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S) -> int:
+               demo: bool | None, listen: str = DEFAULT_LISTEN, grace_s: float = DEFAULT_GRACE_S,
+               idle_s: float = DEFAULT_IDLE_S) -> int:
     stop = threading.Event()
     wake = threading.Event()
     notifier = Notifier()
@@ -124,7 +126,7 @@ def run_daemon(db: Path, fmt: str, roots: list[Path], *, max_line: int, rescan_s
         # Ready once queries can be answered: a long catch-up is progress, not a failed start.
         notifier.ready(f"catching up on {', '.join(str(r) for r in roots)}")
         progress = _Progress(notifier, api.health)
-        writer = LedgerWriter(conn)
+        writer = LedgerWriter(conn, idle_s=idle_s)
         pipeline = Pipeline(writer, specs_from(fmt, roots), max_line=max_line, stop=stop,
                             on_progress=progress.advance)
         _say(f"ledger {db}; catching up on {', '.join(str(r) for r in roots)}")

@@ -21,6 +21,7 @@ class Fact:
     session_key: str | None = None
     session_id: str | None = None
     run_id: str | None = None
+    seq: int | None = None  # the producer's per-process counter, where it has one: a drop means it restarted
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,6 +74,7 @@ class LlmCall(Fact):
     cost_source: str = "log"
     duration_ms: int | None = None
     error: str | None = None
+    context_tokens: int | None = None  # the context window in use at this call
 
 
 @dataclass(slots=True, kw_only=True)

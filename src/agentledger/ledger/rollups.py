@@ -106,7 +106,7 @@ class Deltas:
 
     def llm_call(self, row: tuple) -> None:
         """``row`` is the writer's llm_calls parameter tuple."""
-        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row
+        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row[:19]
         err = error is not None
         values = (1, err, i, o, cr, cw, t, cost or 0, cost is None and not err)
         targets = [self.usage[(_slot(ts), agent or "", provider or "", model or "")]]
