@@ -65,6 +65,7 @@ CREATE TABLE compaction_pairs (
 );
 CREATE INDEX compaction_pairs_by_key ON compaction_pairs (session_key, coalesce(started_ms, ended_ms));
 
-
 -- Context window in use at each model call: a compaction's size after it.
 ALTER TABLE llm_calls ADD COLUMN context_tokens INTEGER;
+-- Where a key's instances change, the mapping is rebuilt from there on, not from the key's first.
+CREATE INDEX sessions_by_key_start ON sessions (session_key, coalesce(started_ms, first_ms));

@@ -73,10 +73,11 @@ _SPANS = "SELECT session_id, session_key, coalesce(started_ms, first_ms) FROM se
          "WHERE session_id IN (SELECT value FROM json_each(?))"
 # Keys with a compaction that ended within the hour before one of the batch's model calls: that
 # call may be the one that tells its size after.
-_COMPACTIONS_NEAR = f"""
-SELECT DISTINCT p.session_key FROM json_each(?) AS j
+_COMPACTIONS_NEAR = """
+SELECT p.session_key, min(coalesce(p.started_ms, p.ended_ms)) FROM json_each(?) AS j
 JOIN compaction_pairs AS p ON p.session_key = j.value ->> 0
-WHERE p.ended_ms BETWEEN (j.value ->> 1) - {NEXT_CONTEXT_MS} AND j.value ->> 2
+WHERE p.ended_ms BETWEEN j.value ->> 1 AND j.value ->> 2
+GROUP BY 1
 """
 _OPEN_RUNS = """
 SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
@@ -328,19 +329,32 @@ class Lifecycle:
             self.interrupted[i] += n
 
     def _derive(self, tracker: rollups.Tracker) -> None:
-        """Rebuild the key mapping and the compaction rows of every session key the batch moved."""
+        """Bring the key mapping and the compaction rows up to date from where the batch changed them."""
         conn = self.conn
         before = {row[0]: (row[3], row[1]) for row in tracker.old_sessions.values()}
-        moved = {key for sid, key, start in conn.execute(_SPANS, (_json(tracker.session_ids),))
-                 if key is not None and before.get(sid) != (key, start)}
-        rebuild_keys(conn, "session_ids", moved)
-        keys = moved | {f.session_key for f in self.facts if type(f) is Compaction and f.session_key}
-        calls: dict[str, list[int]] = {}
+        moved: dict[str, int] = {}
+        for sid, key, start in conn.execute(_SPANS, (_json(tracker.session_ids),)):
+            old_key, old_start = before.get(sid, (None, None))
+            if key is not None and (old_key, old_start) != (key, start):
+                ts = start if old_key is None or old_start is None else min(start, old_start)
+                moved[key] = min(moved.get(key, ts), ts)
+        whole = rebuild_keys(conn, "session_ids", moved)
+        since: dict[str, int | None] = {k: None if k in whole else ts for k, ts in moved.items()}
+
+        def changed(key: str, ts: int) -> None:
+            if key in since and (since[key] is None or since[key] <= ts):
+                return
+            since[key] = ts
+
+        calls: dict[str, list[int]] = {}  # key → first and last model call reporting its context
         for f in self.facts:
-            if type(f) is LlmCall and f.context_tokens and f.session_key and f.session_key not in keys:
+            if type(f) is Compaction and f.session_key:
+                changed(f.session_key, f.ts_ms)
+            elif type(f) is LlmCall and f.context_tokens and f.session_key:
                 span = calls.setdefault(f.session_key, [f.ts_ms, f.ts_ms])
                 span[0], span[1] = min(span[0], f.ts_ms), max(span[1], f.ts_ms)
         if calls:
-            spans = orjson.dumps([[k, lo, hi] for k, (lo, hi) in calls.items()]).decode()
-            keys |= {k for (k,) in conn.execute(_COMPACTIONS_NEAR, (spans,))}
-        rebuild_keys(conn, "compaction_pairs", keys)
+            near = orjson.dumps([[k, lo - NEXT_CONTEXT_MS, hi] for k, (lo, hi) in calls.items()]).decode()
+            for key, ts in conn.execute(_COMPACTIONS_NEAR, (near,)):
+                changed(key, ts)
+        rebuild_keys(conn, "compaction_pairs", since)

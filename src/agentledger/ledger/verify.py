@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 
 import apsw
-import orjson
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
@@ -201,16 +200,37 @@ ROLLUPS = (_BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.end
            + _SESSION_ROLLUPS)
 
 
-def rebuild_keys(conn: apsw.Connection, table: str, session_keys: set[str]) -> None:
-    """Recompute a table derived per session key (session_ids, compaction_pairs) for these keys only."""
-    if not session_keys:
-        return
+# Per table: where the rows that a change at some time can affect begin, and which column says so.
+# An instance's interval ends where the next starts, so the suffix starts at the previous instance
+# (none: the changed one is the key's first, and every earlier time falls back to it). A pairing is
+# settled before the last start at or before the change.
+_SUFFIX = {
+    "session_ids": ("SELECT max(valid_from_ms) FROM session_ids WHERE session_key = ?1 AND valid_from_ms < ?2",
+                    "coalesce(started_ms, first_ms)", "valid_from_ms"),
+    "compaction_pairs": ("SELECT coalesce(max(ts_ms), ?2) FROM compactions WHERE session_key = ?1 "
+                         "AND phase = 'start' AND ts_ms <= ?2", "ts_ms", "coalesce(started_ms, ended_ms)"),
+}
+
+
+def rebuild_keys(conn: apsw.Connection, table: str, since: dict[str, int | None]) -> set[str]:
+    """Recompute a table derived per session key (session_ids, compaction_pairs) for these keys, from
+    the given time on (None: all of it). Returns the keys that were recomputed whole."""
     rollup = next(r for r in ROLLUPS if r.table == table)
-    keys = orjson.dumps(sorted(session_keys)).decode()
-    where = "session_key IN (SELECT value FROM json_each(?))"
-    conn.execute(f"DELETE FROM {table} WHERE {where}", (keys,))
-    conn.execute(f"INSERT INTO {table} ({', '.join(rollup.keys + rollup.values)}) {_BY_SESSION_KEY[table](where)}",
-                 (keys,))
+    columns = ", ".join(rollup.keys + rollup.values)
+    start_sql, source_time, stored_time = _SUFFIX[table]
+    whole = set()
+    for key, ts in sorted(since.items(), key=lambda kv: kv[0]):
+        if ts is not None:
+            ts = conn.execute(start_sql, (key, ts)).fetchall()[0][0]
+        if ts is None:
+            whole.add(key)
+            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1", (key,))
+            conn.execute(f"INSERT INTO {table} ({columns}) {_BY_SESSION_KEY[table]('session_key = ?1')}", (key,))
+        else:
+            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1 AND {stored_time} >= ?2", (key, ts))
+            conn.execute(f"INSERT INTO {table} ({columns}) "
+                         f"{_BY_SESSION_KEY[table](f'session_key = ?1 AND {source_time} >= ?2')}", (key, ts))
+    return whole
 
 
 @dataclass(frozen=True, slots=True)
