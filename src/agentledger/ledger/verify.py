@@ -207,8 +207,8 @@ ROLLUPS = (_BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.end
 _SUFFIX = {
     "session_ids": ("SELECT max(valid_from_ms) FROM session_ids WHERE session_key = ?1 AND valid_from_ms < ?2",
                     "coalesce(started_ms, first_ms)", "valid_from_ms"),
-    "compaction_pairs": ("SELECT coalesce(max(ts_ms), ?2) FROM compactions WHERE session_key = ?1 "
-                         "AND phase = 'start' AND ts_ms <= ?2", "ts_ms", "coalesce(started_ms, ended_ms)"),
+    "compaction_pairs": (("SELECT coalesce(max(ts_ms), ?2) FROM compactions WHERE session_key = ?1 "
+                          "AND phase = 'start' AND ts_ms <= ?2"), "ts_ms", "coalesce(started_ms, ended_ms)"),
 }
 
 
