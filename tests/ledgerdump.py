@@ -20,6 +20,12 @@ _TABLES = {
     "rejects": "SELECT f.fingerprint, r.offset, r.length, r.reason, r.head FROM rejects r "
                "JOIN files f ON f.id = r.file_id",
     "checkpoints": "SELECT fingerprint, offset, lines FROM files",
+    "session_ids": "SELECT * FROM session_ids",
+    "session_suspensions": "SELECT * FROM session_suspensions",
+    "gateway_restarts": "SELECT c.log, g.ts_ms, g.last_ms, g.cause FROM gateway_restarts g "
+                        "JOIN log_clocks c ON c.id = g.log_id",
+    "log_clocks": "SELECT log, last_seq, last_ms FROM log_clocks",
+    "compaction_pairs": "SELECT * FROM compaction_pairs",
 }
 
 

@@ -38,7 +38,8 @@ def _totals(db: Path) -> tuple:
         return conn.execute(
             "SELECT (SELECT sum(cost_pico) FROM session_totals), (SELECT sum(tool_errors) FROM session_totals), "
             "(SELECT sum(runs) FROM session_totals), (SELECT sum(llm_calls) FROM usage_slots), "
-            "(SELECT sum(runs_running) FROM usage_slots), (SELECT sum(calls) FROM tool_slots)").fetchall()[0]
+            "(SELECT sum(runs_running + runs_interrupted) FROM usage_slots), (SELECT sum(calls) FROM tool_slots)"
+        ).fetchall()[0]
     finally:
         conn.close()
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentledger.ledger.lifecycle import DEFAULT_IDLE_S
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S
 from agentledger.ledger.retention import DEFAULT_RAW_DAYS
 from agentledger.sources import FORMATS
@@ -133,6 +134,7 @@ class Config(_Strict):
     listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
     grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0)
+    idle_s: float = Field(default=DEFAULT_IDLE_S, ge=1)  # a log silent this long: its gateway restarted
     rescan_s: float = Field(default=2.0, ge=0.05)
     max_line: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
     sources: tuple[SourceConfig, ...] = ()

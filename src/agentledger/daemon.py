@@ -162,7 +162,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                     hot.store.quarantined)
     readers = ReaderPool(db)
     keeper = GateKeeper(config.gates, hot, readers, config.zone)
-    writer = LedgerWriter(conn)
+    writer = LedgerWriter(conn, idle_s=config.idle_s)
     live = LiveState(conn, hot, keeper)
     try:
         try:

@@ -21,6 +21,7 @@ class Fact:
     session_key: str | None = None
     session_id: str | None = None
     run_id: str | None = None
+    seq: int | None = None  # the producer's per-process counter, where it has one: a drop means it restarted
 
 
 @dataclass(slots=True, kw_only=True)
@@ -78,6 +79,7 @@ class LlmCall(Fact):
     # ledger keeps one row per call with the best of its lines; None: the line is the call.
     call_key: str | None = None
     sidechain: bool = False  # a replay on a side branch never outranks the main branch's copy
+    context_tokens: int | None = None  # the context window in use at this call
 
 
 @dataclass(slots=True, kw_only=True)

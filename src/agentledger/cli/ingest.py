@@ -91,16 +91,19 @@ def _progress_pipeline(writer, specs, max_line, pricer):
                    "(config `max_line`, default 32 MiB).")
 @click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
+@click.option("--idle", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
+                   "(config `idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
 def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, grace: float | None,
-           as_json: bool, roots: tuple[Path, ...]) -> None:
+           idle: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:
     """Catch up once on ROOTS (in --format) and every --source, then exit.
 
     Without either it reads the config's [[sources]], else what it finds: OpenClaw's state dir
     ($OPENCLAW_STATE_DIR, ~/.openclaw) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude)."""
-    config = obj.configure(max_line=max_line, grace_s=grace)
+    config = obj.configure(max_line=max_line, grace_s=grace, idle_s=idle)
     max_line, grace = config.max_line, config.grace_s
     specs = resolve_sources(fmt, roots, sources, config)
     if not specs:
@@ -108,7 +111,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     pricer = pricer_for(prices)
     lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
-    writer = LedgerWriter(conn)
+    writer = LedgerWriter(conn, idle_s=config.idle_s)
     if sys.stderr.isatty() and not as_json:
         pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
         with progress:
@@ -118,8 +121,12 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     interrupted = reconcile(writer, now_ms(), grace)
     conn.close()
     os.close(lock)
-    summary = stats.as_dict() | {"interrupted_runs": interrupted.runs, "interrupted_tool_calls": interrupted.tool_calls,
-                                 "interrupted_subagents": interrupted.subagents}
+    # Runs cut off by a gateway restart were interrupted as their batch was written; the rest now.
+    runs, tools, subagents = writer.interrupted
+    summary = stats.as_dict() | {"interrupted_runs": runs + interrupted.runs,
+                                 "interrupted_tool_calls": tools + interrupted.tool_calls,
+                                 "interrupted_subagents": subagents + interrupted.subagents,
+                                 "interrupted_sessions": interrupted.interrupted_sessions}
     if as_json:
         emit_json(summary)
     else:

@@ -210,15 +210,17 @@ def session(conn, w, fmt, key):
     first = d["instances"][0]
     _emit_detail(d, fmt, [
         ("instances", "instances", [("session_id", "session id"), ("status", "status"), ("started_at", "started"),
-                                    ("ended_at", "ended"), ("runs", "runs"), ("cost_usd", "cost $")]),
+                                    ("ended_at", "ended"), ("end_reason", "end"), ("suspensions", "suspended"),
+                                    ("suspended_s", "away s"), ("runs", "runs"), ("cost_usd", "cost $")]),
         ("cost_by_model", "cost by model", [("model", "model"), ("llm_calls", "llm calls"),
                                             ("total_tokens", "tokens"), ("cost_usd", "cost $")]),
         ("runs", "runs", _RUN_TABLE[:1] + _RUN_TABLE[2:]),
         ("tool_calls", "tool calls", _TOOL_CALL_TABLE),
         ("subagents", "subagents", [("child_session_key", "child"), ("label", "label"), ("outcome", "outcome"),
                                     ("cost_usd", "cost $")]),
-        ("compactions", "compactions", [("at", "at"), ("phase", "phase"), ("message_count", "messages"),
-                                        ("token_count", "tokens")]),
+        ("compactions", "compactions", [("at", "at"), ("messages_before", "msgs before"),
+                                        ("messages_after", "msgs after"), ("tokens_before", "tokens before"),
+                                        ("tokens_after", "tokens after"), ("compaction_ratio", "ratio")]),
     ], [("session", d["session_key"]), ("agent", first["agent_id"]), ("cost $", d["cost_usd"]),
         ("with subagents $", d["family_cost_usd"])])
 

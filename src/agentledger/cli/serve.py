@@ -23,10 +23,14 @@ from agentledger.cli.ingest import pricer_for, with_sources
               help="Where the HTTP API listens; port 0 picks a free one (config `listen`, default 127.0.0.1:9464).")
 @click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
+@click.option("--idle", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
+                   "(config `idle_s`, default 1800).")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
 def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, rescan: float | None,
-          demo: bool | None, listen: str | None, grace: float | None, roots: tuple[Path, ...]) -> None:
+          demo: bool | None, listen: str | None, grace: float | None, idle: float | None,
+          roots: tuple[Path, ...]) -> None:
     """Catch up on ROOTS (in --format) and every --source (else the config's [[sources]]), then follow
     them live until SIGTERM or Ctrl-C.
 
@@ -37,6 +41,6 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     from agentledger.daemon import run_daemon
 
     pairs = [(fmt, r) for r in roots] + list(sources)
-    config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace,
+    config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace, idle_s=idle,
                            sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
     sys.exit(run_daemon(config, demo=demo, pricer=pricer_for(prices)))

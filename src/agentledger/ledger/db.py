@@ -22,7 +22,8 @@ _PACKAGED = Path(__file__).resolve().parents[1] / "schema"
 SCHEMA_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[3] / "schema"
 BUSY_TIMEOUT_MS = 10_000
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
-REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days")}
+REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days"),
+                                             9: ("session_ids", "compaction_pairs")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

@@ -187,6 +187,15 @@ def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | No
     return {sid: cost or 0 for sid, cost in rows}
 
 
+# How often a session was suspended, for how long in all before it came back, and since when it
+# is away now (each a walk of its few suspension rows).
+_SUSPENSIONS = """
+    (SELECT count(*) FROM session_suspensions AS p WHERE p.session_id = s.session_id),
+    (SELECT coalesce(sum(p.until_ms - p.from_ms), 0) FROM session_suspensions AS p
+     WHERE p.session_id = s.session_id AND p.until_ms IS NOT NULL),
+    (SELECT max(p.from_ms) FROM session_suspensions AS p WHERE p.session_id = s.session_id AND p.until_ms IS NULL)"""
+
+
 def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None = None) -> list[dict]:
     """Sessions active in the window (or exactly ``session_ids``), most recent first."""
     params: list = []
@@ -202,7 +211,8 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
            coalesce(t.runs, 0), coalesce(t.llm_calls, 0) - coalesce(t.llm_errors, 0), coalesce(t.llm_errors, 0),
            coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), coalesce(t.input_tokens, 0),
            coalesce(t.output_tokens, 0), coalesce(t.cache_read_tokens, 0), coalesce(t.cache_write_tokens, 0),
-           coalesce(t.total_tokens, 0), coalesce(t.cost_pico, 0), coalesce(t.unpriced_calls, 0)
+           coalesce(t.total_tokens, 0), coalesce(t.cost_pico, 0), coalesce(t.unpriced_calls, 0),
+           s.end_reason, s.resumed_from, s.message_count, s.duration_ms, {_SUSPENSIONS}
     FROM sessions AS s LEFT JOIN session_totals AS t ON t.session_id = s.session_id
     WHERE {cond}
     ORDER BY s.last_ms DESC, s.session_id
@@ -212,7 +222,7 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
     fallback = _fallback_cost(conn, Window(), [r[1] for r in rows]) if rows else {}
     out = []
     for (key, sid, agent, source, status, started, ended, first, last, is_sub, runs, llm, llm_err, tools,
-         tool_err, i, o, cr, cw, t, cost, unpriced) in rows:
+         tool_err, i, o, cr, cw, t, cost, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
         out.append({
             "session_key": key, "session_id": sid, "agent_id": agent, "source": source, "status": status,
             "started_at": iso(started), "ended_at": iso(ended), "first_activity_at": iso(first),
@@ -221,6 +231,9 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
             "runs": runs, "llm_calls": llm, "llm_errors": llm_err, "tool_calls": tools, "tool_errors": tool_err,
             "input_tokens": i, "output_tokens": o, "cache_read_tokens": cr, "cache_write_tokens": cw,
             "total_tokens": t, "cost_usd": _usd(cost + fallback.get(sid, 0)), "unpriced_calls": unpriced,
+            "end_reason": reason, "resumed_from": resumed, "message_count": messages,
+            "reported_duration_ms": reported, "suspensions": suspensions,
+            "suspended_s": round(away / 1000, 3), "suspended_since": iso(since),
         })
     return out
 
@@ -505,17 +518,63 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         "WHERE r.session_id IN (SELECT value FROM json_each(?)) ORDER BY coalesce(tc.started_ms, tc.ended_ms)",
         (id_list,))]
     children = subagents(conn, Window(), parent_keys=keys)
-    compactions = [
-        {"at": iso(ts), "phase": phase, "message_count": mc, "compacting_count": cc, "token_count": tc,
-         "compacted_count": dc}
-        for ts, phase, mc, cc, tc, dc in conn.execute(
-            "SELECT ts_ms, phase, message_count, compacting_count, token_count, compacted_count FROM compactions "
-            "WHERE session_key IN (SELECT value FROM json_each(?)) ORDER BY ts_ms", (_json_list(keys),))]
+    compactions = _compactions(conn, ids, keys)
     own = sum(s["cost_usd"] for s in instances)
     family = own + sum(_family_cost(conn, c["child_session_key"], set()) for c in children) / PICO_PER_USD
     return {"session_key": keys[0] if len(keys) == 1 else keys, "instances": instances,
             "cost_usd": round(own, 12), "family_cost_usd": round(family, 12), "cost_by_model": by_model,
             "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
+
+
+def _ratio(before: int | None, after: int | None) -> float | None:
+    return round(before / after, 3) if before and after else None
+
+
+def _compactions(conn: apsw.Connection, ids: list[str], keys: list[str]) -> list[dict]:
+    """Compactions of these session instances (and of their keys' when no instance could be told)."""
+    out = []
+    for (key, sid, started, ended, m0, m1, compacting, compacted, t0, t1) in conn.execute(
+            "SELECT session_key, session_id, started_ms, ended_ms, messages_before, messages_after, compacting_count, "
+            "compacted_count, tokens_before, tokens_after FROM compaction_pairs "
+            "WHERE session_id IN (SELECT value FROM json_each(?1)) "
+            "OR (session_id IS NULL AND session_key IN (SELECT value FROM json_each(?2))) "
+            "ORDER BY coalesce(started_ms, ended_ms)", (_json_list(ids), _json_list(keys))):
+        # Before ÷ after: how many times smaller the context became, by tokens where both are known.
+        by_tokens = _ratio(t0, t1)
+        ratio, basis = (by_tokens, "tokens") if by_tokens is not None else (_ratio(m0, m1), "messages")
+        out.append({
+            "at": iso(started if started is not None else ended),
+            "phase": "start" if ended is None else "end" if started is None else "complete",
+            "message_count": m0 if started is not None else m1, "compacting_count": compacting, "token_count": t0,
+            "compacted_count": compacted, "session_key": key, "session_id": sid, "started_at": iso(started),
+            "ended_at": iso(ended), "duration_ms": ended - started if started is not None and ended is not None
+            else None, "messages_before": m0, "messages_after": m1, "tokens_before": t0, "tokens_after": t1,
+            "compaction_ratio": ratio, "ratio_basis": basis if ratio is not None else None,
+        })
+    return out
+
+
+def _lifecycle(conn: apsw.Connection, ids: list[str]) -> list[dict]:
+    """Starts, suspensions, returns, resets and ends of these session instances, as timeline items."""
+    items = []
+    for sid, started, ended, reason, resumed in conn.execute(
+            "SELECT session_id, started_ms, ended_ms, end_reason, resumed_from FROM sessions "
+            "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
+        if started is not None:
+            what = f"started (reset of {resumed})" if resumed else "started"
+            items.append({"at": iso(started), "kind": "session", "what": what, "id": sid, "cost_usd": None})
+        if ended is not None:
+            items.append({"at": iso(ended), "kind": "session", "what": f"ended ({reason or 'end'})", "id": sid,
+                          "cost_usd": None})
+    for sid, since, until, cause in conn.execute(
+            "SELECT session_id, from_ms, until_ms, cause FROM session_suspensions "
+            "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
+        why = "gateway restart" if cause == "seq" else "gateway idle"
+        items.append({"at": iso(since), "kind": "session", "what": f"suspended ({why})", "id": sid, "cost_usd": None})
+        if until is not None:
+            items.append({"at": iso(until), "kind": "session", "what": f"resumed after {(until - since) / 1000:.0f}s",
+                          "id": sid, "cost_usd": None})
+    return items
 
 
 def _family_cost(conn: apsw.Connection, session_key: str, seen: set[str]) -> int:
@@ -648,7 +707,7 @@ def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> 
         f"ORDER BY coalesce(tc.started_ms, tc.ended_ms) DESC {limit}", params)]
 
 
-TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent")
+TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent", "session")
 
 
 def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) -> list[dict]:
@@ -673,12 +732,15 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) ->
                           "what": f"{t['tool_name']} {t['status']}", "id": t["tool_call_id"], "cost_usd": None})
     if "compaction" in want:
         for c in detail["compactions"]:
-            items.append({"at": c["at"], "kind": "compaction", "what": c["phase"], "id": None, "cost_usd": None})
+            items.append({"at": c["at"], "kind": "compaction", "what": _compaction_what(c), "id": c["session_id"],
+                          "cost_usd": None})
     if "subagent" in want:
         for s in detail["subagents"]:
             items.append({"at": s["spawned_at"] or s["ended_at"], "kind": "subagent",
                           "what": f"{s['label']} {s['outcome'] or s['status']}", "id": s["child_session_key"],
                           "cost_usd": s["cost_usd"]})
+    if "session" in want:
+        items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
     items.sort(key=lambda i: i["at"] or "")
     return items
 
@@ -769,3 +831,10 @@ def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None 
     return {"llm_calls": u["llm_calls"] + u["llm_errors"], "total_tokens": u["total_tokens"],
             "cost_pico": round(u["cost_usd"] * PICO_PER_USD), "tool_calls": u["tool_calls"],
             "tool_errors": u["tool_errors"]}
+def _compaction_what(c: dict) -> str:
+    def span(before, after, unit):
+        return f"{'?' if before is None else before}→{'?' if after is None else after} {unit}"
+
+    what = f"{span(c['messages_before'], c['messages_after'], 'messages')}, " \
+           f"{span(c['tokens_before'], c['tokens_after'], 'tokens')}"
+    return what + (f" (×{c['compaction_ratio']} by {c['ratio_basis']})" if c["compaction_ratio"] else "")

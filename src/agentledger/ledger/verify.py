@@ -128,7 +128,109 @@ _BASE_ROLLUPS = (
         """,
     ),
 )
-ROLLUPS = _BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.endswith("_slots"))
+
+
+def _session_ids(where: str) -> str:
+    """sessionKey ↔ sessionId: an instance holds its key from its start until the next instance starts."""
+    return f"""
+    SELECT session_id, session_key, coalesce(started_ms, first_ms) AS valid_from_ms,
+           lead(coalesce(started_ms, first_ms)) OVER (PARTITION BY session_key
+                                                      ORDER BY coalesce(started_ms, first_ms), session_id)
+    FROM sessions WHERE session_key IS NOT NULL AND {where}
+    """
+
+
+def attributed_session(key: str, ts: str) -> str:
+    """The instance of session key ``key`` at time ``ts`` (SQL expressions): the latest started by
+    then, else the key's first."""
+    return f"""coalesce(
+        (SELECT m.session_id FROM session_ids AS m WHERE m.session_key = {key} AND m.valid_from_ms <= {ts}
+         ORDER BY m.valid_from_ms DESC, m.session_id DESC LIMIT 1),
+        (SELECT m.session_id FROM session_ids AS m WHERE m.session_key = {key}
+         ORDER BY m.valid_from_ms, m.session_id LIMIT 1))"""
+
+
+# A compaction's size after it, when its end event does not say: the context at the session's next
+# model call, looked for within the hour (a compaction happens just before a model call).
+NEXT_CONTEXT_MS = 3_600_000
+_NEXT_CONTEXT = f"""(SELECT l.context_tokens FROM llm_calls AS l
+    WHERE l.ts_ms BETWEEN p.ended_ms AND p.ended_ms + {NEXT_CONTEXT_MS} AND l.session_key = p.session_key
+      AND l.context_tokens IS NOT NULL ORDER BY l.ts_ms LIMIT 1)"""
+
+
+def _compaction_pairs(where: str) -> str:
+    """Compaction events paired per session key in time order: a start with the end right after it."""
+    return f"""
+    WITH e AS (
+        SELECT session_key, agent_id, ts_ms, phase, message_count, compacting_count, token_count, compacted_count,
+               lag(phase) OVER w AS prev_phase, lead(phase) OVER w AS next_phase, lead(ts_ms) OVER w AS next_ts,
+               lead(agent_id) OVER w AS next_agent, lead(message_count) OVER w AS next_messages,
+               lead(compacted_count) OVER w AS next_compacted, lead(token_count) OVER w AS next_tokens
+        FROM compactions WHERE session_key IS NOT NULL AND {where}
+        WINDOW w AS (PARTITION BY session_key ORDER BY ts_ms, phase DESC, event_id)
+    ),
+    p AS (
+        SELECT session_key, ts_ms AS started_ms, iif(next_phase = 'end', next_ts, NULL) AS ended_ms,
+               coalesce(agent_id, iif(next_phase = 'end', next_agent, NULL)) AS agent_id,
+               message_count AS messages_before, iif(next_phase = 'end', next_messages, NULL) AS messages_after,
+               compacting_count, iif(next_phase = 'end', next_compacted, NULL) AS compacted_count,
+               token_count AS tokens_before, iif(next_phase = 'end', next_tokens, NULL) AS end_tokens
+        FROM e WHERE phase = 'start'
+        UNION ALL
+        SELECT session_key, NULL, ts_ms, agent_id, NULL, message_count, NULL, compacted_count, NULL, token_count
+        FROM e WHERE phase = 'end' AND prev_phase IS NOT 'start'
+    )
+    SELECT p.session_key, p.started_ms, p.ended_ms,
+           {attributed_session("p.session_key", "coalesce(p.started_ms, p.ended_ms)")}, p.agent_id,
+           p.messages_before, p.messages_after, p.compacting_count, p.compacted_count, p.tokens_before,
+           coalesce(p.end_tokens, {_NEXT_CONTEXT})
+    FROM p
+    """
+
+
+# Tables derived per session key, rebuilt key by key as the rows they come from change.
+_BY_SESSION_KEY = {"session_ids": _session_ids, "compaction_pairs": _compaction_pairs}
+_SESSION_ROLLUPS = (
+    Rollup("session_ids", ("session_id",), ("session_key", "valid_from_ms", "valid_until_ms"), _session_ids("1")),
+    Rollup("compaction_pairs", ("session_key", "started_ms", "ended_ms"),
+           ("session_id", "agent_id", "messages_before", "messages_after", "compacting_count", "compacted_count",
+            "tokens_before", "tokens_after"), _compaction_pairs("1")),
+)
+ROLLUPS = (_BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.endswith("_slots"))
+           + _SESSION_ROLLUPS)
+
+
+# Per table: where the rows that a change at some time can affect begin, and which column says so.
+# An instance's interval ends where the next starts, so the suffix starts at the previous instance
+# (none: the changed one is the key's first, and every earlier time falls back to it). A pairing is
+# settled before the last start at or before the change.
+_SUFFIX = {
+    "session_ids": ("SELECT max(valid_from_ms) FROM session_ids WHERE session_key = ?1 AND valid_from_ms < ?2",
+                    "coalesce(started_ms, first_ms)", "valid_from_ms"),
+    "compaction_pairs": (("SELECT coalesce(max(ts_ms), ?2) FROM compactions WHERE session_key = ?1 "
+                          "AND phase = 'start' AND ts_ms <= ?2"), "ts_ms", "coalesce(started_ms, ended_ms)"),
+}
+
+
+def rebuild_keys(conn: apsw.Connection, table: str, since: dict[str, int | None]) -> set[str]:
+    """Recompute a table derived per session key (session_ids, compaction_pairs) for these keys, from
+    the given time on (None: all of it). Returns the keys that were recomputed whole."""
+    rollup = next(r for r in ROLLUPS if r.table == table)
+    columns = ", ".join(rollup.keys + rollup.values)
+    start_sql, source_time, stored_time = _SUFFIX[table]
+    whole = set()
+    for key, ts in sorted(since.items(), key=lambda kv: kv[0]):
+        if ts is not None:
+            ts = conn.execute(start_sql, (key, ts)).fetchall()[0][0]
+        if ts is None:
+            whole.add(key)
+            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1", (key,))
+            conn.execute(f"INSERT INTO {table} ({columns}) {_BY_SESSION_KEY[table]('session_key = ?1')}", (key,))
+        else:
+            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1 AND {stored_time} >= ?2", (key, ts))
+            conn.execute(f"INSERT INTO {table} ({columns}) "
+                         f"{_BY_SESSION_KEY[table](f'session_key = ?1 AND {source_time} >= ?2')}", (key, ts))
+    return whole
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from agentledger.facts import (
 )
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
+from agentledger.ledger.lifecycle import DEFAULT_IDLE_S, Lifecycle
 
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
@@ -90,6 +91,7 @@ class ApplyResult:
     rejects: int
     sessions: set[str] = field(default_factory=set)  # session instances the batch changed
     position: int = 0  # the ledger position this batch committed as
+    interrupted: tuple[int, int, int] = (0, 0, 0)  # runs, tool calls, subagents a gateway restart cut off
 
 
 def now_ms() -> int:
@@ -168,9 +170,9 @@ ON CONFLICT (run_id) DO UPDATE SET
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
     "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
-    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens"
+    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens"
 )
-_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 22)})"
+_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 23)})"
 _KEYED_CALLS = (
     f"SELECT {LLM_CALL_COLUMNS} FROM llm_calls WHERE call_key IN (SELECT value FROM json_each(?))"
 )
@@ -272,7 +274,7 @@ def _llm_call(f: LlmCall) -> tuple:
     return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
             f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
             f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error, f.call_key, int(f.sidechain),
-            k.cache_write_1h)
+            k.cache_write_1h, f.context_tokens)
 
 
 def _rank(row: tuple) -> tuple:
@@ -415,8 +417,11 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
-    def __init__(self, conn: apsw.Connection):
+    def __init__(self, conn: apsw.Connection, idle_s: float = DEFAULT_IDLE_S):
+        """``idle_s``: a log silent longer than this is taken as its gateway having restarted."""
         self.conn = conn
+        self.idle_ms = int(idle_s * 1000)
+        self.interrupted = [0, 0, 0]  # committed so far: runs, tool calls, subagents cut off by restarts
 
     @contextmanager
     def transaction(self):
@@ -434,7 +439,7 @@ class LedgerWriter:
             rejects = batch.rejects
             try:
                 with conn:  # a savepoint: a value SQLite refuses must not cost the batch
-                    result = self._apply_facts(conn, batch.file_id, batch.facts)
+                    result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
             except _DATA_ERRORS:
                 result, refused = self._apply_one_by_one(conn, batch)
                 rejects = rejects + refused
@@ -452,6 +457,7 @@ class LedgerWriter:
                     f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
                 )
         result.rejects = len(rejects)
+        self.interrupted = [a + b for a, b in zip(self.interrupted, result.interrupted)]
         return result
 
     def _apply_one_by_one(self, conn: apsw.Connection, batch: Batch) -> tuple[ApplyResult, list[Reject]]:
@@ -461,7 +467,7 @@ class LedgerWriter:
         for item in batch.facts:
             try:
                 with conn:
-                    one = self._apply_facts(conn, batch.file_id, [item])
+                    one = self._apply_facts(conn, batch.file_id, batch.path, [item])
             except _DATA_ERRORS as exc:
                 refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
                                       head=b""))
@@ -469,9 +475,11 @@ class LedgerWriter:
             total.new_facts += one.new_facts
             total.duplicate_facts += one.duplicate_facts
             total.sessions |= one.sessions
+            total.interrupted = tuple(a + b for a, b in zip(total.interrupted, one.interrupted))
         return total, refused
 
-    def _apply_facts(self, conn: apsw.Connection, file_id: int, items: list[tuple[int, int, Fact]]) -> ApplyResult:
+    def _apply_facts(self, conn: apsw.Connection, file_id: int, path: str,
+                     items: list[tuple[int, int, Fact]]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
         fresh = items
         prepared = _prepare(file_id, items)
@@ -493,7 +501,9 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
-        tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions),
+        lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
+        linked = lifecycle.before()
+        tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
@@ -503,9 +513,11 @@ class LedgerWriter:
             rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
+        lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
+        changed = lifecycle.after(tracker)
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
-                           sessions=tracker.touched)
+                           sessions=tracker.touched | changed, interrupted=tuple(lifecycle.interrupted))
 
     # -- gate decisions ------------------------------------------------------------
     def record_gate_decisions(self, decisions: list, counts: dict[tuple[str, str], int]) -> None:
@@ -517,6 +529,7 @@ class LedgerWriter:
                 (d.ts_ms, d.gate, d.scope, d.metric, d.decision, d.session_key, d.agent_id, d.tool, d.value, d.limit,
                  d.reason, d.via) for d in decisions])
             conn.executemany(_GATE_COUNT, [(gate, decision, n) for (gate, decision), n in counts.items()])
+
     @staticmethod
     def _keyed_calls(conn: apsw.Connection, rows: dict[str, list[tuple]]) -> tuple[list[tuple], list[tuple]]:
         """Settle calls that several lines describe: one row per call key, the best line's.

@@ -118,7 +118,14 @@ def _llm_call(base: dict, data: dict, env: dict) -> Fact:
         cost_pico=cost_pico(data.get("costUsd")),
         duration_ms=integer(data.get("durationMs")),
         error=_error(env, {}),
+        context_tokens=_context_used(data.get("context")),
     )
+
+
+def _context_used(value: object) -> int | None:
+    if not isinstance(value, dict):
+        return None
+    return count(value.get("used")) or None
 
 
 def _usage_snapshot(base: dict, data: dict, env: dict) -> Fact:
@@ -280,6 +287,7 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
         "session_key": session_key,
         "session_id": text(env.get("sessionId")) or text(data.get("sessionId")),
         "run_id": text(env.get("runId")),
+        "seq": integer(env.get("seq")),
     }
     builder = _BUILDERS.get(kind)
     if builder is None:

@@ -1,0 +1,362 @@
+"""Session lifecycle, batch by batch: active → (suspended → active)* → ended.
+
+A gateway restart shows in one agent's log as its ``seq`` dropping back towards 0 (at the
+same or a later time), or as silence longer than the idle time with no line missing in
+between (``seq`` moved on by about one). Sessions last seen active in that log are
+suspended at its last event before the restart, and the runs, tool calls and subagents they
+had open are interrupted at once (a late end still wins). The next event naming a
+suspended session makes it active again and closes the suspension, which keeps how long
+it was away. ``session.start`` with ``resumedFrom`` ends the old instance (reason
+``reset``) and gives both the same session key; ``subagent.end`` ends the child's session.
+
+Transitions follow the file order of the batch's new facts, starting from what the ledger
+held before the batch, and the log's position is written in the same transaction: the
+outcome does not depend on where batches were cut or how often agentledger restarted.
+End reasons rank reset > end > subagent, so they do not depend on arrival order either.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import apsw
+import orjson
+
+from agentledger.facts import (
+    Compaction,
+    Fact,
+    LlmCall,
+    SessionEnded,
+    SessionStarted,
+    SubagentEnded,
+)
+from agentledger.ledger import rollups
+from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
+
+DEFAULT_IDLE_S = 1800
+_MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
+_REASON_RANK = {None: 0, "subagent": 1, "end": 2, "reset": 3}
+_AWAY = ("suspended", "interrupted")
+
+_READ_STATES = """
+SELECT s.session_id, s.status, s.end_reason, s.session_key, s.resumed_from, s.log_id,
+       coalesce(s.started_ms, s.first_ms), (SELECT max(p.from_ms) FROM session_suspensions AS p
+                                            WHERE p.session_id = s.session_id AND p.until_ms IS NULL)
+FROM sessions AS s WHERE s.session_id IN (SELECT value FROM json_each(?))
+"""
+_OPEN_IN_LOG = "SELECT session_id FROM sessions INDEXED BY sessions_open WHERE log_id = ? AND status = 'active'"
+_BY_KEY = "SELECT session_id FROM sessions WHERE session_key IN (SELECT value FROM json_each(?))"
+_SUCCESSORS = """
+SELECT session_id, resumed_from, coalesce(started_ms, first_ms) FROM sessions INDEXED BY sessions_by_resumed
+WHERE resumed_from IN (SELECT value FROM json_each(?))
+"""
+_ENDED_SUBAGENTS = """
+SELECT child_session_key, ended_ms FROM subagents
+WHERE status = 'ended' AND child_session_key IN (SELECT value FROM json_each(?))
+"""
+_WRITE_STATE = """
+UPDATE sessions SET status = ?, end_reason = ?, log_id = ?, ended_ms = coalesce(ended_ms, ?) WHERE session_id = ?
+"""
+# One hop of a reset link: the instance that has no key takes its partner's.
+_KEY_FROM_PREDECESSOR = """
+UPDATE sessions SET session_key = (SELECT o.session_key FROM sessions AS o WHERE o.session_id = sessions.resumed_from)
+WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NULL AND resumed_from IS NOT NULL
+"""
+_KEY_FROM_SUCCESSOR = """
+UPDATE sessions SET session_key = (SELECT n.session_key FROM sessions AS n INDEXED BY sessions_by_resumed
+                                   WHERE n.resumed_from = sessions.session_id AND n.session_key IS NOT NULL
+                                   ORDER BY n.session_id LIMIT 1)
+WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NULL
+"""
+_SPANS = "SELECT session_id, session_key, coalesce(started_ms, first_ms) FROM sessions " \
+         "WHERE session_id IN (SELECT value FROM json_each(?))"
+# Keys with a compaction that ended within the hour before one of the batch's model calls: that
+# call may be the one that tells its size after.
+_COMPACTIONS_NEAR = """
+SELECT p.session_key, min(coalesce(p.started_ms, p.ended_ms)) FROM json_each(?) AS j
+JOIN compaction_pairs AS p ON p.session_key = j.value ->> 0
+WHERE p.ended_ms BETWEEN j.value ->> 1 AND j.value ->> 2
+GROUP BY 1
+"""
+_OPEN_RUNS = """
+SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+WHERE r.status = 'running' AND r.session_id IN (SELECT value FROM json_each(?))
+  AND coalesce(r.started_ms, a.first_ms) <= ?
+"""
+_OPEN_TOOLS = """
+SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
+WHERE status = 'running' AND run_id IN (SELECT value FROM json_each(?)) AND coalesce(started_ms, ended_ms) <= ?
+"""
+_OPEN_SUBAGENTS = """
+SELECT child_session_key FROM subagents INDEXED BY subagents_open
+WHERE status = 'running' AND child_session_key IN (SELECT value FROM json_each(?)) AND coalesce(spawned_ms, 0) <= ?
+"""
+
+
+def _json(values) -> str:
+    return orjson.dumps(sorted(values)).decode()
+
+
+@dataclass(slots=True)
+class _Session:
+    status: str | None  # None: not in the ledger yet
+    end_reason: str | None
+    key: str | None
+    resumed_from: str | None
+    log_id: int | None
+    start: int | None
+    away_since: int | None  # the open suspension, if any
+    ended_at: int | None = None  # end time for a reset or subagent end with no session.end
+    changed: bool = False
+
+
+@dataclass(slots=True)
+class _Restart:
+    index: int  # position in the batch of the first fact after it
+    cause: str  # seq | idle
+    last_ms: int
+    ts_ms: int
+    suspended: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    """Brackets a batch like rollups.Tracker: ``before()``, the upserts, ``link()``, the rollups, ``after()``."""
+
+    conn: apsw.Connection
+    log: str  # the directory of the batch's file: one agent's log
+    facts: list[Fact]  # the batch's new facts, in file order
+    idle_ms: int
+    log_id: int | None = None
+    last_seq: int | None = None  # where the log was before the batch
+    last_ms: int | None = None
+    new_seq: int | None = None  # and after it
+    new_ms: int | None = None
+    restarts: list[_Restart] = field(default_factory=list)
+    successors: dict[str, tuple[str, int]] = field(default_factory=dict)  # old id → (new id, its start)
+    ended_subagents: dict[str, int] = field(default_factory=dict)  # child key → end time
+    states: dict[str, _Session] = field(default_factory=dict)
+    links: set[str] = field(default_factory=set)  # instances a reset ties to a batch's instance
+    touched: set[str] = field(default_factory=set)
+    interrupted: list[int] = field(default_factory=lambda: [0, 0, 0])  # runs, tool calls, subagents
+
+    @classmethod
+    def for_batch(cls, conn: apsw.Connection, path: str, facts: list[Fact], idle_ms: int) -> Lifecycle:
+        return cls(conn, os.path.dirname(path), facts, idle_ms)
+
+    # -- before the upserts ---------------------------------------------------------
+    def before(self) -> set[str]:
+        """Read what the batch starts from; returns the sessions whose rows a reset link may change."""
+        conn = self.conn
+        row = conn.execute("SELECT id, last_seq, last_ms FROM log_clocks WHERE log = ?", (self.log,)).fetchall()
+        if row:
+            self.log_id, self.last_seq, self.last_ms = row[0]
+        self._find_restarts()
+        ids = {f.session_id for f in self.facts if f.session_id is not None}
+        predecessors = {f.resumed_from for f in self.facts if type(f) is SessionStarted and f.resumed_from}
+        self.successors = {old: (new, start) for new, old, start in conn.execute(_SUCCESSORS, (_json(ids),))}
+        wanted = ids | predecessors
+        ended_children = {f.child_session_key for f in self.facts if type(f) is SubagentEnded}
+        if ended_children:
+            wanted |= {sid for (sid,) in conn.execute(_BY_KEY, (_json(ended_children),))}
+        keys = {f.session_key for f in self.facts if f.session_key is not None}
+        self.ended_subagents = dict(conn.execute(_ENDED_SUBAGENTS, (_json(keys),))) if keys else {}
+        if self.restarts and self.log_id is not None:
+            wanted |= {sid for (sid,) in conn.execute(_OPEN_IN_LOG, (self.log_id,))}
+        self._load(wanted)
+        self.links = predecessors | {new for new, _ in self.successors.values()} | {
+            s.resumed_from for s in self.states.values() if s.resumed_from}
+        return self.links
+
+    def _find_restarts(self) -> None:
+        seq, last = self.last_seq, self.last_ms
+        for i, f in enumerate(self.facts):
+            ts = f.ts_ms
+            if last is not None:
+                if ts < last:
+                    continue  # older than what the log already showed (read late): says nothing about now
+                if f.seq is not None and seq is not None:
+                    # A new process counts from 0; a line written out of order only steps back a little.
+                    if f.seq < seq and f.seq <= seq // 2:
+                        self.restarts.append(_Restart(i, "seq", last, ts))
+                    # Silence is only silence when no line in between is missing (unread or lost).
+                    elif ts - last > self.idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
+                        self.restarts.append(_Restart(i, "idle", last, ts))
+                elif ts - last > self.idle_ms:
+                    self.restarts.append(_Restart(i, "idle", last, ts))
+            if f.seq is not None:
+                seq = f.seq
+            last = ts
+        self.new_seq, self.new_ms = seq, last
+
+    def _load(self, ids: set[str]) -> None:
+        for sid, status, reason, key, resumed, log_id, start, away in self.conn.execute(_READ_STATES, (_json(ids),)):
+            self.states[sid] = _Session(status, reason, key, resumed, log_id, start, away)
+
+    # -- between the upserts and the rollups ------------------------------------------
+    def link(self) -> None:
+        """A reset's two instances share one session key: the one without takes the other's."""
+        if self.links:
+            ids = _json(self.links | {sid for sid in self.states})
+            self.conn.execute(_KEY_FROM_PREDECESSOR, (ids,))
+            self.conn.execute(_KEY_FROM_SUCCESSOR, (ids,))
+
+    # -- after the rollups --------------------------------------------------------------
+    def after(self, tracker: rollups.Tracker) -> set[str]:
+        """Write the transitions; returns the session instances whose rows changed.
+
+        ``tracker`` is the batch's: what it read before the upserts says which sessions moved."""
+        conn = self.conn
+        if self.new_ms is None:
+            pass  # nothing new from this log (a batch of duplicates, e.g. a copy): its clock stays as it was
+        elif self.log_id is None:
+            self.log_id = conn.execute("INSERT INTO log_clocks (log, last_seq, last_ms) VALUES (?, ?, ?) RETURNING id",
+                                       (self.log, self.new_seq, self.new_ms)).fetchall()[0][0]
+        else:
+            conn.execute("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
+                         (self.new_seq, self.new_ms, self.log_id))
+        suspensions, closed = self._replay()
+        changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid) for sid, s in self.states.items()
+                   if s.changed and s.status is not None]
+        conn.executemany(_WRITE_STATE, changed)
+        self.touched |= {row[4] for row in changed}
+        conn.executemany("UPDATE session_suspensions SET until_ms = ? WHERE session_id = ? AND until_ms IS NULL",
+                         closed)
+        conn.executemany("INSERT OR REPLACE INTO session_suspensions (session_id, from_ms, until_ms, cause) "
+                         "VALUES (?, ?, ?, ?)", suspensions)
+        conn.executemany("INSERT OR IGNORE INTO gateway_restarts (log_id, ts_ms, last_ms, cause) VALUES (?, ?, ?, ?)",
+                         [(self.log_id, r.ts_ms, r.last_ms, r.cause) for r in self.restarts])
+        for restart in self.restarts:
+            self._interrupt(restart)
+        self._derive(tracker)
+        return self.touched
+
+    def _state(self, sid: str) -> _Session:
+        s = self.states.get(sid)
+        if s is None:
+            s = self.states[sid] = _Session(None, None, None, None, None, None, None)
+        return s
+
+    def _replay(self) -> tuple[list[tuple], list[tuple]]:
+        """Walk the batch in file order; returns new suspension rows and closed open ones."""
+        suspensions: list[list] = []  # [session, from, until, cause]
+        opened: dict[str, list] = {}
+        closed = []
+        ended_children = dict(self.ended_subagents)
+        successors = {old: start for old, (_, start) in self.successors.items()}
+        restarts = iter(self.restarts)
+        restart = next(restarts, None)
+
+        def resume(sid: str, s: _Session, ts: int) -> None:
+            row = opened.pop(sid, None)
+            if row is not None:
+                row[2] = ts
+            elif s.away_since is not None:
+                closed.append((ts, sid))
+            s.away_since = None
+
+        def end(sid: str, s: _Session, reason: str, ts: int | None) -> None:
+            if s.status in _AWAY:
+                resume(sid, s, max(ts or f.ts_ms, s.away_since or 0))
+            if _REASON_RANK[reason] > _REASON_RANK[s.end_reason]:
+                s.end_reason = reason
+            s.status = "ended"
+            s.ended_at = s.ended_at if s.ended_at is not None else ts
+            s.changed = True
+
+        for i, f in enumerate(self.facts):
+            if restart is not None and restart.index == i:
+                for sid, s in self.states.items():
+                    if s.status == "active" and s.log_id == self.log_id:
+                        s.status, s.away_since, s.changed = "suspended", restart.last_ms, True
+                        opened[sid] = row = [sid, restart.last_ms, None, restart.cause]
+                        suspensions.append(row)
+                        restart.suspended.append(sid)
+                restart = next(restarts, None)
+            t = type(f)
+            if t is SubagentEnded:
+                ended_children[f.child_session_key] = f.ended_ms or f.ts_ms
+                for sid, s in self.states.items():
+                    if s.key == f.child_session_key and s.status is not None:
+                        end(sid, s, "subagent", f.ended_ms or f.ts_ms)
+            sid = f.session_id
+            if sid is None:
+                continue
+            s = self._state(sid)
+            if s.status is None:
+                s.status, s.changed = "active", True
+            if s.key is None:
+                s.key = f.session_key
+            if s.log_id != self.log_id:
+                s.log_id, s.changed = self.log_id, True
+            if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
+                resume(sid, s, f.ts_ms)
+                s.status, s.changed = "active", True
+            if t is SessionEnded:
+                end(sid, s, "end", None)
+            elif t is SessionStarted and f.resumed_from:
+                successors[f.resumed_from] = f.ts_ms
+                old = self.states.get(f.resumed_from)
+                if old is not None and old.status is not None:
+                    end(f.resumed_from, old, "reset", f.ts_ms)
+            if s.status != "ended":
+                if sid in successors:
+                    end(sid, s, "reset", successors[sid])
+                elif s.key in ended_children:
+                    end(sid, s, "subagent", ended_children[s.key])
+        return [tuple(row) for row in suspensions], closed
+
+    def _interrupt(self, restart: _Restart) -> None:
+        """What the suspended sessions had open when their gateway went away cannot end any more."""
+        if not restart.suspended:
+            return
+        conn, point = self.conn, restart.last_ms
+        sessions = _json(restart.suspended)
+        runs = [r for (r,) in conn.execute(_OPEN_RUNS, (sessions, point))]
+        tools = [tuple(k) for k in conn.execute(_OPEN_TOOLS, (_json(runs), point))] if runs else []
+        keys = {self.states[sid].key for sid in restart.suspended} - {None}
+        subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (_json(keys), point))] if keys else []
+        if not (runs or tools or subagents):
+            return
+        tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
+        tracker.before()
+        conn.executemany("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [(r,) for r in runs])
+        conn.executemany("UPDATE tool_calls SET status = 'interrupted' WHERE run_id = ? AND tool_call_id = ?", tools)
+        conn.executemany("UPDATE subagents SET status = 'interrupted' WHERE child_session_key = ?",
+                         [(k,) for k in subagents])
+        tracker.after([], [])
+        self.touched |= tracker.touched
+        for i, n in enumerate((len(runs), len(tools), len(subagents))):
+            self.interrupted[i] += n
+
+    def _derive(self, tracker: rollups.Tracker) -> None:
+        """Bring the key mapping and the compaction rows up to date from where the batch changed them."""
+        conn = self.conn
+        before = {row[0]: (row[3], row[1]) for row in tracker.old_sessions.values()}
+        moved: dict[str, int] = {}
+        for sid, key, start in conn.execute(_SPANS, (_json(tracker.session_ids),)):
+            old_key, old_start = before.get(sid, (None, None))
+            if key is not None and (old_key, old_start) != (key, start):
+                ts = start if old_key is None or old_start is None else min(start, old_start)
+                moved[key] = min(moved.get(key, ts), ts)
+        whole = rebuild_keys(conn, "session_ids", moved)
+        since: dict[str, int | None] = {k: None if k in whole else ts for k, ts in moved.items()}
+
+        def changed(key: str, ts: int) -> None:
+            if key in since and (since[key] is None or since[key] <= ts):
+                return
+            since[key] = ts
+
+        calls: dict[str, list[int]] = {}  # key → first and last model call reporting its context
+        for f in self.facts:
+            if type(f) is Compaction and f.session_key:
+                changed(f.session_key, f.ts_ms)
+            elif type(f) is LlmCall and f.context_tokens and f.session_key:
+                span = calls.setdefault(f.session_key, [f.ts_ms, f.ts_ms])
+                span[0], span[1] = min(span[0], f.ts_ms), max(span[1], f.ts_ms)
+        if calls:
+            near = orjson.dumps([[k, lo - NEXT_CONTEXT_MS, hi] for k, (lo, hi) in calls.items()]).decode()
+            for key, ts in conn.execute(_COMPACTIONS_NEAR, (near,)):
+                changed(key, ts)
+        rebuild_keys(conn, "compaction_pairs", since)

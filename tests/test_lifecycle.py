@@ -1,0 +1,354 @@
+"""Session lifecycle: gateway restarts suspend sessions, resets link instances, crashes interrupt.
+
+Each scenario is a real telemetry log on disk, ingested into a real ledger; what is checked is
+what a user sees (statuses, interrupted counts, costs) and that `verify` stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import ingest
+from ledgerdump import dump, scalar
+from logwriter import LogDir
+
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.verify import check_rollups
+from agentledger.ledger.writer import LedgerWriter
+
+T0 = 1_790_000_000_000
+MIN = 60_000
+KEY = "agent:main:main"
+
+
+class Log:
+    """Builds one gateway's events: ids and ``seq`` numbered as a gateway process would."""
+
+    def __init__(self):
+        self.n = 0
+        self.seq = 0
+        self.lines: list[bytes] = []
+
+    def restart(self) -> None:
+        self.seq = 0
+
+    def ev(self, ts: int, kind: str, data: dict | None = None, *, key: str = KEY, sid: str = "S1",
+           run: str | None = None, agent: str = "main") -> Log:
+        self.n += 1
+        e = {"id": f"evt_{self.n:016x}", "ts": ts, "seq": self.seq, "agentId": agent, "sessionKey": key,
+             "sessionId": sid, "kind": kind, "data": data or {}, "source": "hook"}
+        if run is not None:
+            e["runId"] = run
+        self.seq += 1
+        self.lines.append(orjson.dumps(e) + b"\n")
+        return self
+
+    def call(self, ts: int, run: str, cost_usd: float, *, key: str = KEY, sid: str = "S1") -> Log:
+        return self.ev(ts, "llm.call", {"provider": "anthropic", "model": "m", "costUsd": cost_usd,
+                                        "delta": {"input": 1, "output": 1, "total": 2}}, key=key, sid=sid, run=run)
+
+    def write(self, root: Path, lines: slice = slice(None)) -> LogDir:
+        logs = LogDir(root)
+        logs.append(b"".join(self.lines[lines]))
+        return logs
+
+
+def _q(db: Path, fn, *args, **kwargs):
+    conn = open_reader(db)
+    try:
+        return fn(conn, *args, **kwargs)
+    finally:
+        conn.close()
+
+
+def _verify(db: Path) -> None:
+    assert _q(db, check_rollups) == []
+
+
+def _session(db: Path, sid: str) -> dict:
+    (row,) = _q(db, queries.sessions, queries.Window(), session_ids=[sid])
+    return row
+
+
+def _reconcile(db: Path, now: int, grace_s: float = 600):
+    conn = open_writer(db)
+    try:
+        return reconcile(LedgerWriter(conn), now, grace_s)
+    finally:
+        conn.close()
+
+
+def _usage(db: Path) -> dict:
+    return _q(db, queries.usage, queries.Window())
+
+
+def _restart_mid_session() -> Log:
+    """S1 runs R1 and R2; the gateway restarts while R1 is open; S1 comes back with R3."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1").call(T0 + 2000, "R1", 0.5)
+    log.ev(T0 + 3000, "tool.start", {"toolName": "exec", "toolCallId": "T1"}, sid="unknown", run="R1")
+    log.restart()
+    log.ev(T0 + 2 * MIN, "session.start", {"sessionId": "S9"}, key="unknown", sid="S9")
+    log.ev(T0 + 5 * MIN, "run.start", run="R3").call(T0 + 5 * MIN + 10, "R3", 0.25)
+    log.ev(T0 + 6 * MIN, "run.end", run="R3")
+    return log
+
+
+def test_seq_reset_suspends_the_open_session_and_interrupts_its_run_at_once(tmp_path, db):
+    _restart_mid_session().write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT cause FROM gateway_restarts") == "seq"
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R1'") == "interrupted"
+    assert scalar(db, "SELECT status FROM tool_calls WHERE tool_call_id = 'T1'") == "interrupted"
+    u = _usage(db)
+    assert (u["interrupted_runs"], u["open_runs"], u["runs"]) == (1, 0, 2)
+    s1 = _session(db, "S1")
+    # Away from the last event before the restart to its next event.
+    assert (s1["status"], s1["suspensions"], s1["suspended_s"]) == ("active", 1, (5 * MIN - 3000) / 1000)
+    assert s1["cost_usd"] == 0.75
+    assert _session(db, "S9")["suspensions"] == 0
+    _verify(db)
+
+
+def test_restart_detection_survives_any_batch_cut_and_daemon_restart(tmp_path):
+    log = _restart_mid_session()
+    whole = tmp_path / "whole.db"
+    log.write(tmp_path / "whole")
+    ingest(whole, tmp_path / "whole")
+    for cut in range(1, len(log.lines)):
+        shutil.rmtree(tmp_path / "whole")  # the same directory: the log is known by where it is
+        db = tmp_path / f"cut{cut}.db"
+        logs = log.write(tmp_path / "whole", slice(0, cut))
+        root = logs.root
+        ingest(db, root, batch_lines=2)
+        logs.append(b"".join(log.lines[cut:]))
+        ingest(db, root, batch_lines=3)
+        assert dump(db) == dump(whole), cut
+
+
+def test_a_line_slightly_out_of_order_is_not_a_restart(tmp_path, db):
+    log = Log()
+    for i in range(10):
+        log.ev(T0 + i * 1000, "run.start" if i == 0 else "llm.input", sid="S1", run="R1")
+    log.lines[5], log.lines[6] = log.lines[6], log.lines[5]  # seq 6 written before seq 5, a ms later
+    log.write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
+    assert scalar(db, "SELECT status FROM runs") == "running"
+
+
+def test_an_idle_gap_counts_as_a_restart_with_the_configured_idle_time(tmp_path, db):
+    log = Log()
+    log.ev(T0, "run.start", run="R1").ev(T0 + 1000, "run.end", run="R1")
+    log.ev(T0 + 10 * MIN, "run.start", run="R2").ev(T0 + 10 * MIN + 1000, "run.end", run="R2")
+    log.write(tmp_path / "state")
+    out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "ingest", "--json", "--idle", "300",
+                          str(tmp_path / "state")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert scalar(db, "SELECT cause FROM gateway_restarts") == "idle"
+    s1 = _session(db, "S1")
+    assert (s1["status"], s1["suspensions"], s1["suspended_s"]) == ("active", 1, 10 * 60 - 1)
+    bad = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "ingest", "--idle", "0",
+                          str(tmp_path / "state")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--idle" in bad.stderr
+
+
+def _reset() -> Log:
+    """S1 holds the key; S2 starts as its reset. Tool and compaction events of S2, carrying only the key,
+    come before any event names S2 with the key."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1").call(T0 + 2000, "R1", 1.0).ev(T0 + 3000, "run.end", run="R1")
+    log.ev(T0 + MIN, "session.start", {"sessionId": "S2", "resumedFrom": "S1"}, key="unknown", sid="S2")
+    log.ev(T0 + MIN + 100, "tool.start", {"toolName": "read", "toolCallId": "T1"}, sid="unknown", run="R2")
+    log.ev(T0 + MIN + 200, "tool.end", {"toolName": "read", "toolCallId": "T1", "isError": True},
+           sid="unknown", run="R2")
+    log.ev(T0 + MIN + 300, "compaction.start", {"messageCount": 40, "compactingCount": 30, "tokenCount": 80_000},
+           sid="unknown")
+    log.ev(T0 + MIN + 400, "compaction.end", {"messageCount": 11, "compactedCount": 30}, sid="unknown")
+    log.ev(T0 + MIN + 500, "llm.call", {"provider": "anthropic", "model": "m", "costUsd": 0.5,
+                                        "context": {"limit": 200_000, "used": 20_000}}, sid="S2", run="R2")
+    log.ev(T0 + MIN + 600, "run.start", sid="S2", run="R2").ev(T0 + MIN + 700, "run.end", sid="S2", run="R2")
+    log.ev(T0 + 2 * MIN, "session.end", {"sessionId": "S2", "messageCount": 12, "durationMs": MIN}, key="unknown",
+           sid="S2")
+    return log
+
+
+def test_a_reset_ends_the_old_instance_and_links_the_new_one_under_the_key(tmp_path, db):
+    _reset().write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    s1, s2 = _session(db, "S1"), _session(db, "S2")
+    assert (s1["status"], s1["end_reason"], s1["ended_at"]) == ("ended", "reset", s2["started_at"])
+    assert (s2["session_key"], s2["resumed_from"], s2["status"], s2["end_reason"]) == (KEY, "S1", "ended", "end")
+    assert (s2["message_count"], s2["reported_duration_ms"]) == (12, MIN)
+    # The key-only tool calls landed on S2, not on the key's older instance.
+    assert (s2["tool_calls"], s2["tool_errors"], s1["tool_calls"]) == (1, 1, 0)
+    detail = _q(db, queries.session_detail, KEY)
+    assert [i["session_id"] for i in detail["instances"]] == ["S2", "S1"]
+    (c,) = detail["compactions"]
+    assert (c["session_id"], c["messages_before"], c["messages_after"], c["tokens_before"], c["tokens_after"]) == (
+        "S2", 40, 11, 80_000, 20_000)
+    assert (c["compaction_ratio"], c["ratio_basis"], c["duration_ms"]) == (4.0, "tokens", 100)
+    assert _q(db, queries.session_detail, "S1")["compactions"] == []
+    kinds = [(i["kind"], i["what"]) for i in _q(db, queries.timeline, KEY, ["session", "compaction"])]
+    assert kinds == [("session", "started"), ("session", "ended (reset)"), ("session", "started (reset of S1)"),
+                     ("compaction", "40→11 messages, 80000→20000 tokens (×4.0 by tokens)"),
+                     ("session", "ended (end)")]
+    assert _usage(db)["compactions"] == 1
+    _verify(db)
+
+
+def test_key_only_events_are_reattributed_when_the_mapping_is_learnt(tmp_path, db):
+    log = _reset()
+    # Without resumedFrom, nothing says S2 belongs to the key until its run starts.
+    log.lines[5] = log.lines[5].replace(b', "resumedFrom":"S1"', b"").replace(b',"resumedFrom":"S1"', b"")
+    assert b"resumedFrom" not in log.lines[5]
+    cut = len(log.lines) - 4  # before the llm.call: S2 has no key yet
+    logs = log.write(tmp_path / "state", slice(0, cut))
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT session_id FROM compaction_pairs") == "S1"
+    assert _session(db, "S2")["session_key"] is None
+    logs.append(b"".join(log.lines[cut:]))
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT session_id FROM compaction_pairs") == "S2"
+    assert [(r[0], r[2]) for r in _q(db, lambda c: c.execute(
+        "SELECT session_id, valid_from_ms, valid_until_ms FROM session_ids ORDER BY valid_from_ms").fetchall())] == [
+        ("S1", T0 + MIN), ("S2", None)]
+    assert _session(db, "S2")["tool_calls"] == 1
+    _verify(db)
+
+
+def test_a_crash_with_no_end_is_interrupted_and_a_late_end_wins(tmp_path, db):
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1").call(T0 + 2000, "R1", 1.0)
+    log.ev(T0 + 2500, "subagent.spawn", {"childSessionKey": "agent:main:subagent:c"}, sid="unknown", run="R1")
+    log.ev(T0 + 2600, "run.start", key="agent:main:subagent:c", sid="C", run="RC")
+    log.restart()  # the gateway crashed; the new one serves someone else
+    log.ev(T0 + 3 * MIN, "session.start", {"sessionId": "S9"}, key="unknown", sid="S9")
+    logs = log.write(tmp_path / "state")
+    ingest(db, logs.root)
+    assert _usage(db)["interrupted_runs"] == 2
+    assert scalar(db, "SELECT status FROM subagents") == "interrupted"
+    assert _session(db, "S1")["status"] == "suspended"
+    done = _reconcile(db, T0 + 3 * MIN + 60_000)
+    assert (done.interrupted_sessions, done.runs) == (0, 0)  # within the grace
+    done = _reconcile(db, T0 + 60 * MIN)
+    assert done.interrupted_sessions == 2  # S1 and the child C never came back
+    assert (_session(db, "S1")["status"], _session(db, "S9")["status"]) == ("interrupted", "active")
+    assert _reconcile(db, T0 + 60 * MIN).interrupted_sessions == 0  # idempotent
+    _verify(db)
+
+    # The ends turn up after all: the real outcomes replace "interrupted", and rollups follow.
+    log.ev(T0 + 61 * MIN, "run.end", run="R1")
+    log.ev(T0 + 61 * MIN + 1, "subagent.end", {"targetSessionKey": "agent:main:subagent:c", "outcome": "ok"},
+           key="agent:main:subagent:c", sid="unknown", run="R1")
+    log.ev(T0 + 62 * MIN, "session.end", {"sessionId": "S1", "messageCount": 3, "durationMs": 62 * MIN},
+           key="unknown")
+    logs.append(b"".join(log.lines[-3:]))
+    ingest(db, logs.root)
+    u = _usage(db)
+    assert (u["interrupted_runs"], u["failed_runs"], u["runs"]) == (1, 0, 2)  # RC never ended
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R1'") == "ok"
+    assert scalar(db, "SELECT outcome FROM subagents") == "ok"
+    s1 = _session(db, "S1")
+    assert (s1["status"], s1["end_reason"], s1["suspensions"], s1["suspended_since"]) == ("ended", "end", 1, None)
+    assert s1["suspended_s"] == (61 * MIN - 2600) / 1000
+    assert _session(db, "C")["end_reason"] == "subagent"
+    _verify(db)
+
+
+def _tree() -> tuple[Log, dict[str, int]]:
+    """main → child → grandchild, each spending; a second child ends early."""
+    log, own = Log(), {}
+    keys = [KEY, "agent:main:subagent:c1", "agent:main:subagent:c2", "agent:main:subagent:c3"]
+    parents = {keys[1]: keys[0], keys[2]: keys[1], keys[3]: keys[0]}
+    costs = {keys[0]: 0.1, keys[1]: 0.02, keys[2]: 0.003, keys[3]: 0.0004}
+    ts = T0
+    for i, key in enumerate(keys):
+        sid, run = f"S{i}", f"R{i}"
+        if key in parents:
+            log.ev(ts, "subagent.spawn", {"childSessionKey": key, "label": f"l{i}", "mode": "run"},
+                   key=parents[key], sid="unknown", run=f"R{keys.index(parents[key])}")
+        log.ev(ts + 1, "run.start", key=key, sid=sid, run=run)
+        for j in range(3):
+            log.call(ts + 2 + j, run, costs[key], key=key, sid=sid)
+        own[key] = 3 * round(costs[key] * 10**12)
+        ts += 1000
+    for i, key in reversed(list(enumerate(keys))):
+        log.ev(ts, "run.end", key=key, sid=f"S{i}", run=f"R{i}")
+        if key in parents:
+            log.ev(ts + 1, "subagent.end", {"targetSessionKey": key, "outcome": "ok"}, key=key, sid="unknown",
+                   run=f"R{keys.index(parents[key])}")
+        ts += 1000
+    return log, own
+
+
+def test_family_totals_of_a_three_level_tree_are_the_exact_sum_of_its_members(tmp_path, db):
+    log, own = _tree()
+    log.write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    root = _q(db, queries.tree, KEY)
+    by_key = {}
+
+    def walk(node):
+        by_key[node["session_key"]] = node
+        for child in node["children"]:
+            walk(child)
+
+    walk(root)
+    pico = own  # exact, in pico-dollars: a family is its own spend plus its children's families
+    assert {k: round(n["own_cost_usd"] * 10**12) for k, n in by_key.items()} == pico
+    c1 = by_key["agent:main:subagent:c1"]
+    assert [c["session_key"] for c in c1["children"]] == ["agent:main:subagent:c2"]
+    assert round(c1["cumulative_cost_usd"] * 10**12) == pico["agent:main:subagent:c1"] + pico["agent:main:subagent:c2"]
+    assert round(root["cumulative_cost_usd"] * 10**12) == sum(pico.values())
+    detail = _q(db, queries.session_detail, KEY)
+    assert round(detail["cost_usd"] * 10**12) == pico[KEY]
+    assert round(detail["family_cost_usd"] * 10**12) == sum(pico.values())
+    assert {s["session_key"]: (s["status"], s["end_reason"]) for s in _q(db, queries.sessions, queries.Window())} == {
+        KEY: ("active", None), **{k: ("ended", "subagent") for k in list(own)[1:]}}
+    tree = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "tree", KEY, "--json"],
+                          capture_output=True, text=True)
+    assert json.loads(tree.stdout) == root
+    _verify(db)
+
+
+@pytest.mark.parametrize("new_process", [False, True])
+def test_a_stretch_read_out_of_order_is_no_restart(tmp_path, db, new_process):
+    """The tailer can meet the new live file before the rest of the one just rotated away."""
+    old, new = Log(), Log()
+    for i in range(40):  # 40 minutes of one session, a line a minute
+        old.ev(T0 + i * MIN, "run.start" if i == 0 else "llm.input", run="R1")
+    new.seq = 0 if new_process else 40
+    new.n = 1000
+    for i in range(3):
+        new.ev(T0 + 40 * MIN + i * 1000, "llm.input", run="R1")
+    lines = old.lines[:5] + new.lines + old.lines[5:]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    ingest(db, logs.root)
+    causes = [c for (c,) in _q(db, lambda c: c.execute("SELECT cause FROM gateway_restarts").fetchall())]
+    assert causes == (["seq"] if new_process else [])
+    assert scalar(db, "SELECT count(*) FROM session_suspensions WHERE until_ms < from_ms") == 0
+
+
+def test_a_copy_of_a_log_in_a_new_place_adds_nothing_and_rejects_nothing(tmp_path, db, oc_corpus):
+    first = ingest(db, oc_corpus)
+    before = dump(db)
+    copy = tmp_path / "copy"
+    shutil.copytree(oc_corpus / "agents", copy / "agents")  # every line already indexed, in logs never seen
+    stats = ingest(db, oc_corpus, copy)
+    assert stats.lines == first.lines and stats.events == 0 and stats.duplicates == first.events
+    assert stats.rejects == first.rejects  # only the copy's own malformed lines
+    assert {k: v for k, v in dump(db).items() if k not in ("files", "rejects", "log_clocks", "checkpoints")} == \
+        {k: v for k, v in before.items() if k not in ("files", "rejects", "log_clocks", "checkpoints")}
