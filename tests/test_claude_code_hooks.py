@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ingest
+from conftest import CORPUS, REPO, cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -209,3 +216,98 @@ def test_any_interleaving_of_hooks_and_transcript_gives_one_row_per_call(tmp_pat
     assert scalar(db, "SELECT count(*) FROM tool_calls") == TRANSCRIPT_TOOLS + 1
     (search,) = tool_rows(db, SEARCH)
     assert search[:3] == (FIRST_RUN, "claude-code", "ok") and search[5] == 1840
+
+
+# -- a real daemon ------------------------------------------------------------------------------
+def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                          text=True, cwd=REPO, env=cli_env(db), timeout=60, check=False)
+
+
+def _json(db: Path, *args: str):
+    out = _cli(db, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _wait(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+class _Serve:
+    def __init__(self, tmp_path: Path, root: Path):
+        self.db = tmp_path / "ledger.db"
+        self.config = tmp_path / "config.toml"
+        self.config.write_text(f'db = "{self.db}"\nstate_dir = "{tmp_path / "state"}"\nlisten = "127.0.0.1:0"\n'
+                               f'rescan_s = 0.2\n\n[[sources]]\nformat = "claude-code"\nroot = "{root}"\n')
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(self.db))
+        line = _wait(lambda: self.proc.stderr.readline() or "eof")
+        while "listening on" not in line:
+            assert line != "eof", "serve exited"
+            line = self.proc.stderr.readline() or "eof"
+        self.url = re.search(r"listening on (http://\S+)", line).group(1)
+        _wait(lambda: self._get("/readyz") == 200)
+        return self
+
+    def _get(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def post(self, payload: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(self.url + "/v1/hooks/claude-code", data=json.dumps(payload).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=60) == 0
+        self.proc.stderr.close()
+
+
+def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tmp_path, payloads, transcript_lines):
+    root = tmp_path / "claude"
+    write_transcript(root, transcript_lines[:2])  # the session's first prompt, as Claude Code writes it
+    serve = _Serve(tmp_path, root)
+    db = serve.db
+
+    def tool_ids():
+        return [t["tool_call_id"] for t in _json(db, "session", KEY)["tool_calls"]]
+
+    with serve:
+        _wait(lambda: _cli(db, "session", KEY).returncode == 0)
+        assert [serve.post(p) for p in payloads] == [(200, {})] * len(payloads)
+        assert sorted(_wait(lambda: len(tool_ids()) == 2 and tool_ids())) == sorted([SEARCH, BASH])
+        tools = {t["tool"]: (t["calls"], t["errors"]) for t in _json(db, "tools")}
+        assert tools == {"WebSearch": (1, 0), "Bash": (1, 1)}
+
+        write_transcript(root, transcript_lines[2:])
+        _wait(lambda: len(tool_ids()) == TRANSCRIPT_TOOLS + 1)
+        detail = _json(db, "session", KEY)
+        assert [t["tool_call_id"] for t in detail["tool_calls"]].count(SEARCH) == 1
+        (search,) = [t for t in detail["tool_calls"] if t["tool_call_id"] == SEARCH]
+        assert search["status"] == "ok" and search["duration_ms"] == 1840 and search["run_id"] == FIRST_RUN
+        assert detail["instances"][0]["status"] == "ended"  # SessionEnd: only the hook tells
+
+    with serve:  # restarted: the same POSTs again, then one new event to know they were all written
+        assert [serve.post(p)[0] for p in payloads] == [200] * len(payloads)
+        serve.post({"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "and now?"})
+        _wait(lambda: len(_json(db, "events", "--kind", "hook.Stop")) == 2)
+        again = _json(db, "session", KEY)
+        for d in (again, detail):  # the new Stop is new activity; nothing else may move
+            for k in ("last_activity_at", "duration_s"):
+                d["instances"][0].pop(k)
+        assert again == detail
+        assert _cli(db, "verify").returncode == 0
