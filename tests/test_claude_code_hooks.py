@@ -311,3 +311,15 @@ def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tm
                 d["instances"][0].pop(k)
         assert again == detail
         assert _cli(db, "verify").returncode == 0
+
+
+def test_the_readme_registers_every_hook_event_at_the_endpoint_with_short_timeouts():
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Claude Code hooks"):]
+    settings = json.loads(section[section.index("```json") + 7:section.index("```", section.index("```json") + 7)])
+    events = {"SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
+              "SubagentStart", "SubagentStop", "PreCompact", "PostCompact", "Stop"}
+    assert set(settings["hooks"]) == events
+    for groups in settings["hooks"].values():
+        (hook,) = [h for g in groups for h in g["hooks"]]
+        assert hook["type"] == "http" and hook["url"].endswith("/v1/hooks/claude-code") and hook["timeout"] <= 3
