@@ -53,7 +53,8 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"catchup_claude_code.py: {' '.join(cmd[:4])} ... exited {proc.returncode}")
     rss = usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
-    return {"seconds": seconds, "peak_rss": rss, "stdout": text}
+    # CPU time as well as wall time: on a busy machine it is the steadier of the two.
+    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss": rss, "stdout": text}
 
 
 def _warm_cache(root: Path) -> tuple[int, int]:
@@ -84,9 +85,9 @@ def measure_agentledger(root: Path, db: Path, prices: Path | None) -> dict:
     usage = json.loads(_run(al + ["usage", "--json"])["stdout"])
     verify = subprocess.run(al + ["verify"], check=False, capture_output=True, text=True)
     stats = json.loads(ingest["stdout"])
-    return {"ingest": {k: ingest[k] for k in ("seconds", "peak_rss")}, "stats": stats,
-            "sessions_cold": {k: first[k] for k in ("seconds", "peak_rss")},
-            "sessions_warm": {k: warm[k] for k in ("seconds", "peak_rss")},
+    return {"ingest": {k: ingest[k] for k in ("seconds", "cpu_seconds", "peak_rss")}, "stats": stats,
+            "sessions_cold": {k: first[k] for k in ("seconds", "cpu_seconds", "peak_rss")},
+            "sessions_warm": {k: warm[k] for k in ("seconds", "cpu_seconds", "peak_rss")},
             "sessions_listed": len(json.loads(warm["stdout"])), "usage": usage,
             "verify_ok": verify.returncode == 0, "db_bytes": db.stat().st_size,
             "prices": f"override file {prices}" if prices else "bundled price history (genai-prices)"}
@@ -97,7 +98,8 @@ def measure_ccusage(exe: str, root: Path, home: Path) -> dict:
     env |= {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(root), "NO_COLOR": "1"}
     res = _run([exe, "session", "--json", "--offline"], env)
     data = json.loads(res["stdout"])
-    return {"seconds": res["seconds"], "peak_rss": res["peak_rss"], "sessions": len(data.get("session", [])),
+    return {"seconds": res["seconds"], "cpu_seconds": res["cpu_seconds"], "peak_rss": res["peak_rss"],
+            "sessions": len(data.get("session", [])),
             "totals": data.get("totals", {})}
 
 
@@ -111,17 +113,19 @@ def report(corpus: dict, led: dict, cc: dict | None) -> tuple[str, bool]:
     mismatches = [f"{k}: corpus {corpus[k]:,}, ledger {usage[v]:,}" for k, v in CHECKS.items()
                   if k in corpus and corpus[k] != usage[v]]
     ok = not mismatches and st["rejected_lines"] == 0 and led["verify_ok"]
-    cold = ingest_s + led["sessions_cold"]["seconds"]
-    rows = [("", "seconds", "peak RSS"),
-            ("agentledger ingest", f"{ingest_s:.2f}", _mb(led["ingest"]["peak_rss"])),
-            ("agentledger sessions (first)", f"{led['sessions_cold']['seconds']:.2f}",
-             _mb(led["sessions_cold"]["peak_rss"])),
-            ("agentledger cold (ingest + sessions)", f"{cold:.2f}", ""),
-            ("agentledger warm (sessions alone)", f"{led['sessions_warm']['seconds']:.2f}",
-             _mb(led["sessions_warm"]["peak_rss"]))]
+    def row(name: str, *runs: dict) -> tuple[str, ...]:
+        rss = max(r["peak_rss"] for r in runs)
+        return (name, f"{sum(r['seconds'] for r in runs):.2f}", f"{sum(r['cpu_seconds'] for r in runs):.2f}",
+                _mb(rss) if len(runs) == 1 else "")
+
+    rows = [("", "wall s", "CPU s", "peak RSS"),
+            row("agentledger ingest", led["ingest"]),
+            row("agentledger sessions (first)", led["sessions_cold"]),
+            row("agentledger cold (ingest + sessions)", led["ingest"], led["sessions_cold"]),
+            row("agentledger warm (sessions alone)", led["sessions_warm"])]
     if cc:
-        rows.append(("ccusage session --json --offline", f"{cc['seconds']:.2f}", _mb(cc["peak_rss"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append(row("ccusage session --json --offline", cc))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = [f"prices: {led['prices']}",
            f"corpus: {_mb(corpus['bytes'])}, {corpus['lines']:,} lines, {corpus['files']:,} files, "
            f"{corpus['sessions']:,} sessions ({corpus['where']})", ""]
@@ -129,7 +133,8 @@ def report(corpus: dict, led: dict, cc: dict | None) -> tuple[str, bool]:
     rss = led["ingest"]["peak_rss"]
     out += ["",
             f"ingest: {st['events'] / ingest_s:,.0f} events/s, {st['lines'] / ingest_s:,.0f} lines/s, "
-            f"{st['bytes'] / 1e6 / ingest_s:,.1f} MB/s ({st['events']:,} events from {st['lines']:,} lines); "
+            f"{st['bytes'] / 1e6 / ingest_s:,.1f} MB/s ({st['events']:,} events from {st['lines']:,} lines; "
+            f"{st['events'] / led['ingest']['cpu_seconds']:,.0f} events per CPU second); "
             f"peak RSS {_mb(rss)} (target < {_mb(RSS_TARGET)}: {'met' if rss < RSS_TARGET else 'NOT met'})",
             f"ledger: {_mb(led['db_bytes'])}; sessions listed: {led['sessions_listed']:,}; "
             f"verify: {'ok' if led['verify_ok'] else 'FAILED'}",
@@ -142,7 +147,7 @@ def report(corpus: dict, led: dict, cc: dict | None) -> tuple[str, bool]:
                  ("output tokens", usage["output_tokens"], t.get("outputTokens")),
                  ("cache read tokens", usage["cache_read_tokens"], t.get("cacheReadTokens")),
                  ("cache write tokens", usage["cache_write_tokens"], t.get("cacheCreationTokens")),
-                 ("cost USD", usage["cost_usd"], round(t.get("totalCost", 0.0), 6))]
+                 ("cost USD", round(usage["cost_usd"], 6), round(t.get("totalCost", 0.0), 6))]
         out += ["", "totals: agentledger / ccusage"]
         out += [f"  {name}: {a:,} / {b:,}" + ("" if a == b else f"  (ccusage {((b or 0) - a) / a:+.2%})" if a else "")
                 for name, a, b in pairs]
