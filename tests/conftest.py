@@ -18,6 +18,18 @@ CORPUS = SHARED / "corpus"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(autouse=True)
+def _private_homes(tmp_path: Path, monkeypatch) -> None:
+    """Every test (and every daemon it starts) gets its own state and config homes, so none reads the
+    user's config or shares a hot store; raw-row retention is off, since the fixtures' events are
+    older than its default horizon and tests compare ledgers row by row."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("AGENTLEDGER_RETENTION_RAW_DAYS", "0")
+    for name in ("AGENTLEDGER_CONFIG", "AGENTLEDGER_STATE_DIR", "AGENTLEDGER_DB"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ledger.db"

@@ -101,7 +101,7 @@ def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
     assert shown.returncode == 0, shown.stderr
     again = tmp_path / "again.toml"
     again.write_text(shown.stdout)
-    assert load(again, env={}) == load(config_file, env={})
+    assert load(again, env={}) == load(config_file)  # what `show` printed: file and environment
     assert to_toml(Config()).count("[hot]") == 1
 
 

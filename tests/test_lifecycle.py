@@ -352,3 +352,25 @@ def test_a_copy_of_a_log_in_a_new_place_adds_nothing_and_rejects_nothing(tmp_pat
     assert stats.rejects == first.rejects  # only the copy's own malformed lines
     assert {k: v for k, v in dump(db).items() if k not in ("files", "rejects", "log_clocks", "checkpoints")} == \
         {k: v for k, v in before.items() if k not in ("files", "rejects", "log_clocks", "checkpoints")}
+
+
+def test_a_pause_in_a_log_without_a_process_counter_suspends_nothing(tmp_path, db):
+    """Transcripts and hooks carry no seq: an hour's pause there is a person pausing, not a restart."""
+    from agentledger.facts import LlmCall, RunStarted, Tokens
+    from agentledger.ledger.writer import Batch
+
+    conn = open_writer(db)
+    writer = LedgerWriter(conn, idle_s=60)
+    row = writer.add_file("claude-code", str(tmp_path), str(tmp_path / "p" / "s.jsonl"), b"fp", 0, 0, 0, "active")
+    base = 1_790_000_000_000
+    common = {"source": "claude-code", "agent_id": "claude-code", "session_key": "agent:claude-code:s",
+              "session_id": "s", "run_id": "r1"}
+    facts = [RunStarted(event_id=1, ts_ms=base, kind="run.start", **common),
+             LlmCall(event_id=2, ts_ms=base + 1000, kind="llm.call", tokens=Tokens(total=5), **common),
+             LlmCall(event_id=3, ts_ms=base + 3_600_000, kind="llm.call", tokens=Tokens(total=5), **common)]
+    for n, fact in enumerate(facts):
+        writer.apply(Batch(row.id, row.path, n * 10, n * 10 + 10, 1, 100, [(n * 10, 10, fact)]))
+    assert scalar(db, "SELECT status FROM sessions WHERE session_id = 's'") != "suspended"
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = 'r1'") == "running"
+    assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
+    conn.close()

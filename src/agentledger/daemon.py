@@ -31,6 +31,7 @@ from agentledger.ledger.retention import Pruner
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
 from agentledger.pricing import Pricer
+from agentledger.sources.claude_code_hooks import HookInbox
 
 log = logging.getLogger("agentledger.daemon")
 
@@ -110,6 +111,16 @@ def _record_gates(writer: LedgerWriter, keeper: GateKeeper) -> None:
     writer.record_gate_decisions(decisions, counts)
 
 
+def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> None:
+    events, refused = hooks.drain()
+    if refused:
+        log.warning("%d Claude Code hook events were not recorded: more arrived than could wait for the ledger",
+                    refused)
+    if events:
+        result = writer.apply_hook_events(events)
+        live.committed(result.sessions, result.position)
+
+
 def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subprocess.Popen | None] | str:
     """The sources to follow, and the demo writer when there are none; or why it cannot start."""
     if config.sources and not demo:
@@ -164,9 +175,10 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     keeper = GateKeeper(config.gates, hot, readers, config.zone)
     writer = LedgerWriter(conn, idle_s=config.idle_s)
     live = LiveState(conn, hot, keeper)
+    hooks = HookInbox(wake=wake.set)
     try:
         try:
-            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n)
+            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks)
         except OSError as exc:
             _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT")
             return 2
@@ -206,6 +218,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 if stop.is_set():
                     break
                 stats = pipeline.run_once()
+                # After the files: a hook's tool call then finds the run its transcript already told.
+                _record_hooks(writer, hooks, live)
                 if pruner is not None:
                     pruner.tick(conn, now_ms())
                 if time.monotonic() >= next_reconcile:
@@ -221,6 +235,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         if api is not None:
             api.close()
         _record_gates(writer, keeper)
+        _record_hooks(writer, hooks, live)
         hot.close()
         readers.close()
         conn.close()

@@ -111,6 +111,22 @@ class ToolEnded(Fact):
 
 
 @dataclass(slots=True, kw_only=True)
+class ToolObserved(Fact):
+    """A tool call as a live hook reports it, ahead of the transcript line that will tell it in full.
+
+    It fills in what the ledger does not know yet and never overrides what a transcript said;
+    the ledger finds the call's row by ``tool_call_id`` (the run is the ledger's to resolve)."""
+
+    tool_name: str | None = None
+    tool_call_id: str
+    status: str  # running | ok | error
+    duration_ms: int | None = None
+    error: str | None = None
+    file_path: str | None = None
+    exec_command: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
 class SubagentSpawned(Fact):
     child_session_key: str
     child_agent_id: str | None = None

@@ -21,6 +21,7 @@ from agentledger.gates import GateKeeper, hot_json
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.metrics import registry_for
+from agentledger.sources import claude_code_hooks
 from agentledger.timeutil import parse_time
 
 log = logging.getLogger("agentledger.http")
@@ -163,6 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
     db: Path
     health: Health
     keeper: GateKeeper | None
+    hooks: claude_code_hooks.HookInbox | None
     top_n: int
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
@@ -191,7 +193,12 @@ class _Handler(BaseHTTPRequestHandler):
                 payload = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise BadRequest(f"the body is not JSON: {exc}") from None
-            return 200, claude_code_answer(self.keeper, payload)
+            received_ms = time.time_ns() // 1_000_000
+            answer = claude_code_answer(self.keeper, payload)
+            if self.hooks is not None:  # queued for the daemon's writer: the answer does not wait
+                denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+                self.hooks.put(claude_code_hooks.decode(payload, received_ms, denied))
+            return 200, answer
 
         self._answer(route)
 
@@ -235,10 +242,11 @@ class ApiServer:
     """Serves in a background thread until ``close``."""
 
     def __init__(self, db: Path, listen: str, health: Health | None = None, keeper: GateKeeper | None = None,
-                 top_n: int = 20):
+                 top_n: int = 20, hooks: claude_code_hooks.HookInbox | None = None):
         host, port = parse_listen(listen)
         self.health = health or Health()
-        handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "top_n": top_n})
+        handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
+                                                "top_n": top_n})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)

@@ -183,8 +183,8 @@ class Lifecycle:
                     # Silence is only silence when no line in between is missing (unread or lost).
                     elif ts - last > self.idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
                         self.restarts.append(_Restart(i, "idle", last, ts))
-                elif ts - last > self.idle_ms:
-                    self.restarts.append(_Restart(i, "idle", last, ts))
+                # Without a process counter (transcripts, hooks) a pause is a person pausing, not a
+                # gateway restarting: such logs never suspend anything.
             if f.seq is not None:
                 seq = f.seq
             last = ts

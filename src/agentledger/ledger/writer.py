@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import apsw
 import orjson
@@ -31,12 +32,16 @@ from agentledger.facts import (
     SubagentSpawned,
     Tokens,
     ToolEnded,
+    ToolObserved,
     ToolStarted,
     UsageSnapshot,
 )
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
 from agentledger.ledger.lifecycle import DEFAULT_IDLE_S, Lifecycle
+
+if TYPE_CHECKING:
+    from agentledger.sources.claude_code_hooks import HookEvent
 
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
@@ -212,12 +217,57 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     session_key  = coalesce(tool_calls.session_key, excluded.session_key),
     status       = excluded.status,
     ended_ms     = excluded.ended_ms,
-    duration_ms  = excluded.duration_ms,
+    duration_ms  = coalesce(excluded.duration_ms, tool_calls.duration_ms),
     error        = excluded.error,
-    file_path    = excluded.file_path,
-    exec_command = excluded.exec_command,
+    file_path    = coalesce(excluded.file_path, tool_calls.file_path),
+    exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
     exit_code    = excluded.exit_code
 """
+# A hook's account of a tool call (or a hook-made row being taken over) only fills in what the
+# row does not say yet: a transcript's start, end, status and error are never overridden.
+_FILL_TOOL = """
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
+    status       = CASE WHEN tool_calls.ended_ms IS NULL AND excluded.ended_ms IS NOT NULL
+                        THEN excluded.status ELSE tool_calls.status END,
+    error        = CASE WHEN tool_calls.ended_ms IS NULL THEN excluded.error ELSE tool_calls.error END,
+    started_ms   = coalesce(tool_calls.started_ms, excluded.started_ms),
+    ended_ms     = coalesce(tool_calls.ended_ms, excluded.ended_ms),
+    duration_ms  = coalesce(tool_calls.duration_ms, excluded.duration_ms),
+    file_path    = coalesce(tool_calls.file_path, excluded.file_path),
+    exec_command = coalesce(tool_calls.exec_command, excluded.exec_command)
+"""
+# Rows a hook made carry this source until a transcript line of the same call takes them over.
+HOOK_ROW_SOURCE = "claude-code-hook"
+_TOOL_OBSERVED = f"""
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
+                        started_ms, ended_ms, duration_ms, error, file_path, exec_command)
+VALUES (?, ?, ?, '{HOOK_ROW_SOURCE}', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+{_FILL_TOOL}"""
+# The row of a call, wherever the session's runs put it (or under no run).
+_TOOL_ROW_OF_SESSION = """
+SELECT run_id FROM tool_calls
+WHERE tool_call_id = ?2 AND session_key = ?3
+  AND run_id IN (SELECT run_id FROM runs WHERE session_id = ?1 UNION ALL SELECT '')
+"""
+_HOOK_ROWS = f"""
+SELECT tc.run_id, tc.tool_call_id, tc.session_key FROM json_each(?) AS j
+JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND tc.source = '{HOOK_ROW_SOURCE}'
+"""
+_TAKE_OVER_HOOK_ROW = f"""
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
+                        started_ms, ended_ms, duration_ms, error, file_path, exec_command, exit_code)
+SELECT ?1, tool_call_id, tool_name, ?2, agent_id, session_key, status, started_ms, ended_ms, duration_ms, error,
+       file_path, exec_command, exit_code
+FROM tool_calls WHERE run_id = ?3 AND tool_call_id = ?4
+{_FILL_TOOL}"""
+_CLAIM_HOOK_ROW = "UPDATE tool_calls SET source = ? WHERE run_id = ? AND tool_call_id = ?"
+_DROP_TOOL_ROW = "DELETE FROM tool_calls WHERE run_id = ? AND tool_call_id = ?"
+_HOOK_EVENT = "INSERT OR IGNORE INTO hook_events (id, ts_ms, session_id, event) VALUES (?, ?, ?, ?)"
+HOOK_FILE_ID = 0  # events.file_id of what arrived through the hook endpoint rather than a file
+HOOK_LOG = "<claude-code hooks>/events"  # the "log" lifecycle keeps a clock for; hooks carry no counter
 _SUBAGENT_SPAWNED = """
 INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
                        label, mode, status, spawned_ms)
@@ -292,6 +342,12 @@ def _tool_ended(f: ToolEnded) -> tuple:
             f.exit_code)
 
 
+def _tool_observed(f: ToolObserved) -> tuple:
+    ended = f.ts_ms if f.status != "running" else None
+    return (f.run_id or "", f.tool_call_id, f.tool_name, f.agent_id, f.session_key, f.status,
+            f.ts_ms if ended is None else None, ended, f.duration_ms, f.error, f.file_path, f.exec_command)
+
+
 def _run_started(f: RunStarted) -> tuple | None:
     if not f.run_id:
         return None
@@ -348,6 +404,7 @@ _STATEMENTS: dict[type, tuple[str, object]] = {
     RunEnded: (_RUN_ENDED, _run_ended),
     ToolStarted: (_TOOL_STARTED, _tool_started),
     ToolEnded: (_TOOL_ENDED, _tool_ended),
+    ToolObserved: (_TOOL_OBSERVED, _tool_observed),
     SubagentSpawned: (_SUBAGENT_SPAWNED, _subagent_spawned),
     SubagentEnded: (_SUBAGENT_ENDED, _subagent_ended),
     Compaction: (_COMPACTION, _compaction),
@@ -384,7 +441,7 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
             row = spec[1](f)
             if row is not None:
                 rows[spec[0]].append(row)
-                if t is ToolStarted or t is ToolEnded:
+                if t is ToolStarted or t is ToolEnded or t is ToolObserved:
                     out.tool_keys.add((row[0], row[1]))
                 elif t is SubagentSpawned or t is SubagentEnded:
                     out.subagent_keys.add(row[0])
@@ -503,9 +560,16 @@ class LedgerWriter:
         conn.execute("RELEASE events")
         lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
         linked = lifecycle.before()
+        takeovers = self._hook_rows_told(conn, prepared)
         tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
+        for old_run, call_id, run_id, source in takeovers:
+            if old_run == run_id:
+                conn.execute(_CLAIM_HOOK_ROW, (source, run_id, call_id))
+            else:
+                conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, source, old_run, call_id))
+                conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
         added, replaced = self._keyed_calls(conn, prepared.rows)
@@ -518,6 +582,52 @@ class LedgerWriter:
         changed = lifecycle.after(tracker)
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
                            sessions=tracker.touched | changed, interrupted=tuple(lifecycle.interrupted))
+
+    @staticmethod
+    def _hook_rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:
+        """Rows a hook made for calls this batch's lines tell: (their run, call id, the line's run, source).
+
+        The hook could only guess the run; the transcript knows it, so the row moves there (its
+        old key joins the batch's tool keys, so the rollups follow the move)."""
+        told: dict[str, tuple] = {}
+        for sql in (_TOOL_STARTED, _TOOL_ENDED):
+            for row in prepared.rows.get(sql, ()):
+                told.setdefault(row[1], row)
+        if not told:
+            return []
+        out = []
+        for run_id, call_id, key in conn.execute(_HOOK_ROWS, (orjson.dumps(list(told)).decode(),)):
+            row = told[call_id]
+            if key == row[5]:
+                out.append((run_id, call_id, row[0], row[3]))
+                prepared.tool_keys.add((run_id, call_id))
+        return out
+
+    # -- hook events ---------------------------------------------------------------
+    def apply_hook_events(self, events: list[HookEvent]) -> ApplyResult:
+        """Record the hook events not recorded before, in one transaction.
+
+        A hook's tool call lands on the row the ledger already has for it (any run of its
+        session), else under the run its session is in, else under no run."""
+        with self.transaction() as conn:
+            items = []
+            runs: dict[str, str] = {}
+            for event in events:
+                conn.execute(_HOOK_EVENT, (event.id, event.ts_ms, event.session_id, event.name))
+                if conn.changes() != 1:
+                    continue  # sent before
+                fact = event.fact
+                if type(fact) is ToolObserved:
+                    if fact.tool_call_id not in runs:
+                        rows = conn.execute(_TOOL_ROW_OF_SESSION,
+                                            (fact.session_id, fact.tool_call_id, fact.session_key)).fetchall()
+                        runs[fact.tool_call_id] = rows[0][0] if rows else self.run_at(fact.session_id, fact.ts_ms) or ""
+                    fact.run_id = runs[fact.tool_call_id] or None
+                items.append((0, 0, fact))
+            result = self._apply_facts(conn, HOOK_FILE_ID, HOOK_LOG, items) if items else ApplyResult(0, 0, 0)
+            result.duplicate_facts = len(events) - len(items)
+            result.position = rollups.advance_position(conn, result.sessions)
+        return result
 
     # -- gate decisions ------------------------------------------------------------
     def record_gate_decisions(self, decisions: list, counts: dict[tuple[str, str], int]) -> None:

@@ -1,0 +1,131 @@
+"""Claude Code hook events (FORMATS.md §3) as facts: the live side of a Claude Code session.
+
+Claude Code POSTs every hook event to ``/v1/hooks/claude-code``. Each becomes facts of the
+same session the transcript decoder (``claude_code.py``) keys: ``session_id`` is Claude Code's
+``sessionId``, the key ``agent:claude-code:<sessionId>``. A tool call shows up as soon as its
+PreToolUse arrives, seconds before its transcript line is read; the ledger merges the two by
+``tool_use_id`` and the transcript's account wins wherever both say something. Hooks carry no
+tokens and no cost.
+
+A payload has no time and no id of its own, so an event's identity is what distinguishes it
+from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
+for the rest the whole payload. A POST sent twice (a retry, or again after a restart) is
+the same event and is recorded once; two events that say exactly the same thing (a second
+identical prompt, say) are recorded once too, which costs only a marker, never a call.
+
+Request threads decode and queue (``HookInbox.put``); the daemon's loop writes what it
+drains in its own transaction, so answering a hook never waits for the ledger.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, ToolObserved
+from agentledger.sources.claude_code import AGENT, SOURCE, session_key
+from agentledger.sources.common import error_text, integer, line_id, text
+
+TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
+SUBAGENT_EVENTS = frozenset({"SubagentStart", "SubagentStop"})
+# SessionStart's ``source``: these begin a conversation; "resume" and "compact" continue one.
+_NEW_SESSION = frozenset({"startup", "clear"})
+# Where tools name the file they touch, and the command a shell runs.
+_PATH_FIELDS = ("file_path", "notebook_path", "path")
+
+
+class BadHook(ValueError):
+    """A payload that is not a Claude Code hook event (answered 400, never queued)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookEvent:
+    """One received hook event: its identity, when it arrived, and its fact."""
+
+    id: int
+    ts_ms: int
+    session_id: str
+    name: str
+    fact: Fact
+
+
+def event_id(name: str, session_id: str, payload: dict) -> int:
+    """What makes a hook event unique (see the module's docstring)."""
+    if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
+        basis = f"{name}\0{session_id}\0{payload['tool_use_id']}".encode()
+    elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
+        basis = f"{name}\0{session_id}\0{payload['agent_id']}".encode()
+    else:
+        basis = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    return line_id(basis)
+
+
+def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObserved:
+    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+    path = next((tool_input[f] for f in _PATH_FIELDS if text(tool_input.get(f))), None)
+    status, error = "running", None
+    if blocked is not None:  # a gate denied it: it will never run
+        status, error = "error", blocked
+    elif name == "PostToolUse":
+        status = "ok"
+    elif name == "PostToolUseFailure":
+        status, error = "error", error_text(payload.get("error")) or "tool failed"
+    return ToolObserved(**base, tool_name=text(payload.get("tool_name")), tool_call_id=payload["tool_use_id"],
+                        status=status, error=error, duration_ms=integer(payload.get("duration_ms")),
+                        file_path=path, exec_command=text(tool_input.get("command")))
+
+
+def decode(payload: object, received_ms: int, blocked: str | None = None) -> HookEvent:
+    """A hook payload → its event; ``blocked``: the reason a gate denied this PreToolUse."""
+    if not isinstance(payload, dict):
+        raise BadHook("a hook payload is a JSON object")
+    name, session_id = text(payload.get("hook_event_name")), text(payload.get("session_id"))
+    if name is None or session_id is None:
+        raise BadHook("a hook payload needs string hook_event_name and session_id")
+    eid = event_id(name, session_id, payload)
+    base = {"event_id": eid, "ts_ms": received_ms, "kind": f"hook.{name}", "source": SOURCE, "agent_id": AGENT,
+            "session_key": session_key(session_id), "session_id": session_id}
+    fact: Fact
+    if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
+        fact = _tool(base, name, payload, blocked)
+    elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
+        fact = SessionStarted(**base)
+    elif name == "SessionEnd":
+        fact = SessionEnded(**base)
+    else:
+        fact = Marker(**base)
+    return HookEvent(eid, received_ms, session_id, name, fact)
+
+
+class HookInbox:
+    """Hook events waiting for the daemon's writer; request threads put, the daemon loop drains.
+
+    Bounded: while the daemon cannot write (a long catch-up), events past ``limit`` are refused
+    and counted rather than held without end; Claude Code goes on regardless."""
+
+    def __init__(self, wake: Callable[[], None] = lambda: None, limit: int = 100_000):
+        self.wake = wake
+        self.limit = limit
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._pending: list[HookEvent] = []
+
+    def put(self, event: HookEvent) -> bool:
+        with self._lock:
+            if len(self._pending) >= self.limit:
+                self.refused += 1
+                return False
+            self._pending.append(event)
+        self.wake()
+        return True
+
+    def drain(self) -> tuple[list[HookEvent], int]:
+        """The events to write, and how many were refused since the last drain."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            refused, self.refused = self.refused, 0
+        return pending, refused
+

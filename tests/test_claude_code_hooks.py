@@ -1,0 +1,325 @@
+"""Claude Code hook events as facts: one tool-call row per call whichever of hook and transcript comes first."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, REPO, cli_env, ingest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledgerdump import scalar
+
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.verify import check_rollups
+from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources.claude_code_hooks import BadHook, HookInbox, decode, event_id
+
+SESSION = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"
+KEY = f"agent:claude-code:{SESSION}"
+PROJECT = "projects/-home-dev-src-web-frontend"
+TRANSCRIPT = f"{PROJECT}/{SESSION}.jsonl"
+SEARCH = "toolu_01NTZcpPJ1oEJlRunP5tzM8D"  # in the transcript too, in the session's first run
+BASH = "toolu_01Hk2mYQeV7pAcRzTb9nJx4W"  # told by the hooks alone
+FIRST_RUN = "cb6a88ec-a587-41fb-96ab-65635ec6de0d"
+SECOND_RUN = "133ba100"  # prefix of the second prompt's uuid
+TRANSCRIPT_TOOLS = 14  # tool_use blocks in the session's transcript
+RECEIVED_MS = 1_800_000_000_000  # after every line of the transcript
+
+
+@pytest.fixture(scope="module")
+def payloads() -> list[dict]:
+    path = CORPUS / "claude-code" / "hooks.jsonl"
+    if not path.is_file():
+        pytest.skip(f"shared corpus not found at {path}")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def transcript_lines() -> list[bytes]:
+    return (CORPUS / "claude-code" / TRANSCRIPT).read_bytes().splitlines(keepends=True)
+
+
+def post(db: Path, payloads: list[dict], received_ms: int = RECEIVED_MS) -> None:
+    """What the daemon does with hook POSTs: decode in the request, write what the loop drains."""
+    inbox = HookInbox()
+    for n, payload in enumerate(payloads):
+        inbox.put(decode(payload, received_ms + n))
+    conn = open_writer(db)
+    try:
+        LedgerWriter(conn).apply_hook_events(inbox.drain()[0])
+    finally:
+        conn.close()
+
+
+def write_transcript(root: Path, lines: list[bytes]) -> None:
+    path = root / TRANSCRIPT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        f.writelines(lines)
+
+
+def tool_rows(db: Path, call_id: str) -> list[tuple]:
+    conn = open_reader(db)
+    try:
+        return conn.execute("SELECT run_id, source, status, started_ms, ended_ms, duration_ms, error, exec_command "
+                            "FROM tool_calls WHERE tool_call_id = ?", (call_id,)).fetchall()
+    finally:
+        conn.close()
+
+
+def session_tools(db: Path) -> dict[str, int]:
+    conn = open_reader(db)
+    try:
+        detail = queries.session_detail(conn, KEY)
+        assert not check_rollups(conn)
+    finally:
+        conn.close()
+    ids = [t["tool_call_id"] for t in detail["tool_calls"]]
+    return {i: ids.count(i) for i in ids}
+
+
+def test_hook_tool_calls_show_at_once_then_merge_into_the_transcripts_rows(db, tmp_path, payloads, transcript_lines):
+    root = tmp_path / "claude"
+    write_transcript(root, transcript_lines[:2])  # the prompt is on disk before its tools run
+    ingest(db, root, fmt="claude-code")
+    post(db, payloads)
+    assert session_tools(db) == {SEARCH: 1, BASH: 1}
+    conn = open_reader(db)
+    tools = {t["tool"]: (t["calls"], t["errors"]) for t in queries.tools(conn, queries.Window())}
+    conn.close()
+    assert tools == {"WebSearch": (1, 0), "Bash": (1, 1)}
+    (search,) = tool_rows(db, SEARCH)
+    assert search[:3] == (FIRST_RUN, "claude-code-hook", "ok") and search[5] == 1840
+    (bash,) = tool_rows(db, BASH)
+    assert bash[2] == "error" and bash[6].startswith("Exit code 1") and bash[7] == "npm test"
+
+    write_transcript(root, transcript_lines[2:])
+    ingest(db, root, fmt="claude-code")
+    counts = session_tools(db)
+    assert len(counts) == TRANSCRIPT_TOOLS + 1 and set(counts.values()) == {1}
+    (search,) = tool_rows(db, SEARCH)
+    # The transcript's times and outcome win; the duration only the hook knew stays.
+    assert search[:3] == (FIRST_RUN, "claude-code", "ok") and search[3] < RECEIVED_MS and search[5] == 1840
+    assert scalar(db, "SELECT status FROM sessions WHERE session_id = ?", (SESSION,)) == "ended"
+
+
+def test_hooks_before_any_transcript_line_are_moved_to_the_run_the_transcript_tells(db, tmp_path, payloads,
+                                                                                      transcript_lines):
+    post(db, payloads)
+    assert [r[0] for r in tool_rows(db, SEARCH)] == [""]  # no run known yet
+    root = tmp_path / "claude"
+    write_transcript(root, transcript_lines)
+    ingest(db, root, fmt="claude-code")
+    (search,) = tool_rows(db, SEARCH)
+    assert search[:2] == (FIRST_RUN, "claude-code") and search[5] == 1840
+    assert len(session_tools(db)) == TRANSCRIPT_TOOLS  # the hooks-only Bash call has no run of the session
+    assert scalar(db, "SELECT count(*) FROM tool_calls") == TRANSCRIPT_TOOLS + 1
+    conn = open_reader(db)
+    assert queries.usage(conn, queries.Window())["tool_calls"] == TRANSCRIPT_TOOLS + 1
+    conn.close()
+
+
+def test_hooks_after_the_transcript_fill_in_and_never_override(db, tmp_path, payloads, claude_corpus):
+    root = tmp_path / "claude"
+    shutil.copytree(claude_corpus / "projects", root / "projects")
+    ingest(db, root, fmt="claude-code")
+    before = tool_rows(db, SEARCH)
+    post(db, payloads)
+    (after,) = tool_rows(db, SEARCH)
+    assert after[:5] == before[0][:5] and before[0][5] is None and after[5] == 1840
+    (bash,) = tool_rows(db, BASH)
+    assert bash[0].startswith(SECOND_RUN)  # the run its session was in when the hook arrived
+    assert len(session_tools(db)) == TRANSCRIPT_TOOLS + 1
+
+
+def test_a_hook_event_sent_again_changes_nothing_even_after_a_restart(db, payloads):
+    post(db, payloads)
+    picture = ("SELECT * FROM tool_calls", "SELECT * FROM sessions", "SELECT * FROM hook_events",
+               "SELECT ts_ms, id, kind FROM events", "SELECT * FROM session_totals", "SELECT * FROM tool_slots")
+
+    def snapshot():
+        conn = open_reader(db)
+        try:
+            return [sorted(conn.execute(sql).fetchall(), key=repr) for sql in picture]
+        finally:
+            conn.close()
+
+    first = snapshot()
+    assert scalar(db, "SELECT count(*) FROM hook_events") == len(payloads)
+    post(db, payloads, RECEIVED_MS + 60_000)  # a new writer, later arrival times
+    assert snapshot() == first
+
+
+def test_the_inbox_refuses_past_its_limit_and_says_how_many():
+    inbox = HookInbox(limit=2)
+    stop = {"session_id": SESSION, "hook_event_name": "Stop"}
+    assert [inbox.put(decode({**stop, "n": n}, RECEIVED_MS)) for n in range(3)] == [True, True, False]
+    events, refused = inbox.drain()
+    assert len(events) == 2 and refused == 1 and inbox.drain() == ([], 0)
+
+
+def test_event_identity():
+    base = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_1", "tool_name": "Bash"}
+    assert event_id("PreToolUse", SESSION, base) == event_id("PreToolUse", SESSION, {**base, "cwd": "/elsewhere"})
+    assert event_id("PreToolUse", SESSION, base) != event_id("PostToolUse", SESSION, base)
+    stop = {"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "done"}
+    assert event_id("Stop", SESSION, stop) == event_id("Stop", SESSION, dict(reversed(stop.items())))
+    assert event_id("Stop", SESSION, stop) != event_id("Stop", SESSION, {**stop, "last_assistant_message": "again"})
+
+
+@pytest.mark.parametrize("payload", [[], {"hook_event_name": "Stop"}, {"session_id": SESSION},
+                                     {"session_id": 5, "hook_event_name": "Stop"}])
+def test_a_payload_that_is_no_hook_event_is_refused(payload):
+    with pytest.raises(BadHook):
+        decode(payload, RECEIVED_MS)
+
+
+def test_a_denied_tool_call_is_recorded_as_failed():
+    pre = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_1", "tool_name": "Bash",
+           "tool_input": {"command": "rm -rf build"}}
+    fact = decode(pre, RECEIVED_MS, "over budget").fact
+    assert (fact.status, fact.error, fact.exec_command) == ("error", "over budget", "rm -rf build")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_interleaving_of_hooks_and_transcript_gives_one_row_per_call(tmp_path_factory, payloads,
+                                                                         transcript_lines, data):
+    tmp = tmp_path_factory.mktemp("interleave")
+    db, root = tmp / "l.db", tmp / "claude"
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(transcript_lines) - 1), max_size=3)))
+    chunks = [transcript_lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(transcript_lines)])]
+    steps = [("t", c) for c in chunks] + [("h", p) for p in payloads]
+    order = data.draw(st.permutations(range(len(steps))))
+    # Transcript chunks keep their order (a file only grows); hooks may come at any point.
+    transcript = iter(chunks)
+    for n, i in enumerate(order):
+        kind, item = steps[i]
+        if kind == "t":
+            write_transcript(root, next(transcript))
+            ingest(db, root, fmt="claude-code")
+        else:
+            post(db, [item], RECEIVED_MS + n)
+    counts = session_tools(db)
+    assert set(counts.values()) == {1}
+    assert scalar(db, "SELECT count(*) FROM tool_calls") == TRANSCRIPT_TOOLS + 1
+    (search,) = tool_rows(db, SEARCH)
+    assert search[:3] == (FIRST_RUN, "claude-code", "ok") and search[5] == 1840
+
+
+# -- a real daemon ------------------------------------------------------------------------------
+def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                          text=True, cwd=REPO, env=cli_env(db), timeout=60, check=False)
+
+
+def _json(db: Path, *args: str):
+    out = _cli(db, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _wait(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+class _Serve:
+    def __init__(self, tmp_path: Path, root: Path):
+        self.db = tmp_path / "ledger.db"
+        self.config = tmp_path / "config.toml"
+        self.config.write_text(f'db = "{self.db}"\nstate_dir = "{tmp_path / "state"}"\nlisten = "127.0.0.1:0"\n'
+                               f'rescan_s = 0.2\n\n[[sources]]\nformat = "claude-code"\nroot = "{root}"\n')
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(self.db))
+        line = _wait(lambda: self.proc.stderr.readline() or "eof")
+        while "listening on" not in line:
+            assert line != "eof", "serve exited"
+            line = self.proc.stderr.readline() or "eof"
+        self.url = re.search(r"listening on (http://\S+)", line).group(1)
+        _wait(lambda: self._get("/readyz") == 200)
+        return self
+
+    def _get(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def post(self, payload: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(self.url + "/v1/hooks/claude-code", data=json.dumps(payload).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=60) == 0
+        self.proc.stderr.close()
+
+
+def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tmp_path, payloads, transcript_lines):
+    root = tmp_path / "claude"
+    write_transcript(root, transcript_lines[:2])  # the session's first prompt, as Claude Code writes it
+    serve = _Serve(tmp_path, root)
+    db = serve.db
+
+    def tool_ids():
+        return [t["tool_call_id"] for t in _json(db, "session", KEY)["tool_calls"]]
+
+    with serve:
+        _wait(lambda: _cli(db, "session", KEY).returncode == 0)
+        assert [serve.post(p) for p in payloads] == [(200, {})] * len(payloads)
+        assert sorted(_wait(lambda: len(tool_ids()) == 2 and tool_ids())) == sorted([SEARCH, BASH])
+        tools = {t["tool"]: (t["calls"], t["errors"]) for t in _json(db, "tools")}
+        assert tools == {"WebSearch": (1, 0), "Bash": (1, 1)}
+
+        write_transcript(root, transcript_lines[2:])
+        _wait(lambda: len(tool_ids()) == TRANSCRIPT_TOOLS + 1)
+        detail = _json(db, "session", KEY)
+        assert [t["tool_call_id"] for t in detail["tool_calls"]].count(SEARCH) == 1
+        (search,) = [t for t in detail["tool_calls"] if t["tool_call_id"] == SEARCH]
+        assert search["status"] == "ok" and search["duration_ms"] == 1840 and search["run_id"] == FIRST_RUN
+        assert detail["instances"][0]["status"] == "ended"  # SessionEnd: only the hook tells
+
+    with serve:  # restarted: the same POSTs again, then one new event to know they were all written
+        assert [serve.post(p)[0] for p in payloads] == [200] * len(payloads)
+        serve.post({"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "and now?"})
+        _wait(lambda: len(_json(db, "events", "--kind", "hook.Stop")) == 2)
+        again = _json(db, "session", KEY)
+        for d in (again, detail):  # the new Stop is new activity; nothing else may move
+            for k in ("last_activity_at", "duration_s"):
+                d["instances"][0].pop(k)
+        assert again == detail
+        assert _cli(db, "verify").returncode == 0
+
+
+def test_the_readme_registers_every_hook_event_at_the_endpoint_with_short_timeouts():
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Claude Code hooks"):]
+    settings = json.loads(section[section.index("```json") + 7:section.index("```", section.index("```json") + 7)])
+    events = {"SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
+              "SubagentStart", "SubagentStop", "PreCompact", "PostCompact", "Stop"}
+    assert set(settings["hooks"]) == events
+    for groups in settings["hooks"].values():
+        (hook,) = [h for g in groups for h in g["hooks"]]
+        assert hook["type"] == "http" and hook["url"].endswith("/v1/hooks/claude-code") and hook["timeout"] <= 3
