@@ -40,17 +40,20 @@ def rate_per_hour(times_ms: Sequence[int], amounts: Sequence[float], now_ms: int
 
 def trend_per_hour(times_ms: Sequence[int], amounts: Sequence[float], now_ms: int,
                    window_ms: int = WINDOW_MS) -> float | None:
-    """Slope of the least-squares line through the running total, sampled every second of the
-    window; None when the total did not grow (flat spend has no trend). Sampling the total
-    evenly, rather than at each call, keeps a burst of calls from reading as a steep rate.
-    ``times_ms`` must be in time order."""
+    """The current pace: slope of the least-squares line through the running total just before
+    and just after each addition in the window, and at ``now_ms``. Steps of a constant pace sit
+    evenly around that line, so it is exact for them, and once additions stop the point at
+    ``now_ms`` pulls the slope down. None when the total grew fewer than twice in the window
+    (one step is no trend; flat spend has none)."""
     t, a = _inside(times_ms, amounts, now_ms, window_ms)
-    if not (a > 0).any():
+    grew = a > 0
+    if np.count_nonzero(grew) < 2 or np.ptp(t[grew]) == 0:
         return None
-    start = now_ms - window_ms
-    samples = np.linspace(start, now_ms, window_ms // 1000 + 1)
-    running = np.concatenate(([0.0], np.cumsum(a)))[np.searchsorted(t, samples, side="right")]
-    slope = float(np.polyfit((samples - start) / _HOUR_MS, running, 1)[0])
+    t, a = t[grew], a[grew]
+    after = np.cumsum(a)
+    x = np.concatenate((t, t, [now_ms])).astype(np.float64)
+    y = np.concatenate((after - a, after, after[-1:]))
+    slope = float(np.polyfit((x - now_ms) / _HOUR_MS, y, 1)[0])
     return slope if slope > 0 else None
 
 
