@@ -52,12 +52,12 @@ class Feed:
         """The overview now, and where it came from."""
         doc = self._from_daemon()
         if doc is not None:
-            return doc, f"daemon {self.url}"
+            return doc, f"the daemon at {self.url}"
         if self._conn is None:
             self._conn = open_reader(self.config.db)
         doc = overview(self._conn, self.config.gates, self.config.zone, time.time_ns() // 1_000_000,
                        sessions=self.sessions)
-        return doc, f"ledger {self.config.db} (read-only)"
+        return doc, f"the ledger, read-only: {self.config.db}"
 
     def close(self) -> None:
         if self._conn is not None:
