@@ -36,8 +36,11 @@ class Terminal:
         return self._tmux("capture-pane", "-p", "-t", "t")
 
     def shows(self, *texts: str, timeout: float = 20.0) -> str:
-        return wait_for(lambda: (lambda s: s if all(t in s for t in texts) else None)(self.screen()), timeout,
-                        what=f"screen showing {texts}")
+        def showing() -> str | None:
+            screen = self.screen()
+            return screen if all(t in screen for t in texts) else None
+
+        return wait_for(showing, timeout, what=f"screen showing {texts}")
 
     def press(self, key: str) -> None:
         self._tmux("send-keys", "-t", "t", key)
@@ -46,4 +49,4 @@ class Terminal:
         return int(wait_for(lambda: self.rc.exists() and self.rc.read_text().strip(), what="watch exiting"))
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)

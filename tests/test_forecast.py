@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from logwriter import LogDir, event
 from serving import Served, write_config
 
-from agentledger.forecast import WINDOW_MS, rate_per_hour, seconds_to_limit, trend_per_hour
+from agentledger.forecast import (
+    WINDOW_MS,
+    rate_per_hour,
+    seconds_to_limit,
+    trend_per_hour,
+)
 
 NOW = 1_790_000_000_000
 
@@ -138,4 +143,4 @@ def test_overview_lists_the_latest_sessions_with_their_pace(daemon):
     assert body["total_usd"] == 4.5
     assert [(s["source"], s["lines_indexed"], s["lines_rejected"]) for s in body["ingest"]] == [
         ("oc-telemetry", 50, 0)]
-    assert daemon.get("/v1/overview?limit=0")[0] == 400
+    assert daemon.get("/v1/overview?limit=0")[0] == daemon.get("/v1/overview?limit=51")[0] == 400

@@ -95,13 +95,13 @@ def test_watch_prints_one_snapshot_when_not_on_a_terminal(oc_corpus, tmp_path, e
     ingest(db, oc_corpus)
     latest = _latest(db)
     ran = subprocess.run([sys.executable, "-m", "agentledger", "watch", "--url", "http://127.0.0.1:9"], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=60)
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
     assert ran.returncode == 0, ran.stderr
     assert latest["session_key"] in ran.stdout and display.usd(latest["cost_usd"]) in ran.stdout
     bad = subprocess.run([sys.executable, "-m", "agentledger", "watch", "--interval", "0"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--interval" in bad.stderr
     missing = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(tmp_path / "none.db"), "watch",
                               "--url", "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=60)
+                             timeout=60, check=False)
     assert missing.returncode == 2 and "no ledger at" in missing.stderr

@@ -35,13 +35,6 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86_400}d{s % 86_400 // 3600}h"
 
 
-def rate(per_hour: float | None, unit: str = "$") -> str:
-    """A burn rate per hour; a dash when flat."""
-    if not per_hour:
-        return DASH
-    return f"{usd(per_hour)}/h" if unit == "$" else f"{per_hour:,.0f}/h"
-
-
 def tokens(value: float | None) -> str:
     """Token counts the way people read them: 950, 12.3k, 4.1M."""
     if value is None:

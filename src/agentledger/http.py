@@ -150,7 +150,10 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
             return 200, Forecaster(conn, gates, zone, int(time.time() * 1000)).session(parts[2])
         if parts[1:] == ["overview"]:
             gates, zone = _gates_of(keeper)
-            return 200, overview(conn, gates, zone, int(time.time() * 1000), sessions=_window(params, 8).limit)
+            limit = _window(params, 8).limit
+            if limit > OVERVIEW_MAX:
+                raise BadRequest(f"limit for the overview is at most {OVERVIEW_MAX} sessions")
+            return 200, overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
         if parts[1:] == ["sessions"]:
             return 200, queries.sessions(conn, _window(params, 50))
         if parts[1] == "sessions" and len(parts) == 3:
@@ -166,6 +169,7 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         conn.close()
 
 
+OVERVIEW_MAX = 50  # each session listed costs a forecast
 MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a whole file to write
 
 

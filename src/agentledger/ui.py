@@ -189,8 +189,8 @@ def _live_panel(snap: dict) -> str:
 
 def _ingest_panel(snap: dict) -> str:
     sources = snap["ingest"]
-    chart = hbars([(s["source"], s["lines_indexed"], f"{s['lines_indexed']:,} lines, {s['lines_rejected']:,} "
-                    "rejected") for s in sources], "lines indexed per source", "no files tailed yet")
+    chart = hbars([(s["source"], s["lines_indexed"], f"{s['lines_indexed']:,} lines, {s['lines_rejected']:,} rejected")
+                   for s in sources], "lines indexed per source", "no files tailed yet")
     rows = [_tr([_e(s["source"]), _e(s["files_tailed"]), _e(f"{s['lines_indexed']:,}"),
                  _e(f"{s['lines_rejected']:,}"), _e(f"{s['unread_bytes']:,}"), _e(display.duration(s["lag_s"]))],
                 {1, 2, 3, 4, 5}) for s in sources]

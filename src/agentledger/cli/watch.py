@@ -69,9 +69,8 @@ class Feed:
 def _clock(iso: str | None) -> str:
     if not iso:
         return "?"
-    at = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return at.strftime("%H:%M:%S") if dt.datetime.now(dt.timezone.utc) - at < dt.timedelta(hours=20) \
-        else at.strftime("%m-%d %H:%M")
+    at = dt.datetime.fromisoformat(iso)
+    return at.strftime("%H:%M:%S") if dt.datetime.now(dt.UTC) - at < dt.timedelta(hours=20) else at.strftime("%m-%d %H:%M")
 
 
 def _when(g: dict) -> str:
