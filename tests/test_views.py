@@ -11,6 +11,7 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.timeutil import iso
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,8 @@ def test_recent_problems_are_the_latest_failures_and_interruptions(conn, oc_expe
     assert len(interrupted_runs) == oc_expected["totals"]["orphaned_runs"]
     assert [p["at"] for p in everything] == sorted((p["at"] for p in everything), reverse=True)
     assert queries.recent_problems(conn, 5) == everything[:5]
+    since = 1_791_000_000_000
+    assert queries.recent_problems(conn, 10_000, since) == [p for p in everything if p["at"] >= iso(since)]
 
 
 def test_ingest_health_counts_every_line_and_the_lag(conn, oc_expected):

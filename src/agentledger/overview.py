@@ -13,10 +13,14 @@ from agentledger.ledger import queries
 from agentledger.timeutil import iso
 
 
+PROBLEMS_FOR_MS = 7 * 86_400_000  # how far back "latest failures" look unless told
+
+
 def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now_ms: int, *,
-             sessions: int = 8, problems: int = 8) -> dict:
+             sessions: int = 8, problems: int = 8, problems_since: int | None = None) -> dict:
     """The latest sessions (most recent activity first) with burn rates and gate forecasts, the
-    latest failed or interrupted runs and tool calls, spend today and in all, and ingest health."""
+    latest failed or interrupted runs and tool calls (of the last week unless ``problems_since``),
+    spend today and in all, and ingest health."""
     conn.execute("BEGIN")  # one snapshot: the parts agree with each other
     try:
         forecaster = Forecaster(conn, gates, zone, now_ms)
@@ -34,7 +38,8 @@ def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo,
             "today_usd": queries.usage(conn, queries.Window(since=start, until=end - 1))["cost_usd"],
             "total_usd": queries.usage(conn, queries.Window())["cost_usd"],
             "sessions": rows,
-            "problems": queries.recent_problems(conn, problems),
+            "problems": queries.recent_problems(
+                conn, problems, now_ms - PROBLEMS_FOR_MS if problems_since is None else problems_since),
             "ingest": queries.ingest_health(conn, now_ms),
         }
     finally:

@@ -219,15 +219,17 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
         raise BadParam("refresh must be whole seconds (0: never)")
     days = _days(params, zone, now_ms)
     window = queries.Window(since=_ms(days[0], zone), until=_ms(days[-1] + dt.timedelta(days=1), zone) - 1)
-    snap = overview(conn, gates, zone, now_ms)
+    snap = overview(conn, gates, zone, now_ms, problems_since=window.since)
     daily = queries.daily_costs_by_model(conn, window, zone.key)
     totals: dict[str, float] = {}
     for r in daily:
         totals[r["model"] or "?"] = totals.get(r["model"] or "?", 0.0) + r["cost_usd"]
     ranked = sorted(totals, key=lambda m: -totals[m])
-    colors = {m: PALETTE[i] if i < len(PALETTE) - 1 else PALETTE[-1] for i, m in enumerate(ranked)}
-    legend = "".join(f'<li><i style="background:{colors[m]}"></i>{_e(m)} {_e(display.usd(totals[m]))}</li>'
-                     for m in ranked)
+    colors = dict(zip(ranked, PALETTE[:-1]))  # the rest share the last color
+    entries = [(colors[m], m, totals[m]) for m in ranked[:len(colors)]]
+    if len(ranked) > len(colors):
+        entries.append((PALETTE[-1], OTHER, sum(totals[m] for m in ranked[len(colors):])))
+    legend = "".join(f'<li><i style="background:{c}"></i>{_e(m)} {_e(display.usd(v))}</li>' for c, m, v in entries)
     spent = sum(totals.values())
     top_sessions = queries.costs(conn, queries.Window(since=window.since, until=window.until, limit=10), "session")
     tools = sorted(queries.tools(conn, window), key=lambda t: -t["calls"])[:10]

@@ -10,7 +10,7 @@ import click
 import orjson
 
 from agentledger import display
-from agentledger.cli import charts, cli
+from agentledger.cli import cli
 from agentledger.cli.output import emit_csv, emit_json, emit_pairs, emit_table
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
@@ -127,6 +127,8 @@ def usage(conn, w, fmt, chart):
     else:
         emit_pairs([(k.replace("_", " "), v) for k, v in row.items()])
     if _charting(chart, fmt):
+        from agentledger.cli import charts  # rich only when drawing
+
         days = {r["day"]: r for r in queries.costs(conn, w, "day")}
         kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
                  ("cache write", "cache_write_tokens")]
@@ -180,6 +182,8 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
 
 
 def _costs_chart(conn, w, rows: list[dict], group_by: str, tz: str) -> None:
+    from agentledger.cli import charts  # rich only when drawing
+
     if not rows:
         click.echo("no spend in this window")
         return

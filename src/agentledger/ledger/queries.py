@@ -821,19 +821,19 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
     return {"llm": llm, "tools": tools}
 
 
-def recent_problems(conn: apsw.Connection, limit: int) -> list[dict]:
-    """The latest failed or interrupted tool calls and runs, most recent first."""
+def recent_problems(conn: apsw.Connection, limit: int, since: int | None = None) -> list[dict]:
+    """The latest failed or interrupted tool calls and runs since ``since``, most recent first."""
     out = []
-    # Each walks its time index backwards and stops after ``limit`` matches.
+    # Each walks its time index backwards from now to ``since`` and stops after ``limit`` matches.
     for kind, sql in (
             ("tool", "SELECT coalesce(started_ms, ended_ms), session_key, tool_name, tool_call_id, status, error "
                      "FROM tool_calls WHERE status IN ('error', 'interrupted') "
-                     "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?"),
+                     "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2"),
             ("run", "SELECT coalesce(started_ms, ended_ms), session_key, model, run_id, status, error "
                     "FROM runs WHERE status IN ('error', 'interrupted') "
-                    "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?")):
+                    "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2")):
         out += [{"kind": kind, "at_ms": at, "session_key": key, "name": name, "id": ident, "status": status,
-                 "error": error} for at, key, name, ident, status, error in conn.execute(sql, (limit,))]
+                 "error": error} for at, key, name, ident, status, error in conn.execute(sql, (since or 0, limit))]
     out.sort(key=lambda r: r["at_ms"] or 0, reverse=True)
     return [{**{k: v for k, v in r.items() if k != "at_ms"}, "at": iso(r["at_ms"])} for r in out[:limit]]
 
