@@ -115,3 +115,26 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(tmp_path / "nope.toml"),
                               "config", "show"], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def _keys(model, prefix=""):
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        nested = getattr(annotation, "model_fields", None)
+        args = getattr(annotation, "__args__", ())
+        item = args[0] if args and getattr(args[0], "model_fields", None) else None
+        if nested:
+            yield from _keys(annotation, f"{prefix}{name}.")
+        elif item is not None:
+            yield from _keys(item, f"{prefix}{name}[].")
+        else:
+            yield prefix + name
+
+
+def test_the_example_config_loads_and_shows_every_key():
+    example = REPO / "deploy" / "agentledger.toml"
+    cfg = load(example, env={})
+    assert cfg.gates and cfg.sources
+    text = example.read_text()
+    for key in _keys(Config):
+        assert f"\n{key.rsplit('.', 1)[-1]} = " in text, key

@@ -25,11 +25,11 @@ from agentledger.ledger.writer import LedgerWriter
 WRITER = Path(__file__).with_name("logwriter.py")
 
 
-def _serve(db: Path, root: Path) -> subprocess.Popen:
+def _serve(db: Path, root: Path, stderr=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen", "127.0.0.1:0", "--rescan", "0.05",
          str(root)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=stderr, text=True, cwd=REPO,
     )
 
 
@@ -54,9 +54,12 @@ def _campaign(tmp_path: Path, kills: int, seed: int) -> None:
         writer.send_signal(signal.SIGTERM)
         written = int(writer.communicate(timeout=30)[0])
     assert written > 1000
-    # Restart once more and let it catch up, then stop it the polite way.
-    daemon = _serve(db, root)
-    time.sleep(1.0)
+    # Restart once more and let it catch up, then stop it the polite way. (Waiting for its word,
+    # not a fixed time: on a busy machine starting up alone can take longer than a second.)
+    daemon = _serve(db, root, stderr=subprocess.PIPE)
+    for line in daemon.stderr:
+        if "caught up" in line:
+            break
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(timeout=60) == 0
     ingest(db, root)  # whatever the last daemon had not reached yet

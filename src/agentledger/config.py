@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentledger.ledger.reconcile import DEFAULT_GRACE_S
+from agentledger.ledger.retention import DEFAULT_RAW_DAYS
 from agentledger.sources import FORMATS
 from agentledger.tail.tailer import DEFAULT_MAX_LINE
 
@@ -104,6 +105,10 @@ class HotConfig(_Strict):
     end_grace_s: float = Field(default=300.0, ge=0)  # an ended session is dropped this long after its end
 
 
+class RetentionConfig(_Strict):
+    raw_days: float = Field(default=DEFAULT_RAW_DAYS, ge=0)  # 0: keep raw rows for ever
+
+
 class MetricsConfig(_Strict):
     top_n: int = Field(default=20, ge=1)
 
@@ -133,6 +138,7 @@ class Config(_Strict):
     sources: tuple[SourceConfig, ...] = ()
     hot: HotConfig = HotConfig()
     metrics: MetricsConfig = MetricsConfig()
+    retention: RetentionConfig = RetentionConfig()
     gates: tuple[GateConfig, ...] = ()
 
     @field_validator("db", "state_dir")

@@ -27,6 +27,7 @@ from agentledger.http import ApiServer, Health
 from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs
 from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.retention import Pruner
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.notify import Notifier
 from agentledger.pricing import Pricer
@@ -187,6 +188,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
         _reconcile(writer, config.grace_s, live)
         next_reconcile = time.monotonic() + RECONCILE_EVERY_S
+        pruner = Pruner(config.retention.raw_days) if config.retention.raw_days > 0 else None
         observer = Observer()
         for spec in specs:
             for root in spec.roots:
@@ -204,6 +206,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 if stop.is_set():
                     break
                 stats = pipeline.run_once()
+                if pruner is not None:
+                    pruner.tick(conn, now_ms())
                 if time.monotonic() >= next_reconcile:
                     _reconcile(writer, config.grace_s, live)
                     next_reconcile = time.monotonic() + RECONCILE_EVERY_S

@@ -176,6 +176,9 @@ MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a who
 class _Handler(BaseHTTPRequestHandler):
     server_version = "agentledger"
     protocol_version = "HTTP/1.1"  # keep-alive: a hook client asks many times
+    # Headers and body go out as two writes; with Nagle on, a keep-alive client's delayed ACK
+    # would hold the body back ~40 ms.
+    disable_nagle_algorithm = True
     db: Path
     health: Health
     keeper: GateKeeper | None
@@ -215,6 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(route)
 
     def _answer(self, route) -> None:
+        started = time.perf_counter()
         try:
             status, body = route()
         except queries.NotFound as exc:
@@ -224,9 +228,11 @@ class _Handler(BaseHTTPRequestHandler):
         except LedgerError as exc:
             status, body = 503, {"error": str(exc)}
         data = orjson.dumps(body)
+        elapsed_ms = (time.perf_counter() - started) * 1000
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("Server-Timing", f"app;dur={elapsed_ms:.3f}")  # time inside the handler
         self.end_headers()
         self.wfile.write(data)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 import click
 
-from agentledger import __version__
+from agentledger import __version__, logs
 from agentledger.config import Config, load
 from agentledger.ledger.db import LedgerBusy, LedgerError
 from agentledger.ledger.queries import NotFound
@@ -67,18 +66,23 @@ def main(args: list[str] | None = None) -> None:
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Ledger database (default: config `db`, $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
-@click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr.")
+@click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
+@click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
+              help="Least severe log lines shown on stderr [default: warning, or info with -v].")
+@click.option("--log-format", type=click.Choice(("auto", "text", "json")), default="auto", show_default=True,
+              help="Log lines as text or one JSON object each; auto: text on a terminal, else JSON.")
 @click.pass_context
-def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: bool, log_level: str | None,
+        log_format: str) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(log_level or ("info" if verbose else "warning"),
+               json={"auto": None, "text": False, "json": True}[log_format])
     ctx.obj = Context(config_path, db)
 
 
-from agentledger.cli import config, ingest, queries, serve, verify, watch  # noqa: E402  (commands register on cli)
+from agentledger.cli import config, ingest, prune, queries, serve, verify, watch  # noqa: E402  (commands register on cli)
 
-__all__ = ["cli", "main", "config", "ingest", "queries", "serve", "verify", "watch"]
+__all__ = ["cli", "main", "config", "ingest", "prune", "queries", "serve", "verify", "watch"]
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})

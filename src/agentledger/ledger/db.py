@@ -74,12 +74,17 @@ def open_writer(path: str | Path) -> apsw.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = apsw.Connection(str(path))
     _pragmas(conn)
+    # Takes effect only on a new file, before its first table; older ledgers switch below.
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
     if mode != "wal":
         raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA cache_size = -65536")
     migrate(conn)
+    from agentledger.ledger.retention import ensure_incremental_vacuum
+
+    ensure_incremental_vacuum(conn, path)
     return conn
 
 

@@ -31,14 +31,16 @@ def _usd(pico: int | None) -> float:
     return round((pico or 0) / PICO_PER_USD, 12)
 
 
-# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot.
+# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot:
+# a snapshot ``u`` of the run's session taken while run ``r`` ran (or within a minute after).
+SNAPSHOT_OF_RUN = (
+    "u.session_id = r.session_id AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000"
+)
 # CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
-_SNAPSHOT_FALLBACK = """
+_SNAPSHOT_FALLBACK = f"""
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS ts_ms, max(u.cost_pico) AS cost_pico
 FROM runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id
-CROSS JOIN usage_snapshots AS u
-  ON u.session_id = r.session_id
- AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000
+CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
 GROUP BY r.run_id
 """
 
@@ -641,7 +643,8 @@ def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
 
 def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) -> list[dict]:
     params: list = []
-    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
+    # Retention reduces old events to their key, with kind '': nothing left to show.
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params) + " AND kind <> ''"
     if kinds:
         cond += " AND kind IN (SELECT value FROM json_each(?))"
         params.append(_json_list(kinds))

@@ -1,0 +1,80 @@
+"""``agentledger prune``: drop raw rows past their retention, and give the space back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from agentledger.cli import cli
+from agentledger.cli.output import emit_json, emit_pairs
+from agentledger.ledger import retention
+from agentledger.ledger.db import LedgerBusy, LedgerError, open_reader, open_writer, writer_lock
+from agentledger.ledger.writer import now_ms
+from agentledger.timeutil import iso
+
+
+_LABELS = {"events": "events (reduced to their key)", "messages": "message previews",
+           "usage_snapshots": "usage snapshots", "reject_heads": "reject heads", "gate_decisions": "gate decisions"}
+
+
+def _size(db: Path) -> int:
+    return sum(os.path.getsize(p) for p in (db, Path(f"{db}-wal")) if p.exists())
+
+
+@cli.command()
+@click.option("--older-than", "days", type=click.IntRange(min=1), default=retention.DEFAULT_RAW_DAYS,
+              show_default=True, metavar="DAYS", help="Prune raw rows older than this many days.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be pruned; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@click.pass_obj
+def prune(obj, days: int, dry_run: bool, as_json: bool) -> None:
+    """Prune raw rows older than DAYS: event payloads, message previews, spare usage snapshots,
+    reject heads, gate decision logs.
+
+    Totals, rollups, sessions, runs, model and tool calls stay, and so does every event's id:
+    re-reading old logs still counts nothing twice. The freed space goes back to the file system.
+    """
+    if not obj.db.exists():
+        raise LedgerError(f"no ledger at {obj.db}: nothing to prune (pass --db)")
+    horizon = retention.horizon(now_ms(), days)
+    before = _size(obj.db)
+    if dry_run:
+        conn = open_reader(obj.db)
+        try:
+            result = retention.pending(conn, horizon)
+            free = retention.free_pages(conn) * conn.execute("PRAGMA page_size").fetchall()[0][0]
+        finally:
+            conn.close()
+    else:
+        try:
+            lock = writer_lock(obj.db)
+        except LedgerBusy as exc:
+            raise LedgerBusy(f"{exc}; a running `serve` prunes by itself") from None
+        try:
+            conn = open_writer(obj.db)
+            try:
+                result = retention.prune(conn, horizon)
+                result.reclaimed_bytes = retention.reclaim(conn)
+                # The file shrinks when the WAL is written back; empty it too.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.close()
+        finally:
+            os.close(lock)
+    after = None if dry_run else _size(obj.db)
+    if as_json:
+        emit_json({"dry_run": dry_run, "older_than_days": days, "horizon": iso(horizon)}
+                  | {name: getattr(result, name) for name in result.COUNTS}
+                  | {"size_bytes_before": before, "size_bytes_after": after,
+                     "reclaimed_bytes": None if dry_run else result.reclaimed_bytes,
+                     "free_bytes": free if dry_run else 0})
+        return
+    click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} ({days} days):")
+    pairs: list[tuple[str, object]] = [(label, getattr(result, name)) for name, label in _LABELS.items()]
+    if dry_run:
+        pairs.append(("ledger size", f"{before / 1e6:,.1f} MB ({free / 1e6:,.1f} MB of it free)"))
+    else:
+        pairs.append(("ledger size", f"{before / 1e6:,.1f} MB -> {after / 1e6:,.1f} MB"))
+    emit_pairs(pairs)

@@ -1,0 +1,78 @@
+"""Log lines: human text on a terminal, one JSON object per line anywhere else.
+
+JSON lines are what journald and log shippers take apart best. Under systemd, when stderr is
+the journal's own stream, each line also starts with its syslog priority (``<4>``), which
+journald strips and keeps, so ``journalctl -p warning`` filters by level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TextIO
+
+import orjson
+
+from agentledger.timeutil import iso
+
+LEVELS = ("debug", "info", "warning", "error")
+_SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "msg"}`` (plus ``exc`` with a traceback), one line each."""
+
+    def __init__(self, journal: bool = False):
+        super().__init__()
+        self.journal = journal
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": iso(int(record.created * 1000)), "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        line = orjson.dumps(out).decode()
+        if self.journal:
+            return f"<{_SYSLOG_PRIORITY.get(record.levelno, 6)}>{line}"
+        return line
+
+
+def _is_journal(stream: TextIO) -> bool:
+    """systemd sets $JOURNAL_STREAM to ``device:inode`` of the stream it connected to the journal."""
+    device, _, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (ValueError, OSError):
+        return False
+
+
+def level_number(level: str | int) -> int:
+    if isinstance(level, int):
+        return level
+    if level.lower() not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LEVELS)}")
+    return getattr(logging, level.upper())
+
+
+class _Handler(logging.StreamHandler):
+    """The handler ``setup`` installs, so that calling it again replaces it."""
+
+
+def setup(level: str | int = "warning", json: bool | None = None, stream: TextIO | None = None) -> None:
+    """Send agentledger's logs at ``level`` and above to ``stream`` (stderr); ``json`` None means
+    JSON unless the stream is a terminal. Calling it again replaces the previous setup."""
+    stream = stream if stream is not None else sys.stderr
+    if json is None:
+        json = not stream.isatty()
+    handler = _Handler(stream)
+    if json:
+        handler.setFormatter(JsonFormatter(journal=_is_journal(stream)))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("agentledger")
+    for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    logger.setLevel(level_number(level))

@@ -1,0 +1,133 @@
+"""Log lines as an operator meets them: text on a terminal, JSON lines in a pipe or the journal."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+from conftest import cli_env, ingest
+
+from agentledger import logs
+
+
+@pytest.fixture(scope="module")
+def old_ledger_template(oc_corpus: Path, tmp_path_factory) -> Path:
+    """A ledger without incremental auto-vacuum: opening it for writing logs one warning."""
+    db = tmp_path_factory.mktemp("old") / "ledger.db"
+    ingest(db, oc_corpus)
+    conn = apsw.Connection(str(db))
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")
+    conn.close()
+    return db
+
+
+@pytest.fixture
+def old_ledger(old_ledger_template: Path, tmp_path: Path) -> Path:
+    db = tmp_path / "ledger.db"
+    shutil.copy(old_ledger_template, db)
+    return db
+
+
+def _ingest(db: Path, root: Path, *global_args: str, stderr=subprocess.PIPE, env: dict | None = None):
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *global_args, "ingest", "--json",
+                           str(root)], stdout=subprocess.PIPE, stderr=stderr, env=env or cli_env(db), timeout=120)
+
+
+def test_json_lines_when_stderr_is_a_pipe(old_ledger: Path, oc_corpus: Path):
+    out = _ingest(old_ledger, oc_corpus)
+    assert out.returncode == 0
+    (line,) = out.stderr.decode().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "warning" and record["logger"] == "agentledger.retention"
+    assert "rewriting" in record["msg"] and record["ts"].endswith("Z")
+
+
+def test_text_on_a_terminal(old_ledger: Path, oc_corpus: Path):
+    leader, follower = pty.openpty()
+    try:
+        out = _ingest(old_ledger, oc_corpus, stderr=follower)
+        os.close(follower)
+        follower = None
+        text = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closes with its last writer
+                break
+            if not chunk:
+                break
+            text += chunk
+    finally:
+        if follower is not None:
+            os.close(follower)
+        os.close(leader)
+    assert out.returncode == 0
+    line = text.decode().strip()
+    assert " WARNING agentledger.retention: rewriting " in line and not line.startswith("{")
+
+
+def test_format_and_level_flags(old_ledger: Path, old_ledger_template: Path, oc_corpus: Path, tmp_path: Path):
+    text = _ingest(old_ledger, oc_corpus, "--log-format", "text")
+    assert "WARNING agentledger.retention: rewriting" in text.stderr.decode()
+    again = tmp_path / "again.db"
+    shutil.copy(old_ledger_template, again)
+    quiet = _ingest(again, oc_corpus, "--log-level", "error")
+    assert quiet.returncode == 0 and quiet.stderr == b""
+    bad = _ingest(again, oc_corpus, "--log-level", "loud")
+    assert bad.returncode == 2 and b"--log-level" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_journal_lines_carry_their_priority(old_ledger: Path, oc_corpus: Path, tmp_path: Path):
+    journal = tmp_path / "journal"
+    with open(journal, "wb") as fh:
+        st = os.fstat(fh.fileno())
+        env = cli_env(old_ledger) | {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert _ingest(old_ledger, oc_corpus, stderr=fh, env=env).returncode == 0
+    (line,) = journal.read_text().splitlines()
+    assert line.startswith("<4>{") and json.loads(line[3:])["level"] == "warning"
+
+
+@pytest.fixture
+def restore_logging():
+    logger = logging.getLogger("agentledger")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers, logger.level = handlers, level
+
+
+def test_setup_again_replaces_the_handler(tmp_path: Path, restore_logging):
+    first, second = tmp_path / "first", tmp_path / "second"
+    log = logging.getLogger("agentledger.test")
+    with open(first, "w") as a, open(second, "w") as b:
+        logs.setup("info", stream=a)
+        logs.setup("debug", json=False, stream=b)
+        log.debug("only here, as text")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            log.exception("failed")
+    assert first.read_text() == ""
+    lines = second.read_text().splitlines()
+    assert "DEBUG agentledger.test: only here, as text" in lines[0] and "RuntimeError: boom" in second.read_text()
+    with open(first, "w") as a:
+        logs.setup("warning", json=True, stream=a)
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            log.exception("failed")
+    record = json.loads(first.read_text())
+    assert record["msg"] == "failed" and "RuntimeError: boom" in record["exc"]
+
+
+def test_unknown_level_names_the_choices():
+    with pytest.raises(ValueError, match="debug, info, warning, error"):
+        logs.level_number("verbose")

@@ -1,0 +1,338 @@
+"""Retention: raw rows past their age go, totals and exactly-once stay, the file shrinks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import orjson
+import pytest
+from conftest import cli_env, ingest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledgerdump import dump, scalar
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentledger.ledger import queries, retention
+from agentledger.ledger.db import open_reader, open_writer, writer_lock
+from agentledger.ledger.verify import check_rollups
+from agentledger.metrics import registry_for
+from agentledger.synth import Gateway
+
+
+def _ms(day: str) -> int:
+    return int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+CORPUS_MID = _ms("2026-10-03")  # the shared corpus spans 2026-10-01 .. 2026-10-06
+AFTER_ALL = _ms("2027-01-01")
+
+
+def agentledger(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                          text=True, env=cli_env(db), timeout=120)
+
+
+def _picture(db: Path) -> dict:
+    """What a user sees of the totals: usage, sessions, costs, runs, tools, and every counter."""
+    conn = open_reader(db)
+    try:
+        w = queries.Window()
+        seen = {"usage": queries.usage(conn, w), "sessions": queries.sessions(conn, w),
+                "costs": {g: queries.costs(conn, w, g) for g in ("model", "day", "session", "tool")},
+                "runs": queries.runs(conn, w), "tools": queries.tools(conn, w),
+                "tree": [queries.tree(conn, s["session_key"]) for s in queries.sessions(conn, w) if s["session_key"]]}
+    finally:
+        conn.close()
+    counters = {}
+    for family in text_string_to_metric_families(generate_latest(registry_for(db)).decode()):
+        if family.type == "counter":
+            counters.update({(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples})
+    return seen | {"counters": counters}
+
+
+def _prune(db: Path, horizon_ms: int, **kwargs) -> retention.Pruned:
+    conn = open_writer(db)
+    try:
+        return retention.prune(conn, horizon_ms, **kwargs)
+    finally:
+        conn.close()
+
+
+def _pending(db: Path, horizon_ms: int) -> retention.Pruned:
+    conn = open_reader(db)
+    try:
+        return retention.pending(conn, horizon_ms)
+    finally:
+        conn.close()
+
+
+def _verify(db: Path) -> list:
+    conn = open_reader(db)
+    try:
+        return check_rollups(conn)
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def corpus_ledger(oc_corpus: Path, tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("corpus") / "ledger.db"
+    ingest(db, oc_corpus)
+    return db
+
+
+@pytest.fixture
+def ledger(corpus_ledger: Path, tmp_path: Path) -> Path:
+    db = tmp_path / "ledger.db"
+    shutil.copy(corpus_ledger, db)
+    return db
+
+
+def test_pruning_keeps_every_total_and_counter(ledger: Path):
+    before = _picture(ledger)
+    events = scalar(ledger, "SELECT count(*) FROM events")
+    old = scalar(ledger, "SELECT count(*) FROM events WHERE ts_ms < ?", (CORPUS_MID,))
+    rejects = scalar(ledger, "SELECT count(*) FROM rejects")
+    assert 0 < old < events and rejects > 0
+
+    done = _prune(ledger, CORPUS_MID)
+    assert done.events == old and done.messages > 0 and done.usage_snapshots > 0
+    assert _verify(ledger) == []
+    assert _picture(ledger) == before
+    # Old events keep their key only; newer ones are whole.
+    assert scalar(ledger, "SELECT count(*) FROM events") == events
+    assert scalar(ledger, "SELECT count(*) FROM events WHERE kind = '' AND ts_ms >= ?", (CORPUS_MID,)) == 0
+    assert scalar(ledger, "SELECT count(*) FROM events WHERE kind <> '' AND ts_ms < ?", (CORPUS_MID,)) == 0
+    assert scalar(ledger, "SELECT count(*) FROM messages WHERE ts_ms < ?", (CORPUS_MID,)) == 0
+
+    done = _prune(ledger, AFTER_ALL)
+    assert done.reject_heads == rejects
+    assert _verify(ledger) == []
+    assert _picture(ledger) == before
+    assert scalar(ledger, "SELECT count(*) FROM rejects WHERE length(head) = 0") == rejects
+    assert scalar(ledger, "SELECT count(*) FROM messages") == 0
+    conn = open_reader(ledger)
+    try:
+        assert queries.events(conn, queries.Window()) == []
+        assert len(queries.rejects(conn, queries.Window())) == rejects
+    finally:
+        conn.close()
+    assert agentledger(ledger, "verify").returncode == 0
+
+
+def test_a_snapshot_standing_in_for_a_run_cost_stays(tmp_path: Path):
+    """A run with no llm.call is priced from its usage snapshot: pruning must not take it."""
+    tdir = tmp_path / "root" / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True)
+    ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1"}
+    lines = [
+        {"id": "evt_0000000000000001", "ts": 1000, "kind": "run.start", "runId": "r1",
+         "data": {"model": "m", "provider": "p"}, **ids},
+        {"id": "evt_0000000000000002", "ts": 2000, "kind": "usage.snapshot",
+         "data": {"provider": "p", "model": "m", "usage": {"total": 10}, "costUsd": 0.5}, **ids},
+        {"id": "evt_0000000000000003", "ts": 3000, "kind": "run.end", "runId": "r1",
+         "data": {"model": "m", "provider": "p", "usage": {"total": 10}}, **ids},
+        {"id": "evt_0000000000000004", "ts": 4000, "kind": "usage.snapshot",
+         "data": {"provider": "p", "model": "m", "usage": {"total": 10}, "costUsd": 0.5},
+         **ids | {"sessionId": "sid-2", "sessionKey": "agent:main:other"}},
+    ]
+    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    db = tmp_path / "ledger.db"
+    ingest(db, tmp_path / "root")
+    before = _picture(db)
+    assert before["usage"]["cost_usd"] == 0.5
+
+    assert _prune(db, AFTER_ALL).usage_snapshots == 1  # only the one no run stands on
+    assert _picture(db) == before
+    assert scalar(db, "SELECT session_id FROM usage_snapshots") == "sid-1"
+
+
+def test_rereading_pruned_logs_counts_nothing_twice(ledger: Path, oc_corpus: Path, tmp_path: Path):
+    before = _picture(ledger)
+    _prune(ledger, AFTER_ALL)
+    # A copy of every file next to the originals: the originals keep their checkpoints, the
+    # copies are new files read from the start, and every line's event is found by its key alone.
+    copy = tmp_path / "copy"
+    shutil.copytree(oc_corpus / "agents", copy / "agents")
+    stats = ingest(ledger, oc_corpus, copy)
+    assert stats.lines > 0 and stats.events == 0 and stats.duplicates > 0
+    assert _verify(ledger) == []
+    after = _picture(ledger)
+    # The copy's malformed lines are new rejects (they are in new files); nothing else moved.
+    assert after["usage"] | {"rejected_lines": 0} == before["usage"] | {"rejected_lines": 0}
+    assert after["sessions"] == before["sessions"] and after["costs"] == before["costs"]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(min_value=_ms("2026-09-30"), max_value=_ms("2026-10-07")),
+       batch_rows=st.integers(min_value=1, max_value=400))
+def test_any_horizon_and_batch_size(corpus_ledger: Path, tmp_path_factory, cut: int, batch_rows: int):
+    db = tmp_path_factory.mktemp("prop") / "ledger.db"
+    shutil.copy(corpus_ledger, db)
+    before = _picture(db)
+    expected = _pending(db, cut)
+    done = _prune(db, cut, batch_rows=batch_rows)
+    assert [getattr(done, n) for n in done.COUNTS] == [getattr(expected, n) for n in done.COUNTS]
+    assert _pending(db, cut).rows() == 0
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind = ''") == scalar(
+        db, "SELECT count(*) FROM events WHERE ts_ms < ?", (cut,))
+    assert _verify(db) == []
+    assert _picture(db) == before
+
+
+def test_a_deadline_splits_the_work_and_the_next_call_goes_on(ledger: Path):
+    expected = _pending(ledger, AFTER_ALL)
+    total = retention.Pruned(AFTER_ALL)
+    calls = 0
+    while True:
+        calls += 1
+        step = _prune(ledger, AFTER_ALL, batch_rows=100, deadline=0.0)  # long past: one batch per call
+        total.add(step)
+        if step.done:
+            break
+    assert calls > expected.events // 100
+    assert [getattr(total, n) for n in total.COUNTS] == [getattr(expected, n) for n in total.COUNTS]
+    assert _verify(ledger) == []
+
+
+def _synthetic(root: Path, n: int, seed: int = 7) -> Path:
+    """Appends ``n`` gateway events from 1970 (past any retention); each seed's come later than the last's."""
+    tdir = root / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True, exist_ok=True)
+    gateway = Gateway(seed=seed, agents=("main",), start_ms=seed * 10**10).events()
+    with open(tdir / "events.jsonl", "ab") as fh:
+        for _ in range(n):
+            fh.write(orjson.dumps(next(gateway)) + b"\n")
+    return root
+
+
+def _checkpointed_size(db: Path) -> int:
+    conn = open_writer(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    return os.path.getsize(db)
+
+
+def test_prune_command_shrinks_the_file_and_verify_stays_clean(tmp_path: Path):
+    db = tmp_path / "ledger.db"
+    ingest(db, _synthetic(tmp_path / "root", 20_000))  # events from 1970: all past any retention
+    size = _checkpointed_size(db)
+    before = _picture(db)
+
+    dry = agentledger(db, "prune", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    would = json.loads(dry.stdout)
+    assert would["events"] == 20_000 and would["messages"] > 0 and would["dry_run"] is True
+    assert os.path.getsize(db) == size
+
+    out = agentledger(db, "prune", "--json")
+    assert out.returncode == 0, out.stderr
+    did = json.loads(out.stdout)
+    assert {n: did[n] for n in retention.Pruned.COUNTS} == {n: would[n] for n in retention.Pruned.COUNTS}
+    assert did["reclaimed_bytes"] > 0 and did["size_bytes_after"] == os.path.getsize(db)
+    assert os.path.getsize(db) < 0.85 * size  # event labels, messages and spare snapshots are a good part of it
+    assert _picture(db) == before
+    assert agentledger(db, "verify").returncode == 0
+
+    again = json.loads(agentledger(db, "prune", "--json").stdout)
+    assert sum(again[n] for n in retention.Pruned.COUNTS) == 0
+
+
+def test_dry_run_changes_nothing(ledger: Path):
+    before = dump(ledger)
+    out = agentledger(ledger, "prune", "--dry-run")
+    assert out.returncode == 0 and "would prune" in out.stdout
+    assert dump(ledger) == before
+
+
+def test_prune_refuses_while_another_process_writes(ledger: Path):
+    lock = writer_lock(ledger)
+    try:
+        out = agentledger(ledger, "prune")
+    finally:
+        os.close(lock)
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and "prunes by itself" in out.stderr
+    assert agentledger(ledger, "prune", "--dry-run").returncode == 0  # reading needs no lock
+
+
+def test_a_bad_age_or_a_missing_ledger_is_one_line(ledger: Path, tmp_path: Path):
+    out = agentledger(ledger, "prune", "--older-than", "0")
+    assert out.returncode == 2 and "--older-than" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    missing = tmp_path / "nowhere.db"
+    out = agentledger(missing, "prune")
+    assert out.returncode == 2 and "no ledger at" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not missing.exists()
+
+
+def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path, caplog):
+    """The daemon's view: ticks interleaved with ingest, a little work per tick, then a pause."""
+    root = tmp_path / "root"
+    db = tmp_path / "ledger.db"
+    pruner = retention.Pruner(30, every_s=3600, budget_s=0.0, batch_rows=200)
+    conn = open_writer(db)
+    finished = []
+    caplog.set_level("INFO", logger="agentledger.retention")
+    try:
+        for seed in range(4):
+            _synthetic(root, 1500, seed)
+            ingest(db, root)
+            result = pruner.tick(conn, now_ms=AFTER_ALL)
+            if result is not None:
+                finished.append(result)
+        while not finished:
+            result = pruner.tick(conn, now_ms=AFTER_ALL)
+            if result is not None:
+                finished.append(result)
+        assert pruner.tick(conn, now_ms=AFTER_ALL) is None  # the next pass waits an hour
+    finally:
+        conn.close()
+    assert len(finished) == 1 and finished[0].events > 0 and finished[0].reclaimed_bytes > 0
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "agentledger.retention"]
+    assert f"{finished[0].events} events reduced to their key" in line and "returned to the file system" in line
+    assert _verify(db) == []
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 6000 - finished[0].events
+    # The same events again, in a copy read from the start: nothing new.
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    stats = ingest(db, root, copy)
+    assert stats.duplicates == 6000 and stats.events == 0
+
+
+def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplog):
+    # As a ledger from before retention: no auto-vacuum, one schema version back.
+    conn = apsw.Connection(str(ledger))
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")
+    conn.execute("DROP TABLE retention")
+    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    conn.execute(f"PRAGMA user_version = {version - 1}")
+    conn.close()
+    before = dump(ledger)
+    conn = open_writer(ledger)
+    try:
+        assert conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] == 2
+        assert conn.execute("PRAGMA user_version").fetchall()[0][0] == version
+    finally:
+        conn.close()
+    assert "rewriting" in caplog.text
+    assert dump(ledger) == before
+    assert _verify(ledger) == []
+    caplog.clear()
+    open_writer(ledger).close()
+    assert "rewriting" not in caplog.text
+
+
+def test_a_new_ledger_is_incremental_from_the_start(db: Path):
+    open_writer(db).close()
+    assert scalar(db, "PRAGMA auto_vacuum") == 2
