@@ -54,7 +54,8 @@ class Decision:
                 "blockReason": self.reason if self.decision == "block" else None}
 
 
-def _measure(totals: Totals | dict, metric: str) -> float | int:
+def measure(totals: Totals | dict, metric: str) -> float | int:
+    """A gate metric read off session or day totals."""
     get = totals.get if isinstance(totals, dict) else lambda name: getattr(totals, name)
     if metric == "cost_usd":
         return round(get("cost_pico") / PICO_PER_USD, 6)
@@ -65,12 +66,12 @@ def _measure(totals: Totals | dict, metric: str) -> float | int:
     return get(metric)
 
 
-def _matches(name: str, globs: tuple[str, ...]) -> bool:
+def matches(name: str, globs: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
 def _totals_json(t: Totals) -> dict:
-    return {"cost_usd": _measure(t, "cost_usd"), "llm_calls": t.llm_calls, "llm_errors": t.llm_errors,
+    return {"cost_usd": measure(t, "cost_usd"), "llm_calls": t.llm_calls, "llm_errors": t.llm_errors,
             "input_tokens": t.input_tokens, "output_tokens": t.output_tokens, "cache_read_tokens": t.cache_read_tokens,
             "cache_write_tokens": t.cache_write_tokens, "total_tokens": t.total_tokens, "tool_calls": t.tool_calls,
             "tool_errors": t.tool_errors}
@@ -105,6 +106,14 @@ def _reason(gate: GateConfig, who: str, value: float, zone: str) -> str:
     return f"{text} (gate {gate.name})"
 
 
+def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
+    """The day in ``zone`` that holds ``now_ms``, as [start, end) in ms."""
+    day = dt.datetime.fromtimestamp(now_ms / 1000, zone).date()
+    start, end = (int(dt.datetime.combine(d, dt.time(), zone).timestamp() * 1000)
+                  for d in (day, day + dt.timedelta(days=1)))  # a DST day is 23 or 25 hours
+    return start, end
+
+
 class GateKeeper:
     """Answers gate questions from request threads; the daemon drains what to record."""
 
@@ -134,7 +143,7 @@ class GateKeeper:
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
             agent = (state.agent_id if state else None) or ""
-            applicable = [g for g in self.gates if _matches(tool or "", g.tools) and _matches(agent, g.agents)]
+            applicable = [g for g in self.gates if matches(tool or "", g.tools) and matches(agent, g.agents)]
             tripped = []
             for gate in applicable:
                 value, who = self._value(conn, gate, state, session_key, now_ms)
@@ -170,23 +179,21 @@ class GateKeeper:
     def _value(self, conn, gate: GateConfig, state: HotSession | None, key: str | None,
                now_ms: int) -> tuple[float | int | None, str]:
         if gate.scope == "session":
-            return (None, "") if state is None else (_measure(state.own, gate.metric), f"session {state.session_key}")
+            return (None, "") if state is None else (measure(state.own, gate.metric), f"session {state.session_key}")
         if gate.scope == "session-family":
             if state is None:
                 return None, ""
-            return _measure(state.family, gate.metric), f"session {state.session_key} with its subagents"
+            return measure(state.family, gate.metric), f"session {state.session_key} with its subagents"
         agent = None
         if gate.scope == "agent-day":
             if state is None or not state.agent_id:
                 return None, ""
             agent = state.agent_id
         totals = self._day(conn, agent, now_ms)
-        return _measure(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
+        return measure(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
-        day = dt.datetime.fromtimestamp(now_ms / 1000, self.zone).date()
-        start, end = (int(dt.datetime.combine(d, dt.time(), self.zone).timestamp() * 1000)
-                      for d in (day, day + dt.timedelta(days=1)))  # a DST day is 23 or 25 hours
+        start, end = day_bounds(now_ms, self.zone)
         key = (agent, start)
         with self._lock:
             cached = self._days.get(key)

@@ -12,16 +12,20 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+from zoneinfo import ZoneInfo
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentledger.config import parse_listen
+from agentledger.config import GateConfig, parse_listen
+from agentledger import ui
+from agentledger.forecast import Forecaster
 from agentledger.gates import GateKeeper, hot_json
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.metrics import registry_for
 from agentledger.sources import claude_code_hooks
+from agentledger.overview import overview
 from agentledger.timeutil import parse_time
 
 log = logging.getLogger("agentledger.http")
@@ -110,6 +114,11 @@ def claude_code_answer(keeper: GateKeeper, payload: object) -> dict:
                                    "permissionDecisionReason": decision.reason}}
 
 
+def _gates_of(keeper: GateKeeper | None) -> tuple[tuple[GateConfig, ...], ZoneInfo]:
+    """The daemon's gates and the zone its days start in; none outside ``serve``."""
+    return (keeper.gates, keeper.zone) if keeper is not None else ((), ZoneInfo("UTC"))
+
+
 def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
            params: dict[str, list[str]]) -> tuple[int, object]:
     parts = [unquote(p) for p in path.strip("/").split("/")]
@@ -137,6 +146,15 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         return _hot(keeper, parts[2])
     conn = open_reader(db)
     try:
+        if parts[1] == "sessions" and len(parts) == 4 and parts[3] == "forecast":
+            gates, zone = _gates_of(keeper)
+            return 200, Forecaster(conn, gates, zone, int(time.time() * 1000)).session(parts[2])
+        if parts[1:] == ["overview"]:
+            gates, zone = _gates_of(keeper)
+            limit = _window(params, 8).limit
+            if limit > OVERVIEW_MAX:
+                raise BadRequest(f"limit for the overview is at most {OVERVIEW_MAX} sessions")
+            return 200, overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
         if parts[1:] == ["sessions"]:
             return 200, queries.sessions(conn, _window(params, 50))
         if parts[1] == "sessions" and len(parts) == 3:
@@ -152,6 +170,7 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         conn.close()
 
 
+OVERVIEW_MAX = 50  # each session listed costs a forecast
 MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a whole file to write
 
 
@@ -171,6 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.path == "/metrics":
             self._metrics()
+            return
+        if url.path in ("/ui", "/ui/"):
+            self._ui(parse_qs(url.query))
             return
         self._answer(lambda: _route(self.db, self.health, self.keeper, url.path, parse_qs(url.query)))
 
@@ -230,6 +252,27 @@ class _Handler(BaseHTTPRequestHandler):
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _ui(self, params: dict[str, list[str]]) -> None:
+        gates, zone = _gates_of(self.keeper)
+        try:
+            conn = open_reader(self.db)
+            try:
+                data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
+            finally:
+                conn.close()
+            ctype = "text/html; charset=utf-8"
+        except ui.BadParam as exc:
+            data, status, ctype = f"{exc}\n".encode(), 400, "text/plain; charset=utf-8"
+        except LedgerError as exc:
+            data, status, ctype = f"{exc}\n".encode(), 503, "text/plain; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Security-Policy", ui.CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentledger import __version__
 from agentledger.facts import PICO_PER_USD
+from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 
 OTHER = "_other"
@@ -123,25 +124,15 @@ class LedgerCollector(Collector):
     def _ingest(self, conn) -> Iterator[Metric]:
         lines = CounterMetricFamily("agentledger_ingest_lines", "Log lines read, by source and result.",
                                     labels=["source", "result"])
-        rejects = dict(conn.execute(
-            "SELECT f.source, count(*) FROM rejects AS r JOIN files AS f ON f.id = r.file_id GROUP BY 1").fetchall())
         tailed = GaugeMetricFamily("agentledger_files_tailed", "Log files being followed.", labels=["source"])
         lag = GaugeMetricFamily("agentledger_ingest_lag_seconds",
                                 "Seconds since the newest event indexed from each source.", labels=["source"])
-        now = time.time()
-        for source, total, active in conn.execute(
-                "SELECT source, sum(lines), sum(status IN ('live', 'rotated')) FROM files GROUP BY 1"):
-            bad = rejects.get(source, 0)
-            lines.add_metric([source, "indexed"], total - bad)
-            lines.add_metric([source, "rejected"], bad)
-            tailed.add_metric([source], active)
-        for (source,) in conn.execute("SELECT DISTINCT source FROM files").fetchall():
-            # Walks the time-ordered key backwards until an event of this source: cheap in practice.
-            newest = conn.execute(
-                "SELECT ts_ms FROM events WHERE file_id IN (SELECT id FROM files WHERE source = ?) "
-                "ORDER BY ts_ms DESC LIMIT 1", (source,)).fetchall()
-            if newest:
-                lag.add_metric([source], max(now - newest[0][0] / 1000, 0.0))
+        for source in queries.ingest_health(conn, time.time_ns() // 1_000_000):
+            lines.add_metric([source["source"], "indexed"], source["lines_indexed"])
+            lines.add_metric([source["source"], "rejected"], source["lines_rejected"])
+            tailed.add_metric([source["source"]], source["files_tailed"])
+            if source["lag_s"] is not None:
+                lag.add_metric([source["source"]], source["lag_s"])
         events = CounterMetricFamily("agentledger_file_events", "Rotations, truncations and lost files seen.",
                                      labels=["event"])
         for event, count in conn.execute("SELECT event, count(*) FROM file_events GROUP BY 1"):

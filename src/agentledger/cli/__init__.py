@@ -80,9 +80,9 @@ def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: 
     ctx.obj = Context(config_path, db)
 
 
-from agentledger.cli import config, ingest, prune, queries, serve, verify  # noqa: E402  (commands register on cli)
+from agentledger.cli import config, ingest, prune, queries, serve, verify, watch  # noqa: E402  (commands register on cli)
 
-__all__ = ["cli", "main", "config", "ingest", "prune", "queries", "serve", "verify"]
+__all__ = ["cli", "main", "config", "ingest", "prune", "queries", "serve", "verify", "watch"]
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import click
 import orjson
 
+from agentledger import display
 from agentledger.cli import cli
 from agentledger.cli.output import emit_csv, emit_json, emit_pairs, emit_table
 from agentledger.ledger import queries
@@ -100,10 +102,23 @@ def sessions(conn, w, fmt, live, url):
                           ("total_tokens", "tokens"), ("cost_usd", "cost $")])
 
 
+def _chart_option(fn):
+    return click.option("--chart", is_flag=True,
+                        help="Draw a bar chart in the terminal (a table when stdout is not a terminal).")(fn)
+
+
+def _charting(chart: bool, fmt: str | None) -> bool:
+    """Whether to draw: a chart is for a person at a terminal; piped, the table stands in."""
+    if chart and fmt is not None:
+        raise click.BadParameter(f"draws for a terminal: drop --{fmt}, or --chart", param_hint="--chart")
+    return chart and sys.stdout.isatty()
+
+
 @cli.command()
 @query_options(default_limit=None)
-def usage(conn, w, fmt):
-    """Totals: sessions, runs, calls, tokens and cost over the window."""
+@_chart_option
+def usage(conn, w, fmt, chart):
+    """Totals: sessions, runs, calls, tokens and cost over the window; --chart adds tokens per day."""
     row = queries.usage(conn, w)
     if fmt == "json":
         emit_json(row)
@@ -111,6 +126,16 @@ def usage(conn, w, fmt):
         emit_csv([row])
     else:
         emit_pairs([(k.replace("_", " "), v) for k, v in row.items()])
+    if _charting(chart, fmt):
+        from agentledger.cli import charts  # rich only when drawing
+
+        days = {r["day"]: r for r in queries.costs(conn, w, "day")}
+        kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
+                 ("cache write", "cache_write_tokens")]
+        click.echo()
+        charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
+                           for day in charts.filled_days(list(days.values()))],
+                          display.tokens, "tokens per day (UTC), by kind")
 
 
 @cli.command()
@@ -121,9 +146,14 @@ def usage(conn, w, fmt):
               help="Time zone that days are counted in (IANA name, e.g. Europe/Berlin).")
 @click.option("--latency", is_flag=True,
               help="With --group-by model: add p50/p95/p99 call duration (reads every call in the window).")
-def costs(conn, w, fmt, group_by, tz, latency):
-    """Spend grouped by model, provider, agent, session, day or tool, with a grand total."""
+@_chart_option
+def costs(conn, w, fmt, group_by, tz, latency, chart):
+    """Spend grouped by model, provider, agent, session, day or tool, with a grand total;
+    --chart draws it (days stacked by model)."""
     rows = queries.costs(conn, w, group_by, tz)
+    if _charting(chart, fmt):
+        _costs_chart(conn, w, rows, group_by, tz)
+        return
     if latency:
         if group_by != "model":
             raise click.BadParameter("only with --group-by model", param_hint="--latency")
@@ -149,6 +179,29 @@ def costs(conn, w, fmt, group_by, tz, latency):
     latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
     emit_table(rows + [total], [(label, group_by), ("llm_calls", "llm calls"), ("total_tokens", "tokens"),
                                 ("cost_usd", "cost $")] + latency_columns)
+
+
+def _costs_chart(conn, w, rows: list[dict], group_by: str, tz: str) -> None:
+    from agentledger.cli import charts  # rich only when drawing
+
+    if not rows:
+        click.echo("no spend in this window")
+        return
+    if group_by == "tool":  # tools carry no cost: their calls, errors stacked on successes
+        charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
+                           for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
+        return
+    total = display.usd(round(sum(r["cost_usd"] for r in rows), 12))
+    if group_by == "day":
+        by_day: dict[str, list] = {}
+        for r in queries.daily_costs_by_model(conn, w, tz):
+            by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"]))
+        charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
+                          f"spend per day ({tz}), stacked by model; total {total}")
+        return
+    label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
+    charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"])]) for r in rows], display.usd,
+                      f"spend by {group_by}; total {total}")
 
 
 @cli.command()

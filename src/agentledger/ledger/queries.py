@@ -272,29 +272,14 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
                 **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"]} for r in rows]
         out.sort(key=lambda r: -r["cost_usd"])
         return out[: w.limit] if w.limit else out
-    dims = {"model": "model", "provider": "provider", "agent": "agent_id", "day": "slot_ms"}
-    column = dims[group_by]
-    base_column = {"model": "coalesce(model, '')", "provider": "coalesce(provider, '')",
-                   "agent": "coalesce(agent_id, '')", "day": f"ts_ms - ts_ms % {_SLOT}"}[group_by]
-    # Local days in another zone do not line up with UTC days: read slots there.
-    utc = _zone(tz) is dt.timezone.utc
-    groups: dict = {}
-    for part in _plan(w, days=group_by != "day" or utc):
-        params: list = []
-        if part.level == "rows":
-            cond = _between("ts_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
-            sql = f"SELECT {base_column}, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1"
-        else:
-            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
-            sql = f"SELECT {column}, {_SLOT_LLM_SUMS} FROM usage_{part.level} WHERE {cond} GROUP BY 1"
-        for key, *vals in conn.execute(sql, params):
-            acc = groups.get(key)
-            groups[key] = vals if acc is None else _add(acc, vals)
+    dims = {"model": ("model", "coalesce(model, '')"), "provider": ("provider", "coalesce(provider, '')"),
+            "agent": ("agent_id", "coalesce(agent_id, '')"), "day": ("slot_ms", f"ts_ms - ts_ms % {_SLOT}")}
+    groups = _llm_groups(conn, w, [dims[group_by]], tz, by_day=group_by == "day")
     if group_by == "day":
         groups = _by_local_day(groups, tz)
     label = {"agent": "agent_id", "day": "day"}.get(group_by, group_by)
     out = []
-    for key, (calls, errors, i, o, cr, cw, t, cost, unpriced) in groups.items():
+    for (key,), (calls, errors, i, o, cr, cw, t, cost, unpriced) in groups.items():
         if not (calls or cost):
             continue  # slots that only count sessions or compactions
         out.append({label: key if key != "" else None, "llm_calls": calls - errors, "llm_errors": errors,
@@ -305,6 +290,42 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     else:
         out.sort(key=lambda r: (-r["cost_usd"], str(r[label])))
     return out[: w.limit] if w.limit else out
+
+
+def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], tz: str,
+                by_day: bool) -> dict[tuple, list[int]]:
+    """LLM sums over a window grouped by ``dims`` (each a rollup column and the same from the rows);
+    ``by_day`` groups by slot first: local days in another zone do not line up with UTC days."""
+    days = not by_day or _zone(tz) is dt.timezone.utc
+    groups: dict[tuple, list[int]] = {}
+    width = len(dims)
+    keys = ", ".join(str(i + 1) for i in range(width))
+    for part in _plan(w, days=days):
+        params: list = []
+        if part.level == "rows":
+            cond = _between("ts_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = f"SELECT {', '.join(b for _, b in dims)}, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY {keys}"
+        else:
+            cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
+            sql = (f"SELECT {', '.join(c for c, _ in dims)}, {_SLOT_LLM_SUMS} FROM usage_{part.level} "
+                   f"WHERE {cond} GROUP BY {keys}")
+        for row in conn.execute(sql, params):
+            key, vals = tuple(row[:width]), row[width:]
+            acc = groups.get(key)
+            groups[key] = list(vals) if acc is None else _add(acc, vals)
+    return groups
+
+
+def daily_costs_by_model(conn: apsw.Connection, w: Window, tz: str = "UTC") -> list[dict]:
+    """Spend per local day and model (what a chart stacks), days in order, models by cost within a day."""
+    groups = _llm_groups(conn, w, [("slot_ms", f"ts_ms - ts_ms % {_SLOT}"), ("model", "coalesce(model, '')")],
+                         tz, by_day=True)
+    days = _by_local_day(groups, tz)
+    out = [{"day": day, "model": model or None, "llm_calls": calls - errors, "total_tokens": t,
+            "cost_usd": _usd(cost)}
+           for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, _u) in days.items() if calls or cost]
+    out.sort(key=lambda r: (r["day"], -r["cost_usd"], str(r["model"])))
+    return out
 
 
 def _percentiles(values: list[int]) -> tuple[float | None, float | None, float | None]:
@@ -331,13 +352,14 @@ def _durations(conn: apsw.Connection, w: Window, table: str, name: str, time: st
     return out
 
 
-def _by_local_day(groups: dict, tz: str) -> dict:
+def _by_local_day(groups: dict[tuple, list[int]], tz: str) -> dict[tuple, list[int]]:
+    """Groups keyed (slot, ...) summed into groups keyed (local day, ...)."""
     zone = _zone(tz)
     days: dict = {}
-    for slot_ms, vals in groups.items():
-        day = dt.datetime.fromtimestamp(slot_ms / 1000, tz=zone).date().isoformat()
-        acc = days.get(day)
-        days[day] = list(vals) if acc is None else _add(acc, vals)
+    for (slot_ms, *rest), vals in groups.items():
+        key = (dt.datetime.fromtimestamp(slot_ms / 1000, tz=zone).date().isoformat(), *rest)
+        acc = days.get(key)
+        days[key] = list(vals) if acc is None else _add(acc, vals)
     return days
 
 
@@ -801,7 +823,7 @@ def hot_session(conn: apsw.Connection, key: str) -> dict | None:
         return None
     sid, session_key, agent, status, started, ended, last = rows[0]
     own, own_changed = _instance_totals(conn, [sid])
-    family_ids = [r[0] for r in conn.execute(_FAMILY, (session_key or key, started or 0))]
+    family_ids = family_session_ids(conn, session_key or key, started or 0)
     family, family_changed = _instance_totals(conn, family_ids)
     current_run = conn.execute(_CURRENT_RUN, (sid,)).fetchall()
     return {
@@ -811,6 +833,11 @@ def hot_session(conn: apsw.Connection, key: str) -> dict | None:
         **own, "family": {k: own[k] + family[k] for k in _HOT_TOTALS},
         "changed": max(own_changed, family_changed),
     }
+
+
+def family_session_ids(conn: apsw.Connection, session_key: str, since_ms: int) -> list[str]:
+    """Instances of the subagents a session key spawned (at any depth) since ``since_ms``."""
+    return [r[0] for r in conn.execute(_FAMILY, (session_key, since_ms))]
 
 
 def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
@@ -828,7 +855,7 @@ def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
     """What day-scoped gates measure: usage in [since, until] from the rollups."""
     u = usage(conn, Window(since=since, until=until, agent=agent))
-    return {"llm_calls": u["llm_calls"] + u["llm_errors"], "total_tokens": u["total_tokens"],
+    return {"llm_calls": u["llm_calls"], "llm_errors": u["llm_errors"], "total_tokens": u["total_tokens"],
             "cost_pico": round(u["cost_usd"] * PICO_PER_USD), "tool_calls": u["tool_calls"],
             "tool_errors": u["tool_errors"]}
 def _compaction_what(c: dict) -> str:
@@ -838,3 +865,67 @@ def _compaction_what(c: dict) -> str:
     what = f"{span(c['messages_before'], c['messages_after'], 'messages')}, " \
            f"{span(c['tokens_before'], c['tokens_after'], 'tokens')}"
     return what + (f" (×{c['compaction_ratio']} by {c['ratio_basis']})" if c["compaction_ratio"] else "")
+
+
+# -- what watch, the web page and forecasts read ---------------------------------------------------
+
+
+def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list[str] | None = None,
+             agent: str | None = None) -> dict[str, list[tuple]]:
+    """Each model call (ts, cost in pico-USD, tokens) and tool call (ts, failed) in [since, until],
+    of these session instances or this agent (neither: everyone), in time order."""
+    llm_cond = tool_cond = ""
+    params: list = [since, until]
+    if session_ids is not None:
+        params.append(_json_list(session_ids))
+        llm_cond = " AND session_id IN (SELECT value FROM json_each(?3))"
+        # Tool calls carry no session id: they reach a session through their run.
+        tool_cond = " AND run_id IN (SELECT run_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?3)))"
+    elif agent is not None:
+        params.append(agent)
+        llm_cond = tool_cond = " AND agent_id = ?3"
+    llm = conn.execute("SELECT ts_ms, coalesce(cost_pico, 0), total_tokens FROM llm_calls "
+                       f"WHERE ts_ms BETWEEN ?1 AND ?2{llm_cond} ORDER BY ts_ms", params).fetchall()
+    tools = conn.execute(
+        "SELECT coalesce(started_ms, ended_ms), status = 'error' FROM tool_calls "
+        f"WHERE coalesce(started_ms, ended_ms) BETWEEN ?1 AND ?2{tool_cond} ORDER BY coalesce(started_ms, ended_ms)",
+        params).fetchall()
+    return {"llm": llm, "tools": tools}
+
+
+def recent_problems(conn: apsw.Connection, limit: int, since: int | None = None) -> list[dict]:
+    """The latest failed or interrupted tool calls and runs since ``since``, most recent first."""
+    out = []
+    # Each walks its time index backwards from now to ``since`` and stops after ``limit`` matches.
+    for kind, sql in (
+            ("tool", "SELECT coalesce(started_ms, ended_ms), session_key, tool_name, tool_call_id, status, error "
+                     "FROM tool_calls WHERE status IN ('error', 'interrupted') "
+                     "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2"),
+            ("run", "SELECT coalesce(started_ms, ended_ms), session_key, model, run_id, status, error "
+                    "FROM runs WHERE status IN ('error', 'interrupted') "
+                    "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2")):
+        out += [{"kind": kind, "at_ms": at, "session_key": key, "name": name, "id": ident, "status": status,
+                 "error": error} for at, key, name, ident, status, error in conn.execute(sql, (since or 0, limit))]
+    out.sort(key=lambda r: r["at_ms"] or 0, reverse=True)
+    return [{**{k: v for k, v in r.items() if k != "at_ms"}, "at": iso(r["at_ms"])} for r in out[:limit]]
+
+
+def ingest_health(conn: apsw.Connection, now_ms: int) -> list[dict]:
+    """Per source: files followed, lines indexed and rejected, bytes not read yet, and how old the
+    newest indexed event is (its lag)."""
+    rejected = dict(conn.execute(
+        "SELECT f.source, count(*) FROM rejects AS r JOIN files AS f ON f.id = r.file_id GROUP BY 1").fetchall())
+    out = []
+    for source, files, lines, unread in conn.execute(
+            "SELECT source, sum(status IN ('live', 'rotated')), sum(lines), "
+            "sum(CASE WHEN status IN ('live', 'rotated') THEN max(size - offset, 0) ELSE 0 END) "
+            "FROM files GROUP BY 1 ORDER BY 1").fetchall():
+        # Walks the time-ordered key backwards until an event of this source: cheap in practice.
+        newest = conn.execute("SELECT ts_ms FROM events WHERE file_id IN (SELECT id FROM files WHERE source = ?) "
+                              "ORDER BY ts_ms DESC LIMIT 1", (source,)).fetchall()
+        newest_ms = newest[0][0] if newest else None
+        bad = rejected.get(source, 0)
+        out.append({"source": source, "files_tailed": files, "lines_indexed": lines - bad, "lines_rejected": bad,
+                    "unread_bytes": unread, "newest_event_at": iso(newest_ms),
+                    "lag_s": None if newest_ms is None else round(max(now_ms - newest_ms, 0) / 1000, 3)})
+    return out

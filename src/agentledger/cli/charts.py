@@ -1,0 +1,74 @@
+"""Bar charts in the terminal: one row per label, bars stacked by series, scaled to the width."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from rich.console import Console, Group
+from rich.text import Text
+
+COLORS = ("blue", "dark_orange", "green", "red", "cyan", "yellow", "magenta", "bright_black")
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _partial(cells: float) -> str:
+    """A bar ``cells`` long, finished with an eighth-block so short bars still differ."""
+    whole, rest = int(cells), round((cells - int(cells)) * 8)
+    if rest == 8:
+        whole, rest = whole + 1, 0
+    return "█" * whole + (_EIGHTHS[rest] if rest else "")
+
+
+def bars(rows: list[tuple[str, list[tuple[str, float]]]], fmt: Callable[[float], str], *, title: str,
+         width: int) -> Group:
+    """``rows`` are (label, [(series, value), ...]); series keep one color across rows, listed in a
+    legend when there is more than one."""
+    series: dict[str, float] = {}
+    for _, parts in rows:
+        for name, value in parts:
+            series[name] = series.get(name, 0.0) + value
+    ranked = sorted(series, key=lambda s: -series[s])
+    color = {s: COLORS[min(i, len(COLORS) - 1)] for i, s in enumerate(ranked)}
+    label_w = min(max((len(label) for label, _ in rows), default=0), max(width // 3, 8))
+    totals = [sum(v for _, v in parts) for _, parts in rows]
+    value_w = max((len(fmt(t)) for t in totals), default=0)
+    room = max(width - label_w - value_w - 3, 4)
+    top = max(totals, default=0) or 1.0
+    lines = [Text(title, style="bold")]
+    for (label, parts), total in zip(rows, totals):
+        line = Text(label[:label_w].ljust(label_w) + " ", no_wrap=True)
+        if len(parts) == 1:
+            line.append(_partial(room * parts[0][1] / top), style=color[parts[0][0]])
+            drawn = len(_partial(room * parts[0][1] / top))
+        else:
+            # Segment ends are rounded on the running sum, so the bar's length is the total's.
+            drawn, running = 0, 0.0
+            for name, value in parts:
+                running += value
+                end = round(room * running / top)
+                line.append("█" * (end - drawn), style=color[name])
+                drawn = end
+        line.append(" " * (room - drawn + 1) + fmt(total).rjust(value_w))
+        lines.append(line)
+    if len(ranked) > 1:
+        legend = Text(no_wrap=False)
+        for name in ranked:
+            legend.append("■ ", style=color[name])
+            legend.append(f"{name} {fmt(series[name])}   ")
+        lines.append(legend)
+    return Group(*lines)
+
+
+def filled_days(rows: list[dict], key: str = "day") -> list[str]:
+    """Every day from the first to the last in ``rows``: a day without spend is a gap, not skipped."""
+    if not rows:
+        return []
+    first, last = (dt.date.fromisoformat(rows[i][key]) for i in (0, -1))
+    return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def print_bars(rows: list[tuple[str, list[tuple[str, float]]]], fmt: Callable[[float], str], title: str) -> None:
+    """Draw ``bars`` across the terminal's width."""
+    console = Console()
+    console.print(bars(rows, fmt, title=title, width=console.width))

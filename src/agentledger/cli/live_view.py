@@ -1,0 +1,237 @@
+"""What ``agentledger watch`` draws: a live terminal view of where the money is going.
+
+Asks the running daemon (``GET /v1/overview``) when one answers, else reads the ledger
+read-only with the config's gates; both give the same snapshot. Redraws every second,
+fitted to the terminal (80 columns is enough); ``q`` or Ctrl-C quits with exit code 0.
+Imported only by the command, so other commands start without rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import select
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from agentledger import display
+from agentledger.config import Config
+from agentledger.ledger.db import LedgerError, open_reader
+from agentledger.overview import overview
+
+
+class Feed:
+    """Where snapshots come from: the daemon while it answers, else the ledger itself."""
+
+    def __init__(self, url: str, config: Config, sessions: int):
+        self.url = url.rstrip("/")
+        self.config = config
+        self.sessions = sessions
+        self._conn = None
+
+    def _from_daemon(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/overview?limit={self.sessions}", timeout=2) as response:
+                doc = orjson.loads(response.read())
+        except (urllib.error.URLError, OSError, orjson.JSONDecodeError):
+            return None
+        return doc if isinstance(doc, dict) and "sessions" in doc else None
+
+    def snapshot(self) -> tuple[dict, str]:
+        """The overview now, and where it came from."""
+        doc = self._from_daemon()
+        if doc is not None:
+            return doc, f"the daemon at {self.url}"
+        if self._conn is None:
+            self._conn = open_reader(self.config.db)
+        doc = overview(self._conn, self.config.gates, self.config.zone, time.time_ns() // 1_000_000,
+                       sessions=self.sessions)
+        return doc, f"the ledger, read-only: {self.config.db}"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+# -- drawing --------------------------------------------------------------------------------------
+
+def _clock(iso: str | None) -> str:
+    if not iso:
+        return "?"
+    at = dt.datetime.fromisoformat(iso)
+    return at.strftime("%H:%M:%S") if dt.datetime.now(dt.UTC) - at < dt.timedelta(hours=20) else at.strftime("%m-%d %H:%M")
+
+
+def _when(g: dict) -> str:
+    if g["tripped"]:
+        return "tripped"
+    return "resets first" if g["resets_first"] else display.duration(g["trips_in_s"])
+
+
+def _pace(g: dict) -> str:
+    if not g["rate_per_hour"]:
+        return display.DASH
+    return f"{display.amount(g['metric'], g['rate_per_hour'])}/h"
+
+
+def _urgency(g: dict) -> tuple:
+    """Tripped first, then the soonest projected trip, then the most used."""
+    return not g["tripped"], g["trips_in_s"] is None, g["trips_in_s"] or 0, -g["used"]
+
+
+def _nearest(gates: list[dict]) -> dict | None:
+    return min(gates, key=_urgency, default=None)
+
+
+def _subject(g: dict, s: dict) -> str:
+    return {"session": s["session_key"], "session-family": f"{s['session_key']} +subagents",
+            "agent-day": f"agent {s['agent_id']} today", "global-day": "all agents today"}[g["scope"]]
+
+
+def _table(title: str, columns: list[tuple[str, dict]], expand: bool = True) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False, expand=expand,
+                  header_style="dim", show_edge=False)
+    for header, opts in columns:
+        table.add_column(header, **opts)
+    return table
+
+
+def frame(snap: dict, where: str, height: int) -> Group:
+    """One screen: header, sessions, gates, failures, ingest, cut to ``height`` lines."""
+    sessions, problems, sources = snap["sessions"], snap["problems"], snap["ingest"]
+    worst: dict[str, tuple[dict, dict]] = {}
+    for s in sessions:
+        for g in s["gates"]:
+            if g["gate"] not in worst or _urgency(g) < _urgency(worst[g["gate"]][0]):
+                worst[g["gate"]] = (g, s)
+    # Lines left for rows once the header, titles and column headers are drawn.
+    room = height - 2 - 2 - (2 if worst else 0) - (1 if problems else 0) - (2 if sources else 0)
+    n_gates = min(len(worst), max(room // 4, 1))
+    n_sources = min(len(sources), 3)
+    n_problems = min(len(problems), max((room - n_gates - n_sources) // 4, 0), 5)
+    n_sessions = max(min(len(sessions), room - n_gates - n_sources - n_problems), 1)
+
+    header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'])} {snap['timezone']}  ",
+                           ("today ", "dim"), display.usd(snap["today_usd"]), ("  in all ", "dim"),
+                           display.usd(snap["total_usd"]), ("  q quits", "dim"), no_wrap=True, overflow="ellipsis")
+    source = Text(f"from {where}", style="dim", no_wrap=True, overflow="ellipsis")
+
+    minutes = snap["window_s"] // 60
+    columns = [("session", {"ratio": 1, "no_wrap": True, "overflow": "ellipsis", "min_width": 16}),
+               ("cost", {"justify": "right", "no_wrap": True}), ("$/h", {"justify": "right", "no_wrap": True}),
+               ("tok/min", {"justify": "right", "no_wrap": True})]
+    if worst:
+        columns.append(("next gate", {"no_wrap": True, "overflow": "ellipsis", "max_width": 22}))
+    table = _table(f"sessions, latest first (rates over {minutes} min)", columns)
+    for s in sessions[:n_sessions]:
+        g = _nearest(s["gates"])
+        burn = display.usd(s["burn_usd_per_hour"]) if s["burn_usd_per_hour"] else display.DASH
+        pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
+        cells = [s["session_key"] or s["session_id"], display.usd(s["cost_usd"]), burn, pace]
+        if worst:
+            soon = g and (g["tripped"] or g["trips_in_s"] is not None)
+            cells.append(f"{g['gate']} {g['used']:.0%}" + (f" {_when(g)}" if soon else "") if g else display.DASH)
+        table.add_row(*cells, style="bold red" if g and g["tripped"] else None)
+    if not sessions:
+        table.add_row("no sessions yet", *[""] * (len(columns) - 1))
+    parts = [header, source, table]
+
+    if worst:
+        gates = _table("gates: headroom and projected time to trip", [
+            ("gate", {"no_wrap": True, "overflow": "ellipsis", "max_width": 18}),
+            ("for", {"ratio": 1, "no_wrap": True, "overflow": "ellipsis"}),
+            ("used", {"justify": "right", "no_wrap": True}), ("left", {"justify": "right", "no_wrap": True}),
+            ("pace", {"justify": "right", "no_wrap": True}), ("trips in", {"justify": "right", "no_wrap": True})])
+        ranked = sorted(worst.values(), key=lambda gs: _urgency(gs[0]))
+        for g, s in ranked[:n_gates]:
+            gates.add_row(g["gate"], _subject(g, s),
+                          f"{display.amount(g['metric'], g['value'])}/{display.amount(g['metric'], g['limit'])}",
+                          display.amount(g["metric"], g["headroom"]), _pace(g), _when(g),
+                          style="bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
+        parts.append(gates)
+
+    if problems:
+        parts.append(Text("latest failed or interrupted", style="bold"))
+        for p in problems[:n_problems]:
+            parts.append(Text.assemble(f"{_clock(p['at'])} {p['kind']} {p['name'] or '?'} ",
+                                       (p["status"], "red" if p["status"] == "error" else "yellow"),
+                                       f" {p['session_key'] or '?'}", no_wrap=True, overflow="ellipsis"))
+
+    if sources:
+        ingest = _table("ingest", [("source", {"no_wrap": True}), ("files", {"justify": "right"}),
+                                   ("lag", {"justify": "right"}), ("unread", {"justify": "right"}),
+                                   ("rejected", {"justify": "right"})], expand=False)
+        for src in sources[:n_sources]:
+            ingest.add_row(src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]),
+                           f"{src['unread_bytes']:,} B", f"{src['lines_rejected']:,}")
+        parts.append(ingest)
+    return Group(*parts)
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _keys() -> Iterator[bool]:
+    """Single key presses from the terminal, without echo; yields whether there is one to read."""
+    if not sys.stdin.isatty():
+        yield False
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)  # keys arrive one by one; Ctrl-C still interrupts
+    try:
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _wait_for_quit(seconds: float, keys: bool) -> bool:
+    """Sleep up to ``seconds``; True when q was pressed."""
+    if not keys:
+        time.sleep(seconds)
+        return False
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([sys.stdin], [], [], left)
+        if ready:
+            key = os.read(sys.stdin.fileno(), 32)
+            if key[:1] in (b"q", b"Q"):
+                return True
+    return False
+
+
+def run(config: Config, url: str, interval: float, sessions: int, once: bool) -> None:
+    """Redraw until q or Ctrl-C; one snapshot when told to or when stdout is not a terminal."""
+    feed = Feed(url, config, sessions)
+    console = Console()
+    try:
+        snap, where = feed.snapshot()  # an unreadable ledger stops here, before the screen is taken
+        if once or not console.is_terminal:
+            console.print(frame(snap, where, 10_000))
+            return
+        with _keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
+            while True:
+                live.update(frame(snap, where, console.size.height), refresh=True)
+                if _wait_for_quit(interval, keys):
+                    return
+                try:
+                    snap, where = feed.snapshot()
+                except LedgerError as exc:
+                    where = f"nothing to read: {exc}"
+    except KeyboardInterrupt:
+        return
+    finally:
+        feed.close()

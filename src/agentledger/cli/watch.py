@@ -1,0 +1,30 @@
+"""``agentledger watch``: the live terminal view (drawn by ``live_view``)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from agentledger.cli import cli
+
+
+@cli.command()
+@click.option("--url", default=None, metavar="URL",
+              help="The daemon to ask (default: $AGENTLEDGER_URL, else http://<config listen>); when none answers, "
+                   "the ledger is read directly.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True, metavar="SECONDS",
+              help="Seconds between redraws.")
+@click.option("--sessions", "n_sessions", type=click.IntRange(1, 50), default=8, show_default=True,
+              help="At most this many sessions.")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit (what it does when stdout is not a terminal).")
+@click.pass_obj
+def watch(obj, url: str | None, interval: float, n_sessions: int, once: bool) -> None:
+    """A live view: latest sessions with cost, burn rate ($/h over 10 minutes) and tokens per minute,
+    headroom to each gate and the projected time until it trips, recent failures, ingest lag.
+    Press q or Ctrl-C to quit."""
+    from agentledger.cli import live_view
+
+    config = obj.config
+    live_view.run(config, url or os.environ.get("AGENTLEDGER_URL") or f"http://{config.listen}", interval,
+                  n_sessions, once)

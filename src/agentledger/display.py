@@ -1,0 +1,45 @@
+"""Short texts for amounts and durations, the same in the terminal and on the web page."""
+
+from __future__ import annotations
+
+DASH = "—"
+
+
+def usd(value: float | None) -> str:
+    """Dollars with cents, or four decimals under a dollar (model calls cost fractions of a cent)."""
+    if value is None:
+        return DASH
+    if value == 0:
+        return "$0"
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+
+
+def amount(metric: str, value: float | None) -> str:
+    """A gate metric's value: dollars for cost, whole numbers for counts."""
+    if metric == "cost_usd":
+        return usd(value)
+    return DASH if value is None else f"{value:,.0f}"
+
+
+def duration(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``3h05m``, ``2d4h``; a dash when there is none."""
+    if seconds is None:
+        return DASH
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86_400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d{s % 86_400 // 3600}h"
+
+
+def tokens(value: float | None) -> str:
+    """Token counts the way people read them: 950, 12.3k, 4.1M."""
+    if value is None:
+        return DASH
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.1f}{suffix}"
+    return f"{value:.0f}"

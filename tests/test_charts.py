@@ -1,0 +1,88 @@
+"""Terminal charts: bars that add up, the table when piped, and the real thing in a terminal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO, cli_env, ingest
+from hypothesis import given
+from hypothesis import strategies as st
+from terminal import Terminal, needs_tmux
+
+from agentledger import display
+from agentledger.cli import cli
+from agentledger.cli.charts import bars
+
+values = st.floats(0, 1e6, allow_nan=False)
+
+
+@given(rows=st.lists(st.lists(st.tuples(st.sampled_from("abcd"), values), min_size=2, max_size=4), min_size=1,
+                     max_size=12), width=st.integers(30, 200))
+def test_stacked_bars_are_as_long_as_their_totals(rows, width):
+    chart = bars([(f"row{i}", parts) for i, parts in enumerate(rows)], lambda v: f"{v:.0f}", title="t", width=width)
+    lines = [t.plain for t in chart.renderables[1:len(rows) + 1]]
+    totals = [sum(v for _, v in parts) for parts in rows]
+    drawn = [line.count("█") for line in lines]
+    top = max(totals)
+    longest = max(drawn)
+    assert all(len(line) <= width for line in lines)
+    for total, cells in zip(totals, drawn):
+        if top:
+            assert abs(cells - longest * total / top) <= 1  # proportional, to the cell
+        else:
+            assert cells == 0
+
+
+@pytest.fixture(scope="module")
+def corpus_db(oc_corpus, tmp_path_factory):
+    db = tmp_path_factory.mktemp("charts") / "ledger.db"
+    ingest(db, oc_corpus)
+    return db
+
+
+def _run(db, *args):
+    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("args", [["costs", "--group-by", "day"], ["costs", "--group-by", "tool"], ["usage"]])
+def test_a_chart_is_the_table_when_stdout_is_not_a_terminal(corpus_db, args):
+    table = _run(corpus_db, *args)
+    charted = _run(corpus_db, *args, "--chart")
+    assert charted.exit_code == 0
+    assert charted.output == table.output
+
+
+def test_chart_with_json_is_a_bad_flag(corpus_db):
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "costs", "--group-by", "day", "--chart", "--json"],
+                         cwd=REPO, env=cli_env(corpus_db), capture_output=True, text=True, timeout=60, check=False)
+    assert ran.returncode == 2
+    assert len(ran.stderr.strip().splitlines()) == 1 and "--chart" in ran.stderr
+
+
+@needs_tmux
+def test_charts_in_a_real_terminal(corpus_db, oc_expected, tmp_path):
+    env = cli_env(corpus_db)
+    term = Terminal(tmp_path, ["costs", "--group-by", "day", "--chart"], env, lines=20, hold=True)
+    try:
+        screen = term.shows("2026-10-01", "2026-10-05", "claude-sonnet-4-5")
+        assert term.exit_code() == 0
+        assert f"total {display.usd(oc_expected['totals']['cost_usd'])}" in screen
+        rows = {line.split()[0]: line for line in screen.splitlines() if line.startswith("2026-10-0")}
+        for day, want in oc_expected["per_day"].items():
+            assert rows[day].rstrip().endswith(display.usd(want["cost_usd"]))
+        # The busiest day has the longest bar, which fills the 80 columns.
+        busiest = max(oc_expected["per_day"], key=lambda d: oc_expected["per_day"][d]["cost_usd"])
+        assert rows[busiest].count("█") == max(line.count("█") for line in rows.values())
+        assert max(len(line) for line in screen.splitlines()) <= 80
+    finally:
+        term.close()
+    (tmp_path / "usage").mkdir()
+    term = Terminal(tmp_path / "usage", ["usage", "--chart"], env, lines=40, hold=True)
+    try:
+        screen = term.shows("tokens per day", "cache read")
+        assert f"{oc_expected['totals']['tokens']['total']:,}" in screen
+    finally:
+        term.close()

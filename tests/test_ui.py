@@ -1,0 +1,102 @@
+"""The built-in web page: in a real headless Chromium over the corpus, and its safety as plain HTTP."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from browser import Browser, Page, find_chromium
+from logwriter import LogDir, event
+from serving import Served, write_config
+
+from agentledger import display
+
+PANELS = ["spend", "sessions", "tools", "live", "ingest"]
+
+
+@pytest.fixture(scope="module")
+def corpus_daemon(oc_corpus, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui")
+    served = Served(write_config(tmp, oc_corpus), tmp)
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium here: .ci/run installs Debian's `chromium` (apt-get install chromium)")
+    b = Browser(executable, tmp_path / "profile")
+    yield b
+    b.close()
+
+
+def _fetch(url: str) -> tuple[int, dict, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def test_the_page_shows_the_corpus_in_chromium(corpus_daemon, browser, oc_expected, tmp_path):
+    # The corpus was written in early October 2026: show the 30 days that end with it.
+    url = f"{corpus_daemon.url}/ui?until=2026-10-05&refresh=0"
+    page = Page(browser, 1280, 900)
+    page.open(url)
+    assert page.errors() == []
+    total = display.usd(oc_expected["totals"]["cost_usd"])
+    assert page.evaluate("document.getElementById('total').textContent") == total
+    assert page.evaluate("document.getElementById('window-total').textContent") == total
+    panels = page.evaluate("[...document.querySelectorAll('section.panel')]"
+                           ".map(p => [p.id, p.querySelectorAll('svg').length])")
+    assert [p for p, _ in panels] == PANELS
+    assert all(charts >= 1 for _, charts in panels), panels
+    # One bar segment per day and model that spent, in the corpus's five days.
+    pairs = sum(len(day["per_model"]) for day in oc_expected["per_day"].values()) \
+        if all("per_model" in day for day in oc_expected["per_day"].values()) else None
+    segments = page.evaluate("document.querySelectorAll('#spend svg rect').length")
+    assert segments >= 5 and (pairs is None or segments == pairs)
+    assert "session-cost" in page.evaluate("document.getElementById('live').textContent")
+    shot = page.screenshot(tmp_path / "ui.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    phone = Page(browser, 390, 844, mobile=True)
+    phone.open(url)
+    assert phone.errors() == []
+    # Readable on a phone: nothing wider than the screen, so no sideways scrolling.
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    phone.screenshot(tmp_path / "ui-phone.png")
+
+
+def test_the_console_check_sees_errors(browser):
+    page = Page(browser, 400, 300)
+    page.open("data:text/html,<p>x</p><script>console.error('boom'); undefined_call()</script>")
+    errors = page.errors()
+    assert "boom" in errors and any("undefined_call" in e or "Uncaught" in e for e in errors), errors
+
+
+def test_the_page_runs_no_script_and_escapes_what_the_logs_say(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    hostile = "<img src=x onerror=alert(1)>"
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "<b>model</b>",
+                                      "delta": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "total": 2},
+                                      "costUsd": 1.25}, session=hostile, ts=time.time_ns() // 1_000_000))
+    served = Served(write_config(tmp_path, logs.root), tmp_path)
+    try:
+        status, headers, body = _fetch(f"{served.url}/ui")
+        assert status == 200
+        assert headers["Content-Type"].startswith("text/html")
+        assert "script-src" not in headers["Content-Security-Policy"]  # default-src 'none': no script at all
+        assert "<script" not in body and hostile not in body and "<b>model</b>" not in body
+        assert "agent:main:&lt;img src=x onerror=alert(1)&gt;" in body
+        assert "$1.25" in body
+        for bad in ("days=0", "days=x", "until=yesterday", "tz=Mars/Base", "refresh=-1"):
+            status, _, body = _fetch(f"{served.url}/ui?{bad}")
+            assert status == 400, bad
+            assert body.count("\n") == 1  # one line naming the problem
+    finally:
+        served.stop()

@@ -1,0 +1,107 @@
+"""``agentledger watch`` in a real terminal (tmux, 80×24): it starts, shows a corpus session with its
+cost, follows new lines, and quits with exit code 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_env, ingest
+from logwriter import event
+from serving import Served, copy_logs, write_config
+from terminal import Terminal, needs_tmux
+
+from agentledger import display
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader
+
+pytestmark = needs_tmux
+
+
+def _latest(db: Path) -> dict:
+    conn = open_reader(db)
+    try:
+        return queries.sessions(conn, queries.Window(limit=1))[0]
+    finally:
+        conn.close()
+
+
+def _spend(logs: Path, latest: dict, cost: float) -> None:
+    """A model call in the latest session, now, appended to its agent's live telemetry file."""
+    agent = latest["agent_id"]
+    session = latest["session_key"].removeprefix(f"agent:{agent}:")
+    line = event(990_001, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                       "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                                 "total": 1000}, "costUsd": cost},
+                 agent=agent, session=session, session_id=latest["session_id"], run="run-watch",
+                 ts=time.time_ns() // 1_000_000)
+    with open(logs / "agents" / agent / "telemetry" / "events.jsonl", "ab") as f:
+        f.write(line)
+
+
+@pytest.fixture
+def env(tmp_path) -> dict:
+    env = cli_env(tmp_path / "ledger.db")
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "no-config")
+    env.pop("AGENTLEDGER_URL", None)
+    return env
+
+
+def test_watch_follows_the_daemon_and_quits_on_q(oc_corpus, tmp_path, env):
+    logs = copy_logs(oc_corpus, tmp_path / "logs")
+    served = Served(write_config(tmp_path, logs), tmp_path)
+    term = None
+    try:
+        latest = _latest(tmp_path / "ledger.db")
+        term = Terminal(tmp_path, ["--config", str(served.config), "watch", "--url", served.url], env)
+        key = latest["session_key"]
+        screen = term.shows("from the daemon at", key[:28], display.usd(latest["cost_usd"]))
+        assert max(len(line) for line in screen.splitlines()) <= 80
+        assert "session-cost" in screen and "fleet-day" in screen  # the config's gates, with their headroom
+
+        _spend(logs, latest, 1.25)
+        term.shows(display.usd(latest["cost_usd"] + 1.25), "$7.50")  # the new cost, and $1.25 in 10 min is $7.50/h
+        term.press("q")
+        assert term.exit_code() == 0
+    finally:
+        if term is not None:
+            term.close()
+        served.stop()
+
+
+def test_watch_reads_the_ledger_when_no_daemon_answers_and_quits_on_ctrl_c(oc_corpus, tmp_path, env):
+    logs = copy_logs(oc_corpus, tmp_path / "logs")
+    db = tmp_path / "ledger.db"
+    ingest(db, logs)
+    latest = _latest(db)
+    term = Terminal(tmp_path, ["watch", "--url", "http://127.0.0.1:9"], env)  # nothing listens there
+    try:
+        term.shows("read-only", latest["session_key"][:28], display.usd(latest["cost_usd"]))
+        _spend(logs, latest, 0.5)
+        subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-telemetry", str(logs)],
+                       cwd=REPO, env=env, check=True, capture_output=True, timeout=60)
+        term.shows(display.usd(latest["cost_usd"] + 0.5))
+        term.press("C-c")
+        assert term.exit_code() == 0
+    finally:
+        term.close()
+
+
+def test_watch_prints_one_snapshot_when_not_on_a_terminal(oc_corpus, tmp_path, env):
+    db = tmp_path / "ledger.db"
+    ingest(db, oc_corpus)
+    latest = _latest(db)
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "watch", "--url", "http://127.0.0.1:9"], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert latest["session_key"] in ran.stdout and display.usd(latest["cost_usd"]) in ran.stdout
+    bad = subprocess.run([sys.executable, "-m", "agentledger", "watch", "--interval", "0"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--interval" in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(tmp_path / "none.db"), "watch",
+                              "--url", "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert missing.returncode == 2 and "no ledger at" in missing.stderr
