@@ -33,7 +33,10 @@ from pathlib import Path
 
 import orjson
 
-MANIFEST = "bench-manifest.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen import MANIFEST, read_manifest  # noqa: E402  (one manifest format for every corpus)
+
+__all__ = ["generate", "read_manifest"]
 DEFAULT_START = "2026-01-01"
 VERSION = "2.1.30"
 # (model, share of sessions): most work on the default model, some on the small and the large one.
@@ -320,13 +323,6 @@ def generate(outdir: str | os.PathLike, megabytes: float, seed: int = 1, *, proj
               "seconds": round(time.perf_counter() - t0, 3)}
     (outdir / MANIFEST).write_text(json.dumps(result, indent=2) + "\n")
     return result
-
-
-def read_manifest(outdir: str | os.PathLike) -> dict | None:
-    try:
-        return json.loads((Path(outdir) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

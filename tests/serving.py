@@ -89,9 +89,15 @@ class Served:
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
 
-    def stop(self) -> int:
+    def post(self, path: str, body: dict) -> tuple[int, object]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         code = self.proc.wait(timeout=30)
         self.proc.stderr.close()
         return code

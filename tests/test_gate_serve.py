@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, event
+from serving import Served, wait_for, write_config
 
 PRE_TOOL_USE = {"session_id": "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp",
                 "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
@@ -33,20 +32,9 @@ def llm(n: int, cost: float, session: str = "s1") -> bytes:
                                  "costUsd": cost}, session=session, ts=_now_ms())
 
 
-def _config(tmp_path: Path, root: Path) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(f"""
-db = "{tmp_path / 'ledger.db'}"
-state_dir = "{tmp_path / 'state-dir'}"
-listen = "127.0.0.1:0"
-rescan_s = 0.2
-
+GATES = """
 [hot]
 flush_interval_s = 0
-
-[[sources]]
-format = "oc-telemetry"
-root = "{root}"
 
 [[gates]]
 name = "session-cost"
@@ -60,8 +48,7 @@ scope = "global-day"
 metric = "cost_usd"
 limit = 10.0
 tools = ["Bash"]
-""")
-    return path
+"""
 
 
 def _gate_cmd(*args: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
@@ -70,60 +57,35 @@ def _gate_cmd(*args: str, stdin: str = "", env: dict | None = None) -> subproces
 
 
 class Daemon:
+    """A served log directory with gates; ``start`` again after ``stop`` is a restart."""
+
     def __init__(self, tmp_path: Path):
         self.root = tmp_path / "logs"
         self.logs = LogDir(self.root)
         self.logs.append(llm(1, 0.5))
-        self.config = _config(tmp_path, self.root)
+        self.config = write_config(tmp_path, self.root, extra=GATES)
         self.tmp_path = tmp_path
-        self.proc = None
         self.start()
 
     def start(self) -> None:
-        env = cli_env(self.tmp_path / "ledger.db")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                self.url = m.group(1)
-                break
-        else:
-            raise AssertionError("serve did not start listening")
-        self._wait(lambda: self.get("/readyz")[0] == 200)
+        self.served = Served(self.config, self.tmp_path)
+        self.url, self.proc = self.served.url, self.served.proc
 
     def get(self, path: str) -> tuple[int, object]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        return self.served.get(path)
 
     def post(self, path: str, body: dict) -> tuple[int, object]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
+        return self.served.post(path, body)
 
     def gate(self, key: str = "agent:main:s1", tool: str = "exec") -> dict:
         return self.get(f"/v1/gate?session_key={key}&tool={tool}")[1]
 
     @staticmethod
-    def _wait(predicate, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.05)
-        raise AssertionError("condition not reached in time")
+    def _wait(predicate) -> None:
+        wait_for(predicate)
 
     def stop(self, sig=signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        self.proc.stderr.close()
-        return code
+        return self.served.stop(sig)
 
 
 @pytest.fixture
@@ -210,7 +172,7 @@ def test_hot_views_survive_kill_9_and_stay_private(daemon):
     daemon.logs.append(llm(2, 1.0))
     daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
     assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
-    sessions = daemon.tmp_path / "state-dir" / "hot" / "sessions"
+    sessions = daemon.tmp_path / "state" / "hot" / "sessions"
     files = list(sessions.iterdir())
     assert len(files) == 1
     assert stat.S_IMODE(sessions.stat().st_mode) == 0o700
