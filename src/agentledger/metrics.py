@@ -89,11 +89,14 @@ class LedgerCollector(Collector):
             "SELECT coalesce(sum(runs_ok), 0), coalesce(sum(runs_error), 0), coalesce(sum(runs_interrupted), 0), "
             "coalesce(sum(runs_running), 0), coalesce(sum(sessions), 0), coalesce(sum(compactions), 0) "
             "FROM usage_days").fetchall()[0]
-        runs = CounterMetricFamily("agentledger_runs", "Agent runs by outcome (running = not ended yet).",
-                                   labels=["outcome"])
-        for outcome, value in (("ok", ok), ("error", error), ("interrupted", interrupted), ("running", running)):
+        # Runs still going leave that count when they end: a gauge, so the counter only grows.
+        runs = CounterMetricFamily("agentledger_runs", "Agent runs that ended, by outcome.", labels=["outcome"])
+        for outcome, value in (("ok", ok), ("error", error), ("interrupted", interrupted)):
             runs.add_metric([outcome], value)
         yield runs
+        open_runs = GaugeMetricFamily("agentledger_runs_running", "Agent runs started and not ended yet.")
+        open_runs.add_metric([], running)
+        yield open_runs
         started = CounterMetricFamily("agentledger_sessions", "Top-level sessions started.")
         started.add_metric([], sessions)
         yield started
