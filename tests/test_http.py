@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -146,3 +147,46 @@ def test_not_ready_while_catching_up(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def _durations_in(corpus: Path) -> tuple[dict, dict]:
+    """Model-call and tool-call durations (ms) straight from the corpus lines, by model and by tool."""
+    llm: dict = {}
+    tools: dict = {}
+    for path in corpus.rglob("*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            try:
+                ev = json.loads(line)
+                data = ev["data"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            d = data.get("durationMs") if isinstance(data, dict) else None
+            if not isinstance(d, int):
+                continue
+            if ev.get("kind") == "llm.call":
+                llm.setdefault(data.get("model"), []).append(d)
+            elif ev.get("kind") == "tool.end":
+                tools.setdefault(data.get("toolName"), []).append(d)
+    return llm, tools
+
+
+def test_duration_histograms_follow_opentelemetry_and_the_calls(api, oc_corpus):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{api}/metrics", timeout=10) as resp:
+        families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+    llm, tools = _durations_in(oc_corpus)
+    for name, label, calls in (("gen_ai_client_operation_duration_seconds", "gen_ai_request_model", llm),
+                               ("gen_ai_execute_tool_duration_seconds", "gen_ai_tool_name", tools)):
+        family = families[name]
+        assert family.type == "histogram"
+        counts = {s.labels[label]: s.value for s in family.samples if s.name.endswith("_count")}
+        sums = {s.labels[label]: s.value for s in family.samples if s.name.endswith("_sum")}
+        assert counts == {k: len(v) for k, v in calls.items()}
+        assert sums == pytest.approx({k: sum(v) / 1000 for k, v in calls.items()})
+        # Buckets are cumulative and end at the count; a call of 1 s is within le="1.28".
+        for key, durations in calls.items():
+            within = {s.labels["le"]: s.value for s in family.samples
+                      if s.name.endswith("_bucket") and s.labels[label] == key}
+            assert within["+Inf"] == len(durations)
+            assert within["1.28"] == sum(d <= 1280 for d in durations)

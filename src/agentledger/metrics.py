@@ -8,18 +8,20 @@ the ``top_n`` busiest, the rest summed under ``_other``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentledger import __version__
 from agentledger.facts import PICO_PER_USD
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
+from agentledger.ledger.rollups import DURATION_BOUNDS_MS
 
 OTHER = "_other"
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
@@ -45,6 +47,7 @@ class LedgerCollector(Collector):
             yield from self._tools(conn)
             yield from self._ingest(conn)
             yield from self._gates(conn)
+            yield from self._durations(conn)
             conn.execute("COMMIT")
         finally:
             conn.close()
@@ -145,6 +148,37 @@ class LedgerCollector(Collector):
         yield lag
         yield events
 
+
+    def _durations(self, conn) -> Iterator[Metric]:
+        """The OpenTelemetry GenAI duration histograms, from the bucket rollup (no call is scanned)."""
+        rows = conn.execute("SELECT kind, name_a, name_b, bucket, calls, duration_ms FROM duration_buckets "
+                            "WHERE calls > 0").fetchall()
+        bounds = [f"{ms / 1000:g}" for ms in DURATION_BOUNDS_MS] + ["+Inf"]
+        families = {
+            "llm": HistogramMetricFamily(
+                "gen_ai_client_operation_duration_seconds", "Model call durations, as the logs report them.",
+                labels=["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]),
+            "tool": HistogramMetricFamily(
+                "gen_ai_execute_tool_duration_seconds", "Tool call durations, as the logs report them.",
+                labels=["gen_ai_tool_name"]),
+        }
+        for kind, family in families.items():
+            mine = [r for r in rows if r[0] == kind]
+            weight: dict[str, int] = {}
+            for _, a, b, _, calls, _ in mine:
+                name = b if kind == "llm" else a
+                weight[name] = weight.get(name, 0) + calls
+            label = _capped(list(weight.items()), self.top_n, lambda r: r[1])
+            series: dict[tuple, list] = {}
+            for _, a, b, bucket, calls, ms in mine:
+                key = ("chat", a, label[b]) if kind == "llm" else (label[a],)
+                acc = series.setdefault(key, [[0] * len(bounds), 0])
+                acc[0][bucket] += calls
+                acc[1] += ms
+            for key, (counts, ms) in sorted(series.items()):
+                cumulative = list(itertools.accumulate(counts))
+                family.add_metric(list(key), buckets=list(zip(bounds, cumulative)), sum_value=ms / 1000)
+            yield family
 
     def _gates(self, conn) -> Iterator[Metric]:
         decisions = CounterMetricFamily("agentledger_gate_decisions", "Gate questions answered, by gate and "

@@ -9,6 +9,7 @@ key in Python and written with one upsert per key, which is what keeps this chea
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 import apsw
@@ -61,6 +62,7 @@ _ADD_USAGE_DAY = _ADD_USAGE.replace("usage_slots", "usage_days")
 _ADD_TOOL_DAY = _ADD_TOOL_SLOT.replace("tool_slots", "tool_days")
 _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
 _ADD_RUN_LLM = _upsert_add("run_llm_totals", ("run_id",), _SESSION_COLUMNS[:9])
+_ADD_DURATION = _upsert_add("duration_buckets", ("kind", "name_a", "name_b", "bucket"), ("calls", "duration_ms"))
 _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
@@ -85,6 +87,14 @@ def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
     return seq
 
 
+# OpenTelemetry's advised boundaries for GenAI operation durations, in ms; past the last: +Inf.
+DURATION_BOUNDS_MS = (10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240, 20480, 40960, 81920)
+
+
+def duration_bucket(ms: int) -> int:
+    return bisect.bisect_left(DURATION_BOUNDS_MS, ms)
+
+
 def _slot(ts: int) -> int:
     return ts - ts % SLOT_MS
 
@@ -104,10 +114,12 @@ class Deltas:
         self.run_tools: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0] * 9)
         self.session_model: dict[tuple, list[int]] = defaultdict(lambda: [0] * 9)
+        self.durations: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])  # (kind, a, b, bucket) → n, ms
 
     def llm_call(self, row: tuple, sign: int = 1) -> None:
         """``row`` is the writer's llm_calls parameter tuple (see writer.LLM_CALL_COLUMNS)."""
-        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, _, error) = row[:19]
+        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, duration,
+         error) = row[:19]
         err = error is not None
         values = (sign, sign * err, sign * i, sign * o, sign * cr, sign * cw, sign * t, sign * (cost or 0),
                   sign * (cost is None and not err))
@@ -120,6 +132,10 @@ class Deltas:
         for acc in targets:
             for k, v in enumerate(values):
                 acc[k] += v
+        if duration is not None:
+            acc = self.durations[("llm", provider or "", model or "", duration_bucket(duration))]
+            acc[0] += sign
+            acc[1] += sign * duration
 
     def tool(self, row: tuple, sign: int) -> None:
         run_id, _, agent, name, ts, status, duration = row
@@ -132,6 +148,10 @@ class Deltas:
             acc[0] += sign
             acc[1] += sign * err
             acc[2] += sign * (duration or 0)
+        if duration is not None:
+            acc = self.durations[("tool", name or "", "", duration_bucket(duration))]
+            acc[0] += sign
+            acc[1] += sign * duration
 
     def run(self, row: tuple, sign: int) -> None:
         _, session_id, agent, provider, model, ts, status, tools, tool_errors, _, _ = row
@@ -273,6 +293,7 @@ class Tracker:
         _write(self.conn, _ADD_TOOL_DAY, _by_day(d.tool_slot))
         _write(self.conn, _ADD_RUN_LLM, d.run_llm)
         _write(self.conn, _ADD_SESSION_MODEL, d.session_model)
+        _write(self.conn, _ADD_DURATION, d.durations)
         if new_runs:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:

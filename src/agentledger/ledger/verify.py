@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from agentledger.ledger.rollups import DURATION_BOUNDS_MS
+
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
 LLM_ROW_SUMS = """count(*) AS llm_calls, coalesce(sum(error IS NOT NULL), 0) AS llm_errors,
@@ -54,7 +56,24 @@ def _daily(rollup: Rollup) -> Rollup:
     )
 
 
+def _bucket_of(column: str) -> str:
+    """SQL for rollups.duration_bucket: the index of the first bound ``column`` is within."""
+    whens = " ".join(f"WHEN {column} <= {b} THEN {i}" for i, b in enumerate(DURATION_BOUNDS_MS))
+    return f"CASE {whens} ELSE {len(DURATION_BOUNDS_MS)} END"
+
+
 _BASE_ROLLUPS = (
+    Rollup(
+        "duration_buckets", ("kind", "name_a", "name_b", "bucket"), ("calls", "duration_ms"),
+        f"""
+        SELECT 'llm', coalesce(provider, ''), coalesce(model, ''), {_bucket_of("duration_ms")}, count(*),
+               sum(duration_ms)
+        FROM llm_calls WHERE duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4
+        UNION ALL
+        SELECT 'tool', coalesce(tool_name, ''), '', {_bucket_of("duration_ms")}, count(*), sum(duration_ms)
+        FROM tool_calls WHERE duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4
+        """,
+    ),
     Rollup(
         "session_totals", ("session_id",), LLM_COLUMNS + ("runs", "tool_calls", "tool_errors"),
         f"""
