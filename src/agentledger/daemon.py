@@ -137,6 +137,9 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subproc
 
 
 def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
+    # Gate questions are answered on request threads while this one ingests; with the default
+    # 5 ms switch interval a question could wait that long for the interpreter lock.
+    sys.setswitchinterval(0.0005)
     stop = threading.Event()
     wake = threading.Event()
     notifier = Notifier()

@@ -152,8 +152,8 @@ class HotSessions:
             if view is None:
                 return None
             hot = _from_ledger(view)
-            if view["ended_ms"] is None:  # ended sessions are answered, not kept
-                self._put_view(key, hot, position)
+            # Kept even when ended: the next question is answered from memory; expire() drops it.
+            self._put_view(key, hot, position)
             return hot
 
     def size(self) -> int:

@@ -81,7 +81,9 @@ def open_writer(path: str | Path) -> apsw.Connection:
     if mode != "wal":
         raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
     conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA cache_size = -65536")
+    # 16 MiB: a larger page cache bought under 10% catch-up speed and made memory grow with the
+    # ledger instead of staying flat.
+    conn.execute("PRAGMA cache_size = -16384")
     migrate(conn)
     from agentledger.ledger.retention import ensure_incremental_vacuum
 
