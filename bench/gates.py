@@ -17,6 +17,7 @@ Figures are printed, never asserted. Scratch files go under --tmp (default: a ne
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import http.client
 import json
 import re
@@ -228,7 +229,8 @@ def main() -> int:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="agentledger-gates-", dir=args.tmp))
     corpus = tmp / "corpus"
-    generate(corpus, args.events)
+    # Recent events, so the daemon's retention has nothing to prune while it is measured.
+    generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
     proc, url = _serve(tmp, corpus)
     try:
         keys = _session_keys(tmp / "ledger.db")
