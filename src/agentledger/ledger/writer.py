@@ -34,6 +34,7 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
+from agentledger.faults import fault
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
 
@@ -424,7 +425,8 @@ class LedgerWriter:
         try:
             yield self.conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
@@ -451,6 +453,7 @@ class LedgerWriter:
                 raise CheckpointConflict(
                     f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
                 )
+            fault("before_commit")
         result.rejects = len(rejects)
         return result
 

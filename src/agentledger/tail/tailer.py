@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.tail.identity import fingerprint
 from agentledger.tail.layouts import LAYOUTS, Candidate
@@ -236,6 +237,8 @@ class Tailer:
             self.writer.update_file(row, event)
             if event:
                 report.events.append((event[0], p.path, event[1]))
+                if event[0] == "rotate":
+                    fault("after_rotate")
 
     def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk."""
