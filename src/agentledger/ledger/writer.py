@@ -43,6 +43,11 @@ _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.To
                 apsw.RangeError)
 
 
+# Errors after which SQLite may have rolled back the whole transaction on its own.
+_ROLLED_BACK = (apsw.FullError, apsw.IOError, apsw.NoMemError, apsw.BusyError, apsw.InterruptError,
+                apsw.CorruptError)
+
+
 class CheckpointConflict(Exception):
     """The file's stored offset is not where this batch starts: someone else advanced it."""
 
@@ -424,10 +429,18 @@ class LedgerWriter:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield self.conn
-        except BaseException:
-            if self.conn.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+        except BaseException as exc:
+            if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
-            raise
+                raise
+            # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
+            # savepoints on the way out failed too: raise the error that says what happened.
+            cause = exc
+            while cause is not None and not isinstance(cause, _ROLLED_BACK):
+                cause = cause.__context__
+            if cause is None:
+                raise
+            raise cause from None
         self.conn.execute("COMMIT")
 
     # -- batches -----------------------------------------------------------------
