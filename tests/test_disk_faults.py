@@ -15,7 +15,14 @@ import time
 import apsw
 import pytest
 from logwriter import LogDir, llm_call
-from served import Served, assert_consistent, assert_equals_clean_build, assert_hot_views_equal_ledger, count, wait_for
+from served import (
+    Served,
+    assert_consistent,
+    assert_equals_clean_build,
+    assert_hot_views_equal_ledger,
+    count,
+    wait_for,
+)
 
 EVENTS = "SELECT count(*) FROM events"
 OFFSETS = "SELECT coalesce(sum(offset), 0) FROM files"
