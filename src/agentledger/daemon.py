@@ -97,6 +97,8 @@ class LiveState:
             self.pending |= sessions
             self.position = position
             self.settle()
+        else:
+            self.hot.stale()  # views looked up meanwhile would otherwise stay behind this batch
 
     def settle(self) -> None:
         if self.pending:

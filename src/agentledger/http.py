@@ -161,6 +161,7 @@ MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a who
 class _Handler(BaseHTTPRequestHandler):
     server_version = "agentledger"
     protocol_version = "HTTP/1.1"  # keep-alive: a hook client asks many times
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms wait for an ACK between
     db: Path
     health: Health
     keeper: GateKeeper | None
