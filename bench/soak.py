@@ -258,7 +258,8 @@ limit = 1000000.0
         tracebacks = sum("Traceback" in line for line in log)
         errors = {**self.errors, "rejected_lines": rejects, "missing_lines": max(self.written - indexed, 0),
                   "daemon_exit": int(code != 0), "tracebacks": tracebacks}
-        warm = [s for s in self.samples if s[0] >= min(60.0, seconds / 4)] or self.samples
+        # Warm-up: SQLite's page cache (64 MiB) fills in the first minute or so at this rate.
+        warm = [s for s in self.samples if s[0] >= min(120.0, seconds / 3)] or self.samples
         return {
             "minutes": round(seconds / 60, 2), "lines": self.written, "lines_per_s": round(self.written / seconds),
             "files": len(self.agents), "gate_requests": len(self.gate),
