@@ -305,6 +305,8 @@ class Tailer:
                 self._pending_long.pop(row.id, None)
             if res.end == start:
                 return
+            if fingerprint(p.fd) != row.fingerprint:
+                return  # truncated and rewritten since the scan: these lines belong to the file it is now
             yield Chunk(row, p.path, start, res, max(p.size, res.end))
             if row.offset != res.end:
                 return  # the caller did not commit; stop rather than skip lines
