@@ -8,6 +8,7 @@ exits at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -17,10 +18,12 @@ import threading
 import time
 from pathlib import Path
 
+import apsw
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
 from agentledger.config import Config, default_sources, demo_dir
+from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import ApiServer, Health
@@ -85,11 +88,24 @@ class LiveState:
         self.hot = hot
         self.keeper = keeper
         self.following = False  # while catching up, views are rebuilt once at the end instead
+        # Sessions committed but not yet refreshed (the state dir was full): kept until a refresh succeeds.
+        self.pending: set[str] = set()
+        self.position = 0
 
     def committed(self, sessions: set[str], position: int) -> None:
-        if self.following:
-            self.hot.refresh(self.conn, sessions, position)
+        fault("after_commit")
         self.keeper.position = position
+        if self.following:
+            self.pending |= sessions
+            self.position = position
+            self.settle()
+        else:
+            self.hot.stale()  # views looked up meanwhile would otherwise stay behind this batch
+
+    def settle(self) -> None:
+        if self.pending:
+            self.hot.refresh(self.conn, self.pending, self.position)
+            self.pending = set()
 
     def caught_up(self) -> None:
         rebuilt = self.hot.validate(self.conn)
@@ -119,6 +135,96 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
     if events:
         result = writer.apply_hook_events(events)
         live.committed(result.sessions, result.position)
+# What stops a pass without anything being wrong with the data: the ledger's disk or the state
+# dir is full, an I/O error, another process holding the ledger's write lock past the busy timeout.
+STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)
+BACKOFF_S = (0.25, 5.0)  # the first and the longest wait before trying a stalled pass again
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, apsw.FullError) or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+        what = "disk full"
+    elif isinstance(exc, (apsw.BusyError, apsw.LockedError)):
+        what = "the ledger is locked by another process"
+    else:
+        what = "I/O error"
+    return f"ingest paused, {what}: {exc}"
+
+
+class _Follower:
+    """Catch-up, then one pass per wake-up; a stalled pass pauses ingest and is tried again later.
+
+    A stall rolls its batch back, so nothing advances while it lasts; /readyz says why. The
+    next attempt starts from the ledger's checkpoints with a new pipeline, as a restart would,
+    and waits longer after each failure (BACKOFF_S)."""
+
+    def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
+                 hooks: HookInbox):
+        self.writer = writer
+        self.hooks = hooks
+        self.pruner = Pruner(config.retention.raw_days) if config.retention.raw_days > 0 else None
+        self.live = live
+        self.config = config
+        self.make_pipeline = pipeline
+        self.health = health
+        self.pipeline: Pipeline | None = None
+        self.caught_up = False
+        self.next_reconcile = 0.0
+        self.delay = 0.0
+        self.retry_at = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.retry_at
+
+    def step(self) -> None:
+        try:
+            limit_ledger(self.writer.conn)
+            if self.pipeline is None:
+                self.pipeline = self.make_pipeline()
+            if self.caught_up:
+                self._follow()
+            else:
+                self._catch_up()
+        except STALLS as exc:
+            self.pipeline = None
+            self.delay = min(max(self.delay * 2, BACKOFF_S[0]), BACKOFF_S[1])
+            self.retry_at = time.monotonic() + self.delay
+            reason = _why(exc)
+            if self.health.trouble != reason:
+                _say(f"{reason}; trying again")
+            self.health.trouble = reason
+            return
+        if self.health.trouble is not None:
+            _say("ingest resumed")
+            self.health.trouble = None
+        self.delay = 0.0
+
+    def _catch_up(self) -> None:
+        started = time.monotonic()
+        stats = self.pipeline.catch_up()
+        self.live.caught_up()
+        _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
+             f"in {time.monotonic() - started:.1f}s; following live")
+        self.caught_up = self.health.caught_up = True
+        self._reconcile()
+
+    def _follow(self) -> None:
+        _record_gates(self.writer, self.live.keeper)
+        self.live.settle()
+        self.live.hot.expire()
+        stats = self.pipeline.run_once()
+        # After the files: a hook's tool call then finds the run its transcript already told.
+        _record_hooks(self.writer, self.hooks, self.live)
+        if self.pruner is not None:
+            self.pruner.tick(self.writer.conn, now_ms())
+        if time.monotonic() >= self.next_reconcile:
+            self._reconcile()
+        if stats.lines:
+            log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events, stats.rejects)
+
+    def _reconcile(self) -> None:
+        _reconcile(self.writer, self.config.grace_s, self.live)
+        self.next_reconcile = time.monotonic() + RECONCILE_EVERY_S
 
 
 def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subprocess.Popen | None] | str:
@@ -190,56 +296,49 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         # Ready once queries can be answered: a long catch-up is progress, not a failed start.
         notifier.ready(f"catching up on {where}")
         progress = _Progress(notifier, api.health)
-        pipeline = Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
+
+        def pipeline() -> Pipeline:
+            # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
+            return Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
                             after_commit=lambda batch, result: live.committed(result.sessions, result.position),
                             pricer=pricer)
+
         _say(f"ledger {db}; catching up on {where}")
-        started = time.monotonic()
-        stats = pipeline.catch_up()
-        live.caught_up()
-        _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
-             f"in {time.monotonic() - started:.1f}s; following live")
-        api.health.caught_up = True
-        notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
-        _reconcile(writer, config.grace_s, live)
-        next_reconcile = time.monotonic() + RECONCILE_EVERY_S
-        pruner = Pruner(config.retention.raw_days) if config.retention.raw_days > 0 else None
         observer = Observer()
         for spec in specs:
             for root in spec.roots:
                 if Path(root).is_dir():
                     observer.schedule(_Wake(wake), str(root), recursive=True)
         observer.start()
+        follower = _Follower(writer, live, config, pipeline, api.health, hooks)
         try:
             while not stop.is_set():
                 notifier.watchdog()
                 api.health.tick()
-                wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
-                wake.clear()
-                _record_gates(writer, keeper)
-                hot.expire()
+                if follower.caught_up or not follower.due():
+                    wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
+                    wake.clear()
                 if stop.is_set():
                     break
-                stats = pipeline.run_once()
-                # After the files: a hook's tool call then finds the run its transcript already told.
-                _record_hooks(writer, hooks, live)
-                if pruner is not None:
-                    pruner.tick(conn, now_ms())
-                if time.monotonic() >= next_reconcile:
-                    _reconcile(writer, config.grace_s, live)
-                    next_reconcile = time.monotonic() + RECONCILE_EVERY_S
-                if stats.lines:
-                    log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events,
-                             stats.rejects)
+                if not follower.due():
+                    continue
+                was_caught_up = follower.caught_up
+                follower.step()
+                if follower.caught_up and not was_caught_up:
+                    notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
         finally:
             observer.stop()
             observer.join(timeout=5)
     finally:
         if api is not None:
             api.close()
-        _record_gates(writer, keeper)
-        _record_hooks(writer, hooks, live)
-        hot.close()
+        try:
+            _record_gates(writer, keeper)
+            _record_hooks(writer, hooks, live)
+            hot.close()
+        except STALLS as exc:
+            _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
+                 "hot views are rebuilt from the ledger at the next start")
         readers.close()
         conn.close()
         os.close(lock)

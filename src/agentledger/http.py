@@ -42,6 +42,7 @@ class Health:
 
     def __init__(self) -> None:
         self.caught_up = False
+        self.trouble: str | None = None  # why ingest is paused (a full disk, a held lock), while it is
         self.last_tick = time.monotonic()
 
     def tick(self) -> None:
@@ -54,6 +55,9 @@ class Health:
         return 200, {"status": "ok"}
 
     def ready(self) -> tuple[int, dict]:
+        trouble = self.trouble
+        if trouble is not None:
+            return 503, {"ready": False, "reason": trouble}
         if not self.caught_up:
             return 503, {"ready": False, "reason": "catching up"}
         return 200, {"ready": True}

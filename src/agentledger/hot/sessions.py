@@ -109,6 +109,12 @@ class HotSessions:
             keys, self.recovered = self.recovered, []
             return sum(self._check(conn, key) for key in keys if key not in self._fresh)
 
+    def stale(self) -> None:
+        """The ledger moved without ``refresh`` (a catch-up batch): check each view again before trusting it."""
+        with self._lock:
+            self.recovered.extend(self._fresh)
+            self._fresh.clear()
+
     def refresh(self, conn: apsw.Connection, session_ids: Iterable[str], position: int) -> None:
         """Bring the views of sessions a committed batch changed (and of their ancestors) up to it."""
         ids = list(session_ids)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from agentledger.faults import fault
+
 T = TypeVar("T")
 
 SESSIONS = "sessions"
@@ -106,7 +108,11 @@ def _write_atomically(directory: Path, name: str, data: bytes) -> None:
     try:
         with f:
             os.fchmod(f.fileno(), FILE_MODE)  # os.open's mode is narrowed by the umask; this makes it exact
-            f.write(data)
+            half = len(data) // 2
+            f.write(data[:half])
+            f.flush()
+            fault("mid_state_write")
+            f.write(data[half:])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, directory / name)

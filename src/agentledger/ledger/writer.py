@@ -36,6 +36,7 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
+from agentledger.faults import fault
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
 from agentledger.ledger.lifecycle import DEFAULT_IDLE_S, Lifecycle
@@ -46,6 +47,11 @@ if TYPE_CHECKING:
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)
+
+
+# Errors after which SQLite may have rolled back the whole transaction on its own.
+_ROLLED_BACK = (apsw.FullError, apsw.IOError, apsw.NoMemError, apsw.BusyError, apsw.InterruptError,
+                apsw.CorruptError)
 
 
 class CheckpointConflict(Exception):
@@ -485,9 +491,18 @@ class LedgerWriter:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
+        except BaseException as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+                raise
+            # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
+            # savepoints on the way out failed too: raise the error that says what happened.
+            cause = exc
+            while cause is not None and not isinstance(cause, _ROLLED_BACK):
+                cause = cause.__context__
+            if cause is None:
+                raise
+            raise cause from None
         self.conn.execute("COMMIT")
 
     # -- batches -----------------------------------------------------------------
@@ -513,6 +528,7 @@ class LedgerWriter:
                 raise CheckpointConflict(
                     f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
                 )
+            fault("before_commit")
         result.rejects = len(rejects)
         self.interrupted = [a + b for a, b in zip(self.interrupted, result.interrupted)]
         return result

@@ -104,8 +104,8 @@ class FileDecoder:
         self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
-        if _SNAPSHOT_MARK in line[:_SNAPSHOT_PREFIX]:
-            return []
+        if line[:1] == b"{" and _SNAPSHOT_MARK in line[:_SNAPSHOT_PREFIX]:
+            return []  # an object that says it is a snapshot; a line that is no object at all is rejected
         obj = json_object(line, offset)
         if obj.__class__ is Reject:
             return obj

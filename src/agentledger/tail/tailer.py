@@ -10,12 +10,15 @@ read cannot make us read the wrong file.
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.tail.identity import fingerprint
 from agentledger.tail.layouts import LAYOUTS, Candidate
@@ -64,6 +67,14 @@ class ScanReport:
     events: list[tuple[str, str, int | None]] = field(default_factory=list)  # (event, path, bytes)
 
 
+def _raise_fd_limit() -> None:
+    """A scan holds every changed file open until it is read, so a catch-up over thousands of
+    files needs thousands of descriptors: take the hard limit, not the soft default (often 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class Tailer:
     """Follows every file of one source format under its roots."""
 
@@ -77,6 +88,7 @@ class Tailer:
         batch_lines: int = DEFAULT_BATCH_LINES,
         batch_bytes: int = 16 * 1024 * 1024,
     ):
+        _raise_fd_limit()
         self.writer = writer
         self.source = source
         self.roots = [str(Path(r).expanduser().resolve()) for r in roots]
@@ -110,7 +122,9 @@ class Tailer:
                             st.st_size, st.st_mtime_ns, known[2])
         try:
             fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # the file is there: taking it for gone would settle it as lost
             return None
         try:
             st = os.fstat(fd)
@@ -176,10 +190,14 @@ class Tailer:
         missing = [r for r in self.rows.values()
                    if r.status in ACTIVE and r.root in self.roots and r.id not in claimed]
         if missing:
-            # A rename racing the directory listing can hide a file for one listing: look again.
-            again = self._snapshot()
-            seen_again = {p.fp for p in again if p.fp is not None}
-            self.close(again)
+            # A rename racing the directory listing can hide a file for one listing: look again,
+            # one file at a time (every file of the first look is still open).
+            seen_again = set()
+            for root, cand in self._list():
+                p = self._open(root, cand)
+                if p is not None:
+                    seen_again.add(p.fp)
+                    self.close([p])
             for row in missing:
                 if row.fingerprint not in seen_again:
                     self._vanished(row, physicals, report)
@@ -236,6 +254,8 @@ class Tailer:
             self.writer.update_file(row, event)
             if event:
                 report.events.append((event[0], p.path, event[1]))
+                if event[0] == "rotate":
+                    fault("after_rotate")
 
     def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk."""
@@ -285,6 +305,8 @@ class Tailer:
                 self._pending_long.pop(row.id, None)
             if res.end == start:
                 return
+            if fingerprint(p.fd) != row.fingerprint:
+                return  # truncated and rewritten since the scan: these lines belong to the file it is now
             yield Chunk(row, p.path, start, res, max(p.size, res.end))
             if row.offset != res.end:
                 return  # the caller did not commit; stop rather than skip lines

@@ -1,0 +1,86 @@
+"""The daemon dies at each named fault point; after a restart nothing is lost or counted twice.
+
+Each test arms one point (``AGENTLEDGER_FAULT=point:N``), feeds a real ``serve`` until the
+process ends there, restarts it unarmed, feeds it more, and then compares the ledger with a
+clean one-shot build of the same files, runs verify, and checks the hot views it left on disk
+against a replay of the ledger.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+from logwriter import LogDir, llm_call
+from served import (
+    Served,
+    assert_consistent,
+    assert_equals_clean_build,
+    assert_hot_views_equal_ledger,
+    count,
+    wait_for,
+)
+
+from agentledger.faults import EXIT_CODE, POINTS
+from agentledger.hot.store import SESSIONS, TMP_PREFIX
+
+SESSION_NAMES = ("s1", "s2", "s3")
+KEYS = {f"agent:main:{s}" for s in SESSION_NAMES}
+
+
+class Feed:
+    """Appends priced calls for three sessions, rotating by rename when asked."""
+
+    def __init__(self, logs: LogDir):
+        self.logs = logs
+        self.n = 0
+
+    def step(self, lines: int = 4, rotate: bool = False) -> None:
+        if rotate and self.logs.live.exists():
+            self.logs.rotate()
+        data = b"".join(llm_call(self.n + i + 1, session=SESSION_NAMES[(self.n + i) % 3], cost_pico=(self.n + i + 1)
+                                 * 1_000_000) for i in range(lines))
+        self.logs.append(data)
+        self.n += lines
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_crash_at_each_fault_point_loses_and_doubles_nothing(tmp_path, point):
+    logs = LogDir(tmp_path / "logs")
+    feed = Feed(logs)
+    feed.step(10)
+    rotate = point == "after_rotate"
+    daemon = Served(tmp_path, logs.root)
+    daemon.start(fault=f"{point}:3")
+    deadline = time.monotonic() + 60
+    while daemon.proc.poll() is None and time.monotonic() < deadline:
+        feed.step(rotate=rotate)
+        time.sleep(0.15)
+    assert daemon.wait() == EXIT_CODE, daemon.log()
+    assert f"fault {point} fired" in daemon.log()
+    if point == "mid_state_write":  # it did die with half a state file written
+        assert any(p.name.startswith(TMP_PREFIX) for p in (daemon.state_dir / "hot" / SESSIONS).iterdir())
+
+    daemon.start()
+    for _ in range(5):
+        feed.step(rotate=rotate)
+        time.sleep(0.1)
+    wait_for(lambda: count(daemon.db, "SELECT count(*) FROM events") == feed.n, what=f"{feed.n} events")
+    assert daemon.stop() == 0, daemon.log()
+
+    assert count(daemon.db, "SELECT count(*) FROM llm_calls") == feed.n
+    assert count(daemon.db, "SELECT sum(cost_pico) FROM llm_calls") == sum(range(1, feed.n + 1)) * 1_000_000
+    assert_consistent(daemon.db)
+    assert_equals_clean_build(daemon.db, logs.root, tmp_path)
+    assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, KEYS)
+
+
+def test_a_misspelt_fault_stops_the_daemon_with_the_names_it_knows(tmp_path):
+    env = {"AGENTLEDGER_FAULT": "before_comit:1", "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run([sys.executable, "-c", "import agentledger.faults"], capture_output=True, text=True,
+                         cwd=REPO, env=env)
+    assert ran.returncode == 1
+    assert "before_commit, after_commit" in ran.stderr

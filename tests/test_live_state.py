@@ -1,0 +1,47 @@
+"""Hot views asked for while the daemon is still catching up follow the batches committed after."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo
+
+from logwriter import LogDir, llm_call
+
+from agentledger.daemon import LiveState
+from agentledger.gates import GateKeeper
+from agentledger.hot.sessions import HotSessions
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger.db import ReaderPool, open_writer
+from agentledger.ledger.writer import LedgerWriter
+
+KEY = "agent:main:s1"
+
+
+def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    conn = open_writer(tmp_path / "ledger.db")
+    readers = ReaderPool(tmp_path / "ledger.db")
+    hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
+    live = LiveState(conn, hot, GateKeeper((), hot, readers, ZoneInfo("UTC")))
+    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]),
+                        after_commit=lambda batch, result: live.committed(result.sessions, result.position))
+
+    def calls() -> int:
+        with readers.connection() as reader:
+            return hot.lookup(reader, KEY).own.llm_calls
+
+    try:
+        pipeline.run_once()  # a first catch-up pass; a gate asks about the session in between
+        assert calls() == 1
+        logs.append(llm_call(2))
+        pipeline.run_once()  # a second pass of the catch-up: no refresh yet, the view must not lag
+        assert calls() == 2
+        live.caught_up()
+        assert calls() == 2
+        logs.append(llm_call(3))
+        pipeline.run_once()  # following: refreshed after the commit
+        assert calls() == 3
+    finally:
+        hot.close()
+        readers.close()
+        conn.close()
