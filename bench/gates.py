@@ -75,7 +75,7 @@ def _serve(work: Path, root: Path) -> tuple[subprocess.Popen, str]:
                             stderr=subprocess.PIPE, text=True)
     url = None
     for line in proc.stderr:
-        m = re.search(r"listening on http://(\S+)", line)
+        m = re.search(r'listening on http://([^\s"]+)', line)
         if m:
             url = m.group(1)
         if "following live" in line:

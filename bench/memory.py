@@ -83,7 +83,7 @@ limit = 100.0
     try:
         url = None
         for line in daemon.stderr:
-            m = re.search(r"listening on (http://\S+)", line)
+            m = re.search(r'listening on (http://[^\s"]+)', line)
             if m:
                 url = m.group(1)
                 break

@@ -213,7 +213,7 @@ limit = 1000000.0
         url = None
         for line in daemon.stderr:
             log.append(line)
-            m = re.search(r"listening on (http://\S+)", line)
+            m = re.search(r'listening on (http://[^\s"]+)', line)
             if m:
                 url = m.group(1)
                 break

@@ -72,7 +72,7 @@ root = "{root}"
         def collect(stream, lines: list[str]) -> None:
             for line in stream:
                 lines.append(line)
-                m = re.search(r"listening on (http://\S+)", line)
+                m = re.search(r'listening on (http://[^\s"]+)', line)
                 if m:
                     self.url = m.group(1)
                     listening.set()

@@ -73,7 +73,7 @@ class Served:
                                      stderr=subprocess.PIPE, text=True, cwd=REPO, env=self.env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            m = re.search(r"listening on (http://\S+)", self.proc.stderr.readline())
+            m = re.search(r'listening on (http://[^\s"]+)', self.proc.stderr.readline())
             if m:
                 self.url = m.group(1)
                 break

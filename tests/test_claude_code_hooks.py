@@ -254,7 +254,7 @@ class _Serve:
         while "listening on" not in line:
             assert line != "eof", "serve exited"
             line = self.proc.stderr.readline() or "eof"
-        self.url = re.search(r"listening on (http://\S+)", line).group(1)
+        self.url = re.search(r'listening on (http://[^\s"]+)', line).group(1)
         _wait(lambda: self._get("/readyz") == 200)
         return self
 

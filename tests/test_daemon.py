@@ -156,3 +156,21 @@ def test_torn_line_then_sigkill_then_completed(tmp_path):
         daemon.communicate(timeout=30)
     assert _count(db, "SELECT count(*) FROM rejects") == 0
     assert _count(db, "SELECT count(*) FROM llm_calls") == 3
+
+
+def test_serve_logs_its_moments_as_json_lines_when_not_on_a_terminal(tmp_path, oc_corpus):
+    import json as _json
+
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", "60", str(oc_corpus))
+    lines = []
+    for line in daemon.stderr:
+        lines.append(_json.loads(line))
+        if "caught up" in lines[-1]["msg"]:
+            break
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    rest = [_json.loads(line) for line in daemon.stderr.read().splitlines()]
+    messages = [(r["level"], r["msg"].split(":")[0].split(" ")[0]) for r in lines + rest]
+    assert ("info", "listening") in messages and ("info", "caught") in messages and ("info", "stopped") in messages
+    assert all(set(r) >= {"ts", "level", "logger", "msg"} for r in lines + rest)

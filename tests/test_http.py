@@ -31,7 +31,7 @@ def api(tmp_path_factory, oc_corpus):
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         lines.append(line)
-        m = re.search(r"listening on (http://\S+)", line)
+        m = re.search(r'listening on (http://[^\s"]+)', line)
         if m:
             address = m.group(1)
         if "caught up" in line:
@@ -135,7 +135,7 @@ def test_not_ready_while_catching_up(tmp_path):
         while address is None:
             line = proc.stderr.readline()
             assert line, "serve died"
-            m = re.search(r"listening on (http://\S+)", line)
+            m = re.search(r'listening on (http://[^\s"]+)', line)
             address = m.group(1) if m else None
         status, body = get(f"{address}/readyz")
         assert (status, body) == (503, {"ready": False, "reason": "catching up"})

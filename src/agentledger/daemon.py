@@ -47,8 +47,9 @@ class _Wake(FileSystemEventHandler):
         self.wake.set()
 
 
-def _say(message: str) -> None:
-    print(f"agentledger: {message}", file=sys.stderr, flush=True)
+def _say(message: str, level: int = logging.INFO) -> None:
+    """A line worth knowing: text on a terminal, JSON elsewhere (see logs.py)."""
+    log.log(level, message)
 
 
 def _start_demo(directory: Path) -> subprocess.Popen:
@@ -125,6 +126,8 @@ def _reconcile(writer: LedgerWriter, grace_s: float, live: LiveState) -> None:
 def _record_gates(writer: LedgerWriter, keeper: GateKeeper) -> None:
     decisions, counts = keeper.drain()
     writer.record_gate_decisions(decisions, counts)
+    for d in decisions:  # warn and block only: allows are counted, not told
+        log.warning("gate %s: %s %s for tool %s: %s", d.gate, d.decision, d.session_key, d.tool, d.reason)
 
 
 def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> None:
@@ -191,7 +194,7 @@ class _Follower:
             self.retry_at = time.monotonic() + self.delay
             reason = _why(exc)
             if self.health.trouble != reason:
-                _say(f"{reason}; trying again")
+                _say(f"{reason}; trying again", logging.ERROR)
             self.health.trouble = reason
             return
         if self.health.trouble is not None:
@@ -219,8 +222,10 @@ class _Follower:
             self.pruner.tick(self.writer.conn, now_ms())
         if time.monotonic() >= self.next_reconcile:
             self._reconcile()
+        if stats.rejects:
+            log.warning("%d lines rejected (see `agentledger rejects`)", stats.rejects)
         if stats.lines:
-            log.info("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events, stats.rejects)
+            log.debug("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events, stats.rejects)
 
     def _reconcile(self) -> None:
         _reconcile(self.writer, self.config.grace_s, self.live)
@@ -263,11 +268,11 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     try:
         lock = writer_lock(db)
     except LedgerBusy as exc:
-        _say(str(exc))
+        _say(str(exc), logging.ERROR)
         return 1
     found = _roots(config, demo)
     if isinstance(found, str):
-        _say(found)
+        _say(found, logging.ERROR)
         os.close(lock)
         return 2
     specs, demo_proc = found
@@ -289,7 +294,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         try:
             api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks)
         except OSError as exc:
-            _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT")
+            _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
             return 2
         api.start()
         _say(f"listening on {api.address}")
@@ -338,7 +343,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             hot.close()
         except STALLS as exc:
             _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
-                 "hot views are rebuilt from the ledger at the next start")
+                 "hot views are rebuilt from the ledger at the next start", logging.ERROR)
         readers.close()
         conn.close()
         os.close(lock)

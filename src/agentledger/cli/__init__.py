@@ -20,6 +20,8 @@ class Context:
         self.config_path = config_path
         self.db_flag = db
         self._config: Config | None = None
+        self.log_chosen = False  # --log-level or -v given
+        self.log_json: bool | None = None  # None: JSON unless stderr is a terminal
 
     def configure(self, **flags) -> Config:
         """The configuration with this command's flags (by key path) on top; None means not given."""
@@ -75,9 +77,10 @@ def main(args: list[str] | None = None) -> None:
 def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: bool, log_level: str | None,
         log_format: str) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
-    logs.setup(log_level or ("info" if verbose else "warning"),
-               json={"auto": None, "text": False, "json": True}[log_format])
+    json = {"auto": None, "text": False, "json": True}[log_format]
+    logs.setup(log_level or ("info" if verbose else "warning"), json=json)
     ctx.obj = Context(config_path, db)
+    ctx.obj.log_chosen, ctx.obj.log_json = log_level is not None or verbose, json
 
 
 from agentledger.cli import config, ingest, prune, queries, serve, verify, watch  # noqa: E402  (commands register on cli)

@@ -38,7 +38,11 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     legacy names) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a
     directory fed by a small live writer.
     """
+    from agentledger import logs
     from agentledger.daemon import run_daemon
+
+    if not obj.log_chosen:  # a daemon's start, catch-up, file events and gate blocks are worth a line each
+        logs.setup("info", json=obj.log_json)
 
     pairs = [(fmt, r) for r in roots] + list(sources)
     config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace, idle_s=idle,
