@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import apsw
 from conftest import REPO, cli_env, ingest
 from ledgerdump import dump
+from serving import http_get, wait_for  # noqa: F401  (wait_for: the fault and stress tests take it from here)
 
 from agentledger.hot.sessions import HotSessions, _from_ledger
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.ledger.verify import check_checkpoints, check_rollups
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout:g}s")
 
 
 class Served:
@@ -89,11 +78,7 @@ root = "{root}"
         return "".join(self.stderr)
 
     def get(self, path: str) -> tuple[int, object]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        return http_get(self.url, path)
 
     def wait(self, timeout: float = 60.0) -> int:
         code = self.proc.wait(timeout=timeout)

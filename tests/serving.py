@@ -53,7 +53,7 @@ root = "{root}"
     return path
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -61,6 +61,15 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
             return value
         time.sleep(0.1)
     raise AssertionError(f"{what} not reached in {timeout}s")
+
+
+def http_get(url: str, path: str) -> tuple[int, object]:
+    """Status and JSON body of a GET, error statuses included."""
+    try:
+        with urllib.request.urlopen(url + path, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 class Served:
@@ -83,11 +92,7 @@ class Served:
         wait_for(lambda: self.get("/readyz")[0] == 200, what="serve caught up")
 
     def get(self, path: str) -> tuple[int, object]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        return http_get(self.url, path)
 
     def post(self, path: str, body: dict) -> tuple[int, object]:
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
