@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import apsw
@@ -309,6 +310,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                             pricer=pricer)
 
         _say(f"ledger {db}; catching up on {where}")
+        # A directory created after its parent's watch began gets a watch of its own, and watchdog
+        # warns that it replaces one; replacing it is right, the warning is noise for operators.
+        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         observer = Observer()
         for spec in specs:
             for root in spec.roots:
