@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import orjson
 import pytest
 from conftest import CORPUS
 from logwriter import BASE_TS, LogDir, event
@@ -291,3 +292,17 @@ def test_claude_code_hook_answers_follow_the_protocol(ledger_with):
     for payload in payloads:
         if payload["hook_event_name"] != "PreToolUse":
             assert claude_code_answer(ledger.keeper, payload) == {}
+
+
+def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):
+    ledger = ledger_with([gate(name="calls", metric="llm_calls", limit=3),
+                          gate(name="calls-today", scope="global-day", metric="llm_calls", limit=3)])
+    failed = orjson.loads(llm(2, 0.0, ts=NOW_MS - 1000))
+    failed["error"] = {"message": "overloaded"}
+    ledger.add(llm(1, 0.0, ts=NOW_MS - 2000), orjson.dumps(failed) + b"\n")
+    assert ledger.ask().decision == "allow"  # two calls, one of them failed: 2 of 3
+    view = hot_json(ledger.hot.lookup(ledger.conn, "agent:main:s1"))
+    assert (view["llm_calls"], view["llm_errors"]) == (1, 1)
+    ledger.add(llm(3, 0.0, ts=NOW_MS - 500))
+    d = ledger.ask()
+    assert (d.decision, d.gate, d.value) == ("block", "calls", 3)

@@ -809,6 +809,7 @@ def _instance_totals(conn: apsw.Connection, session_ids: list[str]) -> tuple[dic
     """Totals summed over session instances (snapshot fallbacks included) and their last change."""
     *values, changed = conn.execute(_INSTANCE_TOTALS, (_json_list(session_ids),)).fetchall()[0]
     totals = dict(zip(_HOT_TOTALS, values))
+    totals["llm_calls"] -= totals["llm_errors"]  # as every report counts them: failed calls apart
     if session_ids:
         totals["cost_pico"] += sum(_fallback_cost(conn, Window(), session_ids).values())
     return totals, changed
@@ -853,11 +854,18 @@ def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
 
 
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
-    """What day-scoped gates measure: usage in [since, until] from the rollups."""
-    u = usage(conn, Window(since=since, until=until, agent=agent))
-    return {"llm_calls": u["llm_calls"], "llm_errors": u["llm_errors"], "total_tokens": u["total_tokens"],
-            "cost_pico": round(u["cost_usd"] * PICO_PER_USD), "tool_calls": u["tool_calls"],
-            "tool_errors": u["tool_errors"]}
+    """What day-scoped gates measure in [since, until]: model and tool calls only, from the rollups,
+    cost in exact pico-USD (snapshot fallbacks included)."""
+    w = Window(since=since, until=until, agent=agent)
+    (llm,) = _windowed(conn, w, "usage", _USAGE_MEASURES[:1])
+    (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
+    totals = dict(zip(LLM_COLUMNS, llm))
+    return {"llm_calls": totals["llm_calls"] - totals["llm_errors"], "llm_errors": totals["llm_errors"],
+            "total_tokens": totals["total_tokens"],
+            "cost_pico": totals["cost_pico"] + sum(_fallback_cost(conn, w).values()),
+            "tool_calls": tools[0], "tool_errors": tools[1]}
+
+
 def _compaction_what(c: dict) -> str:
     def span(before, after, unit):
         return f"{'?' if before is None else before}→{'?' if after is None else after} {unit}"
