@@ -64,18 +64,15 @@ class Health:
 
 
 def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
-    def one(name: str) -> str | None:
-        return _one(params, name)
-
     try:
-        since = parse_time(one("since")) if one("since") else None
-        until = parse_time(one("until")) if one("until") else None
+        since = parse_time(_one(params, "since")) if _one(params, "since") else None
+        until = parse_time(_one(params, "until")) if _one(params, "until") else None
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-    limit = one("limit")
+    limit = _one(params, "limit")
     if limit is not None and (not limit.isdigit() or int(limit) < 1):
         raise BadRequest("limit must be a positive whole number")
-    return queries.Window(since=since, until=until, agent=one("agent"),
+    return queries.Window(since=since, until=until, agent=_one(params, "agent"),
                           limit=int(limit) if limit is not None else default_limit)
 
 

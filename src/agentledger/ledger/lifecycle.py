@@ -208,12 +208,11 @@ class Lifecycle:
 
         ``tracker`` is the batch's: what it read before the upserts says which sessions moved."""
         conn = self.conn
-        if self.new_ms is None:
-            pass  # nothing new from this log (a batch of duplicates, e.g. a copy): its clock stays as it was
-        elif self.log_id is None:
+        # A batch with nothing new from this log (only duplicates, e.g. a copy) leaves its clock as it was.
+        if self.new_ms is not None and self.log_id is None:
             self.log_id = conn.execute("INSERT INTO log_clocks (log, last_seq, last_ms) VALUES (?, ?, ?) RETURNING id",
                                        (self.log, self.new_seq, self.new_ms)).fetchall()[0][0]
-        else:
+        elif self.new_ms is not None:
             conn.execute("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
                          (self.new_seq, self.new_ms, self.log_id))
         suspensions, closed = self._replay()
