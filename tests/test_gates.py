@@ -190,6 +190,19 @@ def test_day_scopes_count_today_in_the_configured_zone(ledger_with):
     assert d.reason == "all agents together spent $5.00 of its $5.00 daily budget today (Europe/Berlin) (gate all-day)"
 
 
+def test_a_day_gate_starts_from_zero_when_the_clock_passes_midnight(ledger_with):
+    midnight = (NOW_MS // 86_400_000 + 1) * 86_400_000
+    ledger = ledger_with([gate(name="all-day", scope="global-day", limit=2.0)])
+    now = [midnight - 1_000]
+    ledger.keeper.clock = lambda: now[0] / 1000
+    ledger.add(llm(1, 2.5, ts=midnight - 60_000))
+    assert ledger.ask().decision == "block"
+    now[0] = midnight + 1_000  # the same keeper, asked again a second after midnight
+    assert ledger.ask().decision == "allow"
+    ledger.add(llm(2, 2.0, ts=midnight + 500))
+    assert (ledger.ask().decision, ledger.ask().value) == ("block", 2.0)
+
+
 def test_blocks_and_warnings_are_recorded_and_counted(ledger_with):
     ledger = ledger_with([gate(name="soft", action="warn", limit=1.0), gate(name="hard", limit=2.0)])
     ledger.add(llm(1, 1.5))

@@ -9,6 +9,7 @@ exits at once.
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import signal
@@ -207,6 +208,10 @@ class _Follower:
         started = time.monotonic()
         stats = self.pipeline.catch_up()
         self.live.caught_up()
+        # What is alive now stays for the daemon's life; left in the collector, every full
+        # collection would walk it while a gate question waits for the interpreter lock.
+        gc.collect()
+        gc.freeze()
         _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
              f"in {time.monotonic() - started:.1f}s; following live")
         self.caught_up = self.health.caught_up = True

@@ -127,6 +127,8 @@ class GateKeeper:
         self.position = 0  # the last batch the daemon committed; day caches older than it are stale
         self._lock = threading.Lock()
         self._days: dict[tuple, tuple[int, dict]] = {}
+        self._today = (0, 0)  # [start, end) of the current day in ``zone``: most questions fall inside it
+        self._applicable: dict[tuple[str, str], tuple[GateConfig, ...]] = {}  # (tool, agent) → its gates
         self._pending: list[Decision] = []
         self._counts: Counter[tuple[str, str]] = Counter()
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
@@ -143,7 +145,7 @@ class GateKeeper:
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
             agent = (state.agent_id if state else None) or ""
-            applicable = [g for g in self.gates if matches(tool or "", g.tools) and matches(agent, g.agents)]
+            applicable = self._gates_for(tool or "", agent)
             tripped = []
             for gate in applicable:
                 value, who = self._value(conn, gate, state, session_key, now_ms)
@@ -169,6 +171,21 @@ class GateKeeper:
                 self._pending.append(decision)
         return decision
 
+    def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
+        found = self._applicable.get((tool, agent))
+        if found is None:
+            if len(self._applicable) > 4096:  # tool and agent names are few; a flood of made-up ones is not kept
+                self._applicable.clear()
+            found = self._applicable[(tool, agent)] = tuple(
+                g for g in self.gates if matches(tool, g.tools) and matches(agent, g.agents))
+        return found
+
+    def _day_bounds(self, now_ms: int) -> tuple[int, int]:
+        today = self._today
+        if not today[0] <= now_ms < today[1]:
+            today = self._today = day_bounds(now_ms, self.zone)
+        return today
+
     def drain(self) -> tuple[list[Decision], Counter]:
         """Decisions to record and counts to add since the last drain."""
         with self._lock:
@@ -193,7 +210,7 @@ class GateKeeper:
         return measure(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
-        start, end = day_bounds(now_ms, self.zone)
+        start, end = self._day_bounds(now_ms)
         key = (agent, start)
         with self._lock:
             cached = self._days.get(key)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import queue
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,31 +147,35 @@ def migrate(conn: apsw.Connection) -> int:
 
 
 class ReaderPool:
-    """Read-only connections reused across requests: opening one costs more than a gate decision."""
+    """Read-only connections reused across requests: opening one costs more than a gate decision.
+
+    A plain list: ``pop`` and ``append`` are atomic, so taking and returning a connection needs no
+    lock for request threads to wait on."""
 
     def __init__(self, path: str | Path, size: int = 8):
         self.path = path
-        self._idle: queue.LifoQueue[apsw.Connection] = queue.LifoQueue(maxsize=size)
+        self.size = size
+        self._idle: list[apsw.Connection] = []
 
     @contextmanager
     def connection(self) -> Iterator[apsw.Connection]:
         try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
+            conn = self._idle.pop()
+        except IndexError:
             conn = open_reader(self.path)
         try:
             yield conn
         except BaseException:
             conn.close()  # it may be mid-transaction; a fresh one is cheaper than finding out
             raise
-        try:
-            self._idle.put_nowait(conn)
-        except queue.Full:
+        if len(self._idle) < self.size:
+            self._idle.append(conn)
+        else:
             conn.close()
 
     def close(self) -> None:
         while True:
             try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
+                self._idle.pop().close()
+            except IndexError:
                 return
