@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 import apsw
+import orjson
 
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS
 
@@ -237,18 +238,21 @@ def rebuild_keys(conn: apsw.Connection, table: str, since: dict[str, int | None]
     rollup = next(r for r in ROLLUPS if r.table == table)
     columns = ", ".join(rollup.keys + rollup.values)
     start_sql, source_time, stored_time = _SUFFIX[table]
-    whole = set()
-    for key, ts in sorted(since.items(), key=lambda kv: kv[0]):
+    whole = {key for key, ts in since.items() if ts is None}
+    for key, ts in sorted(since.items()):
         if ts is not None:
             ts = conn.execute(start_sql, (key, ts)).fetchall()[0][0]
-        if ts is None:
-            whole.add(key)
-            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1", (key,))
-            conn.execute(f"INSERT INTO {table} ({columns}) {_BY_SESSION_KEY[table]('session_key = ?1')}", (key,))
-        else:
-            conn.execute(f"DELETE FROM {table} WHERE session_key = ?1 AND {stored_time} >= ?2", (key, ts))
-            conn.execute(f"INSERT INTO {table} ({columns}) "
-                         f"{_BY_SESSION_KEY[table](f'session_key = ?1 AND {source_time} >= ?2')}", (key, ts))
+            if ts is None:
+                whole.add(key)
+            else:
+                conn.execute(f"DELETE FROM {table} WHERE session_key = ?1 AND {stored_time} >= ?2", (key, ts))
+                conn.execute(f"INSERT INTO {table} ({columns}) "
+                             f"{_BY_SESSION_KEY[table](f'session_key = ?1 AND {source_time} >= ?2')}", (key, ts))
+    if whole:  # new keys are most of a catch-up's: all of them in one statement each
+        keys = orjson.dumps(sorted(whole)).decode()
+        in_keys = "session_key IN (SELECT value FROM json_each(?1))"
+        conn.execute(f"DELETE FROM {table} WHERE {in_keys}", (keys,))
+        conn.execute(f"INSERT INTO {table} ({columns}) {_BY_SESSION_KEY[table](in_keys)}", (keys,))
     return whole
 
 
