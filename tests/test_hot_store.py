@@ -79,18 +79,21 @@ def quarantined_files(state_dir: Path) -> list[Path]:
 # -- LRU -------------------------------------------------------------------
 
 
-def test_lru_evicts_least_recently_used_and_writes_it_back_first(tmp_path):
+def test_lru_evicts_least_recently_used_and_writes_it_back_at_the_next_flush(tmp_path):
     evicted = []
-    store = open_store(tmp_path, max_entries=2, on_evict=lambda k, s: evicted.append((k, list(s.items))))
+    clock = FakeClock()
+    store = open_store(tmp_path, max_entries=2, clock=clock,
+                       on_evict=lambda k, s: evicted.append((k, list(s.items))))
     store.update("a", append(1))
     store.update("b", append(2))
     assert store.get("a").items == [1]  # a is now the most recently used
     store.update("c", append(3))
     assert evicted == [("b", [2])]
     assert store.size() == 2
+    assert store.keys() == {"a", "b", "c"}
+    store.maybe_flush()  # before the interval: only what was evicted is written
     assert on_disk(tmp_path, "b")["state"] == {"items": [2]}
     assert on_disk(tmp_path, "a") is None  # still dirty in memory, not written yet
-    assert store.keys() == {"a", "b", "c"}
 
 
 def test_get_of_evicted_key_reloads_it_and_counts_as_a_use(tmp_path):
@@ -169,6 +172,60 @@ def test_flush_writes_one_key_and_close_writes_all(tmp_path):
     assert [on_disk(tmp_path, k) is not None for k in "abc"] == [False, True, False]
     store.close()
     assert [on_disk(tmp_path, k)["state"]["items"] for k in "abc"] == [[97], [98], [99]]
+
+
+class SlowDisk:
+    """Holds every session file write until released, as a stalled disk would."""
+
+    def __init__(self, monkeypatch):
+        self.writing = threading.Event()
+        self.release = threading.Event()
+        real = store_module._write_atomically
+
+        def write(directory, name, data):
+            self.writing.set()
+            assert self.release.wait(10)
+            real(directory, name, data)
+
+        monkeypatch.setattr(store_module, "_write_atomically", write)
+
+
+def in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_slow_flush_holds_up_no_reader_and_no_update(tmp_path, monkeypatch):
+    store = open_store(tmp_path)
+    store.update("a", append(1), position=1)
+    store.update("b", append(2))
+    disk = SlowDisk(monkeypatch)
+    flushing = in_thread(store.flush_all)
+    assert disk.writing.wait(5)
+    meanwhile = in_thread(lambda: (store.get("a"), store.update("a", append(3), position=2), store.get("b")))
+    meanwhile.join(2)
+    assert not meanwhile.is_alive()  # answered while the disk still held the flush
+    disk.release.set()
+    flushing.join(5)
+    assert on_disk(tmp_path, "a")["state"] == {"items": [1]}  # what the flush took
+    store.flush_all()
+    assert (on_disk(tmp_path, "a")["state"], on_disk(tmp_path, "a")["position"]) == ({"items": [1, 3]}, 2)
+
+
+def test_a_key_deleted_during_a_flush_does_not_come_back(tmp_path, monkeypatch):
+    store = open_store(tmp_path)
+    store.update("a", append(1))
+    disk = SlowDisk(monkeypatch)
+    flushing = in_thread(store.flush_all)
+    assert disk.writing.wait(5)
+    deleting = in_thread(lambda: store.delete("a"))
+    disk.release.set()
+    flushing.join(5)
+    deleting.join(5)
+    assert on_disk(tmp_path, "a") is None
+    assert not store.has("a")
+    assert not open_store(tmp_path).has("a")  # nor after a restart
 
 
 def test_ttl_evicts_idle_entries_and_writes_them_back(tmp_path):

@@ -136,7 +136,7 @@ class HotSessions:
                     self.store.delete(key)
                     self._fresh.discard(key)
                     dropped.append(key)
-            self.store.maybe_flush()
+        self.store.maybe_flush()  # outside the lock: gate questions must not wait for the disk
         return dropped
 
     def close(self) -> None:

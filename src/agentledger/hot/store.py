@@ -139,8 +139,10 @@ class SessionRuntimeStore(Generic[T]):
     """Per-session state of type T: an LRU of at most ``max_entries`` in memory, the rest on disk.
 
     Updates mark an entry dirty; dirty entries reach disk when ``maybe_flush`` finds
-    their last flush older than ``flush_interval_s`` (0: at every update), when
-    flushed or closed, and always before they are evicted. Thread-safe.
+    their last flush older than ``flush_interval_s`` (0: at every update), and when
+    flushed or closed. An entry evicted while dirty keeps its record in memory until the
+    next flush writes it, and is served from there meanwhile. Thread-safe: files are
+    written outside the lock that reads take, so a slow disk never holds up a reader.
     """
 
     def __init__(
@@ -171,6 +173,9 @@ class SessionRuntimeStore(Generic[T]):
         self._on_recover = on_recover
         self._clock = clock
         self._lock = threading.RLock()
+        # Serializes file writes and deletes; taken before ``_lock``, never while holding it.
+        self._io_lock = threading.Lock()
+        self._unwritten: dict[str, bytes] = {}  # records not yet known to be on disk, by key
         self._entries: OrderedDict[str, _Entry[T]] = OrderedDict()  # least recently used first
         self._on_disk: set[str] = set()  # keys with a trusted file, so has() and keys() need no I/O
         self.quarantined = 0  # files set aside as untrustworthy since this store opened
@@ -195,15 +200,18 @@ class SessionRuntimeStore(Generic[T]):
         """The state for ``key``; a new one from ``create`` (and dirty) if there is none."""
         with self._lock:
             entry = self._lookup(key)
-            if entry is None:
+            created = entry is None
+            if created:
                 entry = self._insert(key)
-                self._dirtied(key, entry)
-            return entry.state
+                self._dirtied(entry)
+        if created:
+            self._flush_if_eager(key)
+        return entry.state
 
     def has(self, key: str) -> bool:
         """Whether ``key`` has state, in memory or on disk; does not count as a use."""
         with self._lock:
-            return key in self._entries or key in self._on_disk
+            return key in self._entries or key in self._unwritten or key in self._on_disk
 
     def position(self, key: str) -> int | None:
         """The last ledger batch the state for ``key`` reflects; None if unknown or absent."""
@@ -214,7 +222,7 @@ class SessionRuntimeStore(Generic[T]):
     def keys(self) -> set[str]:
         """Every key with state, in memory or on disk."""
         with self._lock:
-            return set(self._entries) | self._on_disk
+            return set(self._entries) | set(self._unwritten) | self._on_disk
 
     def size(self) -> int:
         """Entries in memory."""
@@ -239,14 +247,17 @@ class SessionRuntimeStore(Generic[T]):
                 raise
             if position is not None:
                 entry.position = position
-            self._dirtied(key, entry)
-            return entry.state
+            self._dirtied(entry)
+        self._flush_if_eager(key)
+        return entry.state
 
     def delete(self, key: str) -> None:
         """Forget ``key`` in memory and on disk."""
-        with self._lock:
-            self._entries.pop(key, None)
-            self._on_disk.discard(key)
+        with self._io_lock:  # not while a flush may still write it back
+            with self._lock:
+                self._entries.pop(key, None)
+                self._unwritten.pop(key, None)
+                self._on_disk.discard(key)
             try:
                 os.unlink(self._dir / file_name(key))
             except FileNotFoundError:
@@ -254,16 +265,10 @@ class SessionRuntimeStore(Generic[T]):
             _fsync_dir(self._dir)  # else a crash could bring the session back
 
     def flush(self, key: str) -> None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry.dirty:
-                self._write(key, entry)
+        self._flush(lambda k, entry, now: k == key)
 
     def flush_all(self) -> None:
-        with self._lock:
-            for key, entry in list(self._entries.items()):
-                if entry.dirty:
-                    self._write(key, entry)
+        self._flush(lambda k, entry, now: True)
 
     def close(self) -> None:
         """Write every dirty entry; the store stays usable."""
@@ -272,19 +277,48 @@ class SessionRuntimeStore(Generic[T]):
     def maybe_flush(self) -> None:
         """Evict entries idle longer than ``ttl_s``, then flush those dirty longer than the interval."""
         with self._lock:
-            now = self._clock()
             if self._ttl_s:
+                now = self._clock()
                 # Oldest use first, so the scan stops at the first entry still in use.
                 while self._entries:
                     key, entry = next(iter(self._entries.items()))
                     if now - entry.used_at <= self._ttl_s:
                         break
                     self._evict(key)
-            for key, entry in list(self._entries.items()):
-                if entry.dirty and now - entry.flushed_at >= self._flush_interval_s:
-                    self._write(key, entry)
+        self._flush(lambda k, entry, now: now - entry.flushed_at >= self._flush_interval_s)
 
     # -- internals ---------------------------------------------------------
+
+    def _flush(self, due: Callable[[str, _Entry[T], float], bool]) -> None:
+        """Write the records of dirty entries ``due`` says to, and of every evicted dirty entry.
+
+        The records are taken under the lock; the files are written after it is released."""
+        with self._io_lock:
+            with self._lock:
+                now = self._clock()
+                for key, entry in self._entries.items():
+                    if entry.dirty and due(key, entry, now):
+                        self._unwritten[key] = self._record(key, entry)
+                        entry.dirty = False
+                        entry.flushed_at = now
+                batch = list(self._unwritten.items())
+            for key, data in batch:
+                # A failure leaves this record and the rest in ``_unwritten``: the next flush tries again.
+                _write_atomically(self._dir, file_name(key), data)
+                with self._lock:
+                    if self._unwritten.get(key) is data:  # else a newer record came meanwhile
+                        del self._unwritten[key]
+                    self._on_disk.add(key)
+
+    def _flush_if_eager(self, key: str) -> None:
+        if self._flush_interval_s == 0:
+            self.flush(key)
+
+    def _record(self, key: str, entry: _Entry[T]) -> bytes:
+        doc = {"key": key, "created_at": entry.created_at, "updated_at": entry.updated_at,
+               "position": entry.position, "state": self._dump(entry.state)}
+        # ensure_ascii keeps any key, lone surrogates included, representable.
+        return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
     def _lookup(self, key: str) -> _Entry[T] | None:
         """The entry for ``key``, now the most recently used, loading it from disk if needed."""
@@ -308,26 +342,14 @@ class SessionRuntimeStore(Generic[T]):
         self._evict_overflow()
         return entry
 
-    def _dirtied(self, key: str, entry: _Entry[T]) -> None:
+    def _dirtied(self, entry: _Entry[T]) -> None:
         entry.updated_at = time.time()
         entry.dirty = True
-        if self._flush_interval_s == 0:
-            self._write(key, entry)
-
-    def _write(self, key: str, entry: _Entry[T]) -> None:
-        doc = {"key": key, "created_at": entry.created_at, "updated_at": entry.updated_at,
-               "position": entry.position, "state": self._dump(entry.state)}
-        # ensure_ascii keeps any key, lone surrogates included, representable.
-        _write_atomically(self._dir, file_name(key), json.dumps(doc, separators=(",", ":")).encode("ascii"))
-        entry.dirty = False
-        entry.flushed_at = self._clock()
-        self._on_disk.add(key)
 
     def _evict(self, key: str) -> None:
-        entry = self._entries[key]
+        entry = self._entries.pop(key)
         if entry.dirty:
-            self._write(key, entry)  # first: if it fails the entry stays in memory
-        del self._entries[key]
+            self._unwritten[key] = self._record(key, entry)  # written by the next flush
         if self._on_evict is not None:
             self._on_evict(key, entry.state)
 
@@ -336,9 +358,12 @@ class SessionRuntimeStore(Generic[T]):
             self._evict(next(iter(self._entries)))
 
     def _read_entry(self, key: str) -> _Entry[T] | None:
+        name = file_name(key)
+        unwritten = self._unwritten.get(key)
+        if unwritten is not None:
+            return self._materialize(name, _parse(unwritten))
         if key not in self._on_disk:
             return None
-        name = file_name(key)
         stored = self._read(name, key)
         if stored is None:
             self._on_disk.discard(key)
