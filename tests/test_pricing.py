@@ -121,3 +121,75 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
                            env=env, capture_output=True, check=True)
     assert orjson.loads(again.stdout)["calls_changed"] == 0
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_source = 'priced'") == 2
+
+
+def _token_priced_models() -> list[tuple]:
+    """Every (provider, model, price) of the bundled snapshot that is made only of token rates."""
+    from genai_prices import data_snapshot, types
+
+    from agentledger.pricing import _token_plan
+
+    found = []
+    for provider in data_snapshot.get_snapshot().providers:
+        for model in provider.models:
+            prices = [model.prices] if isinstance(model.prices, types.ModelPrice) else [c.prices for c in model.prices]
+            found += [(provider, model, price) for price in prices if _token_plan(price) is not None]
+    return found
+
+
+TOKEN_PRICED = _token_priced_models()
+TIERED = [m for m in TOKEN_PRICED if any(hasattr(v, "tiers") for v in vars(m[2]).values())]
+
+
+def test_most_of_the_snapshot_is_priced_from_its_token_rates():
+    assert len(TOKEN_PRICED) > 1000 and TIERED  # the fast path covers tiered prices too
+
+
+@settings(max_examples=400, deadline=None)
+@given(priced=st.sampled_from(TOKEN_PRICED) | st.sampled_from(TIERED),
+       fresh=st.integers(0, 400_000), read=st.integers(0, 400_000), write=st.integers(0, 300_000),
+       hour_share=st.floats(0, 1), output=st.integers(0, 100_000))
+def test_token_rates_price_exactly_as_genai_prices_does(priced, fresh, read, write, hour_share, output):
+    import genai_prices
+
+    from agentledger.pricing import _token_plan, _usd
+
+    provider, model, price = priced
+    t = Tokens(input=fresh, output=output, cache_read=read, cache_write=write,
+               cache_write_1h=int(write * hour_share))
+    fields = {"input_tokens": fresh + read + write, "output_tokens": output, "cache_read_tokens": read,
+              "cache_write_tokens": write}
+    if t.cache_write_1h:
+        fields |= {"cache_write_1h_tokens": t.cache_write_1h, "cache_write_5m_tokens": write - t.cache_write_1h}
+    reference = price.calc_price(genai_prices.Usage(**fields))["total_price"]
+    assert round(_usd(_token_plan(price), t) * 10**12) == round(reference * 10**12), (provider.id, model.id)
+
+
+def test_priced_calls_cost_the_same_through_the_fast_path_and_genai_prices():
+    import datetime as dt
+
+    import genai_prices
+
+    pricer = Pricer()
+    t = Tokens(input=250_000, output=1_234, cache_read=10_000, cache_write=5_000, cache_write_1h=2_000)
+    when = dt.datetime.fromtimestamp(OCT_2026 / 1000, tz=dt.UTC)
+    for provider, model in (("anthropic", SONNET), (None, "gpt-5"), ("openai", "gpt-5-mini"),
+                            ("anthropic", "claude-opus-4-1-20250805")):
+        usage = genai_prices.Usage(input_tokens=265_000, output_tokens=1_234, cache_read_tokens=10_000,
+                                   cache_write_tokens=5_000, cache_write_1h_tokens=2_000, cache_write_5m_tokens=3_000)
+        reference = genai_prices.calc_price(usage, model, provider_id=provider, genai_request_timestamp=when)
+        assert pricer.price(provider, model, t, OCT_2026) == round(reference.total_price * 10**12), model
+
+
+@pytest.mark.parametrize("past", [-1, 0, 1])
+def test_a_tiered_rate_starts_where_genai_prices_starts_it(past):
+    import genai_prices
+
+    from agentledger.pricing import _token_plan, _usd
+
+    for provider, model, price in TIERED:
+        start = min(t.start for v in vars(price).values() if hasattr(v, "tiers") for t in v.tiers)
+        t = Tokens(input=start + past - 1000, output=500, cache_read=1000)
+        usage = genai_prices.Usage(input_tokens=start + past, output_tokens=500, cache_read_tokens=1000)
+        reference = price.calc_price(usage)["total_price"]
+        assert round(_usd(_token_plan(price), t) * 10**12) == round(reference * 10**12), (provider.id, model.id)

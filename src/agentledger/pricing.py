@@ -103,6 +103,7 @@ class Pricer:
     def __init__(self, overrides: dict[str, Rates] | None = None):
         self.overrides = overrides or {}
         self._unknown: set[tuple[str | None, str]] = set()
+        self._bundled = _Bundled()
 
     @classmethod
     def from_file(cls, path: Path | None) -> Pricer:
@@ -122,7 +123,7 @@ class Pricer:
             return rates.pico(tokens)
         if (provider, model) in self._unknown:
             return None
-        usd = _bundled(provider, model, tokens, ts_ms)
+        usd = self._bundled.usd(provider, model, tokens, ts_ms)
         if usd is None:
             self._unknown.add((provider, model))
             return None
@@ -138,8 +139,87 @@ class Pricer:
             fact.cost_source = PRICED
 
 
-def _bundled(provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal | None:
+# Prices a token-only plan can hold: per million tokens of each kind, and per thousand searches
+# (never in a transcript's usage, so never charged here).
+_TOKEN_PRICES = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
+_UNCHARGED = frozenset({"web_searches_kcount", "storage_searches_kcount"})
+_MTOK = Decimal(10**6)
+
+
+class _Bundled:
+    """genai-prices' offline price history, with its per-call overhead paid once per price.
+
+    genai-prices takes ~0.1 ms to price one call (it resolves and validates the price's units
+    every time), which was most of a Claude Code catch-up. A price made only of token rates is
+    priced here from those rates with genai-prices' rules: a cached token without a price of its
+    own costs what its parent kind does (an hour-long cache write → a cache write → input), and
+    a tiered rate applies as a whole once the prompt (input with its cache) passes the tier's
+    start. Any other price goes through ``genai_prices.calc_price`` itself."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str | None, str], tuple | None] = {}
+        self._plans: dict[int, tuple[object, tuple | None]] = {}  # id(ModelPrice) → (it, its rates)
+
+    def usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal | None:
+        found = self._models.get((provider, model), ())
+        if found == ():
+            found = self._models[(provider, model)] = _find(provider, model)
+        if found is None:
+            return None
+        provider_info, model_info = found
+        when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
+        price = model_info.get_prices(when)
+        known = self._plans.get(id(price))
+        if known is None or known[0] is not price:
+            known = self._plans[id(price)] = (price, _token_plan(price))
+        plan = known[1]
+        if plan is None:
+            return _calc(provider_info, model_info, t, when)
+        return _usd(plan, t)
+
+
+def _find(provider: str | None, model: str) -> tuple | None:
     # Imported on first use: the snapshot is large, and most commands never price anything.
+    from genai_prices import data_snapshot
+
+    snapshot = data_snapshot.get_snapshot()
+    for hint in ((provider, None) if provider else (None,)):
+        try:
+            return snapshot.find_provider_model(model, None, hint, None)
+        except LookupError:
+            continue  # an unknown provider name: let the model name find its provider
+    return None
+
+
+def _token_plan(price) -> tuple | None:
+    """The price's five token rates (each a Decimal or tiers), or None when it charges anything else."""
+    fields = {name for name, value in vars(price).items() if value is not None}
+    if "input_mtok" not in fields or not fields <= set(_TOKEN_PRICES) | _UNCHARGED:
+        return None
+    return tuple(getattr(price, name) for name in _TOKEN_PRICES)
+
+
+def _rate(value, prompt: int) -> Decimal | None:
+    if value is None or isinstance(value, Decimal):
+        return value
+    for tier in reversed(value.tiers):  # the highest tier the prompt is past
+        if prompt > tier.start:
+            return tier.price
+    return value.base
+
+
+def _usd(plan: tuple, t: Tokens) -> Decimal:
+    prompt = t.input + t.cache_read + t.cache_write
+    inp, out, read, write, write_1h = (_rate(v, prompt) for v in plan)
+    read = inp if read is None else read
+    write = inp if write is None else write
+    write_1h = write if write_1h is None else write_1h
+    return (inp * t.input + (out or 0) * t.output + read * t.cache_read
+            + write * (t.cache_write - t.cache_write_1h) + write_1h * t.cache_write_1h) / _MTOK
+
+
+def _calc(provider_info, model_info, t: Tokens, when: dt.datetime) -> Decimal | None:
+    """genai-prices' own calculation."""
     import genai_prices
 
     # genai-prices counts cache reads and writes inside input_tokens (the OpenAI way).
@@ -148,13 +228,8 @@ def _bundled(provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal
     if t.cache_write_1h:
         fields["cache_write_1h_tokens"] = t.cache_write_1h
         fields["cache_write_5m_tokens"] = t.cache_write - t.cache_write_1h
-    usage = genai_prices.Usage(**fields)
-    when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
-    for hint in ((provider, None) if provider else (None,)):
-        try:
-            return genai_prices.calc_price(usage, model, provider_id=hint, genai_request_timestamp=when).total_price
-        except LookupError:
-            continue  # an unknown provider name: let the model name find its provider
-        except ValueError:
-            return None  # usage the price model cannot split (e.g. more cache than input)
-    return None
+    try:
+        return model_info.calc_price(genai_prices.Usage(**fields), provider_info,
+                                     genai_request_timestamp=when).total_price
+    except ValueError:
+        return None  # usage the price model cannot split (e.g. more cache than input)
