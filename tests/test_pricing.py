@@ -193,3 +193,29 @@ def test_a_tiered_rate_starts_where_genai_prices_starts_it(past):
         usage = genai_prices.Usage(input_tokens=start + past, output_tokens=500, cache_read_tokens=1000)
         reference = price.calc_price(usage)["total_price"]
         assert round(_usd(_token_plan(price), t) * 10**12) == round(reference * 10**12), (provider.id, model.id)
+
+
+def test_a_dated_override_prices_each_call_at_its_date(tmp_path):
+    path = _overrides(tmp_path, f'[[prices."{SONNET}"]]\nfrom = 2026-10-01\ninput = 1\noutput = 1\n'
+                                f'[[prices."{SONNET}"]]\nfrom = 2026-11-01T12:00:00Z\ninput = 2\noutput = 2\n')
+    pricer = Pricer.from_file(path)
+    t = Tokens(input=100_000)
+    nov_1_noon = OCT_2026 + 31 * 86_400_000 + 12 * 3_600_000
+    assert pricer.price("anthropic", SONNET, t, OCT_2026) == 1 * 10**11  # the first entry's first moment
+    assert pricer.price("anthropic", SONNET, t, nov_1_noon - 1) == 1 * 10**11
+    assert pricer.price("anthropic", SONNET, t, nov_1_noon) == 2 * 10**11
+    # Before the first entry the bundled history applies: $3 per million in September 2026.
+    assert pricer.price("anthropic", SONNET, t, OCT_2026 - 1) == 3 * 10**11
+
+
+@pytest.mark.parametrize("body, words", [
+    ('[[prices."m"]]\ninput = 1\noutput = 1\n', "needs `from`"),
+    ('[[prices."m"]]\nfrom = "yesterday"\ninput = 1\noutput = 1\n', "needs `from`"),
+    ('[[prices."m"]]\nfrom = 2026-10-01\ninput = 1\noutput = 1\n[[prices."m"]]\nfrom = 2026-10-01\ninput = 2\n'
+     'output = 2\n', "same date"),
+    ('[prices."m"]\nfrom = 2026-10-01\ninput = 1\noutput = 1\n', "unknown key 'from'"),
+    ('[prices]\nm = 3\n', "must be a table, or"),
+])
+def test_a_bad_dated_override_is_one_clear_error(tmp_path, body, words):
+    with pytest.raises(ValueError, match=words):
+        load_overrides(_overrides(tmp_path, body))

@@ -68,9 +68,20 @@ def _decimal(value: object, where: str) -> Decimal:
     return Decimal(str(value))
 
 
-def load_overrides(path: Path) -> dict[str, Rates]:
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A user's price for a model, from ``since_ms`` on (None: for every date)."""
+
+    since_ms: int | None
+    rates: Rates
+
+
+def load_overrides(path: Path) -> dict[str, list[Override]]:
     """``[prices."model-name"]`` tables with per-million ``input``, ``output``, ``cache_read``,
-    ``cache_write`` (and optionally ``cache_write_1h``); a bad file is one clear error."""
+    ``cache_write`` (and optionally ``cache_write_1h``); or, for a model whose price changed,
+    ``[[prices."model-name"]]`` entries each with the ``from`` date it applies from. A call
+    dated before a model's first ``from`` is priced from the bundled history. A bad file is
+    one clear error."""
     try:
         doc = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -83,24 +94,51 @@ def load_overrides(path: Path) -> dict[str, Rates]:
     out = {}
     for model, spec in table.items():
         where = f'price file {path}: [prices."{model}"]'
-        if not isinstance(spec, dict):
-            raise ValueError(f"{where} must be a table")
-        unknown = set(spec) - set(_RATE_KEYS)
-        if unknown:
-            raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {', '.join(_RATE_KEYS)})")
-        if "input" not in spec or "output" not in spec:
-            raise ValueError(f"{where}: needs at least input and output")
-        rates = {k: _decimal(spec[k], f"{where}.{k}") for k in _RATE_KEYS if k in spec}
-        rates.setdefault("cache_read", Decimal(0))
-        rates.setdefault("cache_write", rates["input"])
-        out[model.lower()] = Rates(**rates)
+        if isinstance(spec, dict):
+            entries = [_override(spec, where, dated=False)]
+        elif isinstance(spec, list) and spec and all(isinstance(e, dict) for e in spec):
+            entries = sorted((_override(e, f"{where} entry {i + 1}", dated=True) for i, e in enumerate(spec)),
+                             key=lambda o: o.since_ms)
+            starts = [o.since_ms for o in entries]
+            if len(set(starts)) != len(starts):
+                raise ValueError(f"{where}: two entries start on the same date")
+        else:
+            raise ValueError(f"{where} must be a table, or [[prices.\"{model}\"]] entries each with a `from` date")
+        out[model.lower()] = entries
     return out
+
+
+def _override(spec: dict, where: str, *, dated: bool) -> Override:
+    unknown = set(spec) - set(_RATE_KEYS) - ({"from"} if dated else set())
+    if unknown:
+        keys = ", ".join(_RATE_KEYS + (("from",) if dated else ()))
+        raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {keys})")
+    if "input" not in spec or "output" not in spec:
+        raise ValueError(f"{where}: needs at least input and output")
+    since = None
+    if dated:
+        since = _since_ms(spec.get("from"), where)
+    rates = {k: _decimal(spec[k], f"{where}.{k}") for k in _RATE_KEYS if k in spec}
+    rates.setdefault("cache_read", Decimal(0))
+    rates.setdefault("cache_write", rates["input"])
+    return Override(since, Rates(**rates))
+
+
+def _since_ms(value: object, where: str) -> int:
+    """A TOML date (midnight UTC) or date-time (UTC unless it says otherwise) → epoch ms."""
+    if isinstance(value, dt.datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    elif isinstance(value, dt.date):
+        moment = dt.datetime.combine(value, dt.time(), dt.UTC)
+    else:
+        raise ValueError(f"{where}: needs `from`, the date the price applies from (e.g. from = 2026-10-01)")
+    return int(moment.timestamp() * 1000)
 
 
 class Pricer:
     """Prices calls: the override file wins, then the bundled price history, else unpriced."""
 
-    def __init__(self, overrides: dict[str, Rates] | None = None):
+    def __init__(self, overrides: dict[str, list[Override]] | None = None):
         self.overrides = overrides or {}
         self._unknown: set[tuple[str | None, str]] = set()
         self._bundled = _Bundled()
@@ -118,7 +156,7 @@ class Pricer:
         """pico-USD for one call, or None when no price is known for the model."""
         if not model:
             return None
-        rates = self.overrides.get(model.lower())
+        rates = _in_force(self.overrides.get(model.lower()), ts_ms)
         if rates is not None:
             return rates.pico(tokens)
         if (provider, model) in self._unknown:
@@ -137,6 +175,16 @@ class Pricer:
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
+
+
+def _in_force(entries: list[Override] | None, ts_ms: int) -> Rates | None:
+    """The override that applies at ``ts_ms``: the latest to start by then."""
+    found = None
+    for entry in entries or ():
+        if entry.since_ms is not None and entry.since_ms > ts_ms:
+            break
+        found = entry.rates
+    return found
 
 
 # Prices a token-only plan can hold: per million tokens of each kind, and per thousand searches
