@@ -172,6 +172,15 @@ def test_claude_code_totals(claude_db, claude_corpus):
     assert (u["tool_calls"], u["tool_errors"]) == (t["tool_calls"], t["failed_tool_calls"])
     assert u["sessions"] == t["sessions"]
     assert u["runs"] == t["runs"]
+    # Orphans are the last turns of killed sessions, left waiting on a tool; the turns users stopped are
+    # interrupted too, with an end of their own; every other turn ended, said so or not.
+    interrupted = dict(_rows(claude_db, "SELECT coalesce(stop_reason, ''), count(*) FROM runs "
+                                        "WHERE status = 'interrupted' GROUP BY 1"))
+    assert interrupted == {"": t["orphaned_runs"], "user_interrupt": want["detail"]["interrupt_lines"]}
+    assert (u["interrupted_runs"], u["open_runs"], u["failed_runs"]) == (
+        t["orphaned_runs"] + want["detail"]["interrupt_lines"], 0, 0)
+    assert scalar(claude_db, "SELECT count(*) FROM tool_calls WHERE status = 'interrupted'") \
+        == t["orphaned_tool_calls"]
     assert u["subagents"] == t["subagents"]
     assert u["compactions"] == t["compactions"]
     assert u["rejected_lines"] == want["lines"]["malformed"]["total"]
