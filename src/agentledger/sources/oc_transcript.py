@@ -279,7 +279,11 @@ class FileDecoder:
         ts = iso_ms(obj.get("timestamp"))
         if ts is None:
             return reject(line, offset, "missing or invalid field 'timestamp'")
-        base = {"event_id": line_id(f"{self.session_id}\n".encode() + line), "ts_ms": ts, "source": SOURCE,
+        # An entry is known by its id within its session, so its JSONL line and its row in the SQLite
+        # store (see tail/transcript_store.py) are one event, however each serializes it.
+        entry = text(obj.get("id"))
+        ident = f"{self.session_id}\n{kind}\n{entry}".encode() if entry else f"{self.session_id}\n".encode() + line
+        base = {"event_id": line_id(ident), "ts_ms": ts, "source": SOURCE,
                 "agent_id": self.agent_id, "session_key": self.session_key, "session_id": self.session_id}
         if kind == "session":
             return self._header(base)
