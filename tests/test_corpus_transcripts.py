@@ -101,7 +101,8 @@ def test_transcript_totals(transcript_db, transcript_corpus):
     assert u["subagents"] == t["subagents"]
     assert u["compactions"] == t["compactions"]
     assert u["rejected_lines"] == want["lines"]["malformed"]["total"]
-    assert u["sessions"] + u["subagent_sessions"] == t["sessions"] + t["subagent_sessions"]
+    # Archived subagent transcripts, which sessions.json no longer lists, are still subagents.
+    assert (u["sessions"], u["subagent_sessions"]) == (t["sessions"], t["subagent_sessions"])
     detail = want["detail"]
     nonzero = sum(len(re.findall(rb'"exitCode":[1-9]', p.read_bytes()))
                   for p in transcript_corpus.glob("agents/*/sessions/*.jsonl*"))
@@ -132,12 +133,18 @@ def test_transcript_sessions_sample(transcript_db, transcript_corpus):
     by_id = {s["session_id"]: s for s in _read(transcript_db, queries.sessions, queries.Window())}
     listed = {entry["sessionId"] for index in transcript_corpus.glob("agents/*/sessions/sessions.json")
               for entry in json.loads(index.read_text()).values()}
-    for want in _expected(transcript_corpus)["sessions_sample"]:
+    sample = _expected(transcript_corpus)["sessions_sample"]
+    children = [child for want in sample for child in want["children"]]
+    assert any(child["sessionId"] not in listed for child in children)
+    for want in sample + children:
         got = by_id[want["sessionId"]]
         assert got["agent_id"] == want["agentId"]
-        # An archived transcript is no longer in sessions.json: it keeps a key of its own.
-        key = want["sessionKey"] if want["sessionId"] in listed else f"agent:{want['agentId']}:{want['sessionId']}"
+        # An archived session is no longer in sessions.json: it keeps a key of its own, unless it was a
+        # subagent, whose parent's spawn still names it.
+        key = want["sessionKey"] if want["sessionId"] in listed or want["kind"] == "subagent" \
+            else f"agent:{want['agentId']}:{want['sessionId']}"
         assert got["session_key"] == key
+        assert got["is_subagent"] == (want["kind"] == "subagent")
         assert (got["runs"], got["llm_calls"], got["tool_calls"]) == (want["runs"], want["llm_calls"],
                                                                      want["tool_calls"])
         assert (got["input_tokens"], got["output_tokens"]) == (want["tokens"]["input"], want["tokens"]["output"])
@@ -172,6 +179,15 @@ def test_claude_code_totals(claude_db, claude_corpus):
     assert (u["tool_calls"], u["tool_errors"]) == (t["tool_calls"], t["failed_tool_calls"])
     assert u["sessions"] == t["sessions"]
     assert u["runs"] == t["runs"]
+    # Orphans are the last turns of killed sessions, left waiting on a tool; the turns users stopped are
+    # interrupted too, with an end of their own; every other turn ended, said so or not.
+    interrupted = dict(_rows(claude_db, "SELECT coalesce(stop_reason, ''), count(*) FROM runs "
+                                        "WHERE status = 'interrupted' GROUP BY 1"))
+    assert interrupted == {"": t["orphaned_runs"], "user_interrupt": want["detail"]["interrupt_lines"]}
+    assert (u["interrupted_runs"], u["open_runs"], u["failed_runs"]) == (
+        t["orphaned_runs"] + want["detail"]["interrupt_lines"], 0, 0)
+    assert scalar(claude_db, "SELECT count(*) FROM tool_calls WHERE status = 'interrupted'") \
+        == t["orphaned_tool_calls"]
     assert u["subagents"] == t["subagents"]
     assert u["compactions"] == t["compactions"]
     assert u["rejected_lines"] == want["lines"]["malformed"]["total"]

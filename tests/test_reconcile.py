@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import apsw
 import orjson
 from conftest import ingest
-from ledgerdump import scalar
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledgerdump import dump, scalar
 from logwriter import LogDir
+from test_transcript_sources import SESSION, cc_assistant, cc_prompt, cc_result
 
+from agentledger.facts import RunEnded, RunStarted
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import Batch, LedgerWriter
 
 
 def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
@@ -86,3 +92,190 @@ def test_grace_is_respected(tmp_path, db):
     assert reconcile(writer, now, grace_s=600).runs == 0
     assert reconcile(writer, now + 600_000, grace_s=600).runs == 1
     conn.close()
+
+
+def test_telemetry_runs_without_an_end_are_interrupted_even_with_nothing_left_waiting(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    t0 = 1_790_000_000_000
+    logs.append(_ev(1, t0, "run.start", {"model": "m", "provider": "p"})
+                + _ev(2, t0 + 5, "llm.call", {"provider": "p", "model": "m", "delta": {"input": 1, "total": 1}},
+                      agentId="unknown"))
+    ingest(db, logs.root)
+    conn = open_writer(db)
+    done = reconcile(LedgerWriter(conn), now_ms=t0 + 3_600_000, grace_s=600)
+    conn.close()
+    # Only Claude Code turns end silently; a telemetry run owes its run.end.
+    assert (done.runs, done.finished_runs) == (1, 0)
+    assert scalar(db, "SELECT status FROM runs") == "interrupted"
+
+
+# -- Claude Code: turns mostly end without saying so ------------------------------------------------
+
+def _cc_interrupt(uuid: str, second: int) -> bytes:
+    return orjson.dumps({"type": "user", "uuid": uuid, "sessionId": SESSION, "isSidechain": False,
+                         "timestamp": f"2026-10-01T10:00:{second:02d}.000Z",
+                         "message": {"role": "user", "content": [
+                             {"type": "text", "text": "[Request interrupted by user for tool use]"}]}}) + b"\n"
+
+
+def _tool_use(tool_id: str) -> dict:
+    return {"type": "tool_use", "id": tool_id, "name": "Bash", "input": {}}
+
+
+def _text(words: str) -> dict:
+    return {"type": "text", "text": words}
+
+
+_CC_T0 = 1_790_848_800_000  # 2026-10-01T10:00:00Z, the minute the lines below are written in
+
+
+def _runs(db: Path) -> list[tuple]:
+    conn = open_reader(db)
+    try:
+        return conn.execute("SELECT run_id, status, stop_reason, ended_ms - ?, end_rank FROM runs ORDER BY started_ms",
+                            (_CC_T0,)).fetchall()
+    finally:
+        conn.close()
+
+
+def _settle(db: Path):
+    conn = open_writer(db)
+    try:
+        return reconcile(LedgerWriter(conn), now_ms=_CC_T0 + 3_600_000, grace_s=600)
+    finally:
+        conn.close()
+
+
+def test_claude_code_turns_end_by_the_next_prompt_a_user_interrupt_or_a_last_answer(tmp_path, db):
+    project = tmp_path / "claude" / "projects" / "-home-dev-app"
+    project.mkdir(parents=True)
+    transcript = project / f"{SESSION}.jsonl"
+    transcript.write_bytes(b"".join([
+        cc_prompt("u1", "what is in the repo?", 0),
+        cc_assistant("a1", "msg_1", _text("A parser."), output=5, second=1),  # no stop reason written
+        cc_prompt("u2", "run the tests", 10),
+        cc_assistant("a2", "msg_2", _tool_use("toolu_1"), output=5, second=11, stop="tool_use"),
+        cc_result("r1", "toolu_1", 12),
+        cc_assistant("a3", "msg_3", _text("All green."), output=5, second=13, stop="end_turn"),
+        cc_prompt("u3", "now deploy", 20),
+        cc_assistant("a4", "msg_4", _tool_use("toolu_2"), output=5, second=21, stop="tool_use"),
+        cc_result("r2", "toolu_2", 22),
+        _cc_interrupt("i1", 23),
+        cc_prompt("u4", "never mind, summarize", 30),
+        cc_assistant("a5", "msg_5", _text("Done."), output=5, second=31),  # the last answer; then quiet
+    ]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _runs(db) == [
+        ("u1", "ok", "next_prompt", 10_000, 1),  # ended when the next prompt came
+        ("u2", "ok", "end_turn", 13_000, 2),  # the model said so; the next prompt does not override it
+        ("u3", "interrupted", "user_interrupt", 23_000, 3),
+        ("u4", "running", None, None, 0),
+    ]
+    done = _settle(db)
+    assert (done.runs, done.finished_runs) == (0, 1)
+    assert _runs(db)[-1] == ("u4", "ok", None, 31_000, 0)  # finished at its last answer, not orphaned
+    usage = json.loads(_cli(db, "usage", "--json").stdout)
+    assert (usage["runs"], usage["interrupted_runs"], usage["open_runs"]) == (4, 1, 0)
+    _verify(db)
+    # Read again from a copy: nothing is ended twice, nor anything ended by a prompt that came before it.
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "claude", copy)
+    before = dump(db)
+    assert ingest(db, copy, fmt="claude-code").events == 0
+    assert dump(db) == before
+
+
+def test_a_claude_code_turn_left_waiting_on_a_tool_is_orphaned_until_its_session_goes_on(tmp_path, db):
+    project = tmp_path / "claude" / "projects" / "-home-dev-app"
+    project.mkdir(parents=True)
+    transcript = project / f"{SESSION}.jsonl"
+    transcript.write_bytes(cc_prompt("u1", "clean the build box", 0)
+                           + cc_assistant("a1", "msg_1", _tool_use("toolu_1"), output=5, second=1, stop="tool_use"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    done = _settle(db)
+    assert (done.runs, done.finished_runs, done.tool_calls) == (1, 0, 1)
+    assert _runs(db) == [("u1", "interrupted", None, None, 0)]
+    _verify(db)
+    # The session was only paused: the result and a new prompt arrive later (read by a new process).
+    with transcript.open("ab") as f:
+        f.write(cc_result("r1", "toolu_1", 40) + cc_prompt("u2", "thanks", 50))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _runs(db) == [("u1", "ok", "next_prompt", 50_000, 1), ("u2", "running", None, None, 0)]
+    assert scalar(db, "SELECT status FROM tool_calls") == "ok"
+    assert scalar(db, "SELECT sum(runs_interrupted) FROM usage_slots") == 0
+    _verify(db)
+
+
+def test_a_claude_code_read_resumed_mid_file_ends_turns_as_a_straight_read(tmp_path):
+    lines = [cc_prompt("u1", "a", 0), cc_assistant("a1", "msg_1", _text("b"), output=5, second=1),
+             cc_prompt("u2", "c", 10), cc_assistant("a2", "msg_2", _text("d"), output=5, second=11),
+             _cc_interrupt("i1", 12), cc_prompt("u3", "e", 20)]
+    ledgers = []
+    for cut in (len(lines), 1, 2, 3, 5):
+        root = tmp_path / f"cut{cut}" / "claude"
+        transcript = root / "projects" / "-home-dev-app" / f"{SESSION}.jsonl"
+        transcript.parent.mkdir(parents=True)
+        db = tmp_path / f"cut{cut}.db"
+        transcript.write_bytes(b"".join(lines[:cut]))
+        ingest(db, root, fmt="claude-code")
+        with transcript.open("ab") as f:
+            f.write(b"".join(lines[cut:]))
+        ingest(db, root, fmt="claude-code")
+        ledgers.append(_runs(db))
+    assert ledgers[0] == [("u1", "ok", "next_prompt", 10_000, 1), ("u2", "interrupted", "user_interrupt", 12_000, 3),
+                          ("u3", "running", None, None, 0)]
+    assert all(runs == ledgers[0] for runs in ledgers)
+
+
+_ENDS = {
+    "next_prompt": RunEnded(event_id=1, ts_ms=50, kind="run.end", source="claude-code", session_id="s", run_id="r",
+                            ended_by="next_prompt", stop_reason="next_prompt"),
+    "report": RunEnded(event_id=2, ts_ms=30, kind="run.end", source="claude-code", session_id="s", run_id="r",
+                       stop_reason="end_turn", duration_ms=20),
+    "user": RunEnded(event_id=3, ts_ms=40, kind="run.end", source="claude-code", session_id="s", run_id="r",
+                     ended_by="user", stop_reason="user_interrupt"),
+}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(list(_ENDS)), count=st.integers(1, 3), reconciled=st.integers(0, 3))
+def test_the_surest_end_of_a_run_wins_whatever_order_the_ends_arrive_in(tmp_path_factory, order, count, reconciled):
+    """Whichever ends of a run arrive, in any order, with reconcile passing at any point in between:
+    the row holds the surest of them."""
+    db = tmp_path_factory.mktemp("ends") / "l.db"
+    conn = open_writer(db)
+    try:
+        writer = LedgerWriter(conn)
+        fid = writer.add_file("claude-code", "/r", "/r/s.jsonl", b"fp", 1, 2, 0, "live").id
+        start = RunStarted(event_id=0, ts_ms=10, kind="run.start", source="claude-code", session_id="s", run_id="r")
+        arriving = [start, *(_ENDS[name] for name in order[:count])]
+        for i, fact in enumerate(arriving):
+            if i == reconciled:
+                reconcile(writer, now_ms=10**7, grace_s=1)
+            writer.apply(Batch(fid, "/r/s.jsonl", i, i + 1, 1, i + 1, [(i, 1, fact)]))
+        assert check_rollups(conn) == []
+        row = conn.execute("SELECT status, stop_reason, ended_ms FROM runs").fetchall()
+    finally:
+        conn.close()
+    surest = max(order[:count], key=list(_ENDS).index)
+    want = {"next_prompt": ("ok", "next_prompt", 50), "report": ("ok", "end_turn", 30),
+            "user": ("interrupted", "user_interrupt", 40)}[surest]
+    assert row == [want]
+
+
+def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
+    project = tmp_path / "claude" / "projects" / "-home-dev-app"
+    project.mkdir(parents=True)
+    transcript = project / f"{SESSION}.jsonl"
+    transcript.write_bytes(cc_prompt("u1", "a", 0) + cc_assistant("a1", "msg_1", _text("b"), output=5, second=1,
+                                                                  stop="end_turn"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    conn = apsw.Connection(str(db))
+    conn.execute("ALTER TABLE runs DROP COLUMN end_rank")
+    conn.execute("PRAGMA user_version = 11")
+    conn.close()
+    with transcript.open("ab") as f:
+        f.write(cc_prompt("u2", "c", 10))
+    ingest(db, tmp_path / "claude", fmt="claude-code")  # migrates, then reads the next prompt
+    assert _runs(db) == [("u1", "ok", "end_turn", 1_000, 2), ("u2", "running", None, None, 0)]
+    _verify(db)

@@ -237,3 +237,74 @@ def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
                              capture_output=True, text=True, check=False)
         assert out.returncode == 2
         assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr, out.stderr
+
+
+def _at(minute: int, second: int) -> str:
+    return f"2026-10-01T09:{minute:02d}:{second:02d}.000Z"
+
+
+def _spawn_call(entry: str, call: str, task: str, minute: int) -> bytes:
+    return _oc_line({"type": "message", "id": entry, "timestamp": _at(minute, 0),
+                     "message": {"role": "assistant", "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                 "content": [{"type": "toolCall", "id": call, "name": "sessions_spawn",
+                                              "arguments": {"task": task, "label": "review"}}],
+                                 "stopReason": "toolUse", "usage": {"input": 5, "output": 7, "cost": {"total": 0.01}}}})
+
+
+def _spawn_result(entry: str, call: str, child_key: str, minute: int) -> bytes:
+    body = orjson.dumps({"status": "accepted", "childSessionKey": child_key, "runId": "r"}).decode()
+    return _oc_line({"type": "message", "id": entry, "timestamp": _at(minute, 2),
+                     "message": {"role": "toolResult", "toolCallId": call, "toolName": "sessions_spawn",
+                                 "content": [{"type": "text", "text": body}], "isError": False}})
+
+
+def _child(session_id: str, task: str, minute: int) -> list[bytes]:
+    """A subagent's transcript: its header written while the spawn is answered, then its task and answer."""
+    return [_oc_line({"type": "session", "version": 3, "id": session_id, "timestamp": _at(minute, 1)}),
+            _oc_line({"type": "message", "id": "c1", "timestamp": _at(minute, 3),
+                      "message": {"role": "user", "content": [{"type": "text", "text": task}]}}),
+            _oc_line({"type": "message", "id": "c2", "timestamp": _at(minute, 9),
+                      "message": {"role": "assistant", "provider": "anthropic", "model": "claude-haiku-4-5",
+                                  "content": [], "stopReason": "stop",
+                                  "usage": {"input": 3, "output": 4, "cost": {"total": 0.001}}}})]
+
+
+def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whichever_is_read_first(tmp_path, db):
+    state = tmp_path / "state"
+    parent_dir = state / "agents" / "work" / "sessions"
+    child_dir = state / "agents" / "main" / "sessions"  # read before the parent's: "main" sorts first
+    parent_dir.mkdir(parents=True)
+    child_dir.mkdir(parents=True)
+    parent = "7a0c2f4e-0000-4000-8000-000000000001"
+    (parent_dir / "sessions.json").write_bytes(orjson.dumps({"agent:work:main": {"sessionId": parent}}))
+    task = "Review src/auth for missing checks; report, do not edit."
+    # The same task spawned twice: each child is the one whose header was written as its spawn was answered.
+    (parent_dir / f"{parent}.jsonl").write_bytes(
+        oc_header(parent) + _spawn_call("p1", "call_a", task, 10)
+        + _spawn_result("p2", "call_a", "agent:main:subagent:aaaa", 10) + _spawn_call("p3", "call_b", task, 40)
+        + _spawn_result("p4", "call_b", "agent:main:subagent:bbbb", 40))
+    first, second, stranger = ("c0ffee00-0000-4000-8000-00000000000" + n for n in "123")
+    (child_dir / f"{second}.jsonl.deleted.2026-10-01T10-00-00.000Z").write_bytes(b"".join(_child(second, task, 40)))
+    (child_dir / f"{stranger}.jsonl.reset.2026-10-01T10-00-00.000Z").write_bytes(
+        b"".join(_child(stranger, "what is on my calendar?", 10)))
+    archived = child_dir / f"{first}.jsonl.deleted.2026-10-01T10-00-00.000Z"
+    lines = _child(first, task, 10)
+    archived.write_bytes(b"".join(lines[:2]))
+    ingest(db, state, fmt="oc-transcript")
+    with archived.open("ab") as f:  # the rest is read by a new process, which opens the file afresh
+        f.write(b"".join(lines[2:]))
+    ingest(db, state, fmt="oc-transcript")
+    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == [
+        (parent, "agent:work:main"), (first, "agent:main:subagent:aaaa"), (second, "agent:main:subagent:bbbb"),
+        (stranger, f"agent:main:{stranger}")]
+    # Every row of a child carries its key, whichever read wrote it.
+    assert sorted(scalar_rows(db, "SELECT DISTINCT session_id, session_key FROM llm_calls WHERE session_id != ?",
+                              (parent,))) == [(first, "agent:main:subagent:aaaa"), (second, "agent:main:subagent:bbbb"),
+                                              (stranger, f"agent:main:{stranger}")]
+    assert sorted(scalar_rows(db, "SELECT child_session_key, parent_session_key FROM subagents")) == [
+        ("agent:main:subagent:aaaa", "agent:work:main"), ("agent:main:subagent:bbbb", "agent:work:main")]
+    usage = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], env=cli_env(db),
+                           capture_output=True, check=True)
+    u = orjson.loads(usage.stdout)
+    assert (u["sessions"], u["subagent_sessions"]) == (2, 2)
+    _clean(db)

@@ -54,8 +54,14 @@ class RunStarted(Fact):
     origin_channel: str | None = None
 
 
+# How a run's end is known, weakest first: the session's next prompt implies it, the producer
+# reports it, the user stopped the run. The ledger never lets a weaker end replace a stronger one.
+ENDED_BY = ("next_prompt", "report", "user")
+
+
 @dataclass(slots=True, kw_only=True)
 class RunEnded(Fact):
+    ended_by: str = "report"  # one of ENDED_BY; "user" makes the run interrupted
     model: str | None = None
     provider: str | None = None
     duration_ms: int | None = None

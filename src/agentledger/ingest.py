@@ -14,6 +14,7 @@ from agentledger.pricing import Pricer
 from agentledger.sources import Decoder, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
+from agentledger.tail.transcript_store import StoreReader
 
 log = logging.getLogger("agentledger.ingest")
 
@@ -75,7 +76,8 @@ class Pipeline:
         self.after_commit = after_commit
         self.tailers = [
             (Tailer(writer, spec.format, list(spec.roots), max_line=max_line, batch_lines=batch_lines),
-             opener_for(spec.format))
+             opener_for(spec.format),
+             StoreReader(writer, list(spec.roots)) if spec.format == "oc-transcript" else None)
             for spec in specs
         ]
 
@@ -110,10 +112,31 @@ class Pipeline:
             lines=len(res.lines) + len(res.too_long), size=chunk.size, facts=facts, rejects=rejects,
         )
 
+    def _commit(self, chunk: Chunk, decode: Decoder, stats: IngestStats, nbytes: int) -> None:
+        batch = self._batch(chunk, decode)
+        result = self.writer.apply(batch)
+        stats.lines += batch.lines
+        stats.bytes += nbytes
+        stats.events += result.new_facts
+        stats.duplicates += result.duplicate_facts
+        stats.rejects += result.rejects
+        if self.after_commit:
+            self.after_commit(batch, result)
+        if self.on_progress:
+            self.on_progress(nbytes)
+
     def run_once(self) -> IngestStats:
         """One scan of every source and a read of everything new; stops early when asked to."""
         stats = IngestStats()
-        for tailer, opener in self.tailers:
+        for tailer, opener, store in self.tailers:
+            if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed
+                for chunk, path in store.chunks(self.max_line):
+                    rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted
+                    nbytes = sum(len(line) for _, line in rows.lines) + sum(n for _, n, _ in rows.too_long)
+                    self._commit(chunk, opener(path, self.writer.run_at), stats, nbytes)
+                    store.advance(chunk)
+                    if self.stop.is_set():
+                        break
             pairs, opened, report = tailer.scan()
             try:
                 stats.files += report.files
@@ -132,19 +155,8 @@ class Pipeline:
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
-                        batch = self._batch(chunk, decode)
-                        result = self.writer.apply(batch)
+                        self._commit(chunk, decode, stats, chunk.result.end - chunk.start)
                         tailer.advance(chunk)
-                        nbytes = batch.end_offset - batch.start_offset
-                        stats.lines += batch.lines
-                        stats.bytes += nbytes
-                        stats.events += result.new_facts
-                        stats.duplicates += result.duplicate_facts
-                        stats.rejects += result.rejects
-                        if self.after_commit:
-                            self.after_commit(batch, result)
-                        if self.on_progress:
-                            self.on_progress(nbytes)
                         if self.stop.is_set():
                             break
                     tailer.finished(row, p)

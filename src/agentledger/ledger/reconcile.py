@@ -6,6 +6,11 @@ session was suspended by a gateway restart after the run's last sign of life, wi
 waiting. A session suspended by a restart and not back within ``grace`` has vanished:
 interrupted too. A late event still wins: the writer's upserts set the real outcome over
 ``interrupted``, and a session's next event makes it active again.
+
+Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
+Claude Code run past the grace that has a response and no tool call still waiting for its
+result finished: it ends ``ok`` (at its last sign of life) instead. Only a run left waiting on
+a tool, as a killed session leaves its last turn, is orphaned.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import orjson
 
 from agentledger.ledger import rollups
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
 DEFAULT_GRACE_S = 600
 
@@ -26,6 +32,17 @@ WHERE r.status = 'running' AND (
     OR max(coalesce(a.last_ms, 0), coalesce(r.started_ms, 0)) <= (
         SELECT max(p.from_ms) FROM sessions AS s JOIN session_suspensions AS p ON p.session_id = s.session_id
         WHERE s.session_id = r.session_id AND s.status IN ('suspended', 'interrupted') AND p.until_ms IS NULL))
+"""
+# Of those open runs, the ones that finished without saying so (see above).
+_FINISHED_RUNS = """
+SELECT r.run_id FROM json_each(?1) AS j JOIN runs AS r ON r.run_id = j.value
+WHERE r.source = ?2
+  AND EXISTS (SELECT 1 FROM run_llm_totals AS t WHERE t.run_id = r.run_id AND t.llm_calls > 0)
+  AND NOT EXISTS (SELECT 1 FROM tool_calls AS tc WHERE tc.run_id = r.run_id AND tc.status = 'running')
+"""
+_FINISH_RUN = """
+UPDATE runs SET status = 'ok', ended_ms = (SELECT last_ms FROM run_activity WHERE run_id = ?1)
+WHERE run_id = ?1 AND status = 'running'
 """
 _OPEN_TOOLS = """
 SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
@@ -43,7 +60,8 @@ WHERE a.status = 'running' AND max(coalesce(a.spawned_ms, 0),
 
 @dataclass(slots=True)
 class Reconciled:
-    runs: int = 0
+    runs: int = 0  # interrupted
+    finished_runs: int = 0  # ended ok: they finished without saying so
     tool_calls: int = 0
     subagents: int = 0
     interrupted_sessions: int = 0
@@ -55,14 +73,17 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
     """Mark what has been open longer than ``grace_s`` as interrupted; idempotent."""
     cutoff = now_ms - int(grace_s * 1000)
     with writer.transaction() as conn:
-        runs = [r for (r,) in conn.execute(_OPEN_RUNS, (cutoff,))]
+        open_runs = [r for (r,) in conn.execute(_OPEN_RUNS, (cutoff,))]
+        finished = [r for (r,) in conn.execute(_FINISHED_RUNS, (orjson.dumps(open_runs).decode(), CLAUDE_CODE))]
+        runs = sorted(set(open_runs) - set(finished))
         tools = [(r, t) for r, t in conn.execute(_OPEN_TOOLS, (cutoff, orjson.dumps(runs).decode()))]
         subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (cutoff,))]
         vanished = [s for (s,) in conn.execute(_VANISHED_SESSIONS, (cutoff,))]
-        if not (runs or tools or subagents or vanished):
+        if not (open_runs or tools or subagents or vanished):
             return Reconciled()
-        tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
+        tracker = rollups.Tracker(conn, set(open_runs), set(tools), set(), set(subagents))
         tracker.before()
+        conn.executemany(_FINISH_RUN, [(r,) for r in finished])
         conn.executemany("UPDATE runs SET status = 'interrupted' WHERE run_id = ? AND status = 'running'",
                          [(r,) for r in runs])
         conn.executemany("UPDATE tool_calls SET status = 'interrupted' "
@@ -74,4 +95,4 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
                          [(s,) for s in vanished])
         touched = tracker.touched | set(vanished)
         position = rollups.advance_position(conn, touched)
-    return Reconciled(len(runs), len(tools), len(subagents), len(vanished), touched, position)
+    return Reconciled(len(runs), len(finished), len(tools), len(subagents), len(vanished), touched, position)

@@ -18,6 +18,7 @@ import apsw
 import orjson
 
 from agentledger.facts import (
+    ENDED_BY,
     Compaction,
     Fact,
     LlmCall,
@@ -155,11 +156,13 @@ ON CONFLICT (run_id) DO UPDATE SET
     is_followup    = excluded.is_followup,
     origin_channel = excluded.origin_channel
 """
+# An end replaces the recorded one only if it is at least as sure (runs.end_rank): an end that
+# reconcile settled on gives way to any, one implied by the next prompt to any reported one.
 _RUN_ENDED = """
 INSERT INTO runs (run_id, session_key, session_id, agent_id, source, model, provider, status,
                   ended_ms, duration_ms, stop_reason, error, tool_call_count,
-                  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, end_rank)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     session_key = coalesce(runs.session_key, excluded.session_key),
     session_id  = coalesce(runs.session_id, excluded.session_id),
@@ -176,7 +179,9 @@ ON CONFLICT (run_id) DO UPDATE SET
     output_tokens      = excluded.output_tokens,
     cache_read_tokens  = excluded.cache_read_tokens,
     cache_write_tokens = excluded.cache_write_tokens,
-    total_tokens       = excluded.total_tokens
+    total_tokens       = excluded.total_tokens,
+    end_rank           = excluded.end_rank
+WHERE excluded.end_rank >= runs.end_rank
 """
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
@@ -365,9 +370,13 @@ def _run_ended(f: RunEnded) -> tuple | None:
     if not f.run_id:
         return None
     u = f.usage or Tokens()
+    status = "error" if f.error else "interrupted" if f.ended_by == "user" else "ok"
     return (f.run_id, f.session_key, f.session_id, f.agent_id, f.source, f.model, f.provider,
-            "error" if f.error else "ok", f.ts_ms, f.duration_ms, f.stop_reason, f.error, f.tool_call_count,
-            u.input, u.output, u.cache_read, u.cache_write, u.total)
+            status, f.ts_ms, f.duration_ms, f.stop_reason, f.error, f.tool_call_count,
+            u.input, u.output, u.cache_read, u.cache_write, u.total, _END_RANK[f.ended_by])
+
+
+_END_RANK = {name: rank for rank, name in enumerate(ENDED_BY, start=1)}
 
 
 def _usage_snapshot(f: UsageSnapshot) -> tuple:

@@ -14,6 +14,11 @@ with a usage snapshot that grows: every line names the call ``<sessionId>:<messa
 and the ledger keeps the largest. The key leaves out ``requestId`` on purpose: a side
 branch that replays a main-branch message does so under a new request id, and must land
 on the main call (which outranks it) rather than count again.
+
+A run is one main-chain prompt's turn. It ends where the transcript says so (a stop reason
+that ends the turn, ``turn_duration``), where the user interrupts it (``interrupted``), or,
+failing both, at the session's next prompt: an implied end the ledger lets any reported one
+replace. A last turn with none of these is settled by reconcile (see ledger/reconcile.py).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ SYNTHETIC = "<synthetic>"
 _SNAPSHOT_MARK = b'"type":"file-history-snapshot"'
 _SNAPSHOT_PREFIX = 64
 _TASK_TOOLS = frozenset({"Task", "Agent"})
+_INTERRUPT = "[Request interrupted by user"
 # A main-branch response that stops for these reasons ends the turn (tool_use continues it).
 _TURN_OVER = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
 
@@ -169,16 +175,26 @@ class FileDecoder:
 
     def _user(self, base: dict, obj: dict, msg: dict, sidechain: bool, uuid: str | None) -> Fact | list[Fact]:
         content = msg.get("content")
-        if isinstance(content, str):
+        interrupt = not sidechain and _is_interrupt(content)
+        if isinstance(content, str) and not interrupt:
             if sidechain or obj.get("isCompactSummary") is True or obj.get("isMeta") is True or not uuid:
                 return Marker(**base, kind="user.prompt")
+            # Claude Code mostly writes no stop reason, so many turns are never said to end: the
+            # next prompt ends the one before it (a reported end, before or after, outranks this).
+            previous = self.runs.previous(base["session_id"], base["ts_ms"])
             self.runs.start(uuid)
-            return RunStarted(**base, kind="run.start", run_id=uuid)
+            start = RunStarted(**base, kind="run.start", run_id=uuid)
+            if previous is None:
+                return start
+            return [start, RunEnded(**base | {"event_id": derived_id(base["event_id"], 1)}, kind="run.end",
+                                    run_id=previous, ended_by="next_prompt", stop_reason="next_prompt")]
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
                    and text(b.get("tool_use_id"))] if isinstance(content, list) else []
-        if not results:
+        if not results and not interrupt:
             return Marker(**base, kind="user.message")
         run_id = self._run(base)
+        if interrupt and run_id is None:
+            return Marker(**base, kind="user.interrupt")
         outcome = obj.get("toolUseResult")
         facts: list[Fact] = []
         for block in results:
@@ -193,6 +209,9 @@ class FileDecoder:
                                            child_session_key=subagent_key(block["tool_use_id"]),
                                            outcome="error" if is_error else text(outcome.get("status")) or "ok",
                                            duration_ms=integer(outcome.get("totalDurationMs"))))
+        if interrupt:
+            facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
+                                  run_id=run_id, ended_by="user", stop_reason="user_interrupt"))
         return facts[0] if len(facts) == 1 else facts
 
     def _system(self, base: dict, obj: dict) -> Fact:
@@ -206,6 +225,16 @@ class FileDecoder:
             if run_id is not None:
                 return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=integer(obj.get("durationMs")))
         return Marker(**base, kind=f"system.{subtype}")
+
+
+def _is_interrupt(content: object) -> bool:
+    """The marker Claude Code writes as the user's line when they stop a turn ("[Request interrupted by user]",
+    "... for tool use]"), as a plain string or a text block."""
+    if isinstance(content, str):
+        return content.startswith(_INTERRUPT)
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        and b["text"].startswith(_INTERRUPT) for b in content)
 
 
 def _first_text(content: object) -> str | None:

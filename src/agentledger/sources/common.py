@@ -130,9 +130,18 @@ class RunTracker:
         self.session_id = session_id
         self._run: str | None = None
         self._seeded = False
+        self._started = False  # this read has seen a turn begin
 
     def start(self, run_id: str) -> None:
-        self._run, self._seeded = run_id, True
+        self._run, self._seeded, self._started = run_id, True, True
+
+    def previous(self, session_id: str, ts_ms: int) -> str | None:
+        """The run a new turn of ``session_id`` at ``ts_ms`` follows: the turn this read began last,
+        else the session's run begun before ``ts_ms`` (never a later one: a copy of the file read
+        again must find nothing to end)."""
+        if self._started and session_id == self.session_id:
+            return self._run
+        return self.lookup(session_id, ts_ms - 1)
 
     def current(self, session_id: str | None = None, ts_ms: int | None = None) -> str | None:
         if session_id is not None and session_id != self.session_id:

@@ -9,12 +9,21 @@ are never read.
 
 Each user message starts a run (a turn); each assistant line is one LLM call with the
 producer's own cost estimate; ``toolCall`` blocks pair with ``toolResult`` lines.
+
+A subagent's transcript archived after it ended is no longer in ``sessions.json``; what
+still names it is its parent's ``sessions_spawn`` call (the task, when it was asked) and
+result (the child's session key). The child's first user message is that task, and its
+header was written while the spawn was being answered: the decoder matches the two by
+reading the transcripts beside it on disk, so which file the ledger reads first does not
+matter.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import PurePath
 
 import orjson
@@ -105,6 +114,134 @@ def _index(directory: str) -> dict[str, dict]:
     return by_id
 
 
+# How far from the spawn's answer a child's header may be written and still be its child.
+_SPAWN_WINDOW_MS = 60_000
+# A child's head (header to first user message) is read from at most this many bytes.
+_HEAD_LIMIT = 1 << 20
+_SPAWN_MARK = SPAWN_TOOL.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Spawn:
+    task: str
+    answered_ms: int  # the time of the spawn's result
+    child_key: str
+
+
+@dataclass(slots=True)
+class _Scanned:
+    """What one transcript's complete lines up to ``offset`` say about the spawns it made."""
+
+    ino: int
+    offset: int = 0
+    asked: dict[str, str] = field(default_factory=dict)  # toolCall id → task, not answered yet
+    spawns: list[_Spawn] = field(default_factory=list)
+
+
+# Transcripts only grow until they are archived (a rename keeps the inode): each is read once, onward.
+_SPAWN_CACHE: dict[str, _Scanned] = {}
+
+
+def _scan_spawns(entry: os.DirEntry) -> list[_Spawn]:
+    """The answered sessions_spawn calls in one transcript, reading only what was added since the last look."""
+    known = _SPAWN_CACHE.get(entry.path)
+    try:
+        st = entry.stat()
+        if known is not None and known.ino == st.st_ino and known.offset == st.st_size:
+            return known.spawns
+        with open(entry.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if known is None or known.ino != st.st_ino or st.st_size < known.offset:
+                known = _SPAWN_CACHE[entry.path] = _Scanned(st.st_ino)
+            if st.st_size > known.offset:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    _scan_lines(known, data)
+    except (OSError, ValueError):  # gone, or emptied since it was looked at
+        pass
+    return known.spawns if known is not None else []
+
+
+def _scan_lines(known: _Scanned, data: mmap.mmap) -> None:
+    """Only the lines that name the spawn tool are parsed; complete lines only."""
+    end = data.rfind(b"\n", known.offset) + 1
+    hit = data.find(_SPAWN_MARK, known.offset, end)
+    while hit != -1:
+        start = data.rfind(b"\n", 0, hit) + 1
+        stop = data.find(b"\n", hit, end)
+        _note_spawn(known, data[start:stop])
+        hit = data.find(_SPAWN_MARK, stop, end)
+    known.offset = max(known.offset, end)
+
+
+def _note_spawn(scanned: _Scanned, line: bytes) -> None:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    msg = obj.get("message") if isinstance(obj, dict) else None
+    ts = iso_ms(obj.get("timestamp")) if isinstance(msg, dict) else None
+    if ts is None:
+        return
+    if msg.get("role") == "assistant" and isinstance(msg.get("content"), list):
+        for block in msg["content"]:
+            if isinstance(block, dict) and block.get("type") == "toolCall" and block.get("name") == SPAWN_TOOL \
+                    and text(block.get("id")) and isinstance(block.get("arguments"), dict) \
+                    and text(block["arguments"].get("task")):
+                scanned.asked[block["id"]] = block["arguments"]["task"]
+    elif msg.get("role") == "toolResult" and msg.get("toolName") == SPAWN_TOOL and msg.get("isError") is not True:
+        task = scanned.asked.pop(text(msg.get("toolCallId")) or "", None)
+        child = _spawned_key(msg.get("content"))
+        if task is not None and child is not None:
+            scanned.spawns.append(_Spawn(task=task, answered_ms=ts, child_key=child))
+
+
+def _head(path: str) -> tuple[int, str] | None:
+    """(header time, first user message text) of a transcript, from its first lines."""
+    header_ms = None
+    try:
+        with open(path, "rb") as f:
+            for line in f.read(_HEAD_LIMIT).splitlines():
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(obj, dict):
+                    continue
+                if obj.get("type") == "session" and header_ms is None:
+                    header_ms = iso_ms(obj.get("timestamp"))
+                msg = obj.get("message")
+                if obj.get("type") == "message" and isinstance(msg, dict) and msg.get("role") == "user":
+                    words = _all_text(msg.get("content"))
+                    return (header_ms, words) if header_ms is not None and words else None
+    except OSError:
+        pass
+    return None
+
+
+def _archived_child_key(path: str, agent_id: str | None, listed: set[str]) -> str | None:
+    """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
+    whose task is its first message (None: no spawn beside it asked for it)."""
+    head = _head(path)
+    if head is None:
+        return None
+    header_ms, first = head
+    best: tuple[int, str] | None = None
+    for sdir in _sibling_dirs(path):
+        try:
+            entries = list(os.scandir(sdir))
+        except OSError:
+            continue
+        for entry in entries:
+            if not is_transcript(entry.name) or entry.path == path:
+                continue
+            for spawn in _scan_spawns(entry):
+                gap = abs(header_ms - spawn.answered_ms)
+                if (gap <= _SPAWN_WINDOW_MS and (best is None or gap < best[0]) and spawn.task in first
+                        and spawn.child_key not in listed and agent_from_key(spawn.child_key) == agent_id):
+                    best = (gap, spawn.child_key)
+    return best[1] if best else None
+
+
 def _tokens(usage: object) -> Tokens:
     if not isinstance(usage, dict):
         return Tokens()
@@ -123,8 +260,11 @@ class FileDecoder:
         parts = p.parts
         self.agent_id = parts[-3] if len(parts) >= 4 and parts[-4] == "agents" else None
         entry = _index(str(p.parent)).get(self.session_id or "", {})
-        self.session_key = entry.get("key") or (
-            f"agent:{self.agent_id}:{self.session_id}" if self.agent_id and self.session_id else None)
+        self.session_key = entry.get("key")
+        if self.session_key is None and self.agent_id and self.session_id:
+            # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
+            found = None if is_live(p.name) else _archived_child_key(path, self.agent_id, _listed_keys(path))
+            self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
         self.spawned_by = entry.get("spawnedBy")
         self.label = entry.get("label")
         self.runs = RunTracker(lookup, self.session_id)
@@ -139,7 +279,11 @@ class FileDecoder:
         ts = iso_ms(obj.get("timestamp"))
         if ts is None:
             return reject(line, offset, "missing or invalid field 'timestamp'")
-        base = {"event_id": line_id(f"{self.session_id}\n".encode() + line), "ts_ms": ts, "source": SOURCE,
+        # An entry is known by its id within its session, so its JSONL line and its row in the SQLite
+        # store (see tail/transcript_store.py) are one event, however each serializes it.
+        entry = text(obj.get("id"))
+        ident = f"{self.session_id}\n{kind}\n{entry}".encode() if entry else f"{self.session_id}\n".encode() + line
+        base = {"event_id": line_id(ident), "ts_ms": ts, "source": SOURCE,
                 "agent_id": self.agent_id, "session_key": self.session_key, "session_id": self.session_id}
         if kind == "session":
             return self._header(base)
@@ -238,6 +382,31 @@ def _spawned_key(content: object) -> str | None:
     except orjson.JSONDecodeError:
         return None
     return text(doc.get("childSessionKey")) if isinstance(doc, dict) else None
+
+
+def _sibling_dirs(path: str) -> list[str]:
+    """The sessions folders of every agent beside the transcript at ``path`` (a subagent may run
+    as another agent than its parent), or its own folder outside an ``agents/`` tree."""
+    p = PurePath(path)
+    if len(p.parts) >= 4 and p.parents[2].name == "agents":
+        try:
+            return [os.path.join(p.parents[2], a, "sessions") for a in sorted(os.listdir(p.parents[2]))]
+        except OSError:
+            pass
+    return [str(p.parent)]
+
+
+def _listed_keys(path: str) -> set[str]:
+    """Every session key the ``sessions.json`` files beside ``path`` list."""
+    return {entry["key"] for d in _sibling_dirs(path) for entry in _index(d).values()}
+
+
+def _all_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
 
 
 def _content_text(content: object) -> str | None:

@@ -1,0 +1,187 @@
+"""OpenClaw's SQLite copy of its session transcripts (FORMATS.md §2), followed like a log.
+
+Newer OpenClaw releases keep the transcript entries in
+``<state>/agents/<agentId>/agent/openclaw-agent.sqlite``, table
+``transcript_events(session_id, seq, event_json, created_at)``, beside or instead of the
+JSONL files. Each session's rows are followed as the lines of one file would be: a ``files``
+row (source ``oc-transcript-sqlite``, path ``<store>#<session_id>``) keeps the next ``seq``
+to read as its offset, advanced in the transaction that writes the rows' facts, so every
+row is indexed exactly once across restarts and crashes.
+
+The store is the producer's: it is opened read-only, and read one page of rows per
+statement, so a read transaction never outlives the page and is never held while the ledger
+writes. A row decodes exactly as the JSONL line of the same entry would, to the same event
+ids, so the two copies never count twice; the stores are read before the files, so where
+both hold an entry the row is the one indexed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+
+from agentledger.ledger.writer import FileRow, LedgerWriter
+from agentledger.sources import oc_transcript
+from agentledger.tail.reader import ReadResult
+from agentledger.tail.tailer import Chunk
+
+log = logging.getLogger("agentledger.ingest")
+
+STORE_NAME = "openclaw-agent.sqlite"
+STORE_SOURCE = "oc-transcript-sqlite"
+PAGE_ROWS = 2000
+_HEAD = 200
+# A producer writing in rollback-journal mode locks readers out while it commits: wait that long, then try
+# again at the next pass rather than stall the other sources.
+_BUSY_MS = 500
+
+_QUIET_NS = 2_000_000_000
+_SESSIONS = "SELECT session_id, max(seq) FROM transcript_events WHERE session_id IS NOT NULL GROUP BY session_id"
+# Rows longer than max_line are never loaded: their length and first bytes are enough to reject them.
+_PAGE = """
+SELECT seq, CASE WHEN length(CAST(event_json AS BLOB)) <= ?3 THEN CAST(event_json AS BLOB) END,
+       length(CAST(event_json AS BLOB)), substr(CAST(event_json AS BLOB), 1, ?4)
+FROM transcript_events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?5
+"""
+
+
+def stores(root: str) -> list[str]:
+    """The stores under a state dir (``agents/*/agent/``), or beside a sessions dir given as the root."""
+    base = Path(root)
+    if base.name == "sessions":
+        found = [base.parent / "agent" / STORE_NAME]
+    else:
+        found = sorted((base / "agents").glob(f"*/agent/{STORE_NAME}"))
+    return [str(p) for p in found if p.is_file()]
+
+
+def _open(path: str) -> apsw.Connection:
+    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn.setbusytimeout(_BUSY_MS)
+    return conn
+
+
+class StoreReader:
+    """Reads what is new in the transcript stores under some roots, one page of one session at a time."""
+
+    def __init__(self, writer: LedgerWriter, roots: list[str], page_rows: int = PAGE_ROWS):
+        self.writer = writer
+        self.roots = roots
+        self.page_rows = page_rows
+        self.rows: dict[str, FileRow] = {row.path: row for row in writer.load_files(STORE_SOURCE)}
+        self.read_at: dict[str, tuple] = {}  # store → how its files looked when it was last read to the end
+        self.failing: dict[str, str] = {}  # store → why it could not be read last time
+
+    def chunks(self, max_line: int) -> Iterator[tuple[Chunk, str]]:
+        """(rows not indexed yet as a chunk, the transcript path they decode as); the caller commits each
+        chunk before asking for the next, and calls ``advance`` once it has."""
+        for root in self.roots:
+            for store in stores(root):
+                yield from self._store(root, store, max_line)
+
+    def _store(self, root: str, store: str, max_line: int) -> Iterator[tuple[Chunk, str]]:
+        # Listing a store's sessions reads its whole index: skipped while neither it nor its WAL changed.
+        look = _signature(store)
+        if look is None or self.read_at.get(store) == look:
+            return
+        try:
+            conn = _open(store)
+        except apsw.Error:
+            return  # not a database (yet), or unreadable: looked at again next pass
+        try:
+            try:
+                sessions = conn.execute(_SESSIONS).fetchall()
+            except apsw.Error as exc:
+                self._unreadable(store, exc)
+                return
+            sessions_dir = os.path.join(os.path.dirname(os.path.dirname(store)), "sessions")
+            transcripts = _transcripts(sessions_dir)
+            for session_id, last in sessions:
+                if not isinstance(session_id, str) or not isinstance(last, int):
+                    continue
+                row = self._row(root, store, session_id, look[0])
+                # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
+                path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
+                while row.offset <= last:
+                    try:
+                        page = conn.execute(_PAGE, (session_id, row.offset, max_line, _HEAD,
+                                                    self.page_rows)).fetchall()
+                    except apsw.Error as exc:
+                        self._unreadable(store, exc)
+                        return
+                    if not page:
+                        break
+                    yield _chunk(row, store, session_id, page), path
+            # A write in the same clock tick as the last one leaves size and mtime as they were: only a
+            # look taken once the files had been quiet a while can vouch for having seen everything.
+            if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS:
+                self.read_at[store] = look
+            self.failing.pop(store, None)
+        finally:
+            conn.close()
+
+    def _unreadable(self, store: str, exc: apsw.Error) -> None:
+        """Said once per new reason: a store its producer holds locked a moment is read next pass anyway."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if self.failing.get(store) != reason and not isinstance(exc, apsw.BusyError):
+            log.warning("transcript store %s cannot be read (%s); trying again next pass", store, reason)
+        self.failing[store] = reason
+
+    def _row(self, root: str, store: str, session_id: str, st: tuple[int, int, int, int]) -> FileRow:
+        path = f"{store}#{session_id}"
+        row = self.rows.get(path)
+        if row is None:
+            fingerprint = hashlib.blake2b(session_id.encode(), digest_size=16).digest()
+            row = self.rows[path] = self.writer.add_file(STORE_SOURCE, root, path, fingerprint, st[0], st[1], 0,
+                                                         "live")
+        return row
+
+    @staticmethod
+    def advance(chunk: Chunk) -> None:
+        chunk.row.offset = chunk.result.end
+        chunk.row.size = max(chunk.row.size, chunk.size)
+
+
+def _signature(store: str) -> tuple | None:
+    out = []
+    for path in (store, f"{store}-wal"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            if path == store:
+                return None
+            out.append(None)
+            continue
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _transcripts(sessions_dir: str) -> dict[str, str]:
+    """session id → a JSONL transcript of it in the folder, live or archived."""
+    try:
+        names = sorted(os.listdir(sessions_dir))
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for name in names:
+        sid = oc_transcript.session_id_of(name) if oc_transcript.is_transcript(name) else None
+        if sid is not None:
+            out.setdefault(sid, os.path.join(sessions_dir, name))
+    return out
+
+
+def _chunk(row: FileRow, store: str, session_id: str, page: list[tuple]) -> Chunk:
+    result = ReadResult()
+    for seq, body, length, head in page:
+        if body is not None or length is None:  # an empty row is rejected as a blank line would be
+            result.lines.append((seq, bytes(body or b"")))
+        else:
+            result.too_long.append((seq, length, bytes(head)))
+    result.end = page[-1][0] + 1
+    return Chunk(row=row, path=f"{store}#{session_id}", start=row.offset, result=result, size=result.end)

@@ -1,0 +1,180 @@
+"""OpenClaw's SQLite transcript store: read-only, every row once across runs, one event with its JSONL copy."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import apsw
+import orjson
+from conftest import ingest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledgerdump import scalar
+from test_transcript_sources import _clean, scalar_rows
+
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.writer import LedgerWriter
+
+SID = "3c9d7e1a-0000-4000-8000-000000000001"
+
+
+def _entry(kind: str, entry: str, second: int, **fields) -> dict:
+    return {"type": kind, "id": entry, "parentId": None, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z", **fields}
+
+
+def _user(entry: str, second: int) -> dict:
+    return _entry("message", entry, second, message={"role": "user", "content": "hi", "timestamp": 1})
+
+
+def _assistant(entry: str, second: int, cost: float = 0.01) -> dict:
+    return _entry("message", entry, second, message={
+        "role": "assistant", "content": [], "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "stop",
+        "usage": {"input": 5, "output": 7, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
+                  "cost": {"total": cost}}})
+
+
+def _header(second: int = 0) -> dict:
+    return {"type": "session", "version": 3, "id": SID, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z"}
+
+
+class Producer:
+    """The gateway's side: a store in rollback-journal mode (the one where a reader could block a writer),
+    written with no patience at all, so a reader holding a lock would make a write fail."""
+
+    def __init__(self, state: Path, agent: str = "main"):
+        (state / "agents" / agent / "sessions").mkdir(parents=True, exist_ok=True)
+        (state / "agents" / agent / "agent").mkdir(parents=True, exist_ok=True)
+        self.path = state / "agents" / agent / "agent" / "openclaw-agent.sqlite"
+        self.conn = apsw.Connection(str(self.path))
+        self.conn.execute("PRAGMA journal_mode = DELETE")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+                          "event_json TEXT, created_at INTEGER, PRIMARY KEY (session_id, seq))")
+        self.seq = 0
+
+    def add(self, *entries: dict | str | None, session: str = SID) -> None:
+        self.conn.setbusytimeout(0)
+        with self.conn:
+            for e in entries:
+                body = orjson.dumps(e, option=orjson.OPT_SORT_KEYS).decode() if isinstance(e, dict) else e
+                self.conn.execute("INSERT INTO transcript_events VALUES (?, ?, ?, ?)", (session, self.seq, body, 0))
+                self.seq += 1
+
+
+def _index(state: Path, key: str = "agent:main:main") -> None:
+    (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({key: {"sessionId": SID}}))
+
+
+def test_rows_are_indexed_once_across_runs_while_the_producer_keeps_writing(tmp_path, db):
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.tailers[0][2].page_rows = 2  # several short reads per session
+        # The producer writes between the reader's pages: nothing of ours holds its store.
+        pipeline.after_commit = lambda batch, result: producer.add(_user(f"u{producer.seq}", 3),
+                                                                   _assistant(f"a{producer.seq + 1}", 4)) \
+            if producer.seq < 9 else None
+        first = pipeline.catch_up()
+    finally:
+        conn.close()
+    assert first.lines == 9  # the rows appended while it read included
+    producer.add(_user("late", 20), _assistant("late-a", 21))
+    assert ingest(db, state, fmt="oc-transcript").lines == 2  # a new process: from the checkpoint on
+    assert ingest(db, state, fmt="oc-transcript").lines == 0
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == 5
+    assert scalar_rows(db, "SELECT DISTINCT session_key, source FROM llm_calls") == [("agent:main:main", "oc-transcript")]
+    assert scalar_rows(db, "SELECT path, offset, lines FROM files") == [(f"{producer.path}#{SID}", 11, 11)]
+    _clean(db)
+
+
+def test_an_entry_in_both_copies_is_one_event_whichever_is_read_first(tmp_path):
+    # The JSONL copy serializes entries its own way; the store has one entry more, the file one entry less.
+    jsonl = [_header(), _user("u1", 1), _assistant("a1", 2), _user("u2", 3)]
+    store = [_header(), _user("u1", 1), _assistant("a1", 2), _user("u2", 3), _assistant("a2", 4)]
+    totals = []
+    for order in ("store first", "file first"):
+        state = tmp_path / order / "state"
+        db = tmp_path / order / "ledger.db"
+        producer = Producer(state)
+        _index(state)
+        transcript = state / "agents" / "main" / "sessions" / f"{SID}.jsonl"
+        transcript.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in jsonl))
+        if order == "file first":
+            ingest(db, state, fmt="oc-transcript")
+        producer.add(*store)
+        ingest(db, state, fmt="oc-transcript")
+        assert ingest(db, state, fmt="oc-transcript").events == 0
+        totals.append(scalar_rows(db, "SELECT llm_calls, runs, input_tokens, cost_pico FROM session_totals"))
+        assert scalar(db, "SELECT count(*) FROM events WHERE kind = 'session.start'") == 1
+        _clean(db)
+    assert totals[0] == totals[1] == [(2, 2, 10, 2 * 10**10)]
+
+
+def test_a_bad_row_is_one_reject_and_the_store_is_never_written(tmp_path, db):
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), '{"type": "message", "id": "x"', None, _assistant("a1", 2))
+    producer.conn.close()
+    before = hashlib.sha256(producer.path.read_bytes()).digest()
+    stats = ingest(db, state, fmt="oc-transcript")
+    assert (stats.lines, stats.rejects) == (5, 2)
+    assert scalar_rows(db, "SELECT path, offset FROM rejects ORDER BY offset") == [
+        (f"{producer.path}#{SID}", 2), (f"{producer.path}#{SID}", 3)]
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == 1
+    assert hashlib.sha256(producer.path.read_bytes()).digest() == before
+    assert sorted(p.name for p in producer.path.parent.iterdir()) == ["openclaw-agent.sqlite"]
+
+
+def test_where_both_copies_are_there_the_store_row_is_the_one_indexed(tmp_path, db):
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    (state / "agents" / "main" / "sessions" / f"{SID}.jsonl").write_bytes(
+        b"".join(orjson.dumps(e) + b"\n" for e in (_header(), _user("u1", 1), _assistant("a1", 2, cost=0.01))))
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2, cost=0.03))
+    stats = ingest(db, state, fmt="oc-transcript")
+    assert (stats.lines, stats.events, stats.duplicates) == (6, 4, 4)
+    assert scalar(db, "SELECT cost_pico FROM llm_calls") == 3 * 10**10
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(1, 4)), min_size=1, max_size=6),
+       bad=st.sets(st.integers(0, 30), max_size=3))
+def test_every_row_is_indexed_exactly_once_however_appends_and_runs_interleave(tmp_path_factory, steps, bad):
+    """Each step: the producer appends some rows (a call each, to one of two sessions), then maybe a new
+    process reads, a few rows per page; a last read follows. Every row ends up indexed once."""
+    base = tmp_path_factory.mktemp("store")
+    state, db = base / "state", base / "ledger.db"
+    producer = Producer(state)
+    _index(state)
+    calls = 0
+    sessions = (SID, "3c9d7e1a-0000-4000-8000-000000000002")
+    for step, (appended, read, page) in enumerate(steps):
+        for i in range(appended):
+            n = producer.seq
+            if n in bad:
+                producer.add("{not json", session=sessions[n % 2])
+            else:
+                producer.add(_assistant(f"a{n}", step), session=sessions[n % 2])
+                calls += 1
+        if read:
+            conn = open_writer(db)
+            try:
+                pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+                pipeline.tailers[0][2].page_rows = page
+                pipeline.catch_up()
+            finally:
+                conn.close()
+    ingest(db, state, fmt="oc-transcript")
+    if producer.seq == 0:
+        return
+    assert scalar(db, "SELECT sum(lines) FROM files") == producer.seq
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == calls
+    assert scalar(db, "SELECT count(*) FROM rejects") == producer.seq - calls
+    _clean(db)
