@@ -86,6 +86,9 @@ class LlmCall(Fact):
     call_key: str | None = None
     sidechain: bool = False  # a replay on a side branch never outranks the main branch's copy
     context_tokens: int | None = None  # the context window in use at this call
+    # A call on a side branch names the session the branch becomes if any event names that session
+    # (a subagent's); until one does, the call stays in ``session_id``'s session.
+    branch: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -150,6 +153,8 @@ class SubagentEnded(Fact):
     duration_ms: int | None = None
     ended_ms: int | None = None
     model: str | None = None
+    # The key the spawn recorded when the child's own key was not known yet: the row takes this one.
+    spawn_key: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

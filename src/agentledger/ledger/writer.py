@@ -186,13 +186,21 @@ WHERE excluded.end_rank >= runs.end_rank
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
     "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
-    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens"
+    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens, branch"
 )
-_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 23)})"
+_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 24)})"
 _KEYED_CALLS = (
     f"SELECT {LLM_CALL_COLUMNS} FROM llm_calls WHERE call_key IN (SELECT value FROM json_each(?))"
 )
 _DROP_KEYED_CALL = "DELETE FROM llm_calls WHERE call_key = ?"
+_NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
+# Calls of side branches that have become sessions but are still where they were made.
+_BRANCH_CALLS = (
+    f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE branch IN (SELECT value FROM json_each(?)) "
+    "AND session_id IS NOT branch"
+)
+_MOVE_CALL = "UPDATE llm_calls SET session_key = ?, session_id = ? WHERE id = ?"
+_RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
     f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
@@ -335,7 +343,7 @@ def _llm_call(f: LlmCall) -> tuple:
     return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
             f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
             f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error, f.call_key, int(f.sidechain),
-            k.cache_write_1h, f.context_tokens)
+            k.cache_write_1h, f.context_tokens, f.branch)
 
 
 def _rank(row: tuple) -> tuple:
@@ -486,6 +494,69 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
     return out
 
 
+def _rename_subagents(conn: apsw.Connection, facts: list[Fact]) -> None:
+    """A subagent spawned under a provisional key takes the child's key once an end names both.
+
+    The row's contribution to every rollup stays as it was; the batch's own spawns take the key too."""
+    renames = {f.spawn_key: f.child_session_key for f in facts if type(f) is SubagentEnded and f.spawn_key}
+    if not renames:
+        return
+    for f in facts:
+        if type(f) is SubagentSpawned and f.child_session_key in renames:
+            f.child_session_key = renames[f.child_session_key]
+    conn.executemany(_RENAME_SUBAGENT, [(new, old) for old, new in renames.items()])
+
+
+def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, list], set[str]]:
+    """Calls on a side branch belong to the branch's session once any event names it (LlmCall.branch).
+
+    The batch's calls whose branch is a session (already, or named in this batch) go there; the
+    stored calls of branches this batch names move there, the rollups following. Returns what the
+    moved calls add to their sessions ({id: [id, key, agent, source, first, last]}) and the
+    sessions whose totals moved."""
+    named: dict[str, str | None] = {}
+    branches = set()
+    for f in facts:
+        if f.session_id is not None and named.get(f.session_id) is None:
+            named[f.session_id] = f.session_key
+        if type(f) is LlmCall and f.branch is not None:
+            branches.add(f.branch)
+    if branches:
+        known = {b: named[b] for b in branches if b in named}
+        if len(known) < len(branches):
+            known.update(conn.execute(_NAMED_SESSIONS, (orjson.dumps(sorted(branches - known.keys())).decode(),)))
+        for f in facts:
+            if type(f) is LlmCall and f.branch in known:
+                f.session_id, f.session_key = f.branch, known[f.branch]
+    if not named:
+        return {}, set()
+    old = [tuple(row) for row in conn.execute(_BRANCH_CALLS, (orjson.dumps(sorted(named)).decode(),))]
+    if not old:
+        return {}, set()
+    new, spans = [], {}
+    for rid, *row in old:
+        sid = row[23]
+        row[4], row[5] = named[sid], sid
+        new.append(tuple(row))
+        span = spans.get(sid)
+        if span is None:
+            spans[sid] = [sid, named[sid], row[3], row[2], row[1], row[1]]
+        else:
+            span[4], span[5] = min(span[4], row[1]), max(span[5], row[1])
+    conn.executemany(_MOVE_CALL, [(row[4], row[5], rid) for rid, row in zip((r[0] for r in old), new)])
+    return spans, rollups.move_llm_calls(conn, [row[1:] for row in old], new)
+
+
+def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
+    """Fold the moved calls' times into the batch's session rows."""
+    for sid, span in spans.items():
+        agg = sessions.get(sid)
+        if agg is None:
+            sessions[sid] = span
+        else:
+            agg[4], agg[5] = min(agg[4], span[4]), max(agg[5], span[5])
+
+
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
@@ -564,6 +635,9 @@ class LedgerWriter:
                      items: list[tuple[int, int, Fact]]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
         fresh = items
+        facts = [item[2] for item in items]
+        _rename_subagents(conn, facts)
+        spans, moved = _side_branches(conn, facts)
         prepared = _prepare(file_id, items)
         conn.execute("SAVEPOINT events")
         before = conn.total_changes()
@@ -583,6 +657,7 @@ class LedgerWriter:
             prepared = _prepare(file_id, fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
+        _widen(prepared.sessions, spans)
         lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
         linked = lifecycle.before()
         takeovers = self._hook_rows_told(conn, prepared)
@@ -606,7 +681,7 @@ class LedgerWriter:
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         changed = lifecycle.after(tracker)
         return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
-                           sessions=tracker.touched | changed, interrupted=tuple(lifecycle.interrupted))
+                           sessions=tracker.touched | changed | moved, interrupted=tuple(lifecycle.interrupted))
 
     @staticmethod
     def _hook_rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:

@@ -1,13 +1,24 @@
 """Decoder for Claude Code transcripts (FORMATS.md §3).
 
-``projects/<encoded-cwd>/<sessionId>.jsonl`` is one session; its Task subagents (and /btw
-side questions) write ``<sessionId>/subagents/agent-<id>.jsonl`` in newer versions, or
-inline lines marked ``isSidechain`` in older ones. Either way their spend belongs to the
-session that started them.
+``projects/<encoded-cwd>/<sessionId>.jsonl`` is one session; its side branches, Task
+subagents and /btw side questions alike, write ``<sessionId>/subagents/agent-<agentId>.jsonl``
+in newer versions, or inline lines marked ``isSidechain`` (with ``agentId``) in older ones.
 
 Identity: ``sessions.session_id`` is Claude Code's own ``sessionId`` (what its hooks send
 as ``session_id``), ``session_key`` is ``agent:claude-code:<sessionId>`` and the agent is
-``claude-code``. A Task subagent is ``agent:claude-code:subagent:<tool_use id>``.
+``claude-code``. A Task subagent is a session of its own, ``<sessionId>/<agentId>`` keyed
+``agent:claude-code:subagent:<sessionId>/<agentId>`` (agent ids are short: the parent's id
+keeps two sessions' subagents apart); its spend rolls up into the parent's family.
+
+Nothing on a side branch's own lines says whether it is a Task subagent or a /btw question:
+only the Task's result (``toolUseResult.agentId``) or a SubagentStart hook says so, and
+either may be read before or after the branch. So every call on a branch names the child
+session it would be (``LlmCall.branch``), and the result or hook names that session; the
+ledger puts a branch's calls in the child once it is named, whatever the order (see
+ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
+is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
+child, whose key the subagent row then takes. Tool calls on a branch stay in the parent's
+turn: a session counts tool calls through its runs, and a subagent's work is no run.
 
 One response is streamed as one line per content block, each repeating ``message.id``
 with a usage snapshot that grows: every line names the call ``<sessionId>:<message.id>``
@@ -72,8 +83,17 @@ def session_key(session_id: str) -> str:
     return f"agent:{AGENT}:{session_id}"
 
 
-def subagent_key(tool_use_id: str) -> str:
+def spawn_key(tool_use_id: str) -> str:
+    """A Task subagent's key until its result names the child."""
     return f"agent:{AGENT}:subagent:{tool_use_id}"
+
+
+def child_session_id(session_id: str, agent_id: str) -> str:
+    return f"{session_id}/{agent_id}"
+
+
+def child_key(session_id: str, agent_id: str) -> str:
+    return f"agent:{AGENT}:subagent:{child_session_id(session_id, agent_id)}"
 
 
 def _tokens(usage: object) -> Tokens:
@@ -106,6 +126,7 @@ class FileDecoder:
         self.subagent_file = p.parent.name == "subagents"
         # A main transcript is named after its session; a subagent's sits in a folder named so.
         self.path_session = p.parents[1].name if self.subagent_file else p.name.removesuffix(".jsonl")
+        self.path_agent = p.name.removeprefix("agent-").removesuffix(".jsonl") if self.subagent_file else None
         # Side-branch files start no runs: their lines join the run of the session at their time.
         self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
 
@@ -130,7 +151,8 @@ class FileDecoder:
         sidechain = obj.get("isSidechain") is True
         msg = obj.get("message")
         if kind == "assistant" and isinstance(msg, dict):
-            return self._assistant(base, obj, msg, sidechain)
+            agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
+            return self._assistant(base, obj, msg, sidechain, agent and child_session_id(session_id, agent))
         if kind == "user" and isinstance(msg, dict):
             return self._user(base, obj, msg, sidechain, uuid)
         if kind == "system":
@@ -140,7 +162,7 @@ class FileDecoder:
     def _run(self, base: dict) -> str | None:
         return self.runs.current(base["session_id"], base["ts_ms"])
 
-    def _assistant(self, base: dict, obj: dict, msg: dict, sidechain: bool) -> Fact | list[Fact]:
+    def _assistant(self, base: dict, obj: dict, msg: dict, sidechain: bool, branch: str | None) -> Fact | list[Fact]:
         run_id = self._run(base)
         model = text(msg.get("model"))
         message_id = text(msg.get("id"))
@@ -150,7 +172,8 @@ class FileDecoder:
                            error=_first_text(msg.get("content")) or "API error")
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
                        tokens=_tokens(msg.get("usage")),
-                       call_key=f"{base['session_id']}:{message_id}" if message_id else None, sidechain=sidechain)
+                       call_key=f"{base['session_id']}:{message_id}" if message_id else None, sidechain=sidechain,
+                       branch=branch)
         facts: list[Fact] = [call]
         content = msg.get("content")
         if isinstance(content, list):
@@ -164,7 +187,7 @@ class FileDecoder:
                     task = block.get("input") if isinstance(block.get("input"), dict) else {}
                     ids = {"event_id": derived_id(base["event_id"], len(facts))}
                     facts.append(SubagentSpawned(**base | ids, kind="subagent.spawn", run_id=run_id,
-                                                 child_session_key=subagent_key(block["id"]), child_agent_id=AGENT,
+                                                 child_session_key=spawn_key(block["id"]), child_agent_id=AGENT,
                                                  label=text(task.get("description")),
                                                  mode=text(task.get("subagent_type"))))
         if not sidechain and run_id is not None and msg.get("stop_reason") in _TURN_OVER:
@@ -203,12 +226,17 @@ class FileDecoder:
                                    run_id=run_id, tool_call_id=block["tool_use_id"], is_error=is_error,
                                    error=_first_text(block.get("content")) if is_error else None))
             if isinstance(outcome, dict) and text(outcome.get("agentId")) and len(results) == 1:
-                # A Task's result names the subagent it ran: the subagent is over.
+                # A Task's result names the subagent it ran: the subagent is over, and its branch is
+                # the child session (an event of that session is what makes it one).
+                child = (base["session_id"], outcome["agentId"])
                 facts.append(SubagentEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))},
-                                           kind="subagent.end", run_id=run_id,
-                                           child_session_key=subagent_key(block["tool_use_id"]),
+                                           kind="subagent.end", run_id=run_id, child_session_key=child_key(*child),
+                                           spawn_key=spawn_key(block["tool_use_id"]),
                                            outcome="error" if is_error else text(outcome.get("status")) or "ok",
                                            duration_ms=integer(outcome.get("totalDurationMs"))))
+                facts.append(Marker(**base | {"event_id": derived_id(base["event_id"], len(facts)),
+                                              "session_key": child_key(*child),
+                                              "session_id": child_session_id(*child)}, kind="subagent.result"))
         if interrupt:
             facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
                                   run_id=run_id, ended_by="user", stop_reason="user_interrupt"))

@@ -5,7 +5,9 @@ same session the transcript decoder (``claude_code.py``) keys: ``session_id`` is
 ``sessionId``, the key ``agent:claude-code:<sessionId>``. A tool call shows up as soon as its
 PreToolUse arrives, seconds before its transcript line is read; the ledger merges the two by
 ``tool_use_id`` and the transcript's account wins wherever both say something. Hooks carry no
-tokens and no cost.
+tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own session
+(``<session_id>/<agent_id>``, as the transcript does), so its calls go there even before the
+Task's result is read.
 
 A payload has no time and no id of its own, so an event's identity is what distinguishes it
 from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import orjson
 
 from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, ToolObserved
-from agentledger.sources.claude_code import AGENT, SOURCE, session_key
+from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
 from agentledger.sources.common import error_text, integer, line_id, text
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
@@ -95,6 +97,9 @@ def decode(payload: object, received_ms: int, blocked: str | None = None) -> Hoo
         fact = SessionStarted(**base)
     elif name == "SessionEnd":
         fact = SessionEnded(**base)
+    elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
+        child = (session_id, payload["agent_id"])
+        fact = Marker(**base | {"session_key": child_key(*child), "session_id": child_session_id(*child)})
     else:
         fact = Marker(**base)
     return HookEvent(eid, received_ms, session_id, name, fact)
