@@ -18,6 +18,9 @@ from conftest import CORPUS, REPO, cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
+from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, TASK_AGENT, WANT_TASK_OUTCOME, _task_lines,
+                                     _task_outcome)
+from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
@@ -323,3 +326,24 @@ def test_the_readme_registers_every_hook_event_at_the_endpoint_with_short_timeou
     for groups in settings["hooks"].values():
         (hook,) = [h for g in groups for h in g["hooks"]]
         assert hook["type"] == "http" and hook["url"].endswith("/v1/hooks/claude-code") and hook["timeout"] <= 3
+
+
+def test_subagent_hooks_name_the_same_child_session_as_the_transcript(tmp_path, db):
+    parent, child, btw = _task_lines()
+    hook = {"session_id": TASK_SESSION, "agent_id": TASK_AGENT, "agent_type": "general-purpose",
+            "transcript_path": f"/home/dev/.claude/{PROJECT}/{TASK_SESSION}.jsonl"}
+    started_ms = 1_790_848_802_000  # 2026-10-01T10:00:02Z, as the subagent starts
+    post(db, [{**hook, "hook_event_name": "SubagentStart"}], started_ms)
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    # Before the Task's result is read, the hook already put the subagent's calls in its own session.
+    assert scalar(db, "SELECT session_key FROM sessions WHERE session_id = ?", (CHILD_ID,)) == CHILD_KEY
+    assert scalar(db, "SELECT count(*) FROM llm_calls WHERE session_id = ?", (CHILD_ID,)) == 2
+    post(db, [{**hook, "hook_event_name": "SubagentStop"}], started_ms + 17_000)
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME

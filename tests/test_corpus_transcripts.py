@@ -177,7 +177,9 @@ def test_claude_code_totals(claude_db, claude_corpus):
     assert u["llm_calls"] == t["llm_calls"]
     assert u["llm_errors"] == want["detail"]["assistant_synthetic_error_lines"]
     assert (u["tool_calls"], u["tool_errors"]) == (t["tool_calls"], t["failed_tool_calls"])
-    assert u["sessions"] == t["sessions"]
+    # Task subagents are sessions of their own; /btw side questions are not (they stay in their session).
+    assert (u["sessions"], u["subagent_sessions"]) == (t["sessions"], t["subagent_sessions"])
+    assert t["subagent_sessions"] == want["detail"]["task_subagents"]
     assert u["runs"] == t["runs"]
     # Orphans are the last turns of killed sessions, left waiting on a tool; the turns users stopped are
     # interrupted too, with an end of their own; every other turn ended, said so or not.
@@ -212,16 +214,37 @@ def test_claude_code_per_model_and_day(claude_db, claude_corpus):
         assert cost[model] / 10**12 == pytest.approx(v["reference_cost_usd"], abs=1e-6), model
 
 
+def _tokens(row: dict) -> tuple[int, ...]:
+    return row["input_tokens"], row["output_tokens"], row["cache_read_tokens"], row["cache_write_tokens"]
+
+
+def _want_tokens(want: dict) -> tuple[int, ...]:
+    return want["input"], want["output"], want["cacheRead"], want["cacheWrite"]
+
+
 def test_claude_code_sessions_are_keyed_by_their_session_id(claude_db, claude_corpus):
     by_id = {s["session_id"]: s for s in _read(claude_db, queries.sessions, queries.Window())}
-    for want in _expected(claude_corpus)["sessions_sample"]:
-        got = by_id[want["sessionId"]]
-        assert got["session_key"] == f"agent:claude-code:{want['sessionId']}"
-        assert got["source"] == "claude-code"
-        including_children = want["tokens_including_children"]
-        assert (got["input_tokens"], got["output_tokens"], got["cache_read_tokens"]) == (
-            including_children["input"], including_children["output"], including_children["cacheRead"])
-        assert got["llm_calls"] == want["llm_calls"] + sum(c["llm_calls"] for c in want["children"])
+    sample = _expected(claude_corpus)["sessions_sample"]
+    assert any(want["children"] for want in sample)
+    for want in sample:
+        sid = want["sessionId"]
+        got = by_id[sid]
+        assert got["session_key"] == f"agent:claude-code:{sid}"
+        assert (got["source"], got["is_subagent"]) == ("claude-code", False)
+        # The session's own spend leaves its Task subagents out; its family (what ccusage calls
+        # the session) puts them back.
+        assert _tokens(got) == _want_tokens(want["tokens"])
+        assert got["llm_calls"] == want["llm_calls"]
+        detail = _read(claude_db, queries.session_detail, got["session_key"])
+        assert detail["family_cost_usd"] == pytest.approx(want["reference_cost_usd_including_children"], abs=1e-6)
+        assert sorted(c["child_session_key"] for c in detail["subagents"]) == sorted(
+            f"agent:claude-code:subagent:{sid}/{c['agentId']}" for c in want["children"])
+        for child in want["children"]:
+            row = by_id[f"{sid}/{child['agentId']}"]
+            assert (row["is_subagent"], row["status"], row["end_reason"]) == (True, "ended", "subagent")
+            assert row["runs"] == child["runs"] == 0
+            assert _tokens(row) == _want_tokens(child["tokens"])
+            assert row["llm_calls"] == child["llm_calls"]
 
 
 def test_claude_code_skips_file_snapshots_without_an_event(claude_db, claude_corpus):

@@ -8,10 +8,14 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 from conftest import cli_env, ingest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ledgerdump import scalar
 
 from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
@@ -308,3 +312,127 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     u = orjson.loads(usage.stdout)
     assert (u["sessions"], u["subagent_sessions"]) == (2, 2)
     _clean(db)
+
+
+# -- Task subagents and /btw side questions ------------------------------------------------------
+
+TASK_AGENT, BTW_AGENT = "a1b2c3d4", "b9e8f7a6"
+CHILD_ID = f"{SESSION}/{TASK_AGENT}"
+CHILD_KEY = f"agent:claude-code:subagent:{CHILD_ID}"
+PARENT_KEY = f"agent:claude-code:{SESSION}"
+
+
+def _side(agent: str, line: bytes) -> bytes:
+    """A line of a side branch: the same line, marked as written by ``agent``."""
+    return _line(orjson.loads(line) | {"isSidechain": True, "agentId": agent})
+
+
+def _task_lines() -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """(the session's own lines, its Task subagent's, its /btw question's), in the order they were written."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "general-purpose"}}
+    result = orjson.loads(cc_result("r_task", "toolu_task", 20))
+    result["toolUseResult"] = {"status": "completed", "agentId": TASK_AGENT, "totalDurationMs": 12_000}
+    parent = [cc_prompt("u1", "who calls paginate?", 0),
+              cc_assistant("a1", "msg_p1", task, output=60, second=1, stop="tool_use"),
+              _line(result),
+              cc_assistant("a2", "msg_p2", {"type": "text", "text": "Two callers."}, output=80, second=21,
+                           stop="end_turn")]
+    child = [_side(TASK_AGENT, line) for line in (
+        cc_prompt("c0", "List callers", 2),
+        cc_assistant("c1", "msg_c1", {"type": "tool_use", "id": "toolu_grep", "name": "Grep", "input": {}},
+                     output=300, second=3, request="req_c1", stop="tool_use"),
+        cc_result("c2", "toolu_grep", 4),
+        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=19, request="req_c2",
+                     stop="end_turn"))]
+    btw = [_side(BTW_AGENT, line) for line in (
+        cc_prompt("b0", "btw, which file failed?", 30),
+        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=31,
+                     request="req_b1", stop="end_turn"))]
+    return parent, child, btw
+
+
+def _task_outcome(db: Path) -> dict:
+    """What a user sees of the scenario: the sessions' own spend, the family's, the subagent row."""
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+        u = queries.usage(conn, queries.Window())
+        own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"])
+               for s in queries.sessions(conn, queries.Window())}
+        detail = queries.session_detail(conn, PARENT_KEY)
+        return {"counts": (u["sessions"], u["subagent_sessions"], u["subagents"], u["runs"], u["llm_calls"],
+                           u["output_tokens"], u["tool_calls"]),
+                "own": own, "family_is_all": detail["family_cost_usd"] == pytest.approx(u["cost_usd"], abs=1e-9),
+                "subagents": [(c["child_session_key"], c["parent_session_key"], c["label"], c["status"], c["outcome"])
+                              for c in detail["subagents"]]}
+    finally:
+        conn.close()
+
+
+WANT_TASK_OUTCOME = {
+    "counts": (1, 1, 1, 1, 5, 505, 2),
+    # The /btw question (25 output tokens) stays in the session; the Task subagent's calls are the child's.
+    "own": {SESSION: (PARENT_KEY, False, 3, 165, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0)},
+    "family_is_all": True,
+    "subagents": [(CHILD_KEY, PARENT_KEY, "Find callers", "ended", "completed")],
+}
+
+
+def _inline(parent: list[bytes], child: list[bytes], btw: list[bytes]) -> list[bytes]:
+    """An older session's one file: the subagent's lines between its spawn and its result."""
+    return parent[:2] + child + parent[2:] + btw
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_an_inline_task_subagent_is_a_session_of_its_own_wherever_reads_stop(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("inline")
+    db, root = tmp / "l.db", tmp / "claude"
+    transcript = root / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    lines = _inline(*_task_lines())
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=4)))
+    for a, b in zip([0, *cuts], [*cuts, len(lines)]):
+        with transcript.open("ab") as f:
+            f.writelines(lines[a:b])
+        ingest(db, root, fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+@pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
+def test_a_task_subagents_file_is_a_session_of_its_own_whichever_is_read_first(tmp_path, db, child_first):
+    parent, child, btw = _task_lines()
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    files = {sub / f"agent-{TASK_AGENT}.jsonl": child, sub / f"agent-{BTW_AGENT}.jsonl": btw,
+             project / f"{SESSION}.jsonl": parent}
+    order = sorted(files, key=lambda p: (p.parent == sub) != child_first)
+    for path in order:  # each file in a read of its own: the others are not there yet
+        path.write_bytes(b"".join(files[path]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+    # Read again, or copied, nothing changes.
+    assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
+    parent, _, btw = _task_lines()
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(b"".join([parent[0], parent[3], *btw]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    u = _read_usage(db)
+    assert (u["sessions"], u["subagent_sessions"], u["subagents"], u["llm_calls"], u["output_tokens"]) == (
+        1, 0, 0, 2, 105)
+    assert scalar(db, "SELECT count(*) FROM sessions") == 1
+    _clean(db)
+
+
+def _read_usage(db: Path) -> dict:
+    conn = open_reader(db)
+    try:
+        return queries.usage(conn, queries.Window())
+    finally:
+        conn.close()
