@@ -11,7 +11,9 @@
    ledger the cold run left (best of three).
 3. ccusage (``--ccusage PATH``, else ``ccusage`` on PATH or in ./node_modules/.bin):
    ``ccusage session --json --offline`` with ``CLAUDE_CONFIG_DIR`` set to the corpus and an
-   empty HOME, so that it reads the corpus alone.
+   empty HOME, so that it reads the corpus alone. A ccusage session is what agentledger calls
+   a session's family (the session and its Task subagents, ``<sessionId>/<agentId>``): the
+   two are compared session by session.
 
 Each command is a child process whose wall time and peak RSS (``wait4``'s ``ru_maxrss``) are
 reported. Figures are printed, never asserted; the run fails (exit 1) only if agentledger's
@@ -35,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 RSS_TARGET = 200e6
 # Manifest count → `usage --json` key: what a correct catch-up must reproduce exactly.
-CHECKS = {"runs": "runs", "llm_calls": "llm_calls", "llm_errors": "llm_errors", "tool_calls": "tool_calls",
+CHECKS = {"sessions": "sessions", "subagent_files": "subagent_sessions", "runs": "runs", "llm_calls": "llm_calls", "llm_errors": "llm_errors", "tool_calls": "tool_calls",
           "tool_errors": "tool_errors", "compactions": "compactions", "input": "input_tokens",
           "output": "output_tokens", "cache_read": "cache_read_tokens", "cache_write": "cache_write_tokens"}
 
@@ -85,12 +87,31 @@ def measure_agentledger(root: Path, db: Path, prices: Path | None) -> dict:
     usage = json.loads(_run(al + ["usage", "--json"])["stdout"])
     verify = subprocess.run(al + ["verify"], check=False, capture_output=True, text=True)
     stats = json.loads(ingest["stdout"])
+    listed = json.loads(warm["stdout"])
     return {"ingest": {k: ingest[k] for k in ("seconds", "cpu_seconds", "peak_rss")}, "stats": stats,
             "sessions_cold": {k: first[k] for k in ("seconds", "cpu_seconds", "peak_rss")},
             "sessions_warm": {k: warm[k] for k in ("seconds", "cpu_seconds", "peak_rss")},
-            "sessions_listed": len(json.loads(warm["stdout"])), "usage": usage,
+            "sessions_listed": sum(not s["is_subagent"] for s in listed), "families": _families(listed),
+            "usage": usage,
             "verify_ok": verify.returncode == 0, "db_bytes": db.stat().st_size,
             "prices": f"override file {prices}" if prices else "bundled price history (genai-prices)"}
+
+
+_FAMILY_SUMS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
+
+
+def _families(sessions: list[dict]) -> dict[str, tuple]:
+    """Per top-level session id: its own totals plus its Task subagents' (``<sessionId>/<agentId>``)."""
+    out: dict[str, list] = {}
+    for s in sessions:
+        acc = out.setdefault(s["session_id"].split("/")[0], [0] * len(_FAMILY_SUMS))
+        for i, k in enumerate(_FAMILY_SUMS):
+            acc[i] += s[k]
+    return {sid: tuple(acc) for sid, acc in out.items()}
+
+
+def _same_family(ours: tuple | None, theirs: tuple) -> bool:
+    return ours is not None and ours[:4] == theirs[:4] and abs(ours[4] - theirs[4]) <= 1e-6
 
 
 def measure_ccusage(exe: str, root: Path, home: Path) -> dict:
@@ -100,6 +121,9 @@ def measure_ccusage(exe: str, root: Path, home: Path) -> dict:
     data = json.loads(res["stdout"])
     return {"seconds": res["seconds"], "cpu_seconds": res["cpu_seconds"], "peak_rss": res["peak_rss"],
             "sessions": len(data.get("session", [])),
+            "families": {s.get("sessionId") or s.get("period"): (
+                s["inputTokens"], s["outputTokens"], s["cacheReadTokens"], s["cacheCreationTokens"],
+                s["totalCost"]) for s in data.get("session", [])},
             "totals": data.get("totals", {})}
 
 
@@ -152,6 +176,9 @@ def report(corpus: dict, led: dict, cc: dict | None) -> tuple[str, bool]:
         out += [f"  {name}: {a:,} / {b:,}" + ("" if a == b else f"  (ccusage {((b or 0) - a) / a:+.2%})" if a else "")
                 for name, a, b in pairs]
         out.append(f"  corpus truth: {corpus['sessions']:,} sessions ({corpus['subagent_files']:,} subagent files)")
+        same = sum(_same_family(led["families"].get(sid), fam) for sid, fam in cc["families"].items())
+        out.append(f"  per session (with its subagents): {same:,} of {len(cc['families']):,} equal "
+                   "(tokens exact, cost to 1e-6 USD)")
     return "\n".join(out), ok
 
 
@@ -205,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         text, ok = report(corpus, led, cc)
         print(text)
         if args.json:
-            print(json.dumps({"corpus": corpus, "agentledger": led, "ccusage": cc}, indent=2))
+            per_session = {"families"}  # compared above; thousands of rows are no figure
+            print(json.dumps({"corpus": corpus, "agentledger": {k: v for k, v in led.items() if k not in per_session},
+                              "ccusage": cc and {k: v for k, v in cc.items() if k not in per_session}}, indent=2))
         return 0 if ok else 1
     finally:
         for path in cleanup:
