@@ -272,6 +272,9 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     ingest(db, tmp_path / "claude", fmt="claude-code")
     conn = apsw.Connection(str(db))
     conn.execute("ALTER TABLE runs DROP COLUMN end_rank")
+    # And what later migrations added, so that they apply again.
+    conn.execute("DROP INDEX llm_calls_by_branch")
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN branch")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:
