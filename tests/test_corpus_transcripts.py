@@ -75,6 +75,12 @@ def _per_day(db: Path) -> dict:
     return {d: dict(zip(("llm_calls", "input", "output", "cacheRead", "cacheWrite"), r)) for d, *r in rows}
 
 
+def _spanning_midnight(db: Path) -> int:
+    """Top-level sessions active on both sides of a UTC midnight."""
+    return scalar(db, "SELECT count(*) FROM sessions WHERE session_key NOT LIKE '%:subagent:%' AND "
+                      "date(coalesce(started_ms, first_ms) / 1000, 'unixepoch') != date(last_ms / 1000, 'unixepoch')")
+
+
 def _want(table: dict, keys: tuple[str, ...]) -> dict:
     return {k: {f: v[f] for f in keys} for k, v in table.items()}
 
@@ -110,6 +116,7 @@ def test_transcript_totals(transcript_db, transcript_corpus):
     assert _rows(transcript_db, "SELECT status, count(*) FROM tool_calls WHERE exit_code != 0 GROUP BY 1") \
         == [("ok", nonzero)]
     assert scalar(transcript_db, "SELECT count(*) FROM events WHERE kind = 'model_change'") == detail["model_change"]
+    assert _spanning_midnight(transcript_db) == t["sessions_spanning_midnight_utc"]
     assert _read(transcript_db, check_rollups) == []
 
 
@@ -193,6 +200,7 @@ def test_claude_code_totals(claude_db, claude_corpus):
     assert u["subagents"] == t["subagents"]
     assert u["compactions"] == t["compactions"]
     assert u["rejected_lines"] == want["lines"]["malformed"]["total"]
+    assert _spanning_midnight(claude_db) == t["sessions_spanning_midnight_utc"]
     assert _read(claude_db, check_rollups) == []
 
 
