@@ -358,8 +358,8 @@ def _task_outcome(db: Path) -> dict:
     try:
         assert check_rollups(conn) == []
         u = queries.usage(conn, queries.Window())
-        own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"])
-               for s in queries.sessions(conn, queries.Window())}
+        own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"],
+                                 s["tool_calls"]) for s in queries.sessions(conn, queries.Window())}
         detail = queries.session_detail(conn, PARENT_KEY)
         return {"counts": (u["sessions"], u["subagent_sessions"], u["subagents"], u["runs"], u["llm_calls"],
                            u["output_tokens"], u["tool_calls"]),
@@ -372,8 +372,9 @@ def _task_outcome(db: Path) -> dict:
 
 WANT_TASK_OUTCOME = {
     "counts": (1, 1, 1, 1, 5, 505, 2),
-    # The /btw question (25 output tokens) stays in the session; the Task subagent's calls are the child's.
-    "own": {SESSION: (PARENT_KEY, False, 3, 165, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0)},
+    # The /btw question (25 output tokens) stays in the session; the Task subagent's calls, model and
+    # tool alike, are the child's (the session's one tool call is the Task itself).
+    "own": {SESSION: (PARENT_KEY, False, 3, 165, 1, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0, 1)},
     "family_is_all": True,
     "subagents": [(CHILD_KEY, PARENT_KEY, "Find callers", "ended", "completed")],
 }
