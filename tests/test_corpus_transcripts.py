@@ -243,6 +243,8 @@ def test_claude_code_sessions_are_keyed_by_their_session_id(claude_db, claude_co
         # the session) puts them back.
         assert _tokens(got) == _want_tokens(want["tokens"])
         assert got["llm_calls"] == want["llm_calls"]
+        # Tool calls too: a subagent's are its own, not its parent's.
+        assert (got["tool_calls"], got["tool_errors"]) == (want["tool_calls"], want["failed_tool_calls"])
         detail = _read(claude_db, queries.session_detail, got["session_key"])
         assert detail["family_cost_usd"] == pytest.approx(want["reference_cost_usd_including_children"], abs=1e-6)
         assert sorted(c["child_session_key"] for c in detail["subagents"]) == sorted(
@@ -253,6 +255,7 @@ def test_claude_code_sessions_are_keyed_by_their_session_id(claude_db, claude_co
             assert row["runs"] == child["runs"] == 0
             assert _tokens(row) == _want_tokens(child["tokens"])
             assert row["llm_calls"] == child["llm_calls"]
+            assert (row["tool_calls"], row["tool_errors"]) == (child["tool_calls"], child["failed_tool_calls"])
 
 
 def test_claude_code_skips_file_snapshots_without_an_event(claude_db, claude_corpus):

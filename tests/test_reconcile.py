@@ -275,6 +275,9 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     # And what later migrations added, so that they apply again.
     conn.execute("DROP INDEX llm_calls_by_branch")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN branch")
+    conn.execute("DROP INDEX tool_calls_by_branch")
+    conn.execute("ALTER TABLE tool_calls DROP COLUMN branch")
+    conn.execute("ALTER TABLE tool_calls DROP COLUMN session_id")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import apsw
+import orjson
 import pytest
 from conftest import REPO, ingest
-from logwriter import LogDir
+from logwriter import LogDir, event, llm_call
 
+from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 
@@ -118,3 +120,28 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     open_writer(db).close()  # migrates to version 2, filling the rollups from the base rows
     assert _verify(db) == []
     assert _totals(db)[0] == oc_expected["totals"]["cost_pico_usd"]
+
+
+def _runless(line: bytes) -> bytes:
+    """The same telemetry line with no run id: the run it belonged to is unknown."""
+    ev = orjson.loads(line)
+    del ev["runId"]
+    return orjson.dumps(ev) + b"\n"
+
+
+def test_a_tool_call_without_a_run_counts_in_the_session_its_line_names(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1) + b"".join(_runless(event(n, kind, {"toolName": "exec", "toolCallId": "call-1",
+                                                                 "isError": True}))
+                                       for n, kind in ((2, "tool.start"), (3, "tool.end"))))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    assert _verify(db) == []
+    conn = open_reader(db)
+    try:
+        (s1,) = queries.sessions(conn, queries.Window())
+        u = queries.usage(conn, queries.Window())
+    finally:
+        conn.close()
+    assert (s1["session_id"], s1["runs"], s1["tool_calls"], s1["tool_errors"]) == ("sid-s1", 0, 1, 1)
+    assert (u["tool_calls"], u["tool_errors"]) == (1, 1)

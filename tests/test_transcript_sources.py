@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
@@ -14,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
 
+from agentledger.config import GateConfig
+from agentledger.gates import GateKeeper
+from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
 
@@ -358,8 +362,8 @@ def _task_outcome(db: Path) -> dict:
     try:
         assert check_rollups(conn) == []
         u = queries.usage(conn, queries.Window())
-        own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"])
-               for s in queries.sessions(conn, queries.Window())}
+        own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"],
+                                 s["tool_calls"]) for s in queries.sessions(conn, queries.Window())}
         detail = queries.session_detail(conn, PARENT_KEY)
         return {"counts": (u["sessions"], u["subagent_sessions"], u["subagents"], u["runs"], u["llm_calls"],
                            u["output_tokens"], u["tool_calls"]),
@@ -372,8 +376,9 @@ def _task_outcome(db: Path) -> dict:
 
 WANT_TASK_OUTCOME = {
     "counts": (1, 1, 1, 1, 5, 505, 2),
-    # The /btw question (25 output tokens) stays in the session; the Task subagent's calls are the child's.
-    "own": {SESSION: (PARENT_KEY, False, 3, 165, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0)},
+    # The /btw question (25 output tokens) stays in the session; the Task subagent's calls, model and
+    # tool alike, are the child's (the session's one tool call is the Task itself).
+    "own": {SESSION: (PARENT_KEY, False, 3, 165, 1, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0, 1)},
     "family_is_all": True,
     "subagents": [(CHILD_KEY, PARENT_KEY, "Find callers", "ended", "completed")],
 }
@@ -436,3 +441,28 @@ def _read_usage(db: Path) -> dict:
         return queries.usage(conn, queries.Window())
     finally:
         conn.close()
+
+
+def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
+    parent, child, _ = _task_lines()
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    (project / f"{SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    hot, readers = HotSessions(tmp_path / "hot", flush_interval_s=0), ReaderPool(db)
+    try:
+        keeper = GateKeeper((GateConfig(name="tools", scope="session", metric="tool_calls", limit=1),), hot, readers,
+                            ZoneInfo("UTC"))
+        with readers.connection() as conn:
+            views = {key: hot.lookup(conn, key) for key in (CHILD_KEY, PARENT_KEY)}
+        # The subagent's Grep is its own; the parent's family adds it to the parent's Task.
+        assert (views[CHILD_KEY].own.tool_calls, views[PARENT_KEY].own.tool_calls,
+                views[PARENT_KEY].family.tool_calls) == (1, 1, 2)
+        d = keeper.decide(CHILD_KEY, "Grep")
+        assert (d.decision, d.gate, d.value) == ("block", "tools", 1)
+        assert d.reason == f"session {CHILD_KEY} used 1 tool calls of its 1 limit (gate tools)"
+    finally:
+        hot.close()
+        readers.close()

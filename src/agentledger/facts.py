@@ -105,6 +105,7 @@ class UsageSnapshot(Fact):
 class ToolStarted(Fact):
     tool_name: str | None = None
     tool_call_id: str
+    branch: str | None = None  # as LlmCall.branch: the call is that session's once an event names it
 
 
 @dataclass(slots=True, kw_only=True)
@@ -117,6 +118,7 @@ class ToolEnded(Fact):
     file_path: str | None = None
     exec_command: str | None = None
     exit_code: int | None = None  # a command's exit status, which producers do not count as an error
+    branch: str | None = None  # as ToolStarted.branch
 
 
 @dataclass(slots=True, kw_only=True)

@@ -22,7 +22,8 @@ SCHEMA_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().paren
 BUSY_TIMEOUT_MS = 10_000
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
 REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days"),
-                                             9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",)}
+                                             9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",),
+                                             14: ("session_totals",)}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

@@ -887,7 +887,8 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
     if session_ids is not None:
         params.append(_json_list(session_ids))
         llm_cond = " AND session_id IN (SELECT value FROM json_each(?3))"
-        # Tool calls carry no session id: they reach a session through their run.
+        # Listed through their runs (what the session's turns did, its Task subagents' tools included);
+        # the session totals count each call in its own session instead (verify.TOOL_SESSION).
         tool_cond = " AND run_id IN (SELECT run_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?3)))"
     elif agent is not None:
         params.append(agent)

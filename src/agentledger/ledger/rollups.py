@@ -24,11 +24,14 @@ _USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error
                                           "subagent_sessions", "compactions", "subagents")
 _RUN_STATUSES = ("running", "ok", "error", "interrupted")
 
+# A run brings its session the tool calls that name no session of their own (see verify.py).
 _READ_RUNS = """
 SELECT r.run_id, r.session_id, r.agent_id, r.provider, r.model, coalesce(r.started_ms, r.ended_ms), r.status,
        coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), a.first_ms, a.last_ms
-FROM json_each(?) AS j JOIN runs AS r ON r.run_id = j.value
-LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
+FROM json_each(?1) AS j JOIN runs AS r ON r.run_id = j.value
+LEFT JOIN (SELECT run_id, count(*) AS tool_calls, sum(status = 'error') AS tool_errors FROM tool_calls
+           WHERE run_id IN (SELECT value FROM json_each(?1)) AND session_id IS NULL GROUP BY run_id) AS t
+       ON t.run_id = r.run_id
 LEFT JOIN run_activity AS a ON a.run_id = r.run_id
 """
 _READ_SESSIONS = """
@@ -41,7 +44,7 @@ FROM json_each(?) AS j JOIN subagents AS a ON a.child_session_key = j.value
 """
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
-       tc.duration_ms
+       tc.duration_ms, tc.session_id
 FROM json_each(?) AS j JOIN tool_calls AS tc ON tc.run_id = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1
 """
 
@@ -138,11 +141,17 @@ class Deltas:
             acc[1] += sign * duration
 
     def tool(self, row: tuple, sign: int) -> None:
-        run_id, _, agent, name, ts, status, duration = row
+        """A call counts in its run and in its own session; one that names none reaches a session
+        through its run (``run``)."""
+        run_id, _, agent, name, ts, status, duration, session_id = row
         err = status == "error"
         acc = self.run_tools[run_id]
         acc[0] += sign
         acc[1] += sign * err
+        if session_id is not None:
+            acc = self.session[session_id]
+            acc[10] += sign
+            acc[11] += sign * err
         if ts is not None:
             acc = self.tool_slot[(_slot(ts), agent or "", name or "")]
             acc[0] += sign
@@ -258,7 +267,6 @@ class Tracker:
             d.tool(row, -1)
         for row in _read(self.conn, _READ_TOOLS, self.tool_keys, 2).values():
             d.tool(row, +1)
-        # A run's contribution includes its tool totals: settle those before reading runs again.
         _write(self.conn, _ADD_RUN_TOOLS, d.run_tools)
         for row in self.old_runs.values():
             d.run(row, -1)

@@ -30,6 +30,8 @@ LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cach
 RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
 _COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions", "subagents")
 SUBAGENT_KEY = "(coalesce(session_key, '') LIKE 'agent:%:subagent:%')"
+# The session a tool call (tc) counts in: its own (a side branch's, once named), else its run's (r).
+TOOL_SESSION = "coalesce(tc.session_id, r.session_id)"
 
 
 def _z(alias: str, columns: tuple[str, ...]) -> str:
@@ -80,9 +82,9 @@ _BASE_ROLLUPS = (
         f"""
         WITH l AS (SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE session_id IS NOT NULL GROUP BY session_id),
         r AS (SELECT session_id, count(*) AS runs FROM runs WHERE session_id IS NOT NULL GROUP BY session_id),
-        t AS (SELECT r.session_id, count(*) AS tool_calls, sum(tc.status = 'error') AS tool_errors
-              FROM tool_calls AS tc JOIN runs AS r ON r.run_id = tc.run_id
-              WHERE r.session_id IS NOT NULL GROUP BY r.session_id),
+        t AS (SELECT {TOOL_SESSION} AS session_id, count(*) AS tool_calls, sum(tc.status = 'error') AS tool_errors
+              FROM tool_calls AS tc LEFT JOIN runs AS r ON r.run_id = tc.run_id
+              WHERE {TOOL_SESSION} IS NOT NULL GROUP BY 1),
         k AS (SELECT session_id FROM l UNION SELECT session_id FROM r UNION SELECT session_id FROM t)
         SELECT k.session_id, {_z("l", LLM_COLUMNS)}, {_z("r", ("runs",))}, {_z("t", ("tool_calls", "tool_errors"))}
         FROM k LEFT JOIN l USING (session_id) LEFT JOIN r USING (session_id) LEFT JOIN t USING (session_id)

@@ -200,6 +200,16 @@ _BRANCH_CALLS = (
     "AND session_id IS NOT branch"
 )
 _MOVE_CALL = "UPDATE llm_calls SET session_key = ?, session_id = ? WHERE id = ?"
+# Tool calls of side branches that are sessions (or that these events name) but still counted where made.
+_BRANCH_TOOLS = (
+    "SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN (SELECT value FROM json_each(?)) "
+    "AND session_id IS NOT branch"
+)
+_MOVE_BRANCH_TOOLS = (
+    "UPDATE tool_calls SET session_id = branch "
+    "WHERE (run_id, tool_call_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?)) "
+    "AND session_id IS NOT branch AND branch IN (SELECT session_id FROM sessions)"
+)
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
@@ -217,19 +227,24 @@ _USAGE_SNAPSHOT = """
 INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
+# A call keeps the first session a line gave it (a side branch's moves it later, see
+# _branch_tools); a line on a side branch names the branch whatever the other lines say.
 _TOOL_STARTED = """
-INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms)
-VALUES (?, ?, ?, ?, ?, ?, 'running', ?)
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms,
+                        session_id, branch)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)
 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     tool_name   = coalesce(tool_calls.tool_name, excluded.tool_name),
     agent_id    = coalesce(tool_calls.agent_id, excluded.agent_id),
     session_key = coalesce(tool_calls.session_key, excluded.session_key),
-    started_ms  = excluded.started_ms
+    started_ms  = excluded.started_ms,
+    session_id  = coalesce(tool_calls.session_id, excluded.session_id),
+    branch      = coalesce(excluded.branch, tool_calls.branch)
 """
 _TOOL_ENDED = """
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
-                        ended_ms, duration_ms, error, file_path, exec_command, exit_code)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id, branch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
     agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
@@ -240,7 +255,9 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     error        = excluded.error,
     file_path    = coalesce(excluded.file_path, tool_calls.file_path),
     exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
-    exit_code    = excluded.exit_code
+    exit_code    = excluded.exit_code,
+    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
+    branch       = coalesce(excluded.branch, tool_calls.branch)
 """
 # A hook's account of a tool call (or a hook-made row being taken over) only fills in what the
 # row does not say yet: a transcript's start, end, status and error are never overridden.
@@ -256,14 +273,16 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     ended_ms     = coalesce(tool_calls.ended_ms, excluded.ended_ms),
     duration_ms  = coalesce(tool_calls.duration_ms, excluded.duration_ms),
     file_path    = coalesce(tool_calls.file_path, excluded.file_path),
-    exec_command = coalesce(tool_calls.exec_command, excluded.exec_command)
+    exec_command = coalesce(tool_calls.exec_command, excluded.exec_command),
+    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
+    branch       = coalesce(tool_calls.branch, excluded.branch)
 """
 # Rows a hook made carry this source until a transcript line of the same call takes them over.
 HOOK_ROW_SOURCE = "claude-code-hook"
 _TOOL_OBSERVED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
-                        started_ms, ended_ms, duration_ms, error, file_path, exec_command)
-VALUES (?, ?, ?, '{HOOK_ROW_SOURCE}', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        started_ms, ended_ms, duration_ms, error, file_path, exec_command, session_id)
+VALUES (?, ?, ?, '{HOOK_ROW_SOURCE}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 {_FILL_TOOL}"""
 # The row of a call, wherever the session's runs put it (or under no run).
 _TOOL_ROW_OF_SESSION = """
@@ -277,9 +296,10 @@ JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND tc.source = '{HOOK_ROW_SO
 """
 _TAKE_OVER_HOOK_ROW = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
-                        started_ms, ended_ms, duration_ms, error, file_path, exec_command, exit_code)
+                        started_ms, ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id,
+                        branch)
 SELECT ?1, tool_call_id, tool_name, ?2, agent_id, session_key, status, started_ms, ended_ms, duration_ms, error,
-       file_path, exec_command, exit_code
+       file_path, exec_command, exit_code, session_id, branch
 FROM tool_calls WHERE run_id = ?3 AND tool_call_id = ?4
 {_FILL_TOOL}"""
 _CLAIM_HOOK_ROW = "UPDATE tool_calls SET source = ? WHERE run_id = ? AND tool_call_id = ?"
@@ -352,19 +372,21 @@ def _rank(row: tuple) -> tuple:
 
 
 def _tool_started(f: ToolStarted) -> tuple:
-    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms)
+    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms, f.session_id,
+            f.branch)
 
 
 def _tool_ended(f: ToolEnded) -> tuple:
     return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key,
             "error" if f.is_error else "ok", f.ts_ms, f.duration_ms, f.error, f.file_path, f.exec_command,
-            f.exit_code)
+            f.exit_code, f.session_id, f.branch)
 
 
 def _tool_observed(f: ToolObserved) -> tuple:
     ended = f.ts_ms if f.status != "running" else None
     return (f.run_id or "", f.tool_call_id, f.tool_name, f.agent_id, f.session_key, f.status,
-            f.ts_ms if ended is None else None, ended, f.duration_ms, f.error, f.file_path, f.exec_command)
+            f.ts_ms if ended is None else None, ended, f.duration_ms, f.error, f.file_path, f.exec_command,
+            f.session_id)
 
 
 def _run_started(f: RunStarted) -> tuple | None:
@@ -547,6 +569,19 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     return spans, rollups.move_llm_calls(conn, [row[1:] for row in old], new)
 
 
+def _branch_tools(conn: apsw.Connection, facts: list[Fact], tool_keys: set[tuple[str, str]]) -> bool:
+    """Tool calls on a side branch count in its session once any event names it, as its calls do.
+
+    The rows that may move are the batch's own and the stored ones of branches this batch names;
+    the latter join ``tool_keys``, so the rollups follow. Says whether _MOVE_BRANCH_TOOLS is due
+    once the batch's rows (its sessions' included) are written."""
+    named = {f.session_id for f in facts if f.session_id is not None}
+    found = conn.execute(_BRANCH_TOOLS, (orjson.dumps(sorted(named)).decode(),)).fetchall() if named else []
+    tool_keys.update(tuple(key) for key in found)
+    return bool(found) or any((type(f) is ToolStarted or type(f) is ToolEnded) and f.branch is not None
+                              for f in facts)
+
+
 def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
     """Fold the moved calls' times into the batch's session rows."""
     for sid, span in spans.items():
@@ -661,6 +696,7 @@ class LedgerWriter:
         lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
         linked = lifecycle.before()
         takeovers = self._hook_rows_told(conn, prepared)
+        branch_tools = _branch_tools(conn, facts, prepared.tool_keys)
         tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
@@ -677,6 +713,8 @@ class LedgerWriter:
             rows = prepared.rows.get(sql)
             if rows:
                 conn.executemany(sql, rows)
+        if branch_tools:
+            conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         changed = lifecycle.after(tracker)

@@ -17,8 +17,9 @@ session it would be (``LlmCall.branch``), and the result or hook names that sess
 ledger puts a branch's calls in the child once it is named, whatever the order (see
 ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
 is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
-child, whose key the subagent row then takes. Tool calls on a branch stay in the parent's
-turn: a session counts tool calls through its runs, and a subagent's work is no run.
+child, whose key the subagent row then takes. Tool calls on a branch name it too, and count
+in the child session the same way; they stay in the parent's turn (a subagent's work is no
+run, so the run that spawned it counts them).
 
 One response is streamed as one line per content block, each repeating ``message.id``
 with a usage snapshot that grows: every line names the call ``<sessionId>:<message.id>``
@@ -150,11 +151,12 @@ class FileDecoder:
                 "agent_id": AGENT, "session_key": session_key(session_id), "session_id": session_id}
         sidechain = obj.get("isSidechain") is True
         msg = obj.get("message")
-        if kind == "assistant" and isinstance(msg, dict):
+        if kind in ("assistant", "user") and isinstance(msg, dict):
             agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
-            return self._assistant(base, obj, msg, sidechain, agent and child_session_id(session_id, agent))
-        if kind == "user" and isinstance(msg, dict):
-            return self._user(base, obj, msg, sidechain, uuid)
+            branch = agent and child_session_id(session_id, agent)
+            if kind == "assistant":
+                return self._assistant(base, obj, msg, sidechain, branch)
+            return self._user(base, obj, msg, sidechain, uuid, branch)
         if kind == "system":
             return self._system(base, obj)
         return RawEvent(**base, kind=kind, raw=line)
@@ -182,7 +184,7 @@ class FileDecoder:
                     continue
                 ids = {"event_id": derived_id(base["event_id"], len(facts))}
                 facts.append(ToolStarted(**base | ids, kind="tool.start", run_id=run_id,
-                                         tool_name=text(block.get("name")), tool_call_id=block["id"]))
+                                         tool_name=text(block.get("name")), tool_call_id=block["id"], branch=branch))
                 if block.get("name") in _TASK_TOOLS:
                     task = block.get("input") if isinstance(block.get("input"), dict) else {}
                     ids = {"event_id": derived_id(base["event_id"], len(facts))}
@@ -196,7 +198,8 @@ class FileDecoder:
                                   stop_reason=msg["stop_reason"]))
         return facts[0] if len(facts) == 1 else facts
 
-    def _user(self, base: dict, obj: dict, msg: dict, sidechain: bool, uuid: str | None) -> Fact | list[Fact]:
+    def _user(self, base: dict, obj: dict, msg: dict, sidechain: bool, uuid: str | None,
+              branch: str | None) -> Fact | list[Fact]:
         content = msg.get("content")
         interrupt = not sidechain and _is_interrupt(content)
         if isinstance(content, str) and not interrupt:
@@ -224,7 +227,7 @@ class FileDecoder:
             is_error = block.get("is_error") is True
             facts.append(ToolEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="tool.end",
                                    run_id=run_id, tool_call_id=block["tool_use_id"], is_error=is_error,
-                                   error=_first_text(block.get("content")) if is_error else None))
+                                   error=_first_text(block.get("content")) if is_error else None, branch=branch))
             if isinstance(outcome, dict) and text(outcome.get("agentId")) and len(results) == 1:
                 # A Task's result names the subagent it ran: the subagent is over, and its branch is
                 # the child session (an event of that session is what makes it one).
