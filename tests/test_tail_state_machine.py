@@ -35,11 +35,11 @@ class CrashingWriter(LedgerWriter):
         self.left = at
         self.after_commit = after_commit
 
-    def apply(self, batch):
+    def apply_many(self, batches):
         self.left -= 1
         if self.left < 0 and not self.after_commit:
             raise Crash
-        result = super().apply(batch)
+        result = super().apply_many(batches)
         if self.left < 0:
             raise Crash
         return result

@@ -306,7 +306,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         def pipeline() -> Pipeline:
             # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
             return Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
-                            after_commit=lambda batch, result: live.committed(result.sessions, result.position),
+                            after_commit=lambda result: live.committed(result.sessions, result.position),
                             pricer=pricer)
 
         _say(f"ledger {db}; catching up on {where}")

@@ -1,19 +1,19 @@
-"""The ingest pipeline: tail → decode → ledger, one committed batch at a time."""
+"""The ingest pipeline: tail → decode → ledger, a pass's batches of every file committed together."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentledger.facts import Fact, LlmCall, Reject
-from agentledger.ledger.writer import ApplyResult, Batch, LedgerWriter
+from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter
 from agentledger.pricing import Pricer
 from agentledger.sources import Decoder, opener_for
 from agentledger.sources.common import HEAD_BYTES
-from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
+from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
 
 log = logging.getLogger("agentledger.ingest")
 
@@ -52,6 +52,24 @@ class IngestStats:
         }
 
 
+@dataclass(slots=True)
+class _Pending:
+    """Chunks read but not committed yet, and the files read to where those chunks end."""
+
+    chunks: list[tuple[Tailer, Chunk, Batch]] = field(default_factory=list)
+    read: list[tuple[Tailer, FileRow, Physical]] = field(default_factory=list)
+    lines: int = 0
+
+    def add(self, tailer: Tailer, chunk: Chunk, batch: Batch) -> None:
+        self.chunks.append((tailer, chunk, batch))
+        self.lines += batch.lines
+
+    def clear(self) -> None:
+        self.chunks.clear()
+        self.read.clear()
+        self.lines = 0
+
+
 class Pipeline:
     def __init__(
         self,
@@ -63,12 +81,13 @@ class Pipeline:
         stop: threading.Event | None = None,
         on_total: Callable[[int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        after_commit: Callable[[Batch, ApplyResult], None] | None = None,
+        after_commit: Callable[[ApplyResult], None] | None = None,
         pricer: Pricer | None = None,
     ):
         self.writer = writer
         self.pricer = pricer or Pricer.default()
         self.max_line = max_line
+        self.batch_lines = batch_lines
         self.stop = stop or threading.Event()
         self.on_total = on_total
         self.on_progress = on_progress
@@ -111,8 +130,14 @@ class Pipeline:
         )
 
     def run_once(self) -> IngestStats:
-        """One scan of every source and a read of everything new; stops early when asked to."""
+        """One scan of every source and a read of everything new; stops early when asked to.
+
+        The batches of all the files a pass reads commit in one transaction, so a pass over many
+        files costs one commit and one hot-view refresh rather than one per file; a transaction
+        holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog still commits
+        in bounded pieces."""
         stats = IngestStats()
+        pending = _Pending()
         for tailer, opener in self.tailers:
             pairs, opened, report = tailer.scan()
             try:
@@ -133,24 +158,39 @@ class Pipeline:
                     decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
                         batch = self._batch(chunk, decode)
-                        result = self.writer.apply(batch)
-                        tailer.advance(chunk)
-                        nbytes = batch.end_offset - batch.start_offset
-                        stats.lines += batch.lines
-                        stats.bytes += nbytes
-                        stats.events += result.new_facts
-                        stats.duplicates += result.duplicate_facts
-                        stats.rejects += result.rejects
-                        if self.after_commit:
-                            self.after_commit(batch, result)
-                        if self.on_progress:
-                            self.on_progress(nbytes)
+                        if pending.lines + batch.lines > self.batch_lines:
+                            self._commit(pending, stats)
+                        pending.add(tailer, chunk, batch)
+                        # The tailer reads a file's next chunk only once this one is committed.
+                        if chunk.result.end < p.size or self.stop.is_set():
+                            self._commit(pending, stats)
                         if self.stop.is_set():
                             break
-                    tailer.finished(row, p)
+                    pending.read.append((tailer, row, p))
             finally:
                 tailer.close(opened)
+        self._commit(pending, stats)
         return stats
+
+    def _commit(self, pending: _Pending, stats: IngestStats) -> None:
+        if pending.chunks:
+            result = self.writer.apply_many([batch for _, _, batch in pending.chunks])
+            nbytes = 0
+            for tailer, chunk, batch in pending.chunks:
+                tailer.advance(chunk)
+                nbytes += batch.end_offset - batch.start_offset
+            stats.lines += pending.lines
+            stats.bytes += nbytes
+            stats.events += result.new_facts
+            stats.duplicates += result.duplicate_facts
+            stats.rejects += result.rejects
+            if self.after_commit:
+                self.after_commit(result)
+            if self.on_progress:
+                self.on_progress(nbytes)
+        for tailer, row, p in pending.read:
+            tailer.finished(row, p)
+        pending.clear()
 
     def catch_up(self, max_passes: int = 5) -> IngestStats:
         """Read until a pass finds nothing new (what was appended or rotated meanwhile too)."""

@@ -104,6 +104,13 @@ class ApplyResult:
     position: int = 0  # the ledger position this batch committed as
     interrupted: tuple[int, int, int] = (0, 0, 0)  # runs, tool calls, subagents a gateway restart cut off
 
+    def add(self, other: ApplyResult) -> None:
+        self.new_facts += other.new_facts
+        self.duplicate_facts += other.duplicate_facts
+        self.rejects += other.rejects
+        self.sessions |= other.sessions
+        self.interrupted = tuple(a + b for a, b in zip(self.interrupted, other.interrupted))
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -507,30 +514,42 @@ class LedgerWriter:
 
     # -- batches -----------------------------------------------------------------
     def apply(self, batch: Batch) -> ApplyResult:
+        return self.apply_many([batch])
+
+    def apply_many(self, batches: list[Batch]) -> ApplyResult:
+        """Several batches (of several files) in one transaction, each with its own checkpoint.
+
+        One commit for a whole live pass instead of one per file: the facts and checkpoints of
+        every batch commit together or not at all, under one ledger position. A value SQLite
+        refuses still costs only its line; a checkpoint that moved under us refuses them all."""
+        total = ApplyResult(0, 0, 0)
         with self.transaction() as conn:
-            rejects = batch.rejects
-            try:
-                with conn:  # a savepoint: a value SQLite refuses must not cost the batch
-                    result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
-            except _DATA_ERRORS:
-                result, refused = self._apply_one_by_one(conn, batch)
-                rejects = rejects + refused
-            result.position = rollups.advance_position(conn, result.sessions)
             ts = now_ms()
-            if rejects:
-                conn.executemany(_REJECT, [
-                    (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
-                ])
-            conn.execute(_CHECKPOINT, (
-                batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
-            ))
-            if conn.changes() != 1:
-                raise CheckpointConflict(
-                    f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
-                )
+            for batch in batches:
+                total.add(self._apply_batch(conn, batch, ts))
+            total.position = rollups.advance_position(conn, total.sessions)
             fault("before_commit")
+        self.interrupted = [a + b for a, b in zip(self.interrupted, total.interrupted)]
+        return total
+
+    def _apply_batch(self, conn: apsw.Connection, batch: Batch, ts: int) -> ApplyResult:
+        rejects = batch.rejects
+        try:
+            with conn:  # a savepoint: a value SQLite refuses must not cost the batch
+                result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
+        except _DATA_ERRORS:
+            result, refused = self._apply_one_by_one(conn, batch)
+            rejects = rejects + refused
+        if rejects:
+            conn.executemany(_REJECT, [
+                (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
+            ])
+        conn.execute(_CHECKPOINT, (
+            batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
+        ))
+        if conn.changes() != 1:
+            raise CheckpointConflict(f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}")
         result.rejects = len(rejects)
-        self.interrupted = [a + b for a, b in zip(self.interrupted, result.interrupted)]
         return result
 
     def _apply_one_by_one(self, conn: apsw.Connection, batch: Batch) -> tuple[ApplyResult, list[Reject]]:
@@ -545,10 +564,7 @@ class LedgerWriter:
                 refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
                                       head=b""))
                 continue
-            total.new_facts += one.new_facts
-            total.duplicate_facts += one.duplicate_facts
-            total.sessions |= one.sessions
-            total.interrupted = tuple(a + b for a, b in zip(total.interrupted, one.interrupted))
+            total.add(one)
         return total, refused
 
     def _apply_facts(self, conn: apsw.Connection, file_id: int, path: str,
