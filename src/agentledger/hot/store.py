@@ -140,7 +140,10 @@ class SessionRuntimeStore(Generic[T]):
 
     Updates mark an entry dirty; dirty entries reach disk when ``maybe_flush`` finds
     their last flush older than ``flush_interval_s`` (0: at every update), when
-    flushed or closed, and always before they are evicted. Thread-safe.
+    flushed or closed, and before they are evicted unless ``write_back`` is False: then
+    an evicted entry is dropped unwritten, and a file of its keeps its older position (for
+    state the caller can rebuild, where a write per eviction costs more than a rebuild).
+    Thread-safe.
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class SessionRuntimeStore(Generic[T]):
         max_entries: int = 128,
         flush_interval_s: float = 5.0,
         ttl_s: float = 0.0,
+        write_back: bool = True,
         on_evict: Callable[[str, T], None] | None = None,
         on_recover: Callable[[str, T], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -167,6 +171,7 @@ class SessionRuntimeStore(Generic[T]):
         self._max_entries = max_entries
         self._flush_interval_s = flush_interval_s
         self._ttl_s = ttl_s
+        self._write_back = write_back
         self._on_evict = on_evict
         self._on_recover = on_recover
         self._clock = clock
@@ -220,6 +225,11 @@ class SessionRuntimeStore(Generic[T]):
         """Entries in memory."""
         with self._lock:
             return len(self._entries)
+
+    def fits(self, key: str) -> bool:
+        """Whether an update of ``key`` now would evict nothing: it is in memory, or there is room."""
+        with self._lock:
+            return key in self._entries or len(self._entries) < self._max_entries
 
     # -- writing -----------------------------------------------------------
 
@@ -325,7 +335,7 @@ class SessionRuntimeStore(Generic[T]):
 
     def _evict(self, key: str) -> None:
         entry = self._entries[key]
-        if entry.dirty:
+        if entry.dirty and self._write_back:
             self._write(key, entry)  # first: if it fails the entry stays in memory
         del self._entries[key]
         if self._on_evict is not None:
