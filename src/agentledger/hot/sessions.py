@@ -129,9 +129,10 @@ class HotSessions:
         if not ids:
             return
         with self._lock:
-            for key in queries.session_keys_of(conn, ids):
-                if self.store.fits(key):
-                    self._put(conn, key, position)
+            keys = [key for key in queries.session_keys_of(conn, ids) if self.store.fits(key)]
+            for key, view in queries.hot_sessions(conn, keys).items():
+                if self.store.fits(key):  # the views put before it may have filled the room left
+                    self._put_view(key, _from_ledger(view), position)
 
     def expire(self, now_ms: int | None = None) -> list[str]:
         """Drop views of sessions that ended longer than the grace ago; flush and evict by age."""
@@ -195,11 +196,6 @@ class HotSessions:
             return 0
         self._put_view(key, _from_ledger(view), now)
         return 1
-
-    def _put(self, conn: apsw.Connection, key: str, position: int) -> None:
-        view = queries.hot_session(conn, key)
-        if view is not None:
-            self._put_view(key, _from_ledger(view), position)
 
     def _put_view(self, key: str, hot: HotSession, position: int) -> None:
         self.store.update(key, _assign(hot), position=position)
