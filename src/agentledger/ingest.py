@@ -126,7 +126,7 @@ class Pipeline:
         res = chunk.result
         return Batch(
             file_id=chunk.row.id, path=chunk.path, start_offset=chunk.start, end_offset=res.end,
-            lines=len(res.lines) + len(res.too_long), size=chunk.size, facts=facts, rejects=rejects,
+            lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects,
         )
 
     def run_once(self) -> IngestStats:
@@ -157,10 +157,9 @@ class Pipeline:
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
-                        batch = self._batch(chunk, decode)
-                        if pending.lines + batch.lines > self.batch_lines:
-                            self._commit(pending, stats)
-                        pending.add(tailer, chunk, batch)
+                        if pending.lines + chunk.lines > self.batch_lines:
+                            self._commit(pending, stats)  # before decoding: a backlog holds one chunk's facts
+                        pending.add(tailer, chunk, self._batch(chunk, decode))
                         # The tailer reads a file's next chunk only once this one is committed.
                         if chunk.result.end < p.size or self.stop.is_set():
                             self._commit(pending, stats)
