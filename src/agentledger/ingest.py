@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentledger.facts import Fact, LlmCall, Reject
-from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter
+from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
 from agentledger.sources import Decoder, opener_for
 from agentledger.sources.common import HEAD_BYTES
@@ -54,20 +54,13 @@ class IngestStats:
 
 @dataclass(slots=True)
 class _Pending:
-    """Chunks read but not committed yet, and the files read to where those chunks end."""
+    """What a pass applied to its open transaction and has not committed yet."""
 
-    chunks: list[tuple[Tailer, Chunk, Batch]] = field(default_factory=list)
-    read: list[tuple[Tailer, FileRow, Physical]] = field(default_factory=list)
+    batches: OpenBatches | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    read: list[tuple[FileRow, Physical]] = field(default_factory=list)  # files read to where those chunks end
     lines: int = 0
-
-    def add(self, tailer: Tailer, chunk: Chunk, batch: Batch) -> None:
-        self.chunks.append((tailer, chunk, batch))
-        self.lines += batch.lines
-
-    def clear(self) -> None:
-        self.chunks.clear()
-        self.read.clear()
-        self.lines = 0
+    bytes: int = 0
 
 
 class Pipeline:
@@ -132,14 +125,14 @@ class Pipeline:
     def run_once(self) -> IngestStats:
         """One scan of every source and a read of everything new; stops early when asked to.
 
-        The batches of all the files a pass reads commit in one transaction, so a pass over many
-        files costs one commit and one hot-view refresh rather than one per file; a transaction
-        holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog still commits
-        in bounded pieces."""
+        The batches of all the files a pass reads over a source commit in one transaction, so a
+        pass over many files costs one commit and one hot-view refresh rather than one per file;
+        a transaction holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog
+        still commits in bounded pieces."""
         stats = IngestStats()
-        pending = _Pending()
         for tailer, opener in self.tailers:
             pairs, opened, report = tailer.scan()
+            pending = _Pending()
             try:
                 stats.files += report.files
                 stats.rotated += report.rotated
@@ -158,38 +151,53 @@ class Pipeline:
                     decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
-                            self._commit(pending, stats)  # before decoding: a backlog holds one chunk's facts
-                        pending.add(tailer, chunk, self._batch(chunk, decode))
+                            self._commit(tailer, pending, stats)
+                        self._apply(pending, chunk, decode)
                         # The tailer reads a file's next chunk only once this one is committed.
                         if chunk.result.end < p.size or self.stop.is_set():
-                            self._commit(pending, stats)
+                            self._commit(tailer, pending, stats)
                         if self.stop.is_set():
                             break
-                    pending.read.append((tailer, row, p))
+                    pending.read.append((row, p))
+                # Now: the next source's scan records new files in transactions of its own.
+                self._commit(tailer, pending, stats)
+            except BaseException as exc:
+                if pending.batches is not None:
+                    pending.batches.abandon(exc)
+                raise
             finally:
                 tailer.close(opened)
-        self._commit(pending, stats)
         return stats
 
-    def _commit(self, pending: _Pending, stats: IngestStats) -> None:
-        if pending.chunks:
-            result = self.writer.apply_many([batch for _, _, batch in pending.chunks])
-            nbytes = 0
-            for tailer, chunk, batch in pending.chunks:
+    def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder) -> None:
+        if pending.batches is None:
+            pending.batches = self.writer.begin()
+        batch = self._batch(chunk, decode)
+        pending.batches.apply(batch)
+        pending.chunks.append(chunk)
+        pending.lines += batch.lines
+        pending.bytes += batch.end_offset - batch.start_offset
+
+    def _commit(self, tailer: Tailer, pending: _Pending, stats: IngestStats) -> None:
+        if pending.batches is not None:
+            result = pending.batches.commit()
+            pending.batches = None
+            for chunk in pending.chunks:
                 tailer.advance(chunk)
-                nbytes += batch.end_offset - batch.start_offset
             stats.lines += pending.lines
-            stats.bytes += nbytes
+            stats.bytes += pending.bytes
             stats.events += result.new_facts
             stats.duplicates += result.duplicate_facts
             stats.rejects += result.rejects
             if self.after_commit:
                 self.after_commit(result)
             if self.on_progress:
-                self.on_progress(nbytes)
-        for tailer, row, p in pending.read:
+                self.on_progress(pending.bytes)
+        for row, p in pending.read:
             tailer.finished(row, p)
-        pending.clear()
+        pending.chunks.clear()
+        pending.read.clear()
+        pending.lines = pending.bytes = 0
 
     def catch_up(self, max_passes: int = 5) -> IngestStats:
         """Read until a pass finds nothing new (what was appended or rotated meanwhile too)."""

@@ -484,6 +484,38 @@ def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
     return out
 
 
+class OpenBatches:
+    """A transaction batches of several files go into one by one, until ``commit``.
+
+    One commit for a whole live pass instead of one per file: the facts and checkpoints of
+    every batch commit together or not at all, under one ledger position, and each batch keeps
+    its compare-and-set checkpoint. A value SQLite refuses still costs only its line; a
+    checkpoint that moved under us refuses them all. Each batch is applied as it comes, so what
+    is decoded after it reads it (a subagent's lines join the run its session's file started,
+    perhaps earlier in the same pass). Whatever fails before the commit goes to ``abandon``."""
+
+    def __init__(self, writer: LedgerWriter):
+        self.writer = writer
+        self.result = ApplyResult(0, 0, 0)
+        self.ts = now_ms()
+        writer.conn.execute("BEGIN IMMEDIATE")
+
+    def apply(self, batch: Batch) -> None:
+        self.result.add(self.writer._apply_batch(self.writer.conn, batch, self.ts))
+
+    def commit(self) -> ApplyResult:
+        """Commit; the result sums every batch's, with the union of the sessions they changed."""
+        conn, result = self.writer.conn, self.result
+        result.position = rollups.advance_position(conn, result.sessions)
+        fault("before_commit")
+        conn.execute("COMMIT")
+        self.writer.interrupted = [a + b for a, b in zip(self.writer.interrupted, result.interrupted)]
+        return result
+
+    def abandon(self, exc: BaseException) -> None:
+        self.writer.roll_back(exc)
+
+
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
@@ -499,38 +531,40 @@ class LedgerWriter:
         try:
             yield self.conn
         except BaseException as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-                raise
-            # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
-            # savepoints on the way out failed too: raise the error that says what happened.
-            cause = exc
-            while cause is not None and not isinstance(cause, _ROLLED_BACK):
-                cause = cause.__context__
-            if cause is None:
-                raise
-            raise cause from None
+            self.roll_back(exc)
+            raise
         self.conn.execute("COMMIT")
+
+    def roll_back(self, exc: BaseException) -> None:
+        """End the open transaction after ``exc``, which the caller raises on."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+            return
+        # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
+        # savepoints on the way out failed too: raise the error that says what happened.
+        cause = exc
+        while cause is not None and not isinstance(cause, _ROLLED_BACK):
+            cause = cause.__context__
+        if cause is not None:
+            raise cause from None
 
     # -- batches -----------------------------------------------------------------
     def apply(self, batch: Batch) -> ApplyResult:
         return self.apply_many([batch])
 
     def apply_many(self, batches: list[Batch]) -> ApplyResult:
-        """Several batches (of several files) in one transaction, each with its own checkpoint.
-
-        One commit for a whole live pass instead of one per file: the facts and checkpoints of
-        every batch commit together or not at all, under one ledger position. A value SQLite
-        refuses still costs only its line; a checkpoint that moved under us refuses them all."""
-        total = ApplyResult(0, 0, 0)
-        with self.transaction() as conn:
-            ts = now_ms()
+        """Several batches (of several files) in one transaction; see ``OpenBatches``."""
+        opened = self.begin()
+        try:
             for batch in batches:
-                total.add(self._apply_batch(conn, batch, ts))
-            total.position = rollups.advance_position(conn, total.sessions)
-            fault("before_commit")
-        self.interrupted = [a + b for a, b in zip(self.interrupted, total.interrupted)]
-        return total
+                opened.apply(batch)
+            return opened.commit()
+        except BaseException as exc:
+            opened.abandon(exc)
+            raise
+
+    def begin(self) -> OpenBatches:
+        return OpenBatches(self)
 
     def _apply_batch(self, conn: apsw.Connection, batch: Batch, ts: int) -> ApplyResult:
         rejects = batch.rejects
