@@ -78,6 +78,46 @@ def test_a_crash_at_each_fault_point_loses_and_doubles_nothing(tmp_path, point):
     assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, KEYS)
 
 
+def test_a_kill_before_the_commit_of_a_pass_over_many_files_loses_and_doubles_none_of_them(tmp_path):
+    root = tmp_path / "logs"
+    files = [LogDir(root, agent=f"a{i}") for i in range(12)]
+    keys = {f"agent:main:s{i}" for i in range(len(files))}
+    n = 0
+
+    def feed() -> None:  # one call in each file
+        nonlocal n
+        for i, logs in enumerate(files):
+            n += 1
+            logs.append(llm_call(n, session=f"s{i}", cost_pico=n * 1_000_000))
+
+    def events() -> int:
+        return count(daemon.db, "SELECT count(*) FROM events")
+
+    feed()
+    daemon = Served(tmp_path, root)
+    daemon.start()
+    wait_for(lambda: events() == n, what="the first lines")
+    assert daemon.stop() == 0, daemon.log()
+    feed()  # while it is down: the catch-up pass reads all twelve files at once
+    daemon.start(fault="before_commit:2")
+    # The first commit holds the whole pass: committing file by file would die at the second file.
+    wait_for(lambda: events() == n, what="the catch-up pass over every file")
+    feed()
+    assert daemon.wait() == EXIT_CODE, daemon.log()
+    assert events() == n - len(files)  # nothing of the pass that died before its commit
+
+    daemon.start()
+    wait_for(lambda: events() == n, what="the lines of the pass that died")
+    feed()  # and a live pass, which builds the hot views
+    wait_for(lambda: events() == n, what=f"{n} events")
+    assert daemon.stop() == 0, daemon.log()
+    assert count(daemon.db, "SELECT count(*) FROM llm_calls") == n
+    assert count(daemon.db, "SELECT sum(cost_pico) FROM llm_calls") == sum(range(1, n + 1)) * 1_000_000
+    assert_consistent(daemon.db)
+    assert_equals_clean_build(daemon.db, root, tmp_path)
+    assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, keys)
+
+
 def test_a_misspelt_fault_stops_the_daemon_with_the_names_it_knows(tmp_path):
     env = {"AGENTLEDGER_FAULT": "before_comit:1", "PATH": "/usr/bin:/bin"}
     ran = subprocess.run([sys.executable, "-c", "import agentledger.faults"], capture_output=True, text=True,

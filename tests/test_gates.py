@@ -57,7 +57,7 @@ class Ledger:
         self.live = LiveState(self.conn, self.hot, self.keeper)
         self.live.caught_up()
         self.pipeline = Pipeline(self.writer, specs_from("oc-telemetry", [self.root]),
-                                 after_commit=lambda b, r: self.live.committed(r.sessions, r.position))
+                                 after_commit=lambda r: self.live.committed(r.sessions, r.position))
 
     def add(self, *lines: bytes, agent: str = "main") -> None:
         logs = self.logs.setdefault(agent, LogDir(self.root, agent))

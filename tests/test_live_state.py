@@ -24,7 +24,7 @@ def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
     hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
     live = LiveState(conn, hot, GateKeeper((), hot, readers, ZoneInfo("UTC")))
     pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]),
-                        after_commit=lambda batch, result: live.committed(result.sessions, result.position))
+                        after_commit=lambda result: live.committed(result.sessions, result.position))
 
     def calls() -> int:
         with readers.connection() as reader:

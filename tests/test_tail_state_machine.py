@@ -22,11 +22,27 @@ from logwriter import LogDir, llm_call
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import LedgerWriter, OpenBatches
 
 
 class Crash(Exception):
     """Stands in for SIGKILL: whatever the transaction had not committed is gone."""
+
+
+class CrashingBatches(OpenBatches):
+    def __init__(self, writer: CrashingWriter):
+        super().__init__(writer)
+        writer.left -= 1
+        self.crash = writer.left < 0
+        self.after_commit = writer.after_commit
+
+    def commit(self):
+        if self.crash and not self.after_commit:
+            raise Crash
+        result = super().commit()
+        if self.crash:
+            raise Crash
+        return result
 
 
 class CrashingWriter(LedgerWriter):
@@ -35,14 +51,8 @@ class CrashingWriter(LedgerWriter):
         self.left = at
         self.after_commit = after_commit
 
-    def apply(self, batch):
-        self.left -= 1
-        if self.left < 0 and not self.after_commit:
-            raise Crash
-        result = super().apply(batch)
-        if self.left < 0:
-            raise Crash
-        return result
+    def begin(self):
+        return CrashingBatches(self)
 
 
 def _event_id(line: bytes) -> int | None:

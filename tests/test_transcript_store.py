@@ -76,7 +76,7 @@ def test_rows_are_indexed_once_across_runs_while_the_producer_keeps_writing(tmp_
         pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
         pipeline.tailers[0][2].page_rows = 2  # several short reads per session
         # The producer writes between the reader's pages: nothing of ours holds its store.
-        pipeline.after_commit = lambda batch, result: producer.add(_user(f"u{producer.seq}", 3),
+        pipeline.after_commit = lambda result: producer.add(_user(f"u{producer.seq}", 3),
                                                                    _assistant(f"a{producer.seq + 1}", 4)) \
             if producer.seq < 9 else None
         first = pipeline.catch_up()

@@ -1,4 +1,5 @@
-"""The ledger writer: one transaction per batch, idempotent, and one bad value costs one line."""
+"""The ledger writer: one transaction per batch (or per pass over several files), idempotent, and one bad
+value costs one line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from logwriter import LogDir, llm_call
 from conftest import ingest
 
 from agentledger.facts import LlmCall, Tokens
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger import queries
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.writer import Batch, CheckpointConflict, LedgerWriter
 
@@ -25,8 +28,8 @@ def writer(db):
     conn.close()
 
 
-def _file(writer: LedgerWriter) -> int:
-    return writer.add_file("oc-telemetry", "/r", "/r/events.jsonl", b"fp", 1, 2, 0, "live").id
+def _file(writer: LedgerWriter, name: str = "events.jsonl") -> int:
+    return writer.add_file("oc-telemetry", "/r", f"/r/{name}", name.encode(), 1, 2, 0, "live").id
 
 
 def test_a_value_sqlite_refuses_becomes_a_reject_and_the_batch_still_lands(writer, db):
@@ -68,3 +71,71 @@ def test_absurd_cost_and_tokens_do_not_stall_the_file(tmp_path, db):
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_source = 'log'") == 2
     assert scalar(db, "SELECT max(cost_pico) FROM llm_calls") < 10**12
     assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 2
+
+
+def test_batches_of_several_files_commit_together_each_with_its_checkpoint(writer, db):
+    a, b = _file(writer, "a.jsonl"), _file(writer, "b.jsonl")
+    before = scalar(db, "SELECT seq FROM ledger_position")
+    result = writer.apply_many([
+        Batch(a, "/r/a.jsonl", 0, 20, 2, 20, [(0, 10, _call(1)), (10, 10, _call(2, tokens=2**70))]),
+        Batch(b, "/r/b.jsonl", 0, 10, 1, 10, [(0, 10, _call(3))]),
+    ])
+    assert (result.new_facts, result.rejects, result.position) == (2, 1, before + 1)
+    assert scalar(db, "SELECT seq FROM ledger_position") == before + 1
+    assert scalar(db, "SELECT group_concat(offset, ',') FROM (SELECT offset FROM files ORDER BY id)") == "20,10"
+    assert scalar(db, "SELECT path || ':' || offset FROM rejects") == "/r/a.jsonl:10"
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == 2
+
+
+def test_a_checkpoint_conflict_in_one_file_leaves_none_of_the_pass_behind(writer, db):
+    a, b = _file(writer, "a.jsonl"), _file(writer, "b.jsonl")
+    with pytest.raises(CheckpointConflict):
+        writer.apply_many([
+            Batch(a, "/r/a.jsonl", 0, 10, 1, 10, [(0, 10, _call(1))]),
+            Batch(b, "/r/b.jsonl", 5, 15, 1, 15, [(5, 10, _call(2))]),
+        ])
+    assert scalar(db, "SELECT count(*) FROM events") == 0
+    assert scalar(db, "SELECT sum(offset) FROM files") == 0
+
+
+def _agents(root, n: int) -> list[LogDir]:
+    return [LogDir(root, agent=f"a{i}") for i in range(n)]
+
+
+def test_a_pass_over_many_files_is_one_transaction_with_every_session_it_changed(tmp_path, db):
+    files = _agents(tmp_path / "state", 12)
+    for i, logs in enumerate(files):
+        logs.append(llm_call(i + 1, session=f"s{i}") + llm_call(100 + i, session=f"s{i}"))
+    conn = open_writer(db)
+    commits = []
+    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [tmp_path / "state"]),
+                        after_commit=commits.append)
+    try:
+        stats = pipeline.run_once()
+        assert stats.lines == 24
+        assert len(commits) == 1
+        assert commits[0].sessions == {f"sid-s{i}" for i in range(12)}
+        assert commits[0].position == queries.ledger_position(conn)
+        assert scalar(db, "SELECT count(*) FROM files WHERE offset = size AND offset > 0") == 12
+    finally:
+        conn.close()
+
+
+def test_a_backlog_commits_in_pieces_of_at_most_batch_lines(tmp_path, db):
+    sizes = (4, 5, 6, 7, 8, 9, 25)
+    n = 0
+    for i, logs in enumerate(_agents(tmp_path / "state", len(sizes))):
+        logs.append(b"".join(llm_call(n := n + 1, session=f"s{i}") for _ in range(sizes[i])))
+    conn = open_writer(db)
+    commits = []
+    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [tmp_path / "state"]), batch_lines=10,
+                        after_commit=commits.append)
+    try:
+        stats = pipeline.catch_up()
+        assert stats.events == n == sum(sizes)
+        assert scalar(db, "SELECT count(*) FROM events") == n
+        # Files that fit together share a commit, none goes past the budget, and a file longer than
+        # the budget is read on in pieces of it.
+        assert [r.new_facts for r in commits] == [9, 6, 7, 8, 9, 10, 10, 5]
+    finally:
+        conn.close()

@@ -61,6 +61,9 @@ def _start_demo(directory: Path) -> subprocess.Popen:
 
 RECONCILE_EVERY_S = 60.0
 WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pings keep flowing
+# Agents append in bursts over many files, and every append wakes the loop: waiting this long
+# after a wake-up lets one pass take the rest of the burst instead of one pass per file.
+WAKE_SETTLE_S = 0.005
 
 
 class _Progress:
@@ -311,7 +314,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         def pipeline() -> Pipeline:
             # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
             return Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
-                            after_commit=lambda batch, result: live.committed(result.sessions, result.position),
+                            after_commit=lambda result: live.committed(result.sessions, result.position),
                             pricer=pricer)
 
         _say(f"ledger {db}; catching up on {where}")
@@ -330,8 +333,11 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 notifier.watchdog()
                 api.health.tick()
                 if follower.caught_up or not follower.due():
-                    wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
-                    wake.clear()
+                    woken = wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S,
+                                          notifier.interval_s or WATCHDOG_MAX_WAIT_S))
+                    if woken and follower.caught_up:
+                        stop.wait(WAKE_SETTLE_S)
+                    wake.clear()  # what changes from here on sets it again, for the next pass
                 if stop.is_set():
                     break
                 if not follower.due():

@@ -1,19 +1,19 @@
-"""The ingest pipeline: tail → decode → ledger, one committed batch at a time."""
+"""The ingest pipeline: tail → decode → ledger, a pass's batches of every file committed together."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentledger.facts import Fact, LlmCall, Reject
-from agentledger.ledger.writer import ApplyResult, Batch, LedgerWriter
+from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
 from agentledger.sources import Decoder, opener_for
 from agentledger.sources.common import HEAD_BYTES
-from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Tailer
+from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
 from agentledger.tail.transcript_store import StoreReader
 
 log = logging.getLogger("agentledger.ingest")
@@ -53,6 +53,17 @@ class IngestStats:
         }
 
 
+@dataclass(slots=True)
+class _Pending:
+    """What a pass applied to its open transaction and has not committed yet."""
+
+    batches: OpenBatches | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    read: list[tuple[FileRow, Physical]] = field(default_factory=list)  # files read to where those chunks end
+    lines: int = 0
+    bytes: int = 0
+
+
 class Pipeline:
     def __init__(
         self,
@@ -64,12 +75,13 @@ class Pipeline:
         stop: threading.Event | None = None,
         on_total: Callable[[int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        after_commit: Callable[[Batch, ApplyResult], None] | None = None,
+        after_commit: Callable[[ApplyResult], None] | None = None,
         pricer: Pricer | None = None,
     ):
         self.writer = writer
         self.pricer = pricer or Pricer.default()
         self.max_line = max_line
+        self.batch_lines = batch_lines
         self.stop = stop or threading.Event()
         self.on_total = on_total
         self.on_progress = on_progress
@@ -109,35 +121,22 @@ class Pipeline:
         res = chunk.result
         return Batch(
             file_id=chunk.row.id, path=chunk.path, start_offset=chunk.start, end_offset=res.end,
-            lines=len(res.lines) + len(res.too_long), size=chunk.size, facts=facts, rejects=rejects,
+            lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects,
         )
 
-    def _commit(self, chunk: Chunk, decode: Decoder, stats: IngestStats, nbytes: int) -> None:
-        batch = self._batch(chunk, decode)
-        result = self.writer.apply(batch)
-        stats.lines += batch.lines
-        stats.bytes += nbytes
-        stats.events += result.new_facts
-        stats.duplicates += result.duplicate_facts
-        stats.rejects += result.rejects
-        if self.after_commit:
-            self.after_commit(batch, result)
-        if self.on_progress:
-            self.on_progress(nbytes)
-
     def run_once(self) -> IngestStats:
-        """One scan of every source and a read of everything new; stops early when asked to."""
+        """One scan of every source and a read of everything new; stops early when asked to.
+
+        The batches of all the files a pass reads over a source commit in one transaction, so a
+        pass over many files costs one commit and one hot-view refresh rather than one per file;
+        a transaction holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog
+        still commits in bounded pieces."""
         stats = IngestStats()
         for tailer, opener, store in self.tailers:
             if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed
-                for chunk, path in store.chunks(self.max_line):
-                    rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted
-                    nbytes = sum(len(line) for _, line in rows.lines) + sum(n for _, n, _ in rows.too_long)
-                    self._commit(chunk, opener(path, self.writer.run_at), stats, nbytes)
-                    store.advance(chunk)
-                    if self.stop.is_set():
-                        break
+                self._read_store(store, opener, stats)
             pairs, opened, report = tailer.scan()
+            pending = _Pending()
             try:
                 stats.files += report.files
                 stats.rotated += report.rotated
@@ -155,14 +154,69 @@ class Pipeline:
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.path, self.writer.run_at)
                     for chunk in tailer.read(row, p):
-                        self._commit(chunk, decode, stats, chunk.result.end - chunk.start)
-                        tailer.advance(chunk)
+                        if pending.lines + chunk.lines > self.batch_lines:
+                            self._commit(tailer, pending, stats)
+                        self._apply(pending, chunk, decode)
+                        # The tailer reads a file's next chunk only once this one is committed.
+                        if chunk.result.end < p.size or self.stop.is_set():
+                            self._commit(tailer, pending, stats)
                         if self.stop.is_set():
                             break
-                    tailer.finished(row, p)
+                    pending.read.append((row, p))
+                # Now: the next source's scan records new files in transactions of its own.
+                self._commit(tailer, pending, stats)
+            except BaseException as exc:
+                if pending.batches is not None:
+                    pending.batches.abandon(exc)
+                raise
             finally:
                 tailer.close(opened)
         return stats
+
+    def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
+        """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``)."""
+        for chunk, path in store.chunks(self.max_line):
+            batch = self._batch(chunk, opener(path, self.writer.run_at))
+            result = self.writer.apply(batch)
+            store.advance(chunk)
+            rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted
+            self._committed(stats, result, batch.lines,
+                            sum(len(line) for _, line in rows.lines) + sum(n for _, n, _ in rows.too_long))
+            if self.stop.is_set():
+                return
+
+    def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder) -> None:
+        if pending.batches is None:
+            pending.batches = self.writer.begin()
+        batch = self._batch(chunk, decode)
+        pending.batches.apply(batch)
+        pending.chunks.append(chunk)
+        pending.lines += batch.lines
+        pending.bytes += batch.end_offset - batch.start_offset
+
+    def _commit(self, tailer: Tailer, pending: _Pending, stats: IngestStats) -> None:
+        if pending.batches is not None:
+            result = pending.batches.commit()
+            pending.batches = None
+            for chunk in pending.chunks:
+                tailer.advance(chunk)
+            self._committed(stats, result, pending.lines, pending.bytes)
+        for row, p in pending.read:
+            tailer.finished(row, p)
+        pending.chunks.clear()
+        pending.read.clear()
+        pending.lines = pending.bytes = 0
+
+    def _committed(self, stats: IngestStats, result: ApplyResult, lines: int, nbytes: int) -> None:
+        stats.lines += lines
+        stats.bytes += nbytes
+        stats.events += result.new_facts
+        stats.duplicates += result.duplicate_facts
+        stats.rejects += result.rejects
+        if self.after_commit:
+            self.after_commit(result)
+        if self.on_progress:
+            self.on_progress(nbytes)
 
     def catch_up(self, max_passes: int = 5) -> IngestStats:
         """Read until a pass finds nothing new (what was appended or rotated meanwhile too)."""

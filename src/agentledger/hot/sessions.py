@@ -2,9 +2,10 @@
 
 Every value is copied from the ledger's rollups, never accumulated here, so refreshing a
 session twice, or after a crash, cannot count anything twice: a hot view is a replay of
-the ledger by construction. The daemon refreshes the sessions each committed batch
-changed; a view that was not kept fresh this way (recovered from disk, or reloaded after
-eviction) is checked against the ledger's change numbers before it is trusted.
+the ledger by construction. The daemon refreshes the views it holds of the sessions each
+committed transaction changed; a view that was not kept fresh this way (recovered from disk,
+or reloaded after eviction) is checked against the ledger's change numbers before it is
+trusted, and a session without a view in memory gets one from the ledger when asked.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class HotSessions:
         self.store: SessionRuntimeStore[HotSession] = SessionRuntimeStore(
             state_dir, create=HotSession, dump=_dump, load=_load, max_entries=max_entries,
             flush_interval_s=flush_interval_s, ttl_s=ttl_s,
+            # A view is rebuilt from the ledger in well under a millisecond; writing (and fsyncing)
+            # one per eviction cost more than that whenever more sessions were busy than fit.
+            write_back=False,
             on_evict=lambda key, _: self._fresh.discard(key),
             on_recover=lambda key, _: self.recovered.append(key),
         )
@@ -116,13 +120,22 @@ class HotSessions:
             self._fresh.clear()
 
     def refresh(self, conn: apsw.Connection, session_ids: Iterable[str], position: int) -> None:
-        """Bring the views of sessions a committed batch changed (and of their ancestors) up to it."""
+        """Bring the views of sessions a committed transaction changed (and of their ancestors) up to it.
+
+        Only views held in memory, or that fit beside them: evicting one view to make room for
+        another, every pass, would churn the LRU that lookups keep; the others are built from
+        the ledger when asked."""
         ids = list(session_ids)
         if not ids:
             return
+        # Read without the lock, so gate questions go on meanwhile. A question that builds a view
+        # itself reads and puts it holding the lock, so the view put last is the one read last.
+        keys = [key for key in queries.session_keys_of(conn, ids) if self.store.fits(key)]
+        views = queries.hot_sessions(conn, keys)
         with self._lock:
-            for key in queries.session_keys_of(conn, ids):
-                self._put(conn, key, position)
+            for key, view in views.items():
+                if self.store.fits(key):  # the views put before it may have filled the room left
+                    self._put_view(key, _from_ledger(view), position)
 
     def expire(self, now_ms: int | None = None) -> list[str]:
         """Drop views of sessions that ended longer than the grace ago; flush and evict by age."""
@@ -186,11 +199,6 @@ class HotSessions:
             return 0
         self._put_view(key, _from_ledger(view), now)
         return 1
-
-    def _put(self, conn: apsw.Connection, key: str, position: int) -> None:
-        view = queries.hot_session(conn, key)
-        if view is not None:
-            self._put_view(key, _from_ledger(view), position)
 
     def _put_view(self, key: str, hot: HotSession, position: int) -> None:
         self.store.update(key, _assign(hot), position=position)

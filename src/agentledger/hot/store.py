@@ -141,8 +141,11 @@ class SessionRuntimeStore(Generic[T]):
     Updates mark an entry dirty; dirty entries reach disk when ``maybe_flush`` finds
     their last flush older than ``flush_interval_s`` (0: at every update), and when
     flushed or closed. An entry evicted while dirty keeps its record in memory until the
-    next flush writes it, and is served from there meanwhile. Thread-safe: files are
-    written outside the lock that reads take, so a slow disk never holds up a reader.
+    next flush writes it, and is served from there meanwhile; unless ``write_back`` is
+    False: then it is dropped unwritten, and a file of its keeps its older position (for
+    state the caller can rebuild, where a write per eviction costs more than a rebuild).
+    Thread-safe: files are written outside the lock that reads take, so a slow disk never
+    holds up a reader.
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class SessionRuntimeStore(Generic[T]):
         max_entries: int = 128,
         flush_interval_s: float = 5.0,
         ttl_s: float = 0.0,
+        write_back: bool = True,
         on_evict: Callable[[str, T], None] | None = None,
         on_recover: Callable[[str, T], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -169,6 +173,7 @@ class SessionRuntimeStore(Generic[T]):
         self._max_entries = max_entries
         self._flush_interval_s = flush_interval_s
         self._ttl_s = ttl_s
+        self._write_back = write_back
         self._on_evict = on_evict
         self._on_recover = on_recover
         self._clock = clock
@@ -228,6 +233,11 @@ class SessionRuntimeStore(Generic[T]):
         """Entries in memory."""
         with self._lock:
             return len(self._entries)
+
+    def fits(self, key: str) -> bool:
+        """Whether an update of ``key`` now would evict nothing: it is in memory, or there is room."""
+        with self._lock:
+            return key in self._entries or len(self._entries) < self._max_entries
 
     # -- writing -----------------------------------------------------------
 
@@ -348,7 +358,7 @@ class SessionRuntimeStore(Generic[T]):
 
     def _evict(self, key: str) -> None:
         entry = self._entries.pop(key)
-        if entry.dirty:
+        if entry.dirty and self._write_back:
             self._unwritten[key] = self._record(key, entry)  # written by the next flush
         if self._on_evict is not None:
             self._on_evict(key, entry.state)

@@ -771,33 +771,49 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) ->
 
 _HOT_TOTALS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                "total_tokens", "cost_pico", "tool_calls", "tool_errors")
-_CURRENT_INSTANCE = """
-SELECT s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.started_ms, s.first_ms), s.ended_ms, s.last_ms
-FROM sessions AS s WHERE s.session_key = ?1
+# The current instance of each key (a reset starts a new one): the latest started of those with
+# that session key, else the session with that id (sources keyed by id).
+_CURRENT_INSTANCES = """
+SELECT key, session_id, session_key, agent_id, status, started, ended_ms, last_ms FROM (
+    SELECT j.value AS key, s.session_id, s.session_key, s.agent_id, s.status,
+           coalesce(s.started_ms, s.first_ms) AS started, s.ended_ms, s.last_ms,
+           row_number() OVER (PARTITION BY j.value
+                              ORDER BY coalesce(s.started_ms, s.first_ms) DESC, s.session_id DESC) AS n
+    FROM json_each(?1) AS j JOIN sessions AS s ON s.session_key = j.value
+) WHERE n = 1
 UNION ALL
-SELECT s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.started_ms, s.first_ms), s.ended_ms, s.last_ms
-FROM sessions AS s WHERE s.session_id = ?1 AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = ?1)
-ORDER BY 5 DESC LIMIT 1
+SELECT j.value, s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.started_ms, s.first_ms), s.ended_ms,
+       s.last_ms
+FROM json_each(?1) AS j JOIN sessions AS s ON s.session_id = j.value
+WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = j.value)
 """
-# Subagent sessions spawned (directly or not) by a session key since an instant; a malformed
-# log cannot loop here: UNION drops keys already seen.
-_FAMILY = """
-WITH RECURSIVE fam(k) AS (
-    SELECT child_session_key FROM subagents WHERE parent_session_key = ?1 AND coalesce(spawned_ms, ended_ms, 0) >= ?2
+# For each [key, session key, since]: the subagent sessions that key spawned (directly or not)
+# since the instant; a malformed log cannot loop here: UNION drops pairs already seen.
+_FAMILIES = """
+WITH RECURSIVE roots(key, session_key, since) AS (
+    SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)
+), fam(key, k) AS (
+    SELECT r.key, a.child_session_key FROM roots AS r
+    JOIN subagents AS a ON a.parent_session_key = r.session_key AND coalesce(a.spawned_ms, a.ended_ms, 0) >= r.since
     UNION
-    SELECT a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
+    SELECT fam.key, a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
 )
-SELECT s.session_id FROM fam JOIN sessions AS s ON s.session_key = fam.k WHERE s.session_key != ?1
+SELECT fam.key, s.session_id FROM fam JOIN roots AS r ON r.key = fam.key
+JOIN sessions AS s ON s.session_key = fam.k WHERE s.session_key != r.session_key
 """
 _INSTANCE_TOTALS = f"""
-SELECT {', '.join(f'coalesce(sum(t.{c}), 0)' for c in _HOT_TOTALS)}, coalesce(max(c.seq), 0)
+SELECT j.value, {', '.join(f'coalesce(t.{c}, 0)' for c in _HOT_TOTALS)}, coalesce(c.seq, 0)
 FROM json_each(?) AS j LEFT JOIN session_totals AS t ON t.session_id = j.value
 LEFT JOIN session_changes AS c ON c.session_id = j.value
 """
-_CURRENT_RUN = (
-    "SELECT run_id FROM runs WHERE session_id = ? AND status = 'running' "
-    "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT 1"
-)
+_CURRENT_RUNS = """
+SELECT session_id, run_id FROM (
+    SELECT r.session_id, r.run_id,
+           row_number() OVER (PARTITION BY r.session_id
+                              ORDER BY coalesce(r.started_ms, r.ended_ms) DESC, r.run_id DESC) AS n
+    FROM json_each(?) AS j JOIN runs AS r ON r.session_id = j.value AND r.status = 'running'
+) WHERE n = 1
+"""
 
 
 def ledger_position(conn: apsw.Connection) -> int:
@@ -805,40 +821,52 @@ def ledger_position(conn: apsw.Connection) -> int:
     return conn.execute("SELECT seq FROM ledger_position WHERE id = 1").fetchall()[0][0]
 
 
-def _instance_totals(conn: apsw.Connection, session_ids: list[str]) -> tuple[dict, int]:
-    """Totals summed over session instances (snapshot fallbacks included) and their last change."""
-    *values, changed = conn.execute(_INSTANCE_TOTALS, (_json_list(session_ids),)).fetchall()[0]
-    totals = dict(zip(_HOT_TOTALS, values))
-    totals["llm_calls"] -= totals["llm_errors"]  # as every report counts them: failed calls apart
-    if session_ids:
-        totals["cost_pico"] += sum(_fallback_cost(conn, Window(), session_ids).values())
-    return totals, changed
-
-
 def hot_session(conn: apsw.Connection, key: str) -> dict | None:
     """What gates measure of a session: its current instance (a reset starts a new one), alone
     and with the subagents spawned since that instance began; None when the ledger has no such
     session. ``key`` is a session key, or a session id for sources keyed by id."""
-    rows = conn.execute(_CURRENT_INSTANCE, (key,)).fetchall()
-    if not rows:
-        return None
-    sid, session_key, agent, status, started, ended, last = rows[0]
-    own, own_changed = _instance_totals(conn, [sid])
-    family_ids = family_session_ids(conn, session_key or key, started or 0)
-    family, family_changed = _instance_totals(conn, family_ids)
-    current_run = conn.execute(_CURRENT_RUN, (sid,)).fetchall()
-    return {
-        "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
-        "started_ms": started, "ended_ms": ended, "last_activity_ms": last,
-        "current_run": current_run[0][0] if current_run else None,
-        **own, "family": {k: own[k] + family[k] for k in _HOT_TOTALS},
-        "changed": max(own_changed, family_changed),
-    }
+    return hot_sessions(conn, [key]).get(key)
+
+
+def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
+    """``hot_session`` of many keys in five queries, however many: the daemon refreshes every
+    session a transaction changed at once. Keys the ledger does not know are left out."""
+    current = {row[0]: row[1:] for row in conn.execute(_CURRENT_INSTANCES, (_json_list(keys),))}
+    if not current:
+        return {}
+    roots = [(key, session_key or key, started or 0) for key, (_, session_key, _, _, started, _, _) in current.items()]
+    family: dict[str, list[str]] = {}
+    for key, sid in conn.execute(_FAMILIES, (_json_list(roots),)):
+        family.setdefault(key, []).append(sid)
+    ids = {row[0] for row in current.values()}.union(*family.values())
+    totals = {sid: values for sid, *values in conn.execute(_INSTANCE_TOTALS, (_json_list(ids),))}
+    fallback = _fallback_cost(conn, Window(), list(ids))
+    runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(ids),)))
+
+    def summed(sids: list[str]) -> tuple[dict, int]:
+        """Totals summed over session instances (snapshot fallbacks included) and their last change."""
+        rows = [totals[sid] for sid in sids]
+        out = {name: sum(row[i] for row in rows) for i, name in enumerate(_HOT_TOTALS)}
+        out["llm_calls"] -= out["llm_errors"]  # as every report counts them: failed calls apart
+        out["cost_pico"] += sum(fallback.get(sid, 0) for sid in sids)
+        return out, max((row[-1] for row in rows), default=0)
+
+    views = {}
+    for key, (sid, session_key, agent, status, started, ended, last) in current.items():
+        own, own_changed = summed([sid])
+        kin, kin_changed = summed(family.get(key, []))
+        views[key] = {
+            "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
+            "started_ms": started, "ended_ms": ended, "last_activity_ms": last, "current_run": runs.get(sid),
+            **own, "family": {k: own[k] + kin[k] for k in _HOT_TOTALS},
+            "changed": max(own_changed, kin_changed),
+        }
+    return views
 
 
 def family_session_ids(conn: apsw.Connection, session_key: str, since_ms: int) -> list[str]:
     """Instances of the subagents a session key spawned (at any depth) since ``since_ms``."""
-    return [r[0] for r in conn.execute(_FAMILY, (session_key, since_ms))]
+    return [sid for _, sid in conn.execute(_FAMILIES, (_json_list([(session_key, session_key, since_ms)]),))]
 
 
 def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:

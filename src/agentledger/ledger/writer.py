@@ -105,6 +105,13 @@ class ApplyResult:
     position: int = 0  # the ledger position this batch committed as
     interrupted: tuple[int, int, int] = (0, 0, 0)  # runs, tool calls, subagents a gateway restart cut off
 
+    def add(self, other: ApplyResult) -> None:
+        self.new_facts += other.new_facts
+        self.duplicate_facts += other.duplicate_facts
+        self.rejects += other.rejects
+        self.sessions |= other.sessions
+        self.interrupted = tuple(a + b for a, b in zip(self.interrupted, other.interrupted))
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -592,6 +599,38 @@ def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
             agg[4], agg[5] = min(agg[4], span[4]), max(agg[5], span[5])
 
 
+class OpenBatches:
+    """A transaction batches of several files go into one by one, until ``commit``.
+
+    One commit for a whole live pass instead of one per file: the facts and checkpoints of
+    every batch commit together or not at all, under one ledger position, and each batch keeps
+    its compare-and-set checkpoint. A value SQLite refuses still costs only its line; a
+    checkpoint that moved under us refuses them all. Each batch is applied as it comes, so what
+    is decoded after it reads it (a subagent's lines join the run its session's file started,
+    perhaps earlier in the same pass). Whatever fails before the commit goes to ``abandon``."""
+
+    def __init__(self, writer: LedgerWriter):
+        self.writer = writer
+        self.result = ApplyResult(0, 0, 0)
+        self.ts = now_ms()
+        writer.conn.execute("BEGIN IMMEDIATE")
+
+    def apply(self, batch: Batch) -> None:
+        self.result.add(self.writer._apply_batch(self.writer.conn, batch, self.ts))
+
+    def commit(self) -> ApplyResult:
+        """Commit; the result sums every batch's, with the union of the sessions they changed."""
+        conn, result = self.writer.conn, self.result
+        result.position = rollups.advance_position(conn, result.sessions)
+        fault("before_commit")
+        conn.execute("COMMIT")
+        self.writer.interrupted = [a + b for a, b in zip(self.writer.interrupted, result.interrupted)]
+        return result
+
+    def abandon(self, exc: BaseException) -> None:
+        self.writer.roll_back(exc)
+
+
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
@@ -607,45 +646,59 @@ class LedgerWriter:
         try:
             yield self.conn
         except BaseException as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-                raise
-            # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
-            # savepoints on the way out failed too: raise the error that says what happened.
-            cause = exc
-            while cause is not None and not isinstance(cause, _ROLLED_BACK):
-                cause = cause.__context__
-            if cause is None:
-                raise
-            raise cause from None
+            self.roll_back(exc)
+            raise
         self.conn.execute("COMMIT")
+
+    def roll_back(self, exc: BaseException) -> None:
+        """End the open transaction after ``exc``, which the caller raises on."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+            return
+        # SQLite rolled the transaction back itself (a full disk, an I/O error), so releasing the
+        # savepoints on the way out failed too: raise the error that says what happened.
+        cause = exc
+        while cause is not None and not isinstance(cause, _ROLLED_BACK):
+            cause = cause.__context__
+        if cause is not None:
+            raise cause from None
 
     # -- batches -----------------------------------------------------------------
     def apply(self, batch: Batch) -> ApplyResult:
-        with self.transaction() as conn:
-            rejects = batch.rejects
-            try:
-                with conn:  # a savepoint: a value SQLite refuses must not cost the batch
-                    result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
-            except _DATA_ERRORS:
-                result, refused = self._apply_one_by_one(conn, batch)
-                rejects = rejects + refused
-            result.position = rollups.advance_position(conn, result.sessions)
-            ts = now_ms()
-            if rejects:
-                conn.executemany(_REJECT, [
-                    (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
-                ])
-            conn.execute(_CHECKPOINT, (
-                batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
-            ))
-            if conn.changes() != 1:
-                raise CheckpointConflict(
-                    f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}"
-                )
-            fault("before_commit")
+        return self.apply_many([batch])
+
+    def apply_many(self, batches: list[Batch]) -> ApplyResult:
+        """Several batches (of several files) in one transaction; see ``OpenBatches``."""
+        opened = self.begin()
+        try:
+            for batch in batches:
+                opened.apply(batch)
+            return opened.commit()
+        except BaseException as exc:
+            opened.abandon(exc)
+            raise
+
+    def begin(self) -> OpenBatches:
+        return OpenBatches(self)
+
+    def _apply_batch(self, conn: apsw.Connection, batch: Batch, ts: int) -> ApplyResult:
+        rejects = batch.rejects
+        try:
+            with conn:  # a savepoint: a value SQLite refuses must not cost the batch
+                result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
+        except _DATA_ERRORS:
+            result, refused = self._apply_one_by_one(conn, batch)
+            rejects = rejects + refused
+        if rejects:
+            conn.executemany(_REJECT, [
+                (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
+            ])
+        conn.execute(_CHECKPOINT, (
+            batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
+        ))
+        if conn.changes() != 1:
+            raise CheckpointConflict(f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}")
         result.rejects = len(rejects)
-        self.interrupted = [a + b for a, b in zip(self.interrupted, result.interrupted)]
         return result
 
     def _apply_one_by_one(self, conn: apsw.Connection, batch: Batch) -> tuple[ApplyResult, list[Reject]]:
@@ -660,10 +713,7 @@ class LedgerWriter:
                 refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
                                       head=b""))
                 continue
-            total.new_facts += one.new_facts
-            total.duplicate_facts += one.duplicate_facts
-            total.sessions |= one.sessions
-            total.interrupted = tuple(a + b for a, b in zip(total.interrupted, one.interrupted))
+            total.add(one)
         return total, refused
 
     def _apply_facts(self, conn: apsw.Connection, file_id: int, path: str,

@@ -38,22 +38,21 @@ def _rotated_order(name: str) -> tuple | None:
     return None
 
 
-def _telemetry_dirs(root: Path) -> list[Path]:
+def _telemetry_dirs(root: Path) -> list[str]:
     """A state dir (``<root>/agents/*/telemetry``) or a telemetry dir itself."""
     dirs = []
     if (root / LIVE_NAME).exists() or root.name == "telemetry" or any(
         _rotated_order(p) is not None for p in _names(root)
     ):
-        dirs.append(root)
-    agents = root / "agents"
-    for agent in sorted(_names(agents)):
-        tdir = agents / agent / "telemetry"
-        if tdir.is_dir():
-            dirs.append(tdir)
+        dirs.append(str(root))
+    # Plain strings, and no is_dir() per agent (listing a missing directory finds nothing): the
+    # daemon lists every agent's directory on every pass.
+    agents = os.path.join(root, "agents")
+    dirs.extend(os.path.join(agents, agent, "telemetry") for agent in sorted(_names(agents)))
     return dirs
 
 
-def _names(directory: Path) -> list[str]:
+def _names(directory: str | Path) -> list[str]:
     try:
         return os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -66,11 +65,11 @@ def oc_telemetry_files(root: Path) -> list[Candidate]:
         for name in _names(tdir):
             if name == LIVE_NAME:
                 # The live file always sorts after every rotated one of its directory.
-                found.append(Candidate(str(tdir / name), True, (str(tdir), 1, 0, name)))
+                found.append(Candidate(os.path.join(tdir, name), True, (tdir, 1, 0, name)))
             else:
                 order = _rotated_order(name)
                 if order is not None:
-                    found.append(Candidate(str(tdir / name), False, (str(tdir), 0) + order))
+                    found.append(Candidate(os.path.join(tdir, name), False, (tdir, 0) + order))
     found.sort(key=lambda c: c.order)
     return found
 

@@ -56,6 +56,10 @@ class Chunk:
     result: ReadResult
     size: int
 
+    @property
+    def lines(self) -> int:
+        return len(self.result.lines) + len(self.result.too_long)
+
 
 @dataclass(slots=True)
 class ScanReport:
@@ -313,7 +317,7 @@ class Tailer:
 
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
-        chunk.row.lines += len(chunk.result.lines) + len(chunk.result.too_long)
+        chunk.row.lines += chunk.lines
         if chunk.size > chunk.row.size:
             chunk.row.size = chunk.size
 
