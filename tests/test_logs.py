@@ -98,10 +98,10 @@ def test_journal_lines_carry_their_priority(old_ledger: Path, oc_corpus: Path, t
 
 @pytest.fixture
 def restore_logging():
-    logger = logging.getLogger("agentledger")
-    handlers, level = list(logger.handlers), logger.level
+    root, ours = logging.getLogger(), logging.getLogger("agentledger")
+    handlers, level, our_level = list(root.handlers), root.level, ours.level
     yield
-    logger.handlers, logger.level = handlers, level
+    root.handlers, root.level, ours.level = handlers, level, our_level
 
 
 def test_setup_again_replaces_the_handler(tmp_path: Path, restore_logging):
@@ -126,6 +126,19 @@ def test_setup_again_replaces_the_handler(tmp_path: Path, restore_logging):
             log.exception("failed")
     record = json.loads(first.read_text())
     assert record["msg"] == "failed" and "RuntimeError: boom" in record["exc"]
+
+
+def test_a_librarys_warnings_come_out_in_the_same_format(tmp_path: Path, restore_logging):
+    out = tmp_path / "log"
+    with open(out, "w") as stream:
+        logs.setup("debug", json=True, stream=stream)
+        logging.getLogger("watchdog.observers.inotify").error("queue_events() called when the thread is inactive")
+        logging.getLogger("watchdog.observers.inotify").info("chatter nobody asked for")
+        logging.getLogger("agentledger.test").debug("ours, at the level asked for")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["logger"], r["msg"]) for r in records] == [
+        ("watchdog.observers.inotify", "queue_events() called when the thread is inactive"),
+        ("agentledger.test", "ours, at the level asked for")]
 
 
 def test_unknown_level_names_the_choices():

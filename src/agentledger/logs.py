@@ -61,8 +61,9 @@ class _Handler(logging.StreamHandler):
 
 
 def setup(level: str | int = "warning", json: bool | None = None, stream: TextIO | None = None) -> None:
-    """Send agentledger's logs at ``level`` and above to ``stream`` (stderr); ``json`` None means
-    JSON unless the stream is a terminal. Calling it again replaces the previous setup."""
+    """Send agentledger's logs at ``level`` and above, and other libraries' warnings, to ``stream``
+    (stderr); ``json`` None means JSON unless the stream is a terminal. Calling it again replaces
+    the previous setup."""
     stream = stream if stream is not None else sys.stderr
     if json is None:
         json = not stream.isatty()
@@ -71,8 +72,11 @@ def setup(level: str | int = "warning", json: bool | None = None, stream: TextIO
         handler.setFormatter(JsonFormatter(journal=_is_journal(stream)))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger("agentledger")
-    for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
-        logger.removeHandler(old)
-    logger.addHandler(handler)
-    logger.setLevel(level_number(level))
+    # On the root logger, so what a library says (watchdog's errors) comes out in the same
+    # format, and only from warning on; agentledger's own lines at the level asked for.
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("agentledger").setLevel(level_number(level))
