@@ -53,3 +53,15 @@ def scalar(db: Path, sql: str, params: tuple = ()):
         return conn.execute(sql, params).fetchall()[0][0]
     finally:
         conn.close()
+
+
+def usage(db: Path, **window) -> dict:
+    """``agentledger usage`` as the query module answers it (all time unless ``window`` says)."""
+    from agentledger.ledger import queries
+    from agentledger.ledger.db import open_reader
+
+    conn = open_reader(db)
+    try:
+        return queries.usage(conn, queries.Window(**window))
+    finally:
+        conn.close()

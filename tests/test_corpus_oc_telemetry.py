@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS, cli_env, ingest
-from ledgerdump import dump, scalar
+from ledgerdump import dump, scalar, usage
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
@@ -24,14 +24,6 @@ def corpus_db(tmp_path_factory, oc_corpus) -> Path:
     return db
 
 
-def _usage(db: Path, **window) -> dict:
-    conn = open_reader(db)
-    try:
-        return queries.usage(conn, queries.Window(**window))
-    finally:
-        conn.close()
-
-
 def _sessions(db: Path) -> list[dict]:
     conn = open_reader(db)
     try:
@@ -42,7 +34,7 @@ def _sessions(db: Path) -> list[dict]:
 
 def test_totals_match_expected(corpus_db, oc_expected):
     t = oc_expected["totals"]
-    u = _usage(corpus_db)
+    u = usage(corpus_db)
     assert u["sessions"] == t["sessions"]
     assert u["subagent_sessions"] == t["subagent_sessions"]
     assert u["runs"] == t["runs"]
@@ -66,7 +58,7 @@ def test_totals_match_expected(corpus_db, oc_expected):
 
 def test_known_traps_are_avoided(corpus_db, oc_expected):
     traps = oc_expected["detail"]["traps"]
-    u = _usage(corpus_db)
+    u = usage(corpus_db)
     assert u["total_tokens"] != traps["tokens_total_if_llm_call_cumulative_is_summed"]
     assert u["cost_usd"] != pytest.approx(traps["cost_usd_if_usage_snapshot_cost_is_added_to_llm_call_cost"])
 

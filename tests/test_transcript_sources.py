@@ -13,7 +13,7 @@ import pytest
 from conftest import cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar
+from ledgerdump import scalar, usage
 
 from agentledger.config import GateConfig
 from agentledger.gates import GateKeeper
@@ -428,19 +428,11 @@ def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(b"".join([parent[0], parent[3], *btw]))
     ingest(db, tmp_path / "claude", fmt="claude-code")
-    u = _read_usage(db)
+    u = usage(db)
     assert (u["sessions"], u["subagent_sessions"], u["subagents"], u["llm_calls"], u["output_tokens"]) == (
         1, 0, 0, 2, 105)
     assert scalar(db, "SELECT count(*) FROM sessions") == 1
     _clean(db)
-
-
-def _read_usage(db: Path) -> dict:
-    conn = open_reader(db)
-    try:
-        return queries.usage(conn, queries.Window())
-    finally:
-        conn.close()
 
 
 def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
