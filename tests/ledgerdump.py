@@ -65,3 +65,15 @@ def usage(db: Path, **window) -> dict:
         return queries.usage(conn, queries.Window(**window))
     finally:
         conn.close()
+
+
+def verify(db: Path) -> list:
+    """What ``agentledger verify`` finds: rollups that differ from a recomputation (none when sound)."""
+    from agentledger.ledger.db import open_reader
+    from agentledger.ledger.verify import check_rollups
+
+    conn = open_reader(db)
+    try:
+        return check_rollups(conn)
+    finally:
+        conn.close()

@@ -8,13 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import CORPUS, REPO, cli_env, ingest
+from serving import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -233,16 +233,6 @@ def _json(db: Path, *args: str):
     return json.loads(out.stdout)
 
 
-def _wait(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
-
-
 class _Serve:
     def __init__(self, tmp_path: Path, root: Path):
         self.db = tmp_path / "ledger.db"
@@ -253,12 +243,12 @@ class _Serve:
     def __enter__(self):
         self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
                                      stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(self.db))
-        line = _wait(lambda: self.proc.stderr.readline() or "eof")
+        line = wait_for(lambda: self.proc.stderr.readline() or "eof")
         while "listening on" not in line:
             assert line != "eof", "serve exited"
             line = self.proc.stderr.readline() or "eof"
         self.url = re.search(r'listening on (http://[^\s"]+)', line).group(1)
-        _wait(lambda: self._get("/readyz") == 200)
+        wait_for(lambda: self._get("/readyz") == 200)
         return self
 
     def _get(self, path: str) -> int:
@@ -290,14 +280,14 @@ def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tm
         return [t["tool_call_id"] for t in _json(db, "session", KEY)["tool_calls"]]
 
     with serve:
-        _wait(lambda: _cli(db, "session", KEY).returncode == 0)
+        wait_for(lambda: _cli(db, "session", KEY).returncode == 0)
         assert [serve.post(p) for p in payloads] == [(200, {})] * len(payloads)
-        assert sorted(_wait(lambda: len(tool_ids()) == 2 and tool_ids())) == sorted([SEARCH, BASH])
+        assert sorted(wait_for(lambda: len(tool_ids()) == 2 and tool_ids())) == sorted([SEARCH, BASH])
         tools = {t["tool"]: (t["calls"], t["errors"]) for t in _json(db, "tools")}
         assert tools == {"WebSearch": (1, 0), "Bash": (1, 1)}
 
         write_transcript(root, transcript_lines[2:])
-        _wait(lambda: len(tool_ids()) == TRANSCRIPT_TOOLS + 1)
+        wait_for(lambda: len(tool_ids()) == TRANSCRIPT_TOOLS + 1)
         detail = _json(db, "session", KEY)
         assert [t["tool_call_id"] for t in detail["tool_calls"]].count(SEARCH) == 1
         (search,) = [t for t in detail["tool_calls"] if t["tool_call_id"] == SEARCH]
@@ -307,7 +297,7 @@ def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tm
     with serve:  # restarted: the same POSTs again, then one new event to know they were all written
         assert [serve.post(p)[0] for p in payloads] == [200] * len(payloads)
         serve.post({"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "and now?"})
-        _wait(lambda: len(_json(db, "events", "--kind", "hook.Stop")) == 2)
+        wait_for(lambda: len(_json(db, "events", "--kind", "hook.Stop")) == 2)
         again = _json(db, "session", KEY)
         for d in (again, detail):  # the new Stop is new activity; nothing else may move
             for k in ("last_activity_at", "duration_s"):

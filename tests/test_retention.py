@@ -16,13 +16,12 @@ import pytest
 from conftest import cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar
+from ledgerdump import dump, scalar, verify
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.ledger import queries, retention
 from agentledger.ledger.db import open_reader, open_writer, writer_lock
-from agentledger.ledger.verify import check_rollups
 from agentledger.metrics import registry_for
 from agentledger.synth import Gateway
 
@@ -74,14 +73,6 @@ def _pending(db: Path, horizon_ms: int) -> retention.Pruned:
         conn.close()
 
 
-def _verify(db: Path) -> list:
-    conn = open_reader(db)
-    try:
-        return check_rollups(conn)
-    finally:
-        conn.close()
-
-
 @pytest.fixture(scope="module")
 def corpus_ledger(oc_corpus: Path, tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("corpus") / "ledger.db"
@@ -105,7 +96,7 @@ def test_pruning_keeps_every_total_and_counter(ledger: Path):
 
     done = _prune(ledger, CORPUS_MID)
     assert done.events == old and done.messages > 0 and done.usage_snapshots > 0
-    assert _verify(ledger) == []
+    assert verify(ledger) == []
     assert _picture(ledger) == before
     # Old events keep their key only; newer ones are whole.
     assert scalar(ledger, "SELECT count(*) FROM events") == events
@@ -115,7 +106,7 @@ def test_pruning_keeps_every_total_and_counter(ledger: Path):
 
     done = _prune(ledger, AFTER_ALL)
     assert done.reject_heads == rejects
-    assert _verify(ledger) == []
+    assert verify(ledger) == []
     assert _picture(ledger) == before
     assert scalar(ledger, "SELECT count(*) FROM rejects WHERE length(head) = 0") == rejects
     assert scalar(ledger, "SELECT count(*) FROM messages") == 0
@@ -164,7 +155,7 @@ def test_rereading_pruned_logs_counts_nothing_twice(ledger: Path, oc_corpus: Pat
     shutil.copytree(oc_corpus / "agents", copy / "agents")
     stats = ingest(ledger, oc_corpus, copy)
     assert stats.lines > 0 and stats.events == 0 and stats.duplicates > 0
-    assert _verify(ledger) == []
+    assert verify(ledger) == []
     after = _picture(ledger)
     # The copy's malformed lines are new rejects (they are in new files); nothing else moved.
     assert after["usage"] | {"rejected_lines": 0} == before["usage"] | {"rejected_lines": 0}
@@ -184,7 +175,7 @@ def test_any_horizon_and_batch_size(corpus_ledger: Path, tmp_path_factory, cut: 
     assert _pending(db, cut).rows() == 0
     assert scalar(db, "SELECT count(*) FROM events WHERE kind = ''") == scalar(
         db, "SELECT count(*) FROM events WHERE ts_ms < ?", (cut,))
-    assert _verify(db) == []
+    assert verify(db) == []
     assert _picture(db) == before
 
 
@@ -200,7 +191,7 @@ def test_a_deadline_splits_the_work_and_the_next_call_goes_on(ledger: Path):
             break
     assert calls > expected.events // 100
     assert [getattr(total, n) for n in total.COUNTS] == [getattr(expected, n) for n in total.COUNTS]
-    assert _verify(ledger) == []
+    assert verify(ledger) == []
 
 
 def _synthetic(root: Path, n: int, seed: int = 7) -> Path:
@@ -300,7 +291,7 @@ def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path, caplog):
     assert len(finished) == 1 and finished[0].events > 0 and finished[0].reclaimed_bytes > 0
     (line,) = [r.getMessage() for r in caplog.records if r.name == "agentledger.retention"]
     assert f"{finished[0].events} events reduced to their key" in line and "returned to the file system" in line
-    assert _verify(db) == []
+    assert verify(db) == []
     assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 6000 - finished[0].events
     # The same events again, in a copy read from the start: nothing new.
     copy = tmp_path / "copy"
@@ -326,7 +317,7 @@ def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplo
         conn.close()
     assert "rewriting" in caplog.text
     assert dump(ledger) == before
-    assert _verify(ledger) == []
+    assert verify(ledger) == []
     caplog.clear()
     open_writer(ledger).close()
     assert "rewriting" not in caplog.text

@@ -12,11 +12,11 @@ import apsw
 import orjson
 import pytest
 from conftest import REPO, ingest
+from ledgerdump import verify
 from logwriter import LogDir, event, llm_call
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
-from agentledger.ledger.verify import check_rollups
 
 
 def _lines(corpus: Path) -> list[bytes]:
@@ -24,14 +24,6 @@ def _lines(corpus: Path) -> list[bytes]:
     for path in sorted(corpus.rglob("events*.jsonl")):
         out += path.read_bytes().splitlines(keepends=True)
     return out
-
-
-def _verify(db: Path) -> list:
-    conn = open_reader(db)
-    try:
-        return check_rollups(conn)
-    finally:
-        conn.close()
 
 
 def _totals(db: Path) -> tuple:
@@ -46,10 +38,10 @@ def _totals(db: Path) -> tuple:
         conn.close()
 
 
-def test_corpus_rollups_verify(tmp_path, oc_corpus, oc_expected):
+def test_corpus_rollupsverify(tmp_path, oc_corpus, oc_expected):
     db = tmp_path / "l.db"
     ingest(db, oc_corpus)
-    assert _verify(db) == []
+    assert verify(db) == []
     t = oc_expected["totals"]
     assert _totals(db) == (t["cost_pico_usd"], t["failed_tool_calls"], t["runs"], t["llm_calls"],
                            t["orphaned_runs"], t["tool_calls"])
@@ -63,7 +55,7 @@ def test_shuffled_events_in_small_batches_give_the_same_rollups(tmp_path, oc_cor
     logs.append(b"".join(lines))
     db = tmp_path / "l.db"
     ingest(db, logs.root, batch_lines=37)
-    assert _verify(db) == []
+    assert verify(db) == []
     ref = tmp_path / "ref.db"
     ingest(ref, oc_corpus)
     assert _totals(db) == _totals(ref)
@@ -118,7 +110,7 @@ def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_e
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     open_writer(db).close()  # migrates to version 2, filling the rollups from the base rows
-    assert _verify(db) == []
+    assert verify(db) == []
     assert _totals(db)[0] == oc_expected["totals"]["cost_pico_usd"]
 
 
@@ -136,7 +128,7 @@ def test_a_tool_call_without_a_run_counts_in_the_session_its_line_names(tmp_path
                                        for n, kind in ((2, "tool.start"), (3, "tool.end"))))
     db = tmp_path / "l.db"
     ingest(db, logs.root)
-    assert _verify(db) == []
+    assert verify(db) == []
     conn = open_reader(db)
     try:
         (s1,) = queries.sessions(conn, queries.Window())
