@@ -41,6 +41,7 @@ from agentledger.faults import fault
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
 from agentledger.ledger.lifecycle import DEFAULT_IDLE_S, Lifecycle
+from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
@@ -722,7 +723,9 @@ class LedgerWriter:
         fresh = items
         facts = [item[2] for item in items]
         _rename_subagents(conn, facts)
-        spans, moved = _side_branches(conn, facts)
+        # Only Claude Code sessions have side branches: other batches skip both lookups of them.
+        branching = any(f.source == CLAUDE_CODE for f in facts)
+        spans, moved = _side_branches(conn, facts) if branching else ({}, set())
         prepared = _prepare(file_id, items)
         conn.execute("SAVEPOINT events")
         before = conn.total_changes()
@@ -746,7 +749,7 @@ class LedgerWriter:
         lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
         linked = lifecycle.before()
         takeovers = self._hook_rows_told(conn, prepared)
-        branch_tools = _branch_tools(conn, facts, prepared.tool_keys)
+        branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
         tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
