@@ -140,7 +140,6 @@ class Pricer:
 
     def __init__(self, overrides: dict[str, list[Override]] | None = None):
         self.overrides = overrides or {}
-        self._unknown: set[tuple[str | None, str]] = set()
         self._bundled = _Bundled()
 
     @classmethod
@@ -159,13 +158,9 @@ class Pricer:
         rates = _in_force(self.overrides.get(model.lower()), ts_ms)
         if rates is not None:
             return rates.pico(tokens)
-        if (provider, model) in self._unknown:
-            return None
+        # None: a model the history does not know (remembered there), or usage its price cannot split.
         usd = self._bundled.usd(provider, model, tokens, ts_ms)
-        if usd is None:
-            self._unknown.add((provider, model))
-            return None
-        return round(usd * PICO_PER_USD)
+        return None if usd is None else round(usd * PICO_PER_USD)
 
     def apply(self, fact: LlmCall) -> None:
         """Price a call that came without a cost; failed calls cost nothing and are not priced."""
