@@ -374,3 +374,48 @@ def test_a_pause_in_a_log_without_a_process_counter_suspends_nothing(tmp_path, d
     assert scalar(db, "SELECT status FROM runs WHERE run_id = 'r1'") == "running"
     assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
     conn.close()
+
+
+def test_a_pass_over_many_logs_indexes_what_each_line_alone_would(tmp_path):
+    """A live pass writes every file it read in one round of statements; restarts, resets and a
+    subagent whose session lives in another agent's log must come out as line by line."""
+    main, worker, other = Log(), Log(), Log()
+    worker.n, other.n = 100, 200  # ids of their own
+    main.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    main.ev(T0 + 1000, "run.start", run="R1").call(T0 + 2000, "R1", 0.5)
+    main.ev(T0 + 2500, "subagent.spawn", {"childSessionKey": "agent:worker:subagent:c"}, sid="unknown", run="R1")
+    child = dict(key="agent:worker:subagent:c", sid="C", agent="worker")
+    worker.ev(T0 + 2600, "run.start", run="RC", **child).call(T0 + 2700, "RC", 0.125, key=child["key"], sid="C")
+    worker.ev(T0 + 2800, "run.start", key="agent:worker:main", sid="W1", run="RW", agent="worker")
+    worker.ev(T0 + 2900, "tool.start", {"toolName": "exec", "toolCallId": "T1"}, key="agent:worker:main", sid="W1",
+              run="RW", agent="worker")
+    worker.restart()  # the worker's gateway goes away with its run and tool call open
+    worker.ev(T0 + 3 * MIN, "session.start", {"sessionId": "W9"}, key="agent:worker:main", sid="W9", agent="worker")
+    main.ev(T0 + 4 * MIN, "subagent.end", {"targetSessionKey": "agent:worker:subagent:c", "outcome": "ok"},
+            key="agent:worker:subagent:c", sid="unknown", run="R1")
+    other.ev(T0, "session.start", {"sessionId": "O1"}, key="agent:other:main", sid="O1", agent="other")
+    other.call(T0 + 10, "RO", 0.25, key="agent:other:main", sid="O1")
+    other.ev(T0 + MIN, "session.start", {"sessionId": "O2", "resumedFrom": "O1"}, key="unknown", sid="O2",
+             agent="other")
+    other.call(T0 + MIN + 10, "RO2", 0.0625, key="agent:other:main", sid="O2")
+
+    def write(root: Path) -> None:
+        for agent, log in (("main", main), ("worker", worker), ("other", other)):
+            logs = LogDir(root, agent)
+            logs.append(b"".join(log.lines[:2]))
+            logs.rotate()  # two files of one log in the same pass
+            logs.append(b"".join(log.lines[2:]))
+
+    dbs = {}
+    for name, batch_lines in (("pass", 10_000), ("lines", 1)):
+        shutil.rmtree(tmp_path / "state", ignore_errors=True)  # the same place: a log is known by where it is
+        write(tmp_path / "state")
+        dbs[name] = tmp_path / f"{name}.db"
+        stats = ingest(dbs[name], tmp_path / "state", batch_lines=batch_lines)
+        assert stats.events == len(main.lines) + len(worker.lines) + len(other.lines)
+        _verify(dbs[name])
+    assert dump(dbs["pass"]) == dump(dbs["lines"])
+    assert scalar(dbs["pass"], "SELECT status FROM tool_calls WHERE tool_call_id = 'T1'") == "interrupted"
+    assert _session(dbs["pass"], "W1")["status"] == "suspended"
+    assert _session(dbs["pass"], "C")["end_reason"] == "subagent"
+    assert _session(dbs["pass"], "O1")["end_reason"] == "reset"

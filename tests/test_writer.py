@@ -139,3 +139,16 @@ def test_a_backlog_commits_in_pieces_of_at_most_batch_lines(tmp_path, db):
         assert [r.new_facts for r in commits] == [9, 6, 7, 8, 9, 10, 10, 5]
     finally:
         conn.close()
+
+
+def test_a_refused_value_in_a_pass_costs_its_line_and_the_other_files_land_whole(writer, db):
+    a, b, c = _file(writer, "a.jsonl"), _file(writer, "b.jsonl"), _file(writer, "c.jsonl")
+    result = writer.apply_many([
+        Batch(a, "/r/a.jsonl", 0, 10, 1, 10, [(0, 10, _call(1))]),
+        Batch(b, "/r/b.jsonl", 0, 20, 2, 20, [(0, 10, _call(2)), (10, 10, _call(3, tokens=2**70))]),
+        Batch(c, "/r/c.jsonl", 0, 10, 1, 10, [(0, 10, _call(4))]),
+    ])
+    assert (result.new_facts, result.rejects) == (3, 1)
+    assert scalar(db, "SELECT group_concat(offset, ',') FROM (SELECT offset FROM files ORDER BY id)") == "10,20,10"
+    assert scalar(db, "SELECT path || ':' || offset FROM rejects") == "/r/b.jsonl:10"
+    assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 from agentledger.facts import Fact, LlmCall, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
-from agentledger.sources import Decoder, opener_for
+from agentledger.sources import Decoder, asks_ledger, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
 from agentledger.tail.transcript_store import StoreReader
@@ -89,7 +89,8 @@ class Pipeline:
         self.tailers = [
             (Tailer(writer, spec.format, list(spec.roots), max_line=max_line, batch_lines=batch_lines),
              opener_for(spec.format),
-             StoreReader(writer, list(spec.roots)) if spec.format == "oc-transcript" else None)
+             StoreReader(writer, list(spec.roots)) if spec.format == "oc-transcript" else None,
+             asks_ledger(spec.format))
             for spec in specs
         ]
 
@@ -132,7 +133,7 @@ class Pipeline:
         a transaction holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog
         still commits in bounded pieces."""
         stats = IngestStats()
-        for tailer, opener, store in self.tailers:
+        for tailer, opener, store, in_order in self.tailers:
             if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed
                 self._read_store(store, opener, stats)
             pairs, opened, report = tailer.scan()
@@ -156,7 +157,7 @@ class Pipeline:
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
                             self._commit(tailer, pending, stats)
-                        self._apply(pending, chunk, decode)
+                        self._apply(pending, chunk, decode, in_order)
                         # The tailer reads a file's next chunk only once this one is committed.
                         if chunk.result.end < p.size or self.stop.is_set():
                             self._commit(tailer, pending, stats)
@@ -185,11 +186,16 @@ class Pipeline:
             if self.stop.is_set():
                 return
 
-    def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder) -> None:
+    def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder, in_order: bool) -> None:
+        """``in_order``: the batch is written before the next is decoded (its decoder asks the
+        ledger); otherwise the pass's batches are written together at the commit."""
         if pending.batches is None:
             pending.batches = self.writer.begin()
         batch = self._batch(chunk, decode)
-        pending.batches.apply(batch)
+        if in_order:
+            pending.batches.apply(batch)
+        else:
+            pending.batches.add(batch)
         pending.chunks.append(chunk)
         pending.lines += batch.lines
         pending.bytes += batch.end_offset - batch.start_offset

@@ -113,7 +113,7 @@ class _Session:
 
 @dataclass(slots=True)
 class _Restart:
-    index: int  # position in the batch of the first fact after it
+    index: int  # position in its log's facts of the first fact after it
     cause: str  # seq | idle
     last_ms: int
     ts_ms: int
@@ -121,55 +121,19 @@ class _Restart:
 
 
 @dataclass(slots=True)
-class Lifecycle:
-    """Brackets a batch like rollups.Tracker: ``before()``, the upserts, ``link()``, the rollups, ``after()``."""
+class _Log:
+    """One agent's log within a batch: its new facts in file order and its clock before and after."""
 
-    conn: apsw.Connection
-    log: str  # the directory of the batch's file: one agent's log
-    facts: list[Fact]  # the batch's new facts, in file order
-    idle_ms: int
-    log_id: int | None = None
+    name: str  # the directory of the log's files
+    facts: list[Fact]
+    id: int | None = None
     last_seq: int | None = None  # where the log was before the batch
     last_ms: int | None = None
     new_seq: int | None = None  # and after it
     new_ms: int | None = None
     restarts: list[_Restart] = field(default_factory=list)
-    successors: dict[str, tuple[str, int]] = field(default_factory=dict)  # old id → (new id, its start)
-    ended_subagents: dict[str, int] = field(default_factory=dict)  # child key → end time
-    states: dict[str, _Session] = field(default_factory=dict)
-    links: set[str] = field(default_factory=set)  # instances a reset ties to a batch's instance
-    touched: set[str] = field(default_factory=set)
-    interrupted: list[int] = field(default_factory=lambda: [0, 0, 0])  # runs, tool calls, subagents
 
-    @classmethod
-    def for_batch(cls, conn: apsw.Connection, path: str, facts: list[Fact], idle_ms: int) -> Lifecycle:
-        return cls(conn, os.path.dirname(path), facts, idle_ms)
-
-    # -- before the upserts ---------------------------------------------------------
-    def before(self) -> set[str]:
-        """Read what the batch starts from; returns the sessions whose rows a reset link may change."""
-        conn = self.conn
-        row = conn.execute("SELECT id, last_seq, last_ms FROM log_clocks WHERE log = ?", (self.log,)).fetchall()
-        if row:
-            self.log_id, self.last_seq, self.last_ms = row[0]
-        self._find_restarts()
-        ids = {f.session_id for f in self.facts if f.session_id is not None}
-        predecessors = {f.resumed_from for f in self.facts if type(f) is SessionStarted and f.resumed_from}
-        self.successors = {old: (new, start) for new, old, start in conn.execute(_SUCCESSORS, (_json(ids),))}
-        wanted = ids | predecessors
-        ended_children = {f.child_session_key for f in self.facts if type(f) is SubagentEnded}
-        if ended_children:
-            wanted |= {sid for (sid,) in conn.execute(_BY_KEY, (_json(ended_children),))}
-        keys = {f.session_key for f in self.facts if f.session_key is not None}
-        self.ended_subagents = dict(conn.execute(_ENDED_SUBAGENTS, (_json(keys),))) if keys else {}
-        if self.restarts and self.log_id is not None:
-            wanted |= {sid for (sid,) in conn.execute(_OPEN_IN_LOG, (self.log_id,))}
-        self._load(wanted)
-        self.links = predecessors | {new for new, _ in self.successors.values()} | {
-            s.resumed_from for s in self.states.values() if s.resumed_from}
-        return self.links
-
-    def _find_restarts(self) -> None:
+    def find_restarts(self, idle_ms: int) -> None:
         seq, last = self.last_seq, self.last_ms
         for i, f in enumerate(self.facts):
             ts = f.ts_ms
@@ -181,7 +145,7 @@ class Lifecycle:
                     if f.seq < seq and f.seq <= seq // 2:
                         self.restarts.append(_Restart(i, "seq", last, ts))
                     # Silence is only silence when no line in between is missing (unread or lost).
-                    elif ts - last > self.idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
+                    elif ts - last > idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
                         self.restarts.append(_Restart(i, "idle", last, ts))
                 # Without a process counter (transcripts, hooks) a pause is a person pausing, not a
                 # gateway restarting: such logs never suspend anything.
@@ -189,6 +153,72 @@ class Lifecycle:
                 seq = f.seq
             last = ts
         self.new_seq, self.new_ms = seq, last
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    """Brackets a batch like rollups.Tracker: ``before()``, the upserts, ``link()``, the rollups, ``after()``.
+
+    A batch may hold the files of several logs (a live pass): each log is walked in turn, in the
+    order the batch lists them, from the states the logs before it left, as if each had been a
+    batch of its own."""
+
+    conn: apsw.Connection
+    logs: list[_Log]
+    idle_ms: int
+    facts: list[Fact] = field(default_factory=list)  # every log's, in batch order
+    successors: dict[str, tuple[str, int]] = field(default_factory=dict)  # old id → (new id, its start)
+    ended_subagents: dict[str, int] = field(default_factory=dict)  # child key → end time
+    states: dict[str, _Session] = field(default_factory=dict)
+    links: set[str] = field(default_factory=set)  # instances a reset ties to a batch's instance
+    touched: set[str] = field(default_factory=set)
+    interrupted: list[int] = field(default_factory=lambda: [0, 0, 0])  # runs, tool calls, subagents
+
+    @classmethod
+    def for_batch(cls, conn: apsw.Connection, files: list[tuple[str, list[Fact]]], idle_ms: int) -> Lifecycle:
+        """``files``: (path, its new facts in file order), in batch order; files of one log go together."""
+        logs: dict[str, _Log] = {}
+        for path, facts in files:
+            name = os.path.dirname(path)
+            log = logs.get(name)
+            if log is None:
+                logs[name] = _Log(name, list(facts))
+            else:
+                log.facts.extend(facts)
+        return cls(conn, list(logs.values()), idle_ms, [f for log in logs.values() for f in log.facts])
+
+    # -- before the upserts ---------------------------------------------------------
+    def before(self) -> set[str]:
+        """Read what the batch starts from; returns the sessions whose rows a reset link may change."""
+        conn = self.conn
+        by_name = {log.name: log for log in self.logs}
+        if len(by_name) == 1:
+            log = self.logs[0]
+            clocks = conn.execute("SELECT log, id, last_seq, last_ms FROM log_clocks WHERE log = ?", (log.name,))
+        else:
+            clocks = conn.execute("SELECT log, id, last_seq, last_ms FROM log_clocks "
+                                  "WHERE log IN (SELECT value FROM json_each(?))", (_json(by_name),))
+        for name, log_id, last_seq, last_ms in clocks:
+            log = by_name[name]
+            log.id, log.last_seq, log.last_ms = log_id, last_seq, last_ms
+        for log in self.logs:
+            log.find_restarts(self.idle_ms)
+        ids = {f.session_id for f in self.facts if f.session_id is not None}
+        predecessors = {f.resumed_from for f in self.facts if type(f) is SessionStarted and f.resumed_from}
+        self.successors = {old: (new, start) for new, old, start in conn.execute(_SUCCESSORS, (_json(ids),))}
+        wanted = ids | predecessors
+        ended_children = {f.child_session_key for f in self.facts if type(f) is SubagentEnded}
+        if ended_children:
+            wanted |= {sid for (sid,) in conn.execute(_BY_KEY, (_json(ended_children),))}
+        keys = {f.session_key for f in self.facts if f.session_key is not None}
+        self.ended_subagents = dict(conn.execute(_ENDED_SUBAGENTS, (_json(keys),))) if keys else {}
+        for log in self.logs:
+            if log.restarts and log.id is not None:
+                wanted |= {sid for (sid,) in conn.execute(_OPEN_IN_LOG, (log.id,))}
+        self._load(wanted)
+        self.links = predecessors | {new for new, _ in self.successors.values()} | {
+            s.resumed_from for s in self.states.values() if s.resumed_from}
+        return self.links
 
     def _load(self, ids: set[str]) -> None:
         for sid, status, reason, key, resumed, log_id, start, away in self.conn.execute(_READ_STATES, (_json(ids),)):
@@ -208,13 +238,13 @@ class Lifecycle:
 
         ``tracker`` is the batch's: what it read before the upserts says which sessions moved."""
         conn = self.conn
-        # A batch with nothing new from this log (only duplicates, e.g. a copy) leaves its clock as it was.
-        if self.new_ms is not None and self.log_id is None:
-            self.log_id = conn.execute("INSERT INTO log_clocks (log, last_seq, last_ms) VALUES (?, ?, ?) RETURNING id",
-                                       (self.log, self.new_seq, self.new_ms)).fetchall()[0][0]
-        elif self.new_ms is not None:
-            conn.execute("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
-                         (self.new_seq, self.new_ms, self.log_id))
+        # A batch with nothing new from a log (only duplicates, e.g. a copy) leaves its clock as it was.
+        for log in self.logs:
+            if log.new_ms is not None and log.id is None:
+                log.id = conn.execute("INSERT INTO log_clocks (log, last_seq, last_ms) VALUES (?, ?, ?) RETURNING id",
+                                      (log.name, log.new_seq, log.new_ms)).fetchall()[0][0]
+        conn.executemany("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
+                         [(log.new_seq, log.new_ms, log.id) for log in self.logs if log.new_ms is not None])
         suspensions, closed = self._replay()
         changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid) for sid, s in self.states.items()
                    if s.changed and s.status is not None]
@@ -224,10 +254,12 @@ class Lifecycle:
                          closed)
         conn.executemany("INSERT OR REPLACE INTO session_suspensions (session_id, from_ms, until_ms, cause) "
                          "VALUES (?, ?, ?, ?)", suspensions)
-        conn.executemany("INSERT OR IGNORE INTO gateway_restarts (log_id, ts_ms, last_ms, cause) VALUES (?, ?, ?, ?)",
-                         [(self.log_id, r.ts_ms, r.last_ms, r.cause) for r in self.restarts])
-        for restart in self.restarts:
-            self._interrupt(restart)
+        for log in self.logs:
+            if log.restarts:
+                conn.executemany("INSERT OR IGNORE INTO gateway_restarts (log_id, ts_ms, last_ms, cause) "
+                                 "VALUES (?, ?, ?, ?)", [(log.id, r.ts_ms, r.last_ms, r.cause) for r in log.restarts])
+                for restart in log.restarts:
+                    self._interrupt(restart)
         self._derive(tracker)
         return self.touched
 
@@ -238,14 +270,12 @@ class Lifecycle:
         return s
 
     def _replay(self) -> tuple[list[tuple], list[tuple]]:
-        """Walk the batch in file order; returns new suspension rows and closed open ones."""
+        """Walk each log in file order; returns new suspension rows and closed open ones."""
         suspensions: list[list] = []  # [session, from, until, cause]
         opened: dict[str, list] = {}
         closed = []
         ended_children = dict(self.ended_subagents)
         successors = {old: start for old, (_, start) in self.successors.items()}
-        restarts = iter(self.restarts)
-        restart = next(restarts, None)
 
         def resume(sid: str, s: _Session, ts: int) -> None:
             row = opened.pop(sid, None)
@@ -264,46 +294,49 @@ class Lifecycle:
             s.ended_at = s.ended_at if s.ended_at is not None else ts
             s.changed = True
 
-        for i, f in enumerate(self.facts):
-            if restart is not None and restart.index == i:
-                for sid, s in self.states.items():
-                    if s.status == "active" and s.log_id == self.log_id:
-                        s.status, s.away_since, s.changed = "suspended", restart.last_ms, True
-                        opened[sid] = row = [sid, restart.last_ms, None, restart.cause]
-                        suspensions.append(row)
-                        restart.suspended.append(sid)
-                restart = next(restarts, None)
-            t = type(f)
-            if t is SubagentEnded:
-                ended_children[f.child_session_key] = f.ended_ms or f.ts_ms
-                for sid, s in self.states.items():
-                    if s.key == f.child_session_key and s.status is not None:
-                        end(sid, s, "subagent", f.ended_ms or f.ts_ms)
-            sid = f.session_id
-            if sid is None:
-                continue
-            s = self._state(sid)
-            if s.status is None:
-                s.status, s.changed = "active", True
-            if s.key is None:
-                s.key = f.session_key
-            if s.log_id != self.log_id:
-                s.log_id, s.changed = self.log_id, True
-            if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
-                resume(sid, s, f.ts_ms)
-                s.status, s.changed = "active", True
-            if t is SessionEnded:
-                end(sid, s, "end", None)
-            elif t is SessionStarted and f.resumed_from:
-                successors[f.resumed_from] = f.ts_ms
-                old = self.states.get(f.resumed_from)
-                if old is not None and old.status is not None:
-                    end(f.resumed_from, old, "reset", f.ts_ms)
-            if s.status != "ended":
-                if sid in successors:
-                    end(sid, s, "reset", successors[sid])
-                elif s.key in ended_children:
-                    end(sid, s, "subagent", ended_children[s.key])
+        for log in self.logs:
+            restarts = iter(log.restarts)
+            restart = next(restarts, None)
+            for i, f in enumerate(log.facts):
+                if restart is not None and restart.index == i:
+                    for sid, s in self.states.items():
+                        if s.status == "active" and s.log_id == log.id:
+                            s.status, s.away_since, s.changed = "suspended", restart.last_ms, True
+                            opened[sid] = row = [sid, restart.last_ms, None, restart.cause]
+                            suspensions.append(row)
+                            restart.suspended.append(sid)
+                    restart = next(restarts, None)
+                t = type(f)
+                if t is SubagentEnded:
+                    ended_children[f.child_session_key] = f.ended_ms or f.ts_ms
+                    for sid, s in self.states.items():
+                        if s.key == f.child_session_key and s.status is not None:
+                            end(sid, s, "subagent", f.ended_ms or f.ts_ms)
+                sid = f.session_id
+                if sid is None:
+                    continue
+                s = self._state(sid)
+                if s.status is None:
+                    s.status, s.changed = "active", True
+                if s.key is None:
+                    s.key = f.session_key
+                if s.log_id != log.id:
+                    s.log_id, s.changed = log.id, True
+                if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
+                    resume(sid, s, f.ts_ms)
+                    s.status, s.changed = "active", True
+                if t is SessionEnded:
+                    end(sid, s, "end", None)
+                elif t is SessionStarted and f.resumed_from:
+                    successors[f.resumed_from] = f.ts_ms
+                    old = self.states.get(f.resumed_from)
+                    if old is not None and old.status is not None:
+                        end(f.resumed_from, old, "reset", f.ts_ms)
+                if s.status != "ended":
+                    if sid in successors:
+                        end(sid, s, "reset", successors[sid])
+                    elif s.key in ended_children:
+                        end(sid, s, "subagent", ended_children[s.key])
         return [tuple(row) for row in suspensions], closed
 
     def _interrupt(self, restart: _Restart) -> None:

@@ -468,6 +468,9 @@ _STATEMENTS: dict[type, tuple[str, object]] = {
 _ORDER = tuple(sql for sql, _ in _STATEMENTS.values())
 
 
+_Part = tuple[int, str, list[tuple[int, int, Fact]]]  # a file's id, path and (offset, length, fact) items
+
+
 @dataclass(slots=True)
 class _Prepared:
     """Everything a batch of new facts writes, built in one pass over them."""
@@ -480,47 +483,48 @@ class _Prepared:
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
 
-def _prepare(file_id: int, items: list[tuple[int, int, Fact]]) -> _Prepared:
+def _prepare(parts: list[_Part]) -> _Prepared:
     out = _Prepared()
     events, rows, sessions, runs = out.events, out.rows, out.sessions, out.runs
     statements = _STATEMENTS
-    for off, _, f in items:
-        t = type(f)
-        ts = f.ts_ms
-        events.append((f.event_id, file_id, off, ts, f.kind, f.agent_id, f.session_key,
-                       f.raw if t is RawEvent else None))
-        spec = statements.get(t)
-        if spec is not None:
-            row = spec[1](f)
-            if row is not None:
-                rows[spec[0]].append(row)
-                if t is ToolStarted or t is ToolEnded or t is ToolObserved:
-                    out.tool_keys.add((row[0], row[1]))
-                elif t is SubagentSpawned or t is SubagentEnded:
-                    out.subagent_keys.add(row[0])
-        sid = f.session_id
-        if sid is not None:
-            agg = sessions.get(sid)
-            if agg is None:
-                sessions[sid] = [sid, f.session_key, f.agent_id, f.source, ts, ts]
-            else:
-                if agg[1] is None:
-                    agg[1] = f.session_key
-                if agg[2] is None:
-                    agg[2] = f.agent_id
-                if ts < agg[4]:
-                    agg[4] = ts
-                elif ts > agg[5]:
-                    agg[5] = ts
-        rid = f.run_id
-        if rid is not None:
-            span = runs.get(rid)
-            if span is None:
-                runs[rid] = [ts, ts]
-            elif ts < span[0]:
-                span[0] = ts
-            elif ts > span[1]:
-                span[1] = ts
+    for file_id, _, items in parts:
+        for off, _, f in items:
+            t = type(f)
+            ts = f.ts_ms
+            events.append((f.event_id, file_id, off, ts, f.kind, f.agent_id, f.session_key,
+                           f.raw if t is RawEvent else None))
+            spec = statements.get(t)
+            if spec is not None:
+                row = spec[1](f)
+                if row is not None:
+                    rows[spec[0]].append(row)
+                    if t is ToolStarted or t is ToolEnded or t is ToolObserved:
+                        out.tool_keys.add((row[0], row[1]))
+                    elif t is SubagentSpawned or t is SubagentEnded:
+                        out.subagent_keys.add(row[0])
+            sid = f.session_id
+            if sid is not None:
+                agg = sessions.get(sid)
+                if agg is None:
+                    sessions[sid] = [sid, f.session_key, f.agent_id, f.source, ts, ts]
+                else:
+                    if agg[1] is None:
+                        agg[1] = f.session_key
+                    if agg[2] is None:
+                        agg[2] = f.agent_id
+                    if ts < agg[4]:
+                        agg[4] = ts
+                    elif ts > agg[5]:
+                        agg[5] = ts
+            rid = f.run_id
+            if rid is not None:
+                span = runs.get(rid)
+                if span is None:
+                    runs[rid] = [ts, ts]
+                elif ts < span[0]:
+                    span[0] = ts
+                elif ts > span[1]:
+                    span[1] = ts
     return out
 
 
@@ -601,26 +605,40 @@ def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
 
 
 class OpenBatches:
-    """A transaction batches of several files go into one by one, until ``commit``.
+    """A transaction batches of several files go into, until ``commit``.
 
     One commit for a whole live pass instead of one per file: the facts and checkpoints of
     every batch commit together or not at all, under one ledger position, and each batch keeps
     its compare-and-set checkpoint. A value SQLite refuses still costs only its line; a
-    checkpoint that moved under us refuses them all. Each batch is applied as it comes, so what
-    is decoded after it reads it (a subagent's lines join the run its session's file started,
-    perhaps earlier in the same pass). Whatever fails before the commit goes to ``abandon``."""
+    checkpoint that moved under us refuses them all. Batches given to ``add`` wait and are
+    written together, in one round of statements (a pass over 200 files would otherwise pay
+    each statement 200 times); ``apply`` writes the waiting ones and then its own at once,
+    for a decoder that reads the ledger (a subagent's lines join the run its session's file
+    started, perhaps earlier in the same pass). Whatever fails before the commit goes to
+    ``abandon``."""
 
     def __init__(self, writer: LedgerWriter):
         self.writer = writer
         self.result = ApplyResult(0, 0, 0)
         self.ts = now_ms()
+        self.waiting: list[Batch] = []
         writer.conn.execute("BEGIN IMMEDIATE")
 
+    def add(self, batch: Batch) -> None:
+        self.waiting.append(batch)
+
     def apply(self, batch: Batch) -> None:
-        self.result.add(self.writer._apply_batch(self.writer.conn, batch, self.ts))
+        self.add(batch)
+        self._write()
+
+    def _write(self) -> None:
+        if self.waiting:
+            batches, self.waiting = self.waiting, []
+            self.result.add(self.writer._apply_batches(self.writer.conn, batches, self.ts))
 
     def commit(self) -> ApplyResult:
         """Commit; the result sums every batch's, with the union of the sessions they changed."""
+        self._write()
         conn, result = self.writer.conn, self.result
         result.position = rollups.advance_position(conn, result.sessions)
         fault("before_commit")
@@ -669,11 +687,11 @@ class LedgerWriter:
         return self.apply_many([batch])
 
     def apply_many(self, batches: list[Batch]) -> ApplyResult:
-        """Several batches (of several files) in one transaction; see ``OpenBatches``."""
+        """Several batches (of several files) in one transaction, written together; see ``OpenBatches``."""
         opened = self.begin()
         try:
             for batch in batches:
-                opened.apply(batch)
+                opened.add(batch)
             return opened.commit()
         except BaseException as exc:
             opened.abandon(exc)
@@ -682,23 +700,34 @@ class LedgerWriter:
     def begin(self) -> OpenBatches:
         return OpenBatches(self)
 
-    def _apply_batch(self, conn: apsw.Connection, batch: Batch, ts: int) -> ApplyResult:
-        rejects = batch.rejects
+    def _apply_batches(self, conn: apsw.Connection, batches: list[Batch], ts: int) -> ApplyResult:
+        """The batches' facts in one round of statements, then each file's rejects and checkpoint."""
+        refused: list[tuple[Batch, Reject]] = []
         try:
-            with conn:  # a savepoint: a value SQLite refuses must not cost the batch
-                result = self._apply_facts(conn, batch.file_id, batch.path, batch.facts)
+            with conn:  # a savepoint: a value SQLite refuses must not cost the batches
+                result = self._apply_facts(conn, [(b.file_id, b.path, b.facts) for b in batches])
         except _DATA_ERRORS:
-            result, refused = self._apply_one_by_one(conn, batch)
-            rejects = rejects + refused
+            if len(batches) > 1:  # find the file that holds it
+                result = ApplyResult(0, 0, 0)
+                for batch in batches:
+                    result.add(self._apply_batches(conn, [batch], ts))
+                return result
+            result, one_by_one = self._apply_one_by_one(conn, batches[0])
+            refused = [(batches[0], r) for r in one_by_one]
+        rejects = [(b, r) for b in batches for r in b.rejects] + refused
         if rejects:
             conn.executemany(_REJECT, [
-                (ts, batch.file_id, batch.path, r.offset, r.length, r.reason, r.head) for r in rejects
+                (ts, b.file_id, b.path, r.offset, r.length, r.reason, r.head) for b, r in rejects
             ])
-        conn.execute(_CHECKPOINT, (
-            batch.end_offset, batch.lines, batch.size, batch.path, ts, batch.file_id, batch.start_offset,
-        ))
-        if conn.changes() != 1:
-            raise CheckpointConflict(f"file {batch.file_id} ({batch.path}) is not at offset {batch.start_offset}")
+        before = conn.total_changes()
+        conn.executemany(_CHECKPOINT, [
+            (b.end_offset, b.lines, b.size, b.path, ts, b.file_id, b.start_offset) for b in batches
+        ])
+        if conn.total_changes() - before != len(batches):
+            moved = [b for b in batches
+                     if conn.execute("SELECT offset FROM files WHERE id = ?", (b.file_id,)).fetchall() != [(b.end_offset,)]]
+            raise CheckpointConflict("; ".join(f"file {b.file_id} ({b.path}) is not at offset {b.start_offset}"
+                                               for b in moved or batches))
         result.rejects = len(rejects)
         return result
 
@@ -709,7 +738,7 @@ class LedgerWriter:
         for item in batch.facts:
             try:
                 with conn:
-                    one = self._apply_facts(conn, batch.file_id, batch.path, [item])
+                    one = self._apply_facts(conn, [(batch.file_id, batch.path, [item])])
             except _DATA_ERRORS as exc:
                 refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
                                       head=b""))
@@ -717,36 +746,39 @@ class LedgerWriter:
             total.add(one)
         return total, refused
 
-    def _apply_facts(self, conn: apsw.Connection, file_id: int, path: str,
-                     items: list[tuple[int, int, Fact]]) -> ApplyResult:
+    def _apply_facts(self, conn: apsw.Connection, parts: list[_Part]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
-        fresh = items
-        facts = [item[2] for item in items]
+        fresh = parts
+        facts = [item[2] for _, _, items in parts for item in items]
         _rename_subagents(conn, facts)
         # Only Claude Code sessions have side branches: other batches skip both lookups of them.
         branching = any(f.source == CLAUDE_CODE for f in facts)
         spans, moved = _side_branches(conn, facts) if branching else ({}, set())
-        prepared = _prepare(file_id, items)
+        prepared = _prepare(parts)
         conn.execute("SAVEPOINT events")
         before = conn.total_changes()
         conn.executemany(_INSERT_EVENT, prepared.events)
-        if conn.total_changes() - before != len(items):
+        if conn.total_changes() - before != len(facts):
             # Some were indexed before (a copy, a re-read, a repeated id): start over with only
             # the new ones, keeping the first of each id within the batch.
             conn.execute("ROLLBACK TO events")
-            keys = orjson.dumps([(f.ts_ms, f.event_id) for _, _, f in items]).decode()
+            keys = orjson.dumps([(f.ts_ms, f.event_id) for f in facts]).decode()
             seen = set(conn.execute(_EXISTING_EVENTS, (keys,)).fetchall())
             fresh = []
-            for item in items:
-                key = (item[2].ts_ms, item[2].event_id)
-                if key not in seen:
-                    seen.add(key)
-                    fresh.append(item)
-            prepared = _prepare(file_id, fresh)
+            for file_id, path, items in parts:
+                kept = []
+                for item in items:
+                    key = (item[2].ts_ms, item[2].event_id)
+                    if key not in seen:
+                        seen.add(key)
+                        kept.append(item)
+                fresh.append((file_id, path, kept))
+            prepared = _prepare(fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
         _widen(prepared.sessions, spans)
-        lifecycle = Lifecycle.for_batch(conn, path, [item[2] for item in fresh], self.idle_ms)
+        lifecycle = Lifecycle.for_batch(conn, [(path, [item[2] for item in items]) for _, path, items in fresh],
+                                        self.idle_ms)
         linked = lifecycle.before()
         takeovers = self._hook_rows_told(conn, prepared)
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
@@ -771,7 +803,8 @@ class LedgerWriter:
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         changed = lifecycle.after(tracker)
-        return ApplyResult(new_facts=len(fresh), duplicate_facts=len(items) - len(fresh), rejects=0,
+        new = len(lifecycle.facts)
+        return ApplyResult(new_facts=new, duplicate_facts=len(facts) - new, rejects=0,
                            sessions=tracker.touched | changed | moved, interrupted=tuple(lifecycle.interrupted))
 
     @staticmethod
@@ -815,7 +848,7 @@ class LedgerWriter:
                         runs[fact.tool_call_id] = rows[0][0] if rows else self.run_at(fact.session_id, fact.ts_ms) or ""
                     fact.run_id = runs[fact.tool_call_id] or None
                 items.append((0, 0, fact))
-            result = self._apply_facts(conn, HOOK_FILE_ID, HOOK_LOG, items) if items else ApplyResult(0, 0, 0)
+            result = self._apply_facts(conn, [(HOOK_FILE_ID, HOOK_LOG, items)]) if items else ApplyResult(0, 0, 0)
             result.duplicate_facts = len(events) - len(items)
             result.position = rollups.advance_position(conn, result.sessions)
         return result

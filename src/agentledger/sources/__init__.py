@@ -22,13 +22,20 @@ def _stateless(decode: Decoder) -> Opener:
     return lambda path, lookup: decode
 
 
+_STATELESS: dict[str, Decoder] = {"oc-telemetry": oc_telemetry.decode}
 OPENERS: dict[str, Opener] = {
-    "oc-telemetry": _stateless(oc_telemetry.decode),
+    **{fmt: _stateless(decode) for fmt, decode in _STATELESS.items()},
     "oc-transcript": oc_transcript.FileDecoder,
     "claude-code": claude_code.FileDecoder,
 }
 
 FORMATS = tuple(OPENERS)
+
+
+def asks_ledger(fmt: str) -> bool:
+    """Whether the format's decoders may ask the ledger while decoding, so a file's facts must be
+    written before the next file is decoded."""
+    return fmt not in _STATELESS
 
 
 def opener_for(fmt: str) -> Opener:
