@@ -119,7 +119,7 @@ def test_live_truncation_and_copytruncate_while_serving(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(b"".join(llm_call(n) for n in range(1, 21)))
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", "0.1", str(logs.root))
+    daemon = _serve(db, "--rescan", "60", str(logs.root))
     try:
         _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 20)
         logs.truncate()

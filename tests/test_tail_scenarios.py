@@ -299,3 +299,36 @@ def test_hard_link_is_one_file(tmp_path, db):
     stats = ingest(db, logs.root)
     assert (stats.lines, stats.events) == (5, 5)
     assert scalar(db, "SELECT count(*) FROM files") == 1
+
+
+def test_a_pass_over_the_files_written_to_reads_only_them_and_scans_in_full_on_anything_else(tmp_path, db):
+    """What the daemon does between full scans, when inotify names the files written to."""
+    root = tmp_path / "state"
+    a, b = LogDir(root, agent="a"), LogDir(root, agent="b")
+    a.append(lines(range(1, 3)))
+    b.append(lines(range(100, 102), session="b"))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]))
+        assert pipeline.run_once(set()).lines == 4  # the first pass always lists the files
+        a.append(lines(range(3, 5)))
+        b.append(lines(range(102, 104), session="b"))
+        assert pipeline.run_once({str(a.live.resolve())}).lines == 2
+        assert ids(db) == want(range(1, 5), range(100, 102))
+        # A write to a file no layout follows changes nothing.
+        (a.dir / "notes.txt").write_text("x")
+        assert pipeline.run_once({str((a.dir / "notes.txt").resolve())}).lines == 0
+        # The file at a's path is a new one (rotated): this pass scans in full, b's lines included.
+        a.rotate()
+        a.append(lines(range(5, 7)))
+        stats = pipeline.run_once({str(a.live.resolve())})
+        assert (stats.lines, stats.rotated) == (4, 1)
+        # Truncated in place: so does this one, and what was left unread is counted.
+        b.append(lines(range(104, 106), session="b"))
+        b.truncate()
+        b.append(lines(range(200, 201), session="b"))
+        stats = pipeline.run_once({str(b.live.resolve())})
+        assert (stats.lines, stats.truncated) == (1, 1)
+    finally:
+        conn.close()
+    assert ids(db) == want(range(1, 7), range(100, 104), range(200, 201))

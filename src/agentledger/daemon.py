@@ -41,12 +41,35 @@ from agentledger.sources.claude_code_hooks import HookInbox
 log = logging.getLogger("agentledger.daemon")
 
 
-class _Wake(FileSystemEventHandler):
+# Events that only say a file's content changed; any other (a file created, moved or deleted, a
+# directory changed) may change which files there are, and the next pass scans in full.
+_CONTENT_EVENTS = frozenset({"modified", "closed", "closed_no_write", "opened"})
+
+
+class _Changes(FileSystemEventHandler):
+    """Wakes the loop, and keeps what inotify reported since the last pass: the files written to,
+    or that a full scan is due."""
+
     def __init__(self, wake: threading.Event):
         self.wake = wake
+        self.lock = threading.Lock()
+        self.written: set[str] = set()
+        self.full = True
 
     def on_any_event(self, event) -> None:
+        with self.lock:
+            if event.is_directory or event.event_type not in _CONTENT_EVENTS:
+                self.full = True
+            else:
+                self.written.add(os.fsdecode(event.src_path))
         self.wake.set()
+
+    def take(self) -> set[str] | None:
+        """The files written to since the last call; None when a full scan is due."""
+        with self.lock:
+            written, full = self.written, self.full
+            self.written, self.full = set(), False
+        return None if full else written
 
 
 def _say(message: str, level: int = logging.INFO) -> None:
@@ -167,8 +190,10 @@ class _Follower:
     and waits longer after each failure (BACKOFF_S)."""
 
     def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
-                 hooks: HookInbox):
+                 hooks: HookInbox, changes: _Changes):
         self.writer = writer
+        self.changes = changes
+        self.next_full_scan = 0.0
         self.hooks = hooks
         self.pruner = Pruner(config.retention.raw_days) if config.retention.raw_days > 0 else None
         self.live = live
@@ -195,6 +220,7 @@ class _Follower:
                 self._catch_up()
         except STALLS as exc:
             self.pipeline = None
+            self.next_full_scan = 0.0  # what the failed pass was told is gone with it
             self.delay = min(max(self.delay * 2, BACKOFF_S[0]), BACKOFF_S[1])
             self.retry_at = time.monotonic() + self.delay
             reason = _why(exc)
@@ -224,7 +250,14 @@ class _Follower:
         _record_gates(self.writer, self.live.keeper)
         self.live.settle()
         self.live.hot.expire()
-        stats = self.pipeline.run_once()
+        written = self.changes.take()
+        # Between full scans (every rescan_s, or when inotify saw files come or go), a pass reads
+        # only the files written to; a full one catches what inotify missed (network
+        # filesystems, an overflowed queue).
+        if written is None or time.monotonic() >= self.next_full_scan:
+            self.next_full_scan = time.monotonic() + self.config.rescan_s
+            written = None
+        stats = self.pipeline.run_once(written)
         # After the files: a hook's tool call then finds the run its transcript already told.
         _record_hooks(self.writer, self.hooks, self.live)
         if self.pruner is not None:
@@ -322,12 +355,14 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         # warns that it replaces one; replacing it is right, the warning is noise for operators.
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         observer = Observer()
+        changes = _Changes(wake)
         for spec in specs:
             for root in spec.roots:
                 if Path(root).is_dir():
-                    observer.schedule(_Wake(wake), str(root), recursive=True)
+                    # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
+                    observer.schedule(changes, os.path.realpath(root), recursive=True)
         observer.start()
-        follower = _Follower(writer, live, config, pipeline, api.health, hooks)
+        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes)
         try:
             while not stop.is_set():
                 notifier.watchdog()

@@ -125,8 +125,12 @@ class Pipeline:
             lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects,
         )
 
-    def run_once(self) -> IngestStats:
+    def run_once(self, written: set[str] | None = None) -> IngestStats:
         """One scan of every source and a read of everything new; stops early when asked to.
+
+        ``written``: the paths written to since the last pass, when that is all that happened
+        (inotify says so): only those are looked at, unless one of them turns out to have been
+        rotated or truncated, which takes a full scan of its source.
 
         The batches of all the files a pass reads over a source commit in one transaction, so a
         pass over many files costs one commit and one hot-view refresh rather than one per file;
@@ -136,7 +140,8 @@ class Pipeline:
         for tailer, opener, store, in_order in self.tailers:
             if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed
                 self._read_store(store, opener, stats)
-            pairs, opened, report = tailer.scan()
+            scanned = tailer.scan_written(written) if written is not None else None
+            pairs, opened, report = scanned or tailer.scan()
             pending = _Pending()
             try:
                 stats.files += report.files

@@ -108,10 +108,14 @@ class Tailer:
         self._pending_long: dict[int, tuple[int, int]] = {}
         # (dev, ino) -> (size, mtime_ns, fp) of files already read to their end.
         self._unchanged: dict[tuple[int, int], tuple[int, int, bytes]] = {}
+        self._listed: dict[str, tuple[str, Candidate]] = {}  # path -> (root, candidate) at the last listing
+        self._files = 0  # files the last full scan paired
 
     # -- scanning ----------------------------------------------------------------
     def _list(self) -> list[tuple[str, Candidate]]:
-        return [(root, c) for root in self.roots for c in self.layout(Path(root))]
+        found = [(root, c) for root in self.roots for c in self.layout(Path(root))]
+        self._listed = {c.path: (root, c) for root, c in found}
+        return found
 
     def _open(self, root: str, cand: Candidate) -> Physical | None:
         try:
@@ -206,9 +210,41 @@ class Tailer:
                 if row.fingerprint not in seen_again:
                     self._vanished(row, physicals, report)
         self._first_scan = False
-        report.files = len(pairs)
+        report.files = self._files = len(pairs)
         pairs.sort(key=lambda rp: rp[1].order)
         return pairs, physicals, report
+
+    def scan_written(self, paths: set[str]) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport] | None:
+        """Like ``scan``, over only the files inotify saw written to since the last pass, when each
+        is a known file at its known place that only grew; None when anything else happened (a
+        rotation, a truncation, a new first line), for the caller to scan in full.
+
+        A write to a path the last listing did not hold changes nothing this format follows:
+        whether a file is followed depends on its name and place, and naming a file (creating,
+        moving) is an event of its own that calls for a full scan."""
+        if self._first_scan:
+            return None
+        physicals: list[Physical] = []
+        pairs = []
+        for path in paths:
+            listed = self._listed.get(path)
+            if listed is None:
+                continue
+            p = self._open(*listed)
+            if p is None:
+                self.close(physicals)
+                return None
+            physicals.append(p)
+            if p.fp is None:
+                continue  # no complete first line yet: a full scan would not pair it either
+            row = self._same_inode(p)
+            if (row is None or row.path != p.path or p.size < row.offset
+                    or row.status != ("live" if p.live else "rotated")):
+                self.close(physicals)
+                return None
+            pairs.append((row, p))
+        pairs.sort(key=lambda rp: rp[1].order)
+        return pairs, physicals, ScanReport(files=self._files)
 
     def _same_inode(self, p: Physical) -> FileRow | None:
         for row in self.by_fp.get(p.fp, ()):
