@@ -83,6 +83,9 @@ def _start_demo(directory: Path) -> subprocess.Popen:
 
 
 RECONCILE_EVERY_S = 60.0
+# Chores a busy loop does at most this often rather than on every pass: recording what gates
+# answered (a transaction of its own) and expiring hot views (a walk over all of them).
+CHORES_EVERY_S = 0.25
 WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pings keep flowing
 # Agents append in bursts over many files, and every append wakes the loop: waiting this long
 # after a wake-up lets one pass take the rest of the burst instead of one pass per file.
@@ -194,6 +197,7 @@ class _Follower:
         self.writer = writer
         self.changes = changes
         self.next_full_scan = 0.0
+        self.next_chores = 0.0
         self.hooks = hooks
         self.pruner = Pruner(config.retention.raw_days) if config.retention.raw_days > 0 else None
         self.live = live
@@ -247,9 +251,12 @@ class _Follower:
         self._reconcile()
 
     def _follow(self) -> None:
-        _record_gates(self.writer, self.live.keeper)
+        now = time.monotonic()
+        if now >= self.next_chores:
+            self.next_chores = now + min(CHORES_EVERY_S, self.config.hot.flush_interval_s)
+            _record_gates(self.writer, self.live.keeper)
+            self.live.hot.expire()
         self.live.settle()
-        self.live.hot.expire()
         written = self.changes.take()
         # Between full scans (every rescan_s, or when inotify saw files come or go), a pass reads
         # only the files written to; a full one catches what inotify missed (network
