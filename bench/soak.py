@@ -13,7 +13,8 @@ the ledger holds it (ingest lag) and until its session's hot view, what gates re
 Reported: ingest lag and gate-visible latency p50/p99, gate latency p50/p99, RSS over time
 (first and last sample after warm-up, and the growth between them), WAL size, and errors
 (failed gate requests, failed CLI runs, rejected lines, lines missing at the end, an unclean
-exit): the targets are lag p99 < 1 s, gate-visible p99 <= 50 ms, flat RSS and zero errors.
+exit): the targets are lag p99 < 1 s, flat RSS and zero errors; with --readers 0 --gate-rate 0
+(the live-latency run: nothing but the writer and the probe) gate-visible p99 <= 50 ms.
 Figures are printed, never asserted.
 """
 
@@ -263,6 +264,7 @@ limit = 1000000.0
         return {
             "minutes": round(seconds / 60, 2), "lines": self.written, "lines_per_s": round(self.written / seconds),
             "files": len(self.agents), "gate_requests": len(self.gate),
+            "alone": self.args.readers == 0 and self.args.gate_rate == 0,  # the live-latency run
             "gate_per_s": round(len(self.gate) / seconds), "cli_runs": self.cli_runs, "probes": len(self.lag),
             "ingest_lag_ms": {"p50": _ms(percentile(self.lag, 0.5)), "p99": _ms(percentile(self.lag, 0.99))},
             "gate_visible_ms": {"p50": _ms(percentile(self.visible, 0.5)), "p99": _ms(percentile(self.visible, 0.99))},
@@ -294,7 +296,7 @@ def report(res: dict) -> str:
         ("lines written", f"{res['lines']:,} ({res['lines_per_s']:,}/s over {res['files']} files)", ""),
         ("ingest lag p50 / p99", f"{lag['p50']} / {lag['p99']} ms", met((lag["p99"] or 1e9) < 1000) + " (p99 < 1 s)"),
         ("append -> gate visible p50 / p99", f"{vis['p50']} / {vis['p99']} ms",
-         met((vis["p99"] or 1e9) <= 50) + " (p99 <= 50 ms)"),
+         met((vis["p99"] or 1e9) <= 50) + " (p99 <= 50 ms, the live run's target)" if res["alone"] else ""),
         ("gate latency p50 / p99", f"{gate['p50']} / {gate['p99']} ms ({res['gate_per_s']}/s)", ""),
         ("CLI reader runs", f"{res['cli_runs']}", ""),
         ("daemon RSS after warm-up", f"{rss['first']} -> {rss['last']} MiB ({rss['growth_pct']:+}%), max {rss['max']}",
