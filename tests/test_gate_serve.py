@@ -171,8 +171,10 @@ def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
 def test_hot_views_survive_kill_9_and_stay_private(daemon):
     daemon.logs.append(llm(2, 1.0))
     daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
-    assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
     sessions = daemon.tmp_path / "state" / "hot" / "sessions"
+    # Flushed (at once: flush_interval_s = 0) just after the view changed in memory.
+    daemon._wait(lambda: any(sessions.iterdir()))
+    assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
     files = list(sessions.iterdir())
     assert len(files) == 1
     assert stat.S_IMODE(sessions.stat().st_mode) == 0o700

@@ -84,7 +84,8 @@ def _start_demo(directory: Path) -> subprocess.Popen:
 
 RECONCILE_EVERY_S = 60.0
 # Chores a busy loop does at most this often rather than on every pass: recording what gates
-# answered (a transaction of its own) and expiring hot views (a walk over all of them).
+# answered (a transaction of its own) and expiring hot views (a walk over all of them); the
+# flusher looks for views due this often too.
 CHORES_EVERY_S = 0.25
 WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pings keep flowing
 # Agents append in bursts over many files, and every append wakes the loop: waiting this long
@@ -185,6 +186,32 @@ def _why(exc: BaseException) -> str:
     return f"ingest paused, {what}: {exc}"
 
 
+class _Flusher(threading.Thread):
+    """Writes the hot views due to disk, off the ingest thread: each file is fsynced, and a flush
+    of a few hundred views took the ingest thread half a second. A flush that fails (a full state
+    dir) is kept in ``error`` until one succeeds; the follower pauses ingest meanwhile."""
+
+    def __init__(self, hot: HotSessions, flush_interval_s: float):
+        super().__init__(name="hot-flush", daemon=True)
+        self.hot = hot
+        self.period_s = min(CHORES_EVERY_S, max(flush_interval_s, 0.05))
+        self.done = threading.Event()
+        self.error: OSError | None = None
+
+    def run(self) -> None:
+        while not self.done.wait(self.period_s):
+            try:
+                self.hot.flush_due()
+            except OSError as exc:
+                self.error = exc
+            else:
+                self.error = None
+
+    def close(self) -> None:
+        self.done.set()
+        self.join()
+
+
 class _Follower:
     """Catch-up, then one pass per wake-up; a stalled pass pauses ingest and is tried again later.
 
@@ -193,8 +220,9 @@ class _Follower:
     and waits longer after each failure (BACKOFF_S)."""
 
     def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
-                 hooks: HookInbox, changes: _Changes):
+                 hooks: HookInbox, changes: _Changes, flusher: _Flusher):
         self.writer = writer
+        self.flusher = flusher
         self.changes = changes
         self.next_full_scan = 0.0
         self.next_chores = 0.0
@@ -251,9 +279,11 @@ class _Follower:
         self._reconcile()
 
     def _follow(self) -> None:
+        if self.flusher.error is not None:
+            raise self.flusher.error
         now = time.monotonic()
         if now >= self.next_chores:
-            self.next_chores = now + min(CHORES_EVERY_S, self.config.hot.flush_interval_s)
+            self.next_chores = now + CHORES_EVERY_S
             _record_gates(self.writer, self.live.keeper)
             self.live.hot.expire()
         self.live.settle()
@@ -369,7 +399,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                     # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
                     observer.schedule(changes, os.path.realpath(root), recursive=True)
         observer.start()
-        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes)
+        flusher = _Flusher(hot, config.hot.flush_interval_s)
+        flusher.start()
+        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, flusher)
         try:
             while not stop.is_set():
                 notifier.watchdog()
@@ -389,6 +421,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 if follower.caught_up and not was_caught_up:
                     notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
         finally:
+            flusher.close()  # before hot.close(), which writes what is left
             observer.stop()
             observer.join(timeout=5)
     finally:

@@ -138,7 +138,7 @@ class HotSessions:
                     self._put_view(key, _from_ledger(view), position)
 
     def expire(self, now_ms: int | None = None) -> list[str]:
-        """Drop views of sessions that ended longer than the grace ago; flush and evict by age."""
+        """Drop views of sessions that ended longer than the grace ago."""
         now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         dropped = []
         with self._lock:
@@ -146,11 +146,16 @@ class HotSessions:
                 state = self.store.get(key)
                 if state is not None and state.ended_ms is not None and \
                         now_ms - state.ended_ms > self.end_grace_s * 1000:
-                    self.store.delete(key)
                     self._fresh.discard(key)
                     dropped.append(key)
-        self.store.maybe_flush()  # outside the lock: gate questions must not wait for the disk
+        # Outside the lock: a delete waits for a flush in progress, gate questions must not.
+        for key in dropped:
+            self.store.delete(key)
         return dropped
+
+    def flush_due(self) -> None:
+        """Write the views due (see ``SessionRuntimeStore.maybe_flush``); evict those idle past the TTL."""
+        self.store.maybe_flush()
 
     def close(self) -> None:
         self.store.close()

@@ -350,6 +350,8 @@ class Tailer:
             yield Chunk(row, p.path, start, res, max(p.size, res.end))
             if row.offset != res.end:
                 return  # the caller did not commit; stop rather than skip lines
+            if res.end >= p.size and res.pending_long is None:
+                return  # all the scan saw: what was written since, the next pass reads
 
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
