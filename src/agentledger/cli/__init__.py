@@ -109,7 +109,6 @@ def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: 
     ctx.obj.log_chosen, ctx.obj.log_json = log_level is not None or verbose, json
 
 
-
 @cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def gate(args: tuple[str, ...]) -> None:
