@@ -3,6 +3,7 @@ and every module they import for nothing is CPU taken from it."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from conftest import ingest
 from logwriter import LogDir, llm_call
 
+from agentledger.cli import COMMANDS, cli
 from agentledger.defaults import FORMATS
 from agentledger.sources import OPENERS
 from agentledger.tail.layouts import LAYOUTS
@@ -79,3 +81,10 @@ def test_ingest_still_loads_what_it_runs(tmp_path, small_ledger):
 def test_config_accepts_exactly_the_formats_the_machinery_reads():
     assert tuple(OPENERS) == FORMATS
     assert set(LAYOUTS) == set(FORMATS)
+
+
+def test_every_command_a_module_defines_is_listed_where_the_group_finds_it():
+    """A command missing from the table would be invisible until its module happened to load."""
+    for module in set(COMMANDS.values()):
+        importlib.import_module(f"agentledger.cli.{module}")
+    assert set(cli.commands) == set(COMMANDS) | {"gate"}
