@@ -22,7 +22,10 @@ def run(*args: str, db: Path | None = None, env: dict | None = None) -> subproce
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, prefix + (name,)
         yield prefix + (name,), cmd
         if isinstance(cmd, click.Group):
             yield from _commands(cmd, prefix + (name,))

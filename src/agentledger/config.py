@@ -19,11 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentledger.ledger.lifecycle import DEFAULT_IDLE_S
-from agentledger.ledger.reconcile import DEFAULT_GRACE_S
-from agentledger.ledger.retention import DEFAULT_RAW_DAYS
-from agentledger.sources import FORMATS
-from agentledger.tail.tailer import DEFAULT_MAX_LINE
+from agentledger.defaults import DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS
 
 ENV_PREFIX = "AGENTLEDGER_"
 DEFAULT_LISTEN = "127.0.0.1:9464"

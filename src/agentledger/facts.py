@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PICO_PER_USD = 10**12
+from agentledger.units import PICO_PER_USD  # noqa: F401  (decoders, pricing and gates import it with the facts)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -62,7 +63,32 @@ def main(args: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """A group that imports a command's module (one of this package's) only when the command is
+    asked for, to run or for its help; the module registers its commands on the group."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy  # command name -> module
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands.keys() | self.lazy.keys())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            importlib.import_module(f"{__name__}.{self.lazy[cmd_name]}")
+        return self.commands.get(cmd_name)
+
+
+# Where each command is defined. A query loads the read side only; the pipeline, writer and
+# daemon load for the commands that run them.
+_QUERIES = ("costs", "errors", "events", "files", "inputs", "rejects", "run", "runs", "session", "sessions",
+            "subagents", "timeline", "tools", "top", "tree", "usage")
+COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune": "prune", "serve": "serve",
+            "verify": "verify", "watch": "watch", **dict.fromkeys(_QUERIES, "queries")}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.version_option(__version__, prog_name="agentledger")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
@@ -81,11 +107,6 @@ def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: 
     logs.setup(log_level or ("info" if verbose else "warning"), json=json)
     ctx.obj = Context(config_path, db)
     ctx.obj.log_chosen, ctx.obj.log_json = log_level is not None or verbose, json
-
-
-from agentledger.cli import config, ingest, prune, queries, serve, verify, watch  # noqa: E402  (commands register on cli)
-
-__all__ = ["cli", "main", "config", "ingest", "prune", "queries", "serve", "verify", "watch"]
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})

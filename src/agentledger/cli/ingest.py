@@ -11,12 +11,12 @@ import click
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources
+from agentledger.defaults import FORMATS
 from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs
 from agentledger.ledger.db import open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.pricing import Pricer, default_overrides_path
-from agentledger.sources import FORMATS
 
 
 def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:

@@ -34,7 +34,6 @@ from agentledger.facts import (
 from agentledger.ledger import rollups
 from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
 
-DEFAULT_IDLE_S = 1800
 _MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
 _REASON_RANK = {None: 0, "subagent": 1, "end": 2, "reset": 3}
 _AWAY = ("suspended", "interrupted")

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.facts import PICO_PER_USD
 from agentledger.ledger.verify import LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY
 from agentledger.timeutil import iso
+from agentledger.units import PICO_PER_USD
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens")
 

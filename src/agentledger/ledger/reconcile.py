@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from agentledger.defaults import DEFAULT_GRACE_S
 from agentledger.ledger import rollups
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
-
-DEFAULT_GRACE_S = 600
 
 _OPEN_RUNS = """
 SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id

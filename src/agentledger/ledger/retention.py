@@ -36,7 +36,6 @@ from agentledger.timeutil import iso
 
 log = logging.getLogger("agentledger.retention")
 
-DEFAULT_RAW_DAYS = 30
 DAY_MS = 86_400_000
 BATCH_ROWS = 2000
 RECLAIM_PAGES = 2048  # per daemon tick: 8 MiB of 4 KiB pages

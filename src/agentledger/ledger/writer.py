@@ -40,7 +40,8 @@ from agentledger.facts import (
 from agentledger.faults import fault
 from agentledger.ledger import rollups
 from agentledger.pricing import PRICED, Pricer
-from agentledger.ledger.lifecycle import DEFAULT_IDLE_S, Lifecycle
+from agentledger.defaults import DEFAULT_IDLE_S
+from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agentledger.defaults import FORMATS
 from agentledger.facts import Fact, Reject
 from agentledger.sources import claude_code, oc_telemetry, oc_transcript
 from agentledger.sources.common import RunLookup
@@ -28,8 +29,6 @@ OPENERS: dict[str, Opener] = {
     "oc-transcript": oc_transcript.FileDecoder,
     "claude-code": claude_code.FileDecoder,
 }
-
-FORMATS = tuple(OPENERS)
 
 
 def asks_ledger(fmt: str) -> bool:

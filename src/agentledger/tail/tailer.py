@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.tail.identity import fingerprint
 from agentledger.tail.layouts import LAYOUTS, Candidate
 from agentledger.tail.reader import ReadResult, read_lines
 
-DEFAULT_MAX_LINE = 32 * 1024 * 1024
 # Big batches make catch-up cheap (fewer commits); live appends come in small ones anyway.
 DEFAULT_BATCH_LINES = 20_000
 ACTIVE = ("live", "rotated")

@@ -1,0 +1,15 @@
+"""Built-in defaults of the configuration, and the input formats a source may name.
+
+The machinery that uses them (tailer, lifecycle, reconcile, retention, decoders) reads them
+from here, and so does the configuration, without importing any of that machinery: a query
+command validates its configuration and never loads the writer.
+"""
+
+from __future__ import annotations
+
+FORMATS = ("oc-telemetry", "oc-transcript", "claude-code")
+
+DEFAULT_MAX_LINE = 32 * 1024 * 1024  # bytes; a longer line is rejected without being held in memory
+DEFAULT_IDLE_S = 1800  # a log silent this long: its gateway restarted
+DEFAULT_GRACE_S = 600  # open longer than this past the last sign of life: interrupted
+DEFAULT_RAW_DAYS = 30  # raw rows older than this are pruned
