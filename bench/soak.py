@@ -21,6 +21,7 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import compileall
 import http.client
 import json
 import os
@@ -204,6 +205,12 @@ limit = 1000000.0
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict:
+        # The daemon and every CLI reader start as an installed package does, from bytecode: with
+        # PYTHONDONTWRITEBYTECODE set (as in some containers) a source checkout would otherwise be
+        # compiled again by each of the readers' hundreds of processes.
+        import agentledger
+
+        compileall.compile_dir(Path(agentledger.__file__).parent, quiet=1)
         env = dict(os.environ)
         env.pop("AGENTLEDGER_FAULT", None)
         for agent in self.agents:  # every file exists with a first line before the daemon starts
