@@ -3,6 +3,10 @@ value costs one line."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import pytest
 from ledgerdump import scalar
 from logwriter import LogDir, llm_call
@@ -11,7 +15,7 @@ from conftest import ingest
 from agentledger.facts import LlmCall, Tokens
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_writer
+from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.writer import Batch, CheckpointConflict, LedgerWriter
 
 
@@ -152,3 +156,53 @@ def test_a_refused_value_in_a_pass_costs_its_line_and_the_other_files_land_whole
     assert scalar(db, "SELECT group_concat(offset, ',') FROM (SELECT offset FROM files ORDER BY id)") == "10,20,10"
     assert scalar(db, "SELECT path || ':' || offset FROM rejects") == "/r/b.jsonl:10"
     assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 3
+
+
+def _wal_peak(tmp_path, name: str, wal_limit: int) -> int:
+    """The WAL's largest size while batches commit and two readers keep a read open at all times."""
+    db = tmp_path / f"{name}.db"
+    conn = open_writer(db)
+    writer = LedgerWriter(conn, wal_limit=wal_limit)
+    stop = threading.Event()
+
+    def read(delay: float) -> None:
+        time.sleep(delay)
+        reader = open_reader(db)
+        try:
+            while not stop.is_set():
+                reader.execute("BEGIN")
+                reader.execute("SELECT count(*) FROM llm_calls").fetchall()
+                time.sleep(0.004)  # the two reads overlap: never a moment without one
+                reader.execute("COMMIT")
+        finally:
+            reader.close()
+
+    readers = [threading.Thread(target=read, args=(d,)) for d in (0.0, 0.002)]
+    for t in readers:
+        t.start()
+    time.sleep(0.05)
+    fid, peak, n = _file(writer), 0, 0
+    try:
+        for i in range(300):
+            facts = [(k * 10, 10, LlmCall(event_id=f"e{n + k}", ts_ms=1_000 + n + k, kind="llm.call",
+                                          source="oc-telemetry", session_id=f"s{k % 40}", run_id=f"r{k % 40}",
+                                          tokens=Tokens(input=1, total=1), cost_pico=5)) for k in range(100)]
+            writer.apply(Batch(fid, "/r/events.jsonl", i * 1000, (i + 1) * 1000, 100, (i + 1) * 1000, facts))
+            n += 100
+            peak = max(peak, os.stat(f"{db}-wal").st_size)
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+        conn.close()
+    return peak
+
+
+def test_readers_that_never_pause_do_not_grow_the_wal_without_bound(tmp_path):
+    limit = 256 * 1024
+    unbounded = _wal_peak(tmp_path, "unbounded", wal_limit=2**62)
+    bounded = _wal_peak(tmp_path, "bounded", wal_limit=limit)
+    assert unbounded > 8 * limit  # the readers do starve the checkpoints
+    # A restart can wait in vain for a reader and is tried again a little later: near the limit,
+    # never growing with what was written.
+    assert bounded < unbounded / 3

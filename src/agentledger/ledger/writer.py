@@ -8,6 +8,7 @@ order of events does not matter: an end before its start still yields one row.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from agentledger.facts import (
 )
 from agentledger.faults import fault
 from agentledger.ledger import rollups
+from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.pricing import PRICED, Pricer
 from agentledger.defaults import DEFAULT_IDLE_S
 from agentledger.ledger.lifecycle import Lifecycle
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
 
 # Errors that come from one value in the data, not from the database or the machine.
+WAL_RETRY_S = 0.25
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)
 
@@ -645,6 +648,7 @@ class OpenBatches:
         fault("before_commit")
         conn.execute("COMMIT")
         self.writer.interrupted = [a + b for a, b in zip(self.writer.interrupted, result.interrupted)]
+        self.writer.bound_wal()
         return result
 
     def abandon(self, exc: BaseException) -> None:
@@ -654,11 +658,25 @@ class OpenBatches:
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
-    def __init__(self, conn: apsw.Connection, idle_s: float = DEFAULT_IDLE_S):
-        """``idle_s``: a log silent longer than this is taken as its gateway having restarted."""
+    def __init__(self, conn: apsw.Connection, idle_s: float = DEFAULT_IDLE_S, wal_limit: int = WAL_LIMIT_BYTES):
+        """``idle_s``: a log silent longer than this is taken as its gateway having restarted;
+        ``wal_limit``: the WAL size past which a commit is followed by a restart of the WAL."""
         self.conn = conn
         self.idle_ms = int(idle_s * 1000)
         self.interrupted = [0, 0, 0]  # committed so far: runs, tool calls, subagents cut off by restarts
+        self.wal_limit = wal_limit
+        self._wal = f"{conn.filename}-wal"
+        self._wal_retry_at = 0.0
+
+    def bound_wal(self) -> None:
+        """Keep the WAL near ``wal_limit`` however busy the readers (see db.WAL_LIMIT_BYTES); after a
+        reader made the writer wait in vain, the next attempt waits WAL_RETRY_S."""
+        try:
+            size = os.stat(self._wal).st_size
+        except FileNotFoundError:
+            return
+        if size > self.wal_limit and time.monotonic() >= self._wal_retry_at and not restart_wal(self.conn):
+            self._wal_retry_at = time.monotonic() + WAL_RETRY_S
 
     @contextmanager
     def transaction(self):
