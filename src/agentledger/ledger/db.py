@@ -25,7 +25,7 @@ BUSY_TIMEOUT_MS = 10_000
 # a 10-minute soak). Past this size the writer waits briefly for the reads of the moment to end,
 # so that its next transaction starts the WAL from the beginning, cut back to this size.
 WAL_LIMIT_BYTES = 64 * 2**20
-_RESTART_WAIT_MS = 25
+_RESTART_WAIT_MS = 100
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
 REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days"),
                                              9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",),
