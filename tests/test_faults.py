@@ -8,6 +8,8 @@ against a replay of the ledger.
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import time
@@ -116,6 +118,30 @@ def test_a_kill_before_the_commit_of_a_pass_over_many_files_loses_and_doubles_no
     assert_consistent(daemon.db)
     assert_equals_clean_build(daemon.db, root, tmp_path)
     assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, keys)
+
+
+def test_hot_views_reach_disk_while_the_daemon_runs_and_survive_kill_9(tmp_path):
+    """The views are flushed every interval by a thread of the daemon's own, not at exit only."""
+    logs = LogDir(tmp_path / "logs")
+    feed = Feed(logs)
+    feed.step(lines=3)
+    daemon = Served(tmp_path, logs.root, flush_interval_s=0.2)
+    daemon.start()
+    sessions = daemon.state_dir / "hot" / SESSIONS
+
+    def flushed_at(position: int) -> bool:
+        records = [json.loads(p.read_bytes()) for p in sessions.glob("*") if not p.name.startswith(TMP_PREFIX)]
+        return len(records) == len(KEYS) and all(r["position"] >= position for r in records)
+
+    try:
+        wait_for(lambda: count(daemon.db, "SELECT count(*) FROM events") == feed.n, what="the first lines")
+        feed.step(lines=6)  # a live pass: every session's view moves
+        wait_for(lambda: count(daemon.db, "SELECT count(*) FROM events") == feed.n, what="the live lines")
+        position = count(daemon.db, "SELECT seq FROM ledger_position")
+        wait_for(lambda: flushed_at(position), what="the views on disk")
+    finally:
+        daemon.stop(signal.SIGKILL)
+    assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, KEYS)
 
 
 def test_a_misspelt_fault_stops_the_daemon_with_the_names_it_knows(tmp_path):
