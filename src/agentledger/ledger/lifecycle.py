@@ -18,6 +18,7 @@ End reasons rank reset > end > subagent, so they do not depend on arrival order 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apsw
@@ -44,6 +45,7 @@ SELECT s.session_id, s.status, s.end_reason, s.session_key, s.resumed_from, s.lo
                                             WHERE p.session_id = s.session_id AND p.until_ms IS NULL)
 FROM sessions AS s WHERE s.session_id IN (SELECT value FROM json_each(?))
 """
+_CLOCKS = "SELECT log, id, last_seq, last_ms FROM log_clocks WHERE log IN (SELECT value FROM json_each(?))"
 _OPEN_IN_LOG = "SELECT session_id FROM sessions INDEXED BY sessions_open WHERE log_id = ? AND status = 'active'"
 _BY_KEY = "SELECT session_id FROM sessions WHERE session_key IN (SELECT value FROM json_each(?))"
 _SUCCESSORS = """
@@ -191,13 +193,7 @@ class Lifecycle:
         """Read what the batch starts from; returns the sessions whose rows a reset link may change."""
         conn = self.conn
         by_name = {log.name: log for log in self.logs}
-        if len(by_name) == 1:
-            log = self.logs[0]
-            clocks = conn.execute("SELECT log, id, last_seq, last_ms FROM log_clocks WHERE log = ?", (log.name,))
-        else:
-            clocks = conn.execute("SELECT log, id, last_seq, last_ms FROM log_clocks "
-                                  "WHERE log IN (SELECT value FROM json_each(?))", (_json(by_name),))
-        for name, log_id, last_seq, last_ms in clocks:
+        for name, log_id, last_seq, last_ms in conn.execute(_CLOCKS, (_json(by_name),)):
             log = by_name[name]
             log.id, log.last_seq, log.last_ms = log_id, last_seq, last_ms
         for log in self.logs:
@@ -293,50 +289,53 @@ class Lifecycle:
             s.ended_at = s.ended_at if s.ended_at is not None else ts
             s.changed = True
 
-        for log in self.logs:
-            restarts = iter(log.restarts)
-            restart = next(restarts, None)
-            for i, f in enumerate(log.facts):
-                if restart is not None and restart.index == i:
-                    for sid, s in self.states.items():
-                        if s.status == "active" and s.log_id == log.id:
-                            s.status, s.away_since, s.changed = "suspended", restart.last_ms, True
-                            opened[sid] = row = [sid, restart.last_ms, None, restart.cause]
-                            suspensions.append(row)
-                            restart.suspended.append(sid)
-                    restart = next(restarts, None)
-                t = type(f)
-                if t is SubagentEnded:
-                    ended_children[f.child_session_key] = f.ended_ms or f.ts_ms
-                    for sid, s in self.states.items():
-                        if s.key == f.child_session_key and s.status is not None:
-                            end(sid, s, "subagent", f.ended_ms or f.ts_ms)
-                sid = f.session_id
-                if sid is None:
-                    continue
-                s = self._state(sid)
-                if s.status is None:
-                    s.status, s.changed = "active", True
-                if s.key is None:
-                    s.key = f.session_key
-                if s.log_id != log.id:
-                    s.log_id, s.changed = log.id, True
-                if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
-                    resume(sid, s, f.ts_ms)
-                    s.status, s.changed = "active", True
-                if t is SessionEnded:
-                    end(sid, s, "end", None)
-                elif t is SessionStarted and f.resumed_from:
-                    successors[f.resumed_from] = f.ts_ms
-                    old = self.states.get(f.resumed_from)
-                    if old is not None and old.status is not None:
-                        end(f.resumed_from, old, "reset", f.ts_ms)
-                if s.status != "ended":
-                    if sid in successors:
-                        end(sid, s, "reset", successors[sid])
-                    elif s.key in ended_children:
-                        end(sid, s, "subagent", ended_children[s.key])
+        for log, restart, f in self._walk():
+            if restart is not None:
+                for sid, s in self.states.items():
+                    if s.status == "active" and s.log_id == log.id:
+                        s.status, s.away_since, s.changed = "suspended", restart.last_ms, True
+                        opened[sid] = row = [sid, restart.last_ms, None, restart.cause]
+                        suspensions.append(row)
+                        restart.suspended.append(sid)
+            t = type(f)
+            if t is SubagentEnded:
+                ended_children[f.child_session_key] = f.ended_ms or f.ts_ms
+                for sid, s in self.states.items():
+                    if s.key == f.child_session_key and s.status is not None:
+                        end(sid, s, "subagent", f.ended_ms or f.ts_ms)
+            sid = f.session_id
+            if sid is None:
+                continue
+            s = self._state(sid)
+            if s.status is None:
+                s.status, s.changed = "active", True
+            if s.key is None:
+                s.key = f.session_key
+            if s.log_id != log.id:
+                s.log_id, s.changed = log.id, True
+            if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
+                resume(sid, s, f.ts_ms)
+                s.status, s.changed = "active", True
+            if t is SessionEnded:
+                end(sid, s, "end", None)
+            elif t is SessionStarted and f.resumed_from:
+                successors[f.resumed_from] = f.ts_ms
+                old = self.states.get(f.resumed_from)
+                if old is not None and old.status is not None:
+                    end(f.resumed_from, old, "reset", f.ts_ms)
+            if s.status != "ended":
+                if sid in successors:
+                    end(sid, s, "reset", successors[sid])
+                elif s.key in ended_children:
+                    end(sid, s, "subagent", ended_children[s.key])
         return [tuple(row) for row in suspensions], closed
+
+    def _walk(self) -> Iterator[tuple[_Log, _Restart | None, Fact]]:
+        """Every fact, log by log in batch order, with the restart its log saw just before it."""
+        for log in self.logs:
+            at = {r.index: r for r in log.restarts}
+            for i, f in enumerate(log.facts):
+                yield log, at.get(i), f
 
     def _interrupt(self, restart: _Restart) -> None:
         """What the suspended sessions had open when their gateway went away cannot end any more."""
