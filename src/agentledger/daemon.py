@@ -291,8 +291,8 @@ class _Follower:
         # Between full scans (every rescan_s, or when inotify saw files come or go), a pass reads
         # only the files written to; a full one catches what inotify missed (network
         # filesystems, an overflowed queue).
-        if written is None or time.monotonic() >= self.next_full_scan:
-            self.next_full_scan = time.monotonic() + self.config.rescan_s
+        if written is None or now >= self.next_full_scan:
+            self.next_full_scan = now + self.config.rescan_s
             written = None
         stats = self.pipeline.run_once(written)
         # After the files: a hook's tool call then finds the run its transcript already told.

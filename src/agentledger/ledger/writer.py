@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import apsw
 import orjson
 
+from agentledger.defaults import DEFAULT_IDLE_S
 from agentledger.facts import (
     ENDED_BY,
     Compaction,
@@ -41,16 +42,15 @@ from agentledger.facts import (
 from agentledger.faults import fault
 from agentledger.ledger import rollups
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
-from agentledger.pricing import PRICED, Pricer
-from agentledger.defaults import DEFAULT_IDLE_S
 from agentledger.ledger.lifecycle import Lifecycle
+from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
 
+WAL_RETRY_S = 0.25  # after a WAL restart waited in vain for a reader, the next attempt waits this long
 # Errors that come from one value in the data, not from the database or the machine.
-WAL_RETRY_S = 0.25
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)
 
@@ -669,8 +669,7 @@ class LedgerWriter:
         self._wal_retry_at = 0.0
 
     def bound_wal(self) -> None:
-        """Keep the WAL near ``wal_limit`` however busy the readers (see db.WAL_LIMIT_BYTES); after a
-        reader made the writer wait in vain, the next attempt waits WAL_RETRY_S."""
+        """Keep the WAL near ``wal_limit`` however busy the readers (see db.WAL_LIMIT_BYTES)."""
         try:
             size = os.stat(self._wal).st_size
         except FileNotFoundError:
