@@ -45,6 +45,11 @@ class Physical:
     mtime_ns: int
     fp: bytes | None
 
+    @property
+    def status(self) -> str:
+        """The status of its ledger row: the file still written, or one rotated away."""
+        return "live" if self.live else "rotated"
+
 
 @dataclass(slots=True)
 class Chunk:
@@ -109,7 +114,6 @@ class Tailer:
         # (dev, ino) -> (size, mtime_ns, fp) of files already read to their end.
         self._unchanged: dict[tuple[int, int], tuple[int, int, bytes]] = {}
         self._listed: dict[str, tuple[str, Candidate]] = {}  # path -> (root, candidate) at the last listing
-        self._files = 0  # files the last full scan paired
 
     # -- scanning ----------------------------------------------------------------
     def _list(self) -> list[tuple[str, Candidate]]:
@@ -210,7 +214,7 @@ class Tailer:
                 if row.fingerprint not in seen_again:
                     self._vanished(row, physicals, report)
         self._first_scan = False
-        report.files = self._files = len(pairs)
+        report.files = len(pairs)
         pairs.sort(key=lambda rp: rp[1].order)
         return pairs, physicals, report
 
@@ -239,12 +243,12 @@ class Tailer:
                 continue  # no complete first line yet: a full scan would not pair it either
             row = self._same_inode(p)
             if (row is None or row.path != p.path or p.size < row.offset
-                    or row.status != ("live" if p.live else "rotated")):
+                    or row.status != p.status):
                 self.close(physicals)
                 return None
             pairs.append((row, p))
         pairs.sort(key=lambda rp: rp[1].order)
-        return pairs, physicals, ScanReport(files=self._files)
+        return pairs, physicals, ScanReport(files=len(pairs))
 
     def _same_inode(self, p: Physical) -> FileRow | None:
         for row in self.by_fp.get(p.fp, ()):
@@ -259,7 +263,7 @@ class Tailer:
 
     def _new_file(self, p: Physical, report: ScanReport) -> FileRow:
         row = self.writer.add_file(self.source, p.root, p.path, p.fp, p.dev, p.ino, p.size,
-                                   "live" if p.live else "rotated")
+                                   p.status)
         self._remember(row)
         return row
 
@@ -284,7 +288,7 @@ class Tailer:
                 event = ("copy", None, f"continued from {row.path} in a copy")
             else:
                 event = ("move", None, f"from {row.path}")
-        status = "live" if p.live else "rotated"
+        status = p.status
         changed = (event is not None or row.status != status or row.root != p.root)
         row.path, row.dev, row.ino, row.root, row.status = p.path, p.dev, p.ino, p.root, status
         if p.size > row.size:
