@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentledger.units import PICO_PER_USD  # noqa: F401  (decoders, pricing and gates import it with the facts)
-
 
 @dataclass(slots=True, kw_only=True)
 class Fact:

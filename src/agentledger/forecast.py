@@ -14,10 +14,10 @@ import apsw
 import numpy as np
 
 from agentledger.config import GateConfig
-from agentledger.facts import PICO_PER_USD
 from agentledger.gates import day_bounds, matches, measure
 from agentledger.ledger import queries
 from agentledger.timeutil import iso
+from agentledger.units import PICO_PER_USD
 
 WINDOW_MS = 600_000  # "recent": the last ten minutes
 _HOUR_MS = 3_600_000

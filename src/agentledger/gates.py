@@ -20,11 +20,11 @@ from zoneinfo import ZoneInfo
 from prometheus_client import Histogram
 
 from agentledger.config import GateConfig
-from agentledger.facts import PICO_PER_USD
 from agentledger.hot.sessions import HotSession, HotSessions, Totals
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool
 from agentledger.timeutil import iso
+from agentledger.units import PICO_PER_USD
 
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}

@@ -18,10 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentledger import __version__
-from agentledger.facts import PICO_PER_USD
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS
+from agentledger.units import PICO_PER_USD
 
 OTHER = "_other"
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")

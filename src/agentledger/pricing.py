@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from agentledger.facts import PICO_PER_USD, LlmCall, Tokens
+from agentledger.facts import LlmCall, Tokens
+from agentledger.units import PICO_PER_USD
 
 PRICED = "priced"
 _PER_MTOK_TO_PICO = PICO_PER_USD // 10**6  # USD per million tokens → pico-USD per token

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import orjson
 
-from agentledger.facts import PICO_PER_USD, Reject
+from agentledger.facts import Reject
+from agentledger.units import PICO_PER_USD
 
 # (session id, at or before this time or None for the latest) → the session's run then.
 RunLookup = Callable[[str, "int | None"], "str | None"]
