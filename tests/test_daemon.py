@@ -7,12 +7,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import apsw
 from conftest import REPO, cli_env
 from logwriter import LogDir, llm_call
+from watchdog.observers import Observer
+
+from agentledger.daemon import Changes
 
 
 def _count(db: Path, sql: str) -> int:
@@ -174,3 +178,31 @@ def test_serve_logs_its_moments_as_json_lines_when_not_on_a_terminal(tmp_path, o
     messages = [(r["level"], r["msg"].split(":")[0].split(" ")[0]) for r in lines + rest]
     assert ("info", "listening") in messages and ("info", "caught") in messages and ("info", "stopped") in messages
     assert all(set(r) >= {"ts", "level", "logger", "msg"} for r in lines + rest)
+
+
+def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_reads(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    wake = threading.Event()
+    changes = Changes(wake)
+    observer = Observer()
+    changes.watch(observer, str(logs.root))
+    observer.start()
+    try:
+        assert changes.take() is None  # the first pass scans in full
+        wake.clear()
+        with open(logs.live, "rb") as f:  # what every pass does to the files it reads
+            f.read()
+        assert not wake.wait(0.5)
+        assert changes.take() == set()
+        logs.append(llm_call(2))
+        assert wake.wait(5)
+        time.sleep(0.1)  # the close after the write comes as an event of its own
+        assert changes.take() == {str(logs.live.resolve())}
+        logs.rotate()
+        logs.append(llm_call(3))
+        _wait_for(lambda: changes.full)
+        assert changes.take() is None  # a rename: which files there are may have changed
+    finally:
+        observer.stop()
+        observer.join()

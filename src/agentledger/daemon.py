@@ -21,7 +21,17 @@ import warnings
 from pathlib import Path
 
 import apsw
-from watchdog.events import FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from agentledger.config import Config, default_sources, demo_dir
@@ -41,12 +51,18 @@ from agentledger.sources.claude_code_hooks import HookInbox
 log = logging.getLogger("agentledger.daemon")
 
 
-# Events that only say a file's content changed; any other (a file created, moved or deleted, a
-# directory changed) may change which files there are, and the next pass scans in full.
-_CONTENT_EVENTS = frozenset({"modified", "closed", "closed_no_write", "opened"})
+# What inotify reports and a pass cares about. Left out: opening and closing a file unwritten (as
+# every pass does to read), which says nothing new and would wake the loop for another pass; and
+# a directory "modified", which watchdog adds for a file's every close after writing and which
+# otherwise only repeats a file created, moved or deleted, each reported on its own.
+_WATCHED = [FileModifiedEvent, FileClosedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
+            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+# Of those, the ones that only say a file's content changed; any other (a file created, moved or
+# deleted, a directory changed) may change which files there are, and the next pass scans in full.
+_CONTENT_EVENTS = frozenset({"modified", "closed"})
 
 
-class _Changes(FileSystemEventHandler):
+class Changes(FileSystemEventHandler):
     """Wakes the loop, and keeps what inotify reported since the last pass: the files written to,
     or that a full scan is due."""
 
@@ -55,6 +71,10 @@ class _Changes(FileSystemEventHandler):
         self.lock = threading.Lock()
         self.written: set[str] = set()
         self.full = True
+
+    def watch(self, observer: Observer, root: str) -> None:
+        # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
+        observer.schedule(self, os.path.realpath(root), recursive=True, event_filter=_WATCHED)
 
     def on_any_event(self, event) -> None:
         with self.lock:
@@ -220,7 +240,7 @@ class _Follower:
     and waits longer after each failure (BACKOFF_S)."""
 
     def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
-                 hooks: HookInbox, changes: _Changes, flusher: _Flusher):
+                 hooks: HookInbox, changes: Changes, flusher: _Flusher):
         self.writer = writer
         self.flusher = flusher
         self.changes = changes
@@ -392,12 +412,11 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         # warns that it replaces one; replacing it is right, the warning is noise for operators.
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         observer = Observer()
-        changes = _Changes(wake)
+        changes = Changes(wake)
         for spec in specs:
             for root in spec.roots:
                 if Path(root).is_dir():
-                    # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
-                    observer.schedule(changes, os.path.realpath(root), recursive=True)
+                    changes.watch(observer, root)
         observer.start()
         flusher = _Flusher(hot, config.hot.flush_interval_s)
         flusher.start()
