@@ -15,6 +15,7 @@ from conftest import ingest
 from agentledger.facts import LlmCall, Tokens
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
+from agentledger.ledger import writer as writer_module
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.writer import Batch, CheckpointConflict, LedgerWriter
 
@@ -158,6 +159,15 @@ def test_a_refused_value_in_a_pass_costs_its_line_and_the_other_files_land_whole
     assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 3
 
 
+def _commit_calls(writer: LedgerWriter, fid: int, i: int) -> None:
+    """Batch ``i`` of a file: 100 priced calls over 40 sessions, in a transaction of its own."""
+    n = i * 100
+    facts = [(k * 10, 10, LlmCall(event_id=f"e{n + k}", ts_ms=1_000 + n + k, kind="llm.call",
+                                  source="oc-telemetry", session_id=f"s{k % 40}", run_id=f"r{k % 40}",
+                                  tokens=Tokens(input=1, total=1), cost_pico=5)) for k in range(100)]
+    writer.apply(Batch(fid, "/r/events.jsonl", i * 1000, (i + 1) * 1000, 100, (i + 1) * 1000, facts))
+
+
 def _wal_peak(tmp_path, name: str, wal_limit: int) -> int:
     """The WAL's largest size while batches commit and two readers keep a read open at all times."""
     db = tmp_path / f"{name}.db"
@@ -181,14 +191,10 @@ def _wal_peak(tmp_path, name: str, wal_limit: int) -> int:
     for t in readers:
         t.start()
     time.sleep(0.05)
-    fid, peak, n = _file(writer), 0, 0
+    fid, peak = _file(writer), 0
     try:
         for i in range(300):
-            facts = [(k * 10, 10, LlmCall(event_id=f"e{n + k}", ts_ms=1_000 + n + k, kind="llm.call",
-                                          source="oc-telemetry", session_id=f"s{k % 40}", run_id=f"r{k % 40}",
-                                          tokens=Tokens(input=1, total=1), cost_pico=5)) for k in range(100)]
-            writer.apply(Batch(fid, "/r/events.jsonl", i * 1000, (i + 1) * 1000, 100, (i + 1) * 1000, facts))
-            n += 100
+            _commit_calls(writer, fid, i)
             peak = max(peak, os.stat(f"{db}-wal").st_size)
     finally:
         stop.set()
@@ -206,3 +212,46 @@ def test_readers_that_never_pause_do_not_grow_the_wal_without_bound(tmp_path):
     # A restart can wait in vain for a reader and is tried again a little later: near the limit,
     # never growing with what was written.
     assert bounded < unbounded / 3
+
+
+def test_a_read_left_open_costs_the_writer_waits_that_grow_then_space_out(tmp_path, monkeypatch):
+    """A reader that never ends its read (a dashboard left in a transaction) defeats every WAL
+    restart. Commits go on; each failed restart waits longer than the one before, up to the last
+    step, and the next comes WAL_RETRY_FACTOR times that wait later, so waiting stays a fraction
+    of the writer's time. Once the read ends, the next attempt succeeds and the WAL starts over."""
+    monkeypatch.setattr(writer_module, "WAL_RESTART_WAITS_MS", (0, 5, 20))
+    attempts: list[tuple[float, int, bool]] = []
+    restart = writer_module.restart_wal
+
+    def recorded(conn, wait_ms):
+        ok = restart(conn, wait_ms)
+        attempts.append((time.monotonic(), wait_ms, ok))
+        return ok
+
+    monkeypatch.setattr(writer_module, "restart_wal", recorded)
+    db = tmp_path / "ledger.db"
+    writer = LedgerWriter(open_writer(db), wal_limit=64 * 1024)
+    fid = _file(writer)
+    reader = open_reader(db)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM llm_calls").fetchall()
+    i = 0
+    while len(attempts) < 6:
+        _commit_calls(writer, fid, i)
+        i += 1
+    assert [(wait, ok) for _, wait, ok in attempts] == [(0, False), (5, False)] + [(20, False)] * 4
+    for (done, wait, _), (later, _, _) in zip(attempts, attempts[1:]):
+        assert later - done >= max(writer_module.WAL_RETRY_MIN_S, writer_module.WAL_RETRY_FACTOR * wait / 1000)
+    reader.execute("COMMIT")
+    while not attempts[-1][2]:
+        _commit_calls(writer, fid, i)
+        i += 1
+    assert attempts[-1][1] == 20  # the ladder stays at its top until a restart succeeds
+    size = os.stat(f"{db}-wal").st_size
+    for _ in range(5):
+        _commit_calls(writer, fid, i)
+        i += 1
+    assert os.stat(f"{db}-wal").st_size == size  # written again from its start, not appended to
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == i * 100
+    reader.close()
+    writer.conn.close()

@@ -22,10 +22,10 @@ SCHEMA_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().paren
 BUSY_TIMEOUT_MS = 10_000
 # Readers that never pause (gate clients, dashboards, queries back to back) keep the WAL from
 # ever starting over: each checkpoint copies its pages back, but the file only grows (1.4 GB in
-# a 10-minute soak). Past this size the writer waits briefly for the reads of the moment to end,
-# so that its next transaction starts the WAL from the beginning, cut back to this size.
+# a 10-minute soak). Past this size the writer waits for the reads of the moment to end (see
+# writer.WAL_RESTART_WAITS_MS), so that its next transaction starts the WAL from the
+# beginning, cut back to this size.
 WAL_LIMIT_BYTES = 64 * 2**20
-_RESTART_WAIT_MS = 100
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
 REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days"),
                                              9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",),
@@ -98,10 +98,10 @@ def open_writer(path: str | Path) -> apsw.Connection:
     return conn
 
 
-def restart_wal(conn: apsw.Connection) -> bool:
-    """Checkpoint the whole WAL and wait (briefly) until no reader still uses it, so the next
-    transaction writes it from the start. False when a reader took longer: try again later."""
-    conn.setbusytimeout(_RESTART_WAIT_MS)
+def restart_wal(conn: apsw.Connection, wait_ms: int) -> bool:
+    """Checkpoint the whole WAL and wait up to ``wait_ms`` until no reader still uses it, so the
+    next transaction writes it from the start. False when a reader took longer: try again later."""
+    conn.setbusytimeout(wait_ms)
     try:
         busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()[0][0]
     except apsw.BusyError:

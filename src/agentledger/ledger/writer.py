@@ -49,7 +49,13 @@ from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
 
-WAL_RETRY_S = 0.25  # after a WAL restart waited in vain for a reader, the next attempt waits this long
+# A WAL restart first tries without waiting for readers: between their statements there is
+# usually a moment when none reads the WAL. Each failure waits longer the next time, up to the
+# last step, and the next attempt comes WAL_RETRY_FACTOR times that wait later (at least
+# WAL_RETRY_MIN_S), so at most a fifth of the writer's time goes to waiting for readers.
+WAL_RESTART_WAITS_MS = (0, 5, 20, 50, 100, 200, 400, 800)
+WAL_RETRY_FACTOR = 4
+WAL_RETRY_MIN_S = 0.05
 # Errors that come from one value in the data, not from the database or the machine.
 _DATA_ERRORS = (OverflowError, apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError,
                 apsw.RangeError)
@@ -667,15 +673,24 @@ class LedgerWriter:
         self.wal_limit = wal_limit
         self._wal = f"{conn.filename}-wal"
         self._wal_retry_at = 0.0
+        self._wal_failures = 0  # restarts in a row that found a reader still on the WAL
 
     def bound_wal(self) -> None:
         """Keep the WAL near ``wal_limit`` however busy the readers (see db.WAL_LIMIT_BYTES)."""
+        if time.monotonic() < self._wal_retry_at:
+            return
         try:
             size = os.stat(self._wal).st_size
         except FileNotFoundError:
             return
-        if size > self.wal_limit and time.monotonic() >= self._wal_retry_at and not restart_wal(self.conn):
-            self._wal_retry_at = time.monotonic() + WAL_RETRY_S
+        if size <= self.wal_limit:
+            return
+        wait_ms = WAL_RESTART_WAITS_MS[min(self._wal_failures, len(WAL_RESTART_WAITS_MS) - 1)]
+        if restart_wal(self.conn, wait_ms):
+            self._wal_failures = 0
+        else:
+            self._wal_failures += 1
+            self._wal_retry_at = time.monotonic() + max(WAL_RETRY_MIN_S, WAL_RETRY_FACTOR * wait_ms / 1000)
 
     @contextmanager
     def transaction(self):
