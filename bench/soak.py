@@ -41,9 +41,9 @@ import orjson
 PROBE_AGENT = "probe"
 
 
-def _line(n: int, agent: str) -> bytes:
+def _line(n: int, agent: str, ts: int) -> bytes:
     return orjson.dumps({
-        "id": f"evt_{n:016x}", "ts": time.time_ns() // 1_000_000, "seq": n, "agentId": agent,
+        "id": f"evt_{n:016x}", "ts": ts, "seq": n, "agentId": agent,
         "sessionKey": f"agent:{agent}:main", "sessionId": f"sid-{agent}", "runId": f"run-{agent}",
         "kind": "llm.call", "source": "diagnostic_event",
         "data": {"callIndex": n, "provider": "anthropic", "model": "claude-sonnet-4-5",
@@ -106,15 +106,17 @@ limit = 1000000.0
 """)
 
     # -- the load --------------------------------------------------------------------------------
-    def append(self, agent: str, count: int = 1) -> int:
+    def append(self, agent: str, count: int = 1) -> tuple[int, int]:
+        """Append ``count`` lines; the ledger key (ts, id) of the last one."""
         with self.lock:
             first = self.n + 1
             self.n += count
             self.written += count
+        ts = time.time_ns() // 1_000_000
         fh = self.files[agent]
-        fh.write(b"".join(_line(first + i, agent) for i in range(count)))
+        fh.write(b"".join(_line(first + i, agent, ts) for i in range(count)))
         fh.flush()
-        return first + count - 1
+        return ts, first + count - 1
 
     def writer(self) -> None:
         tick = 0.01
@@ -145,7 +147,7 @@ limit = 1000000.0
         ledger.setbusytimeout(5000)
         calls = 1  # the line every file starts with
         while not self.stop.is_set():
-            n = self.append(PROBE_AGENT)
+            ts, n = self.append(PROBE_AGENT)
             calls += 1
             t0 = time.monotonic()
             in_ledger = in_view = None
@@ -155,7 +157,10 @@ limit = 1000000.0
                     body = conn.getresponse().read()
                     if json.loads(body).get("llm_calls") == calls:
                         in_view = time.monotonic() - t0
-                if in_ledger is None and ledger.execute("SELECT 1 FROM events WHERE id = ?", (n,)).fetchall():
+                # By the whole key: the id alone is no index's prefix, and a scan of a ledger
+                # growing by millions of rows would time the probe, not the daemon.
+                if in_ledger is None and ledger.execute("SELECT 1 FROM events WHERE ts_ms = ? AND id = ?",
+                                                        (ts, n)).fetchall():
                     in_ledger = time.monotonic() - t0
                 time.sleep(0.002)
             if in_ledger is None or in_view is None:
