@@ -39,6 +39,9 @@ import apsw
 import orjson
 
 PROBE_AGENT = "probe"
+# By the ledger's whole key: the id alone is no index's prefix, and a scan of a ledger growing by
+# millions of rows every 2 ms would time the probe, not the daemon.
+PROBE_LOOKUP = "SELECT 1 FROM events WHERE ts_ms = ? AND id = ?"
 
 
 def _line(n: int, agent: str, ts: int) -> bytes:
@@ -157,10 +160,7 @@ limit = 1000000.0
                     body = conn.getresponse().read()
                     if json.loads(body).get("llm_calls") == calls:
                         in_view = time.monotonic() - t0
-                # By the whole key: the id alone is no index's prefix, and a scan of a ledger
-                # growing by millions of rows would time the probe, not the daemon.
-                if in_ledger is None and ledger.execute("SELECT 1 FROM events WHERE ts_ms = ? AND id = ?",
-                                                        (ts, n)).fetchall():
+                if in_ledger is None and ledger.execute(PROBE_LOOKUP, (ts, n)).fetchall():
                     in_ledger = time.monotonic() - t0
                 time.sleep(0.002)
             if in_ledger is None or in_view is None:
