@@ -17,6 +17,8 @@ from conftest import REPO, cli_env
 from logwriter import LogDir, event
 from serving import Served, wait_for, write_config
 
+from agentledger.hot.store import TMP_PREFIX
+
 PRE_TOOL_USE = {"session_id": "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp",
                 "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
                 "tool_input": {"command": "ls"}, "tool_use_id": "toolu_01"}
@@ -172,10 +174,15 @@ def test_hot_views_survive_kill_9_and_stay_private(daemon):
     daemon.logs.append(llm(2, 1.0))
     daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
     sessions = daemon.tmp_path / "state" / "hot" / "sessions"
-    # Flushed (at once: flush_interval_s = 0) just after the view changed in memory.
-    daemon._wait(lambda: any(sessions.iterdir()))
+
+    def written(temporary: bool) -> list[Path]:
+        return [p for p in sessions.iterdir() if p.name.startswith(TMP_PREFIX) == temporary]
+
+    # Flushed (at once: flush_interval_s = 0) just after the view changed in memory. The kill may
+    # land in a later flush, leaving its temporary file beside the one renamed into place.
+    daemon._wait(lambda: written(temporary=False))
     assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
-    files = list(sessions.iterdir())
+    files = written(temporary=False)
     assert len(files) == 1
     assert stat.S_IMODE(sessions.stat().st_mode) == 0o700
     assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
@@ -183,6 +190,8 @@ def test_hot_views_survive_kill_9_and_stay_private(daemon):
     daemon.start()
     daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.75)
     assert daemon.gate()["decision"] == "allow"
+    assert daemon.stop() == 0
+    assert written(temporary=True) == []  # what a killed flush left was cleared, not kept
 
 
 PLUGIN = REPO / "integrations" / "openclaw" / "agentledger-gate" / "index.js"
