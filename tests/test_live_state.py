@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from zoneinfo import ZoneInfo
 
 from logwriter import LogDir, llm_call
@@ -41,6 +42,40 @@ def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
         logs.append(llm_call(3))
         pipeline.run_once()  # following: refreshed after the commit
         assert calls() == 3
+    finally:
+        hot.close()
+        readers.close()
+        conn.close()
+
+
+def test_a_view_read_again_unchanged_is_not_written_again(tmp_path):
+    """A gate question may build a view between a commit and the refresh after it; the refresh
+    then reads the same view, which must not cost a second write of its state file."""
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    conn = open_writer(tmp_path / "ledger.db")
+    readers = ReaderPool(tmp_path / "ledger.db")
+    hot = HotSessions(tmp_path / "hot", flush_interval_s=0)  # every put is written at once
+    results = []
+    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]), after_commit=results.append)
+
+    def state_file() -> os.stat_result:
+        (path,) = (tmp_path / "hot" / "sessions").glob("*.json")
+        return os.stat(path)
+
+    try:
+        pipeline.run_once()
+        with readers.connection() as reader:
+            assert hot.lookup(reader, KEY).own.llm_calls == 1  # the question comes first
+        written = state_file()
+        hot.refresh(conn, results[-1].sessions, results[-1].position)
+        assert state_file().st_ino == written.st_ino  # not replaced
+        logs.append(llm_call(2))
+        pipeline.run_once()
+        hot.refresh(conn, results[-1].sessions, results[-1].position)
+        assert state_file().st_ino != written.st_ino  # a view that moved is written
+        with readers.connection() as reader:
+            assert hot.lookup(reader, KEY).own.llm_calls == 2
     finally:
         hot.close()
         readers.close()

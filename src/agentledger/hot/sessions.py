@@ -206,5 +206,9 @@ class HotSessions:
         return 1
 
     def _put_view(self, key: str, hot: HotSession, position: int) -> None:
-        self.store.update(key, _assign(hot), position=position)
+        # The same view is often read twice: a question that builds it between a commit and the
+        # refresh after it. Put again, it would be written (and fsynced) again for nothing; the
+        # older position it keeps is still one its sums are good for.
+        if self.store.get(key) != hot:
+            self.store.update(key, _assign(hot), position=position)
         self._fresh.add(key)
