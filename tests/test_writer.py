@@ -220,12 +220,13 @@ def test_a_read_left_open_costs_the_writer_waits_that_grow_then_space_out(tmp_pa
     step, and the next comes WAL_RETRY_FACTOR times that wait later, so waiting stays a fraction
     of the writer's time. Once the read ends, the next attempt succeeds and the WAL starts over."""
     monkeypatch.setattr(writer_module, "WAL_RESTART_WAITS_MS", (0, 5, 20))
-    attempts: list[tuple[float, int, bool]] = []
+    attempts: list[tuple[float, float, int, bool]] = []  # (began, ended, wait, succeeded)
     restart = writer_module.restart_wal
 
     def recorded(conn, wait_ms):
+        began = time.monotonic()
         ok = restart(conn, wait_ms)
-        attempts.append((time.monotonic(), wait_ms, ok))
+        attempts.append((began, time.monotonic(), wait_ms, ok))
         return ok
 
     monkeypatch.setattr(writer_module, "restart_wal", recorded)
@@ -239,14 +240,14 @@ def test_a_read_left_open_costs_the_writer_waits_that_grow_then_space_out(tmp_pa
     while len(attempts) < 6:
         _commit_calls(writer, fid, i)
         i += 1
-    assert [(wait, ok) for _, wait, ok in attempts] == [(0, False), (5, False)] + [(20, False)] * 4
-    for (done, wait, _), (later, _, _) in zip(attempts, attempts[1:]):
-        assert later - done >= max(writer_module.WAL_RETRY_MIN_S, writer_module.WAL_RETRY_FACTOR * wait / 1000)
+    assert [(wait, ok) for _, _, wait, ok in attempts] == [(0, False), (5, False)] + [(20, False)] * 4
+    for (_, ended, wait, _), (began, _, _, _) in zip(attempts, attempts[1:]):
+        assert began - ended >= max(writer_module.WAL_RETRY_MIN_S, writer_module.WAL_RETRY_FACTOR * wait / 1000)
     reader.execute("COMMIT")
-    while not attempts[-1][2]:
+    while not attempts[-1][3]:
         _commit_calls(writer, fid, i)
         i += 1
-    assert attempts[-1][1] == 20  # the ladder stays at its top until a restart succeeds
+    assert attempts[-1][2] == 20  # the ladder stays at its top until a restart succeeds
     size = os.stat(f"{db}-wal").st_size
     for _ in range(5):
         _commit_calls(writer, fid, i)
