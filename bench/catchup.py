@@ -5,8 +5,8 @@
 1. Generates a corpus (bench/gen.py) in a temp dir, or into DIR with --keep (kept afterwards),
    or reuses an existing state dir with --corpus DIR.
 2. Baseline: read every telemetry file line by line and ``orjson.loads`` each line.
-3. agentledger: ``Pipeline(LedgerWriter(open_writer(db)), specs_from("oc-telemetry", [root])).catch_up()``
-   on a fresh DB in a temp dir.
+3. agentledger: ``Pipeline(LedgerWriter(open_writer(db), background_checkpoints=True),
+   specs_from("oc-telemetry", [root])).catch_up()`` on a fresh DB in a temp dir, as ``agentledger ingest`` does.
 
 Each measurement runs in its own child process, so its peak RSS (VmHWM on Linux, else
 ``getrusage``) is that of the measurement alone. Figures and the ratio against the target are
@@ -84,10 +84,12 @@ def measure_agentledger(root: Path, db: Path) -> dict:
 
     t0 = time.perf_counter()
     conn = open_writer(db)
-    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]))
+    writer = LedgerWriter(conn, background_checkpoints=True)  # as `agentledger ingest` runs it
+    pipeline = Pipeline(writer, specs_from("oc-telemetry", [root]))
     t1 = time.perf_counter()
     stats = pipeline.catch_up()
     t2 = time.perf_counter()
+    writer.close()
     conn.close()  # the last connection to close checkpoints the WAL into the database
     t3 = time.perf_counter()
     import apsw

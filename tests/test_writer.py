@@ -256,3 +256,42 @@ def test_a_read_left_open_costs_the_writer_waits_that_grow_then_space_out(tmp_pa
     assert scalar(db, "SELECT count(*) FROM llm_calls") == i * 100
     reader.close()
     writer.conn.close()
+
+
+def _grown(path, size: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.stat(path).st_size > size:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_commits_leave_wal_checkpoints_to_a_thread_of_their_own(tmp_path):
+    db = tmp_path / "ledger.db"
+    conn = open_writer(db)
+    writer = LedgerWriter(conn, background_checkpoints=True)
+    page = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    start = os.stat(db).st_size
+    fid = _file(writer)
+    # The thread held back: past SQLite's automatic threshold, no commit copied a page back.
+    writer.checkpointer.pages = 10**9
+    i = 0
+    while os.stat(f"{db}-wal").st_size <= 1000 * (page + 24) + 32:
+        _commit_calls(writer, fid, i)
+        i += 1
+    assert os.stat(db).st_size == start
+    assert writer.checkpointer.checkpoints == 0
+    # Let go, the thread copies the WAL back while the writer goes on committing.
+    writer.checkpointer.pages = 10
+    for _ in range(20):
+        _commit_calls(writer, fid, i)
+        i += 1
+    assert _grown(db, start)
+    assert writer.checkpointer.checkpoints > 0
+    writer.close()
+    assert "wal-checkpoints" not in {t.name for t in threading.enumerate()}
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(1000,)]  # the connection's own, back
+    conn.close()
+    assert not os.path.exists(f"{db}-wal")  # closed last, the writer folded the WAL in
+    assert scalar(db, "SELECT count(*) FROM llm_calls") == i * 100

@@ -383,7 +383,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                     hot.store.quarantined)
     readers = ReaderPool(db)
     keeper = GateKeeper(config.gates, hot, readers, config.zone)
-    writer = LedgerWriter(conn, idle_s=config.idle_s)
+    writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
     live = LiveState(conn, hot, keeper)
     hooks = HookInbox(wake=wake.set)
     try:
@@ -450,6 +450,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
                  "hot views are rebuilt from the ledger at the next start", logging.ERROR)
         readers.close()
+        writer.close()
         conn.close()
         os.close(lock)
         if demo_proc is not None:

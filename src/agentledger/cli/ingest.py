@@ -111,14 +111,17 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     pricer = pricer_for(prices)
     lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
-    writer = LedgerWriter(conn, idle_s=config.idle_s)
-    if sys.stderr.isatty() and not as_json:
-        pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
-        with progress:
-            stats = pipeline.catch_up()
-    else:
-        stats = Pipeline(writer, specs, max_line=max_line, pricer=pricer).catch_up()
-    interrupted = reconcile(writer, now_ms(), grace)
+    writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
+    try:
+        if sys.stderr.isatty() and not as_json:
+            pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
+            with progress:
+                stats = pipeline.catch_up()
+        else:
+            stats = Pipeline(writer, specs, max_line=max_line, pricer=pricer).catch_up()
+        interrupted = reconcile(writer, now_ms(), grace)
+    finally:
+        writer.close()
     conn.close()
     os.close(lock)
     # Runs cut off by a gateway restart were interrupted as their batch was written; the rest now.

@@ -41,6 +41,7 @@ from agentledger.facts import (
 )
 from agentledger.faults import fault
 from agentledger.ledger import rollups
+from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.pricing import PRICED, Pricer
@@ -664,16 +665,24 @@ class OpenBatches:
 class LedgerWriter:
     """Owns the write connection. Not thread-safe: one writer per ledger, by design."""
 
-    def __init__(self, conn: apsw.Connection, idle_s: float = DEFAULT_IDLE_S, wal_limit: int = WAL_LIMIT_BYTES):
+    def __init__(self, conn: apsw.Connection, idle_s: float = DEFAULT_IDLE_S, wal_limit: int = WAL_LIMIT_BYTES,
+                 background_checkpoints: bool = False):
         """``idle_s``: a log silent longer than this is taken as its gateway having restarted;
-        ``wal_limit``: the WAL size past which a commit is followed by a restart of the WAL."""
+        ``wal_limit``: the WAL size past which a commit is followed by a restart of the WAL;
+        ``background_checkpoints``: checkpoint on a thread of its own (see checkpointer.py) until ``close``."""
         self.conn = conn
+        self.checkpointer = Checkpointer(conn) if background_checkpoints else None
         self.idle_ms = int(idle_s * 1000)
         self.interrupted = [0, 0, 0]  # committed so far: runs, tool calls, subagents cut off by restarts
         self.wal_limit = wal_limit
         self._wal = f"{conn.filename}-wal"
         self._wal_retry_at = 0.0
         self._wal_failures = 0  # restarts in a row that found a reader still on the WAL
+
+    def close(self) -> None:
+        """Stop what runs beside the writer; the connection stays open, its owner closes it."""
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
     def bound_wal(self) -> None:
         """Keep the WAL near ``wal_limit`` however busy the readers (see db.WAL_LIMIT_BYTES)."""
