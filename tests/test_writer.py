@@ -8,11 +8,13 @@ import threading
 import time
 
 import pytest
-from ledgerdump import scalar
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledgerdump import dump, scalar, verify
 from logwriter import LogDir, llm_call
 from conftest import ingest
 
-from agentledger.facts import LlmCall, Tokens
+from agentledger.facts import LlmCall, Tokens, ToolEnded, ToolStarted
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger import writer as writer_module
@@ -295,3 +297,55 @@ def test_commits_leave_wal_checkpoints_to_a_thread_of_their_own(tmp_path):
     conn.close()
     assert not os.path.exists(f"{db}-wal")  # closed last, the writer folded the WAL in
     assert scalar(db, "SELECT count(*) FROM llm_calls") == i * 100
+
+
+def _maybe(values: list) -> st.SearchStrategy:
+    return st.none() | st.sampled_from(values)
+
+
+@st.composite
+def _tool_lines(draw, start_id: int, end_id: int) -> list:
+    """A start and an end of call c in run r, each with or without its optional fields."""
+    common = dict(source="oc-telemetry", run_id="r", tool_call_id="c")
+
+    def shared() -> dict:
+        return dict(tool_name=draw(_maybe(["read", "exec"])), agent_id=draw(_maybe(["main", "work"])),
+                    session_key=draw(_maybe(["agent:main:a", "agent:main:b"])),
+                    session_id=draw(_maybe(["s1", "s2"])), branch=draw(_maybe(["b1", "b2"])))
+
+    start = ToolStarted(event_id=start_id, ts_ms=draw(st.integers(1_000, 1_100)), kind="tool.start", **common,
+                        **shared())
+    end = ToolEnded(event_id=end_id, ts_ms=draw(st.integers(1_000, 1_200)), kind="tool.end", **common, **shared(),
+                    is_error=draw(st.booleans()), duration_ms=draw(_maybe([0, 40, 700])),
+                    error=draw(_maybe(["boom"])), file_path=draw(_maybe(["/a", "/b"])),
+                    exec_command=draw(_maybe(["ls", "make"])), exit_code=draw(_maybe([0, 2])))
+    return draw(st.permutations([start, end]))
+
+
+def _ledger_of(path, batches: list[list]) -> dict:
+    conn = open_writer(path)
+    writer = LedgerWriter(conn)
+    fid, offset = _file(writer), 0
+    for facts in batches:
+        items = [(offset + 10 * k, 10, f) for k, f in enumerate(facts)]
+        end = offset + 10 * len(facts)
+        writer.apply(Batch(fid, "/r/events.jsonl", offset, end, len(facts), end, items))
+        offset = end
+    conn.close()
+    assert verify(path) == []
+    return dump(path, ("tool_calls", "sessions"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(earlier=_tool_lines(3, 4), earlier_kept=st.sampled_from(["none", "start", "end", "both"]),
+       lines=_tool_lines(1, 2))
+def test_a_call_started_and_ended_in_one_batch_is_the_row_a_start_then_an_end_leave(tmp_path_factory, earlier,
+                                                                                   earlier_kept, lines):
+    """Whatever an earlier batch left, and whichever comes first in the file: one batch holding a
+    call's start and end gives the row and rollups that its start and then its end, written alone, give."""
+    prior = [f for f in earlier if earlier_kept == "both" or f.kind == f"tool.{earlier_kept}"]
+    tmp = tmp_path_factory.mktemp("pair")
+    together = _ledger_of(tmp / "together.db", ([prior] if prior else []) + [lines])
+    by_statement = sorted(prior, key=lambda f: f.kind != "tool.start") + sorted(lines, key=lambda f: f.kind != "tool.start")
+    one_by_one = _ledger_of(tmp / "alone.db", [[f] for f in by_statement])
+    assert together == one_by_one

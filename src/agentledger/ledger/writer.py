@@ -278,6 +278,27 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     session_id   = coalesce(tool_calls.session_id, excluded.session_id),
     branch       = coalesce(excluded.branch, tool_calls.branch)
 """
+# A call whose start and end are both in the batch: one statement doing what _TOOL_STARTED and
+# then _TOOL_ENDED would (see _pair_tools), which halves the probes of a table keyed at random.
+_TOOL_STARTED_ENDED = """
+INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms,
+                        ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id, branch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
+    status       = excluded.status,
+    started_ms   = excluded.started_ms,
+    ended_ms     = excluded.ended_ms,
+    duration_ms  = coalesce(excluded.duration_ms, tool_calls.duration_ms),
+    error        = excluded.error,
+    file_path    = coalesce(excluded.file_path, tool_calls.file_path),
+    exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
+    exit_code    = excluded.exit_code,
+    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
+    branch       = coalesce(excluded.branch, tool_calls.branch)
+"""
 # A hook's account of a tool call (or a hook-made row being taken over) only fills in what the
 # row does not say yet: a transcript's start, end, status and error are never overridden.
 _FILL_TOOL = """
@@ -401,6 +422,40 @@ def _tool_ended(f: ToolEnded) -> tuple:
             f.exit_code, f.session_id, f.branch)
 
 
+def _first(a, b):
+    return a if a is not None else b
+
+
+def _pair_tools(rows: dict[str, list[tuple]]) -> None:
+    """Fold each call with exactly one start and one end in the batch into a _TOOL_STARTED_ENDED row.
+
+    The statements run starts first, then ends, whatever the order of the lines, so the folded row
+    takes what a start and then an end would leave: the first non-null of name, agent, session key
+    and session in that order, the start's time and the end's outcome, the end's branch if it has one."""
+    starts, ends = rows.get(_TOOL_STARTED), rows.get(_TOOL_ENDED)
+    if not starts or not ends:
+        return
+    start_of: dict[tuple, tuple | None] = {}
+    for row in starts:
+        key = (row[0], row[1])
+        start_of[key] = None if key in start_of else row  # None: more than one start, left as they are
+    end_of: dict[tuple, tuple | None] = {}
+    for row in ends:
+        key = (row[0], row[1])
+        if key in start_of:
+            end_of[key] = None if key in end_of else row
+    pairs = {key: (start_of[key], end) for key, end in end_of.items() if end is not None and start_of[key] is not None}
+    if not pairs:
+        return
+    rows[_TOOL_STARTED] = [row for row in starts if (row[0], row[1]) not in pairs]
+    rows[_TOOL_ENDED] = [row for row in ends if (row[0], row[1]) not in pairs]
+    rows[_TOOL_STARTED_ENDED] = [
+        (e[0], e[1], _first(s[2], e[2]), s[3], _first(s[4], e[4]), _first(s[5], e[5]), e[6], s[6], e[7], e[8], e[9],
+         e[10], e[11], e[12], _first(s[7], e[13]), _first(e[14], s[8]))
+        for s, e in pairs.values()
+    ]
+
+
 def _tool_observed(f: ToolObserved) -> tuple:
     ended = f.ts_ms if f.status != "running" else None
     return (f.run_id or "", f.tool_call_id, f.tool_name, f.agent_id, f.session_key, f.status,
@@ -477,6 +532,7 @@ _STATEMENTS: dict[type, tuple[str, object]] = {
     SessionEnded: (_SESSION_ENDED, _session_ended),
 }
 _ORDER = tuple(sql for sql, _ in _STATEMENTS.values())
+_ORDER = _ORDER[:_ORDER.index(_TOOL_ENDED)] + (_TOOL_STARTED_ENDED,) + _ORDER[_ORDER.index(_TOOL_ENDED):]
 
 
 _Part = tuple[int, str, list[tuple[int, int, Fact]]]  # a file's id, path and (offset, length, fact) items
@@ -536,6 +592,7 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                     span[0] = ts
                 elif ts > span[1]:
                     span[1] = ts
+    _pair_tools(out.rows)
     return out
 
 
@@ -856,7 +913,7 @@ class LedgerWriter:
         The hook could only guess the run; the transcript knows it, so the row moves there (its
         old key joins the batch's tool keys, so the rollups follow the move)."""
         told: dict[str, tuple] = {}
-        for sql in (_TOOL_STARTED, _TOOL_ENDED):
+        for sql in (_TOOL_STARTED, _TOOL_STARTED_ENDED, _TOOL_ENDED):
             for row in prepared.rows.get(sql, ()):
                 told.setdefault(row[1], row)
         if not told:
