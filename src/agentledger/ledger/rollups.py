@@ -245,7 +245,8 @@ class Tracker:
         """``run_ids``: every run the batch has a fact of (its span may widen its session's)."""
         self.conn = conn
         self.subagent_keys = sorted(subagent_keys)
-        self.tool_keys = [list(k) for k in tool_keys]
+        # In key order, the lookups walk the table's index once instead of jumping about in it.
+        self.tool_keys = [list(k) for k in sorted(tool_keys)]
         self.run_ids = sorted(run_ids | {k[0] for k in tool_keys})
         self.session_ids = set(session_ids)
         self.deltas = Deltas()
