@@ -333,7 +333,9 @@ def _ledger_of(path, batches: list[list]) -> dict:
         offset = end
     conn.close()
     assert verify(path) == []
-    return dump(path, ("tool_calls", "sessions"))
+    # Only the tool call: a session row keeps the first key its lines name, and the two ways of
+    # writing them here see the lines in different orders.
+    return dump(path, ("tool_calls",))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
