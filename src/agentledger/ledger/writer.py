@@ -260,45 +260,33 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     session_id  = coalesce(tool_calls.session_id, excluded.session_id),
     branch      = coalesce(excluded.branch, tool_calls.branch)
 """
-_TOOL_ENDED = """
+# What an end sets on the row of its call, alone or with its start (_TOOL_STARTED_ENDED).
+_END_SETS = """
+    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
+    status       = excluded.status,
+    ended_ms     = excluded.ended_ms,
+    duration_ms  = coalesce(excluded.duration_ms, tool_calls.duration_ms),
+    error        = excluded.error,
+    file_path    = coalesce(excluded.file_path, tool_calls.file_path),
+    exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
+    exit_code    = excluded.exit_code,
+    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
+    branch       = coalesce(excluded.branch, tool_calls.branch)
+"""
+_TOOL_ENDED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
                         ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id, branch)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
-    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
-    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
-    status       = excluded.status,
-    ended_ms     = excluded.ended_ms,
-    duration_ms  = coalesce(excluded.duration_ms, tool_calls.duration_ms),
-    error        = excluded.error,
-    file_path    = coalesce(excluded.file_path, tool_calls.file_path),
-    exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
-    exit_code    = excluded.exit_code,
-    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
-    branch       = coalesce(excluded.branch, tool_calls.branch)
-"""
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET{_END_SETS}"""
 # A call whose start and end are both in the batch: one statement doing what _TOOL_STARTED and
 # then _TOOL_ENDED would (see _pair_tools), which halves the probes of a table keyed at random.
-_TOOL_STARTED_ENDED = """
+_TOOL_STARTED_ENDED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms,
                         ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id, branch)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
-    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
-    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
-    status       = excluded.status,
-    started_ms   = excluded.started_ms,
-    ended_ms     = excluded.ended_ms,
-    duration_ms  = coalesce(excluded.duration_ms, tool_calls.duration_ms),
-    error        = excluded.error,
-    file_path    = coalesce(excluded.file_path, tool_calls.file_path),
-    exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
-    exit_code    = excluded.exit_code,
-    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
-    branch       = coalesce(excluded.branch, tool_calls.branch)
-"""
+ON CONFLICT (run_id, tool_call_id) DO UPDATE SET started_ms = excluded.started_ms,{_END_SETS}"""
 # A hook's account of a tool call (or a hook-made row being taken over) only fills in what the
 # row does not say yet: a transcript's start, end, status and error are never overridden.
 _FILL_TOOL = """
