@@ -580,7 +580,6 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                     span[0] = ts
                 elif ts > span[1]:
                     span[1] = ts
-    _pair_tools(out.rows)
     return out
 
 
@@ -881,6 +880,7 @@ class LedgerWriter:
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
         added, replaced = self._keyed_calls(conn, prepared.rows)
+        _pair_tools(prepared.rows)  # only now: the hook takeover above reads each line's own row
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
             if rows:
@@ -901,7 +901,7 @@ class LedgerWriter:
         The hook could only guess the run; the transcript knows it, so the row moves there (its
         old key joins the batch's tool keys, so the rollups follow the move)."""
         told: dict[str, tuple] = {}
-        for sql in (_TOOL_STARTED, _TOOL_STARTED_ENDED, _TOOL_ENDED):
+        for sql in (_TOOL_STARTED, _TOOL_ENDED):
             for row in prepared.rows.get(sql, ()):
                 told.setdefault(row[1], row)
         if not told:
