@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, verify
 from logwriter import LogDir, llm_call
+from serving import wait_for
 from conftest import ingest
 
 from agentledger.facts import LlmCall, Tokens, ToolEnded, ToolStarted
@@ -260,15 +261,6 @@ def test_a_read_left_open_costs_the_writer_waits_that_grow_then_space_out(tmp_pa
     writer.conn.close()
 
 
-def _grown(path, size: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.stat(path).st_size > size:
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_commits_leave_wal_checkpoints_to_a_thread_of_their_own(tmp_path):
     db = tmp_path / "ledger.db"
     conn = open_writer(db)
@@ -276,7 +268,8 @@ def test_commits_leave_wal_checkpoints_to_a_thread_of_their_own(tmp_path):
     page = conn.execute("PRAGMA page_size").fetchall()[0][0]
     start = os.stat(db).st_size
     fid = _file(writer)
-    # The thread held back: past SQLite's automatic threshold, no commit copied a page back.
+    # The thread held back: past SQLite's automatic threshold (1,000 frames of a page and a 24-byte
+    # header, after the WAL's 32-byte header), no commit copied a page back.
     writer.checkpointer.pages = 10**9
     i = 0
     while os.stat(f"{db}-wal").st_size <= 1000 * (page + 24) + 32:
@@ -289,7 +282,7 @@ def test_commits_leave_wal_checkpoints_to_a_thread_of_their_own(tmp_path):
     for _ in range(20):
         _commit_calls(writer, fid, i)
         i += 1
-    assert _grown(db, start)
+    wait_for(lambda: os.stat(db).st_size > start, timeout=10, what="the database file to grow")
     assert writer.checkpointer.checkpoints > 0
     writer.close()
     assert "wal-checkpoints" not in {t.name for t in threading.enumerate()}
