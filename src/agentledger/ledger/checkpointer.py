@@ -1,4 +1,4 @@
-"""WAL checkpoints on a thread of their own, so that no commit waits for one.
+"""WAL checkpoints on a thread of their own, so that commits do not run them.
 
 SQLite's automatic checkpoint runs inside the commit that takes the WAL past its threshold:
 that commit, and every line waiting on it, pays for copying the WAL back into the database
@@ -7,8 +7,10 @@ automatic checkpoint on the writer's connection), and a second connection checkp
 apsw releases the GIL while SQLite works, so the copy and the sync run beside the writer.
 
 PASSIVE checkpoints never wait for readers or the writer; what they leave, the next one
-takes. Should this thread fail, the writer's WAL bound (``LedgerWriter.bound_wal``) still
-checkpoints and restarts the WAL past its limit.
+takes. While the writer is busy, its next transaction starts writing before a checkpoint
+ends, so the WAL never starts over by itself: it grows to the writer's WAL bound
+(``LedgerWriter.bound_wal``), whose restart checkpoint the writer still runs itself. That
+bound also keeps the WAL in check should this thread fail.
 """
 
 from __future__ import annotations
