@@ -337,7 +337,8 @@ def _ledger_of(path, batches: list[list]) -> dict:
 def test_a_call_started_and_ended_in_one_batch_is_the_row_a_start_then_an_end_leave(tmp_path_factory, earlier,
                                                                                    earlier_kept, lines):
     """Whatever an earlier batch left, and whichever comes first in the file: one batch holding a
-    call's start and end gives the row and rollups that its start and then its end, written alone, give."""
+    call's start and end gives the row that its start and then its end, written alone, give, and
+    rollups that agree with the rows in both ledgers."""
     prior = [f for f in earlier if earlier_kept == "both" or f.kind == f"tool.{earlier_kept}"]
     tmp = tmp_path_factory.mktemp("pair")
     together = _ledger_of(tmp / "together.db", ([prior] if prior else []) + [lines])
