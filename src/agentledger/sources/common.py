@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
 from collections.abc import Callable
 
@@ -57,8 +56,6 @@ def line_id(line: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(line, digest_size=8).digest(), "big", signed=True)
 
 
-# Lines name a few session keys over and over, and many carry no agentId of their own.
-@functools.lru_cache(maxsize=4096)
 def agent_from_key(session_key: str | None) -> str | None:
     """Session keys look like ``agent:<agentId>:<rest>``."""
     if session_key and session_key.startswith("agent:"):
