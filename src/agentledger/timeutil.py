@@ -8,15 +8,20 @@ import time
 
 _RELATIVE = re.compile(r"^(\d+)([smhdw])$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+# The ledger holds no time before 1970 (event times are checked at decoding) and Python's dates
+# end with 9999: a bound outside is the same bound as these, and cannot overflow a query's integers.
+EARLIEST_MS = 0
+LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def parse_time(value: str, *, now_ms: int | None = None) -> int:
-    """``2026-11-01``, an ISO 8601 time (naive means UTC), or ``7d``/``24h``/``30m`` ago → ms."""
+    """``2026-11-01``, an ISO 8601 time (naive means UTC), or ``7d``/``24h``/``30m`` ago → ms,
+    held within [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event)."""
     value = value.strip()
     m = _RELATIVE.match(value)
     if m:
         now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-        return now - int(m[1]) * _UNIT_MS[m[2]]
+        return min(max(now - int(m[1]) * _UNIT_MS[m[2]], EARLIEST_MS), LATEST_MS)
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -26,7 +31,7 @@ def parse_time(value: str, *, now_ms: int | None = None) -> int:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return int(parsed.timestamp() * 1000)
+    return min(max(int(parsed.timestamp() * 1000), EARLIEST_MS), LATEST_MS)
 
 
 def iso(ms: int | None) -> str | None:

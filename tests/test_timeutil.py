@@ -1,0 +1,20 @@
+"""Times given on the command line or in a URL: whatever their size, a bound the ledger can use."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentledger.timeutil import EARLIEST_MS, LATEST_MS, parse_time
+
+
+@given(st.integers(min_value=0, max_value=10**30), st.sampled_from("smhdw"))
+def test_an_age_of_any_size_is_a_usable_bound(n, unit):
+    since = parse_time(f"{n}{unit}", now_ms=1_795_000_000_000)
+    assert EARLIEST_MS <= since <= LATEST_MS
+
+
+def test_dates_beyond_the_ledger_are_its_first_and_last_moments():
+    assert parse_time("0001-01-01") == EARLIEST_MS
+    assert parse_time("1969-12-31T23:59:59Z") == EARLIEST_MS
+    assert parse_time("9999-12-31T23:59:59.999Z") == LATEST_MS
+    assert parse_time("9999-12-31T23:00:00-05:00") == LATEST_MS
+    assert parse_time("2026-11-01") == 1_793_491_200_000
