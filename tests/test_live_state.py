@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from zoneinfo import ZoneInfo
 
-from logwriter import LogDir, llm_call
+from logwriter import LogDir, event, llm_call
 
 from agentledger.daemon import LiveState
 from agentledger.gates import GateKeeper
@@ -76,6 +76,42 @@ def test_a_view_read_again_unchanged_is_not_written_again(tmp_path):
         assert state_file().st_ino != written.st_ino  # a view that moved is written
         with readers.connection() as reader:
             assert hot.lookup(reader, KEY).own.llm_calls == 2
+    finally:
+        hot.close()
+        readers.close()
+        conn.close()
+
+
+def test_a_view_asked_for_by_session_id_follows_the_ledger(tmp_path):
+    """Claude Code's hooks ask gates by session id: that view must move with every commit, its
+    subagents' included, as the view asked for by key does; a session is listed once."""
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    logs.append(event(2, "subagent.spawn", {"childSessionKey": "agent:main:subagent:c1"}))
+    conn = open_writer(tmp_path / "ledger.db")
+    readers = ReaderPool(tmp_path / "ledger.db")
+    hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
+    live = LiveState(conn, hot, GateKeeper((), hot, readers, ZoneInfo("UTC")))
+    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]),
+                        after_commit=lambda result: live.committed(result.sessions, result.position))
+
+    def view(key: str):
+        with readers.connection() as reader:
+            return hot.lookup(reader, key)
+
+    try:
+        pipeline.run_once()
+        live.caught_up()
+        assert view("sid-s1").own.cost_pico == 1_000_000
+        assert view(KEY).own.cost_pico == 1_000_000
+        logs.append(llm_call(3, cost_pico=5_000_000_000_000))
+        pipeline.run_once()
+        assert view("sid-s1").own.cost_pico == 5_000_001_000_000
+        logs.append(llm_call(4, cost_pico=7_000_000, session="subagent:c1"))
+        pipeline.run_once()
+        assert view("sid-s1").family.cost_pico == 5_000_008_000_000
+        assert [(v.session_key, v.own.cost_pico) for v in hot.views() if v.session_id == "sid-s1"] == \
+            [(KEY, 5_000_001_000_000)]
     finally:
         hot.close()
         readers.close()

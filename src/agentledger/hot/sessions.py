@@ -130,7 +130,11 @@ class HotSessions:
             return
         # Read without the lock, so gate questions go on meanwhile. A question that builds a view
         # itself reads and puts it holding the lock, so the view put last is the one read last.
-        keys = [key for key in queries.session_keys_of(conn, ids) if self.store.fits(key)]
+        keys, aliases = queries.session_keys_of(conn, ids)
+        # A view asked for by session id (as Claude Code's hooks ask) is held under the id: it is
+        # brought up to date as long as it is held, but never made room for.
+        keys = [key for key in keys if self.store.fits(key)] + \
+            [sid for sid in aliases - keys if self.store.has(sid) and self.store.fits(sid)]
         views = queries.hot_sessions(conn, keys)
         with self._lock:
             for key, view in views.items():
@@ -184,10 +188,12 @@ class HotSessions:
         return self.store.size()
 
     def views(self) -> list[HotSession]:
-        """The views in memory that equal the ledger, most recently active first."""
+        """The views in memory that equal the ledger, most recently active first, each session once
+        (a view asked for by session id may be held beside the one asked for by key)."""
         with self._lock:
             states = [s for s in (self.store.get(k) for k in list(self._fresh)) if s is not None]
-        return sorted(states, key=lambda s: s.last_activity_ms or 0, reverse=True)
+        unique = {(s.session_key, s.session_id): s for s in states}
+        return sorted(unique.values(), key=lambda s: s.last_activity_ms or 0, reverse=True)
 
     # -- internals --------------------------------------------------------------------
 

@@ -870,16 +870,24 @@ def family_session_ids(conn: apsw.Connection, session_key: str, since_ms: int) -
     return [sid for _, sid in conn.execute(_FAMILIES, (_json_list([(session_key, session_key, since_ms)]),))]
 
 
-def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
-    """The keys whose hot view a change to these instances can move: their own and every ancestor's."""
-    rows = conn.execute("""
+def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[str], set[str]]:
+    """What a hot view can be held under that a change to these instances can move: the session
+    keys (their own and every ancestor's), and the session ids of those keys' instances and of
+    these, which gates may be asked by instead."""
+    keys: set[str] = set()
+    ids = set(session_ids)
+    for name, is_key in conn.execute("""
         WITH RECURSIVE up(k) AS (
             SELECT coalesce(session_key, session_id) FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))
             UNION
             SELECT a.parent_session_key FROM subagents AS a JOIN up ON a.child_session_key = up.k
             WHERE a.parent_session_key IS NOT NULL
-        ) SELECT k FROM up""", (_json_list(session_ids),))
-    return {k for (k,) in rows}
+        )
+        SELECT k, 1 FROM up
+        UNION ALL
+        SELECT s.session_id, 0 FROM up JOIN sessions AS s ON s.session_key = up.k""", (_json_list(session_ids),)):
+        (keys if is_key else ids).add(name)
+    return keys, ids
 
 
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
