@@ -164,6 +164,19 @@ def test_a_hook_event_sent_again_changes_nothing_even_after_a_restart(db, payloa
     assert snapshot() == first
 
 
+def test_durations_no_tool_takes_are_not_recorded_and_cannot_overflow_the_rollups(db):
+    """Two calls claiming 2**63-1 ms each used to overflow the rollups' sum and stop the daemon."""
+    done = {"session_id": SESSION, "hook_event_name": "PostToolUse", "tool_name": "Bash"}
+    post(db, [{**done, "tool_use_id": f"toolu_{n}", "duration_ms": ms}
+              for n, ms in enumerate((2**63 - 1, 2**63 - 1, -5, 1500))])
+    assert sorted(tool_rows(db, f"toolu_{n}")[0][5] or 0 for n in range(4)) == [0, 0, 0, 1500]
+    conn = open_reader(db)
+    try:
+        assert not check_rollups(conn)
+    finally:
+        conn.close()
+
+
 def test_the_inbox_refuses_past_its_limit_and_says_how_many():
     inbox = HookInbox(limit=2)
     stop = {"session_id": SESSION, "hook_event_name": "Stop"}

@@ -29,6 +29,7 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
+from agentledger.sources.common import MAX_DURATION_MS
 from agentledger.sources.oc_telemetry import decode
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -265,6 +266,16 @@ def test_tool_end_error():
     assert f.error == "command not found: foo"
     assert f.exec_command == "foo --bar"
     assert f.file_path is None
+
+
+@pytest.mark.parametrize(("given", "kept"), [(31, 31), (31.9, 31), (0, 0), (-5, None), (2**63 - 1, None),
+                                              (MAX_DURATION_MS, MAX_DURATION_MS), (MAX_DURATION_MS + 1, None)])
+def test_implausible_durations_are_missing(given, kept):
+    """The ledger sums durations: two values near 2**63 would overflow the sum."""
+    for kind, data in (("tool.end", {"toolCallId": "c"}), ("llm.call", {}), ("run.end", {}),
+                       ("session.end", {}), ("subagent.end", {"childSessionKey": "agent:main:subagent:x"})):
+        f = ok(line(kind, {**data, "durationMs": given}))
+        assert f.duration_ms == kept, kind
 
 
 def test_subagent_spawn():

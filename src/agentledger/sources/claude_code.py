@@ -58,6 +58,7 @@ from agentledger.sources.common import (
     RunTracker,
     count,
     derived_id,
+    duration,
     error_text,
     integer,
     iso_ms,
@@ -236,7 +237,7 @@ class FileDecoder:
                                            kind="subagent.end", run_id=run_id, child_session_key=child_key(*child),
                                            spawn_key=spawn_key(block["tool_use_id"]),
                                            outcome="error" if is_error else text(outcome.get("status")) or "ok",
-                                           duration_ms=integer(outcome.get("totalDurationMs"))))
+                                           duration_ms=duration(outcome.get("totalDurationMs"))))
                 facts.append(Marker(**base | {"event_id": derived_id(base["event_id"], len(facts)),
                                               "session_key": child_key(*child),
                                               "session_id": child_session_id(*child)}, kind="subagent.result"))
@@ -254,7 +255,7 @@ class FileDecoder:
         if subtype == "turn_duration" and obj.get("isSidechain") is not True:
             run_id = self._run(base)
             if run_id is not None:
-                return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=integer(obj.get("durationMs")))
+                return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=duration(obj.get("durationMs")))
         return Marker(**base, kind=f"system.{subtype}")
 
 

@@ -29,7 +29,7 @@ import orjson
 
 from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, ToolObserved
 from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
-from agentledger.sources.common import error_text, integer, line_id, text
+from agentledger.sources.common import duration, error_text, line_id, text
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 SUBAGENT_EVENTS = frozenset({"SubagentStart", "SubagentStop"})
@@ -76,7 +76,7 @@ def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObse
     elif name == "PostToolUseFailure":
         status, error = "error", error_text(payload.get("error")) or "tool failed"
     return ToolObserved(**base, tool_name=text(payload.get("tool_name")), tool_call_id=payload["tool_use_id"],
-                        status=status, error=error, duration_ms=integer(payload.get("duration_ms")),
+                        status=status, error=error, duration_ms=duration(payload.get("duration_ms")),
                         file_path=path, exec_command=text(tool_input.get("command")))
 
 

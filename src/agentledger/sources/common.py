@@ -47,6 +47,17 @@ def count(value: object) -> int:
     return n if n is not None and 0 < n <= MAX_TOKENS else 0
 
 
+# Ten years: no call, run or session lasts longer. Rollups sum durations, and two garbage values
+# near 2**63 would overflow their 64-bit sums.
+MAX_DURATION_MS = 10 * 366 * 86_400_000
+
+
+def duration(value: object) -> int | None:
+    """A length of time in ms; None for a negative or implausible one."""
+    n = value if value.__class__ is int else integer(value)
+    return n if n is not None and 0 <= n <= MAX_DURATION_MS else None
+
+
 def flag(value: object) -> bool:
     return value is True
 

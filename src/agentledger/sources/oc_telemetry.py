@@ -25,6 +25,7 @@ from agentledger.sources.common import (
     agent_from_key,
     cost_pico,
     count,
+    duration,
     error_text,
     flag,
     integer,
@@ -80,7 +81,7 @@ def _session_ended(base: dict, data: dict, env: dict) -> Fact:
     return SessionEnded(
         **base,
         message_count=integer(data.get("messageCount")),
-        duration_ms=integer(data.get("durationMs")),
+        duration_ms=duration(data.get("durationMs")),
     )
 
 
@@ -100,7 +101,7 @@ def _run_ended(base: dict, data: dict, env: dict) -> Fact:
         **base,
         model=text(data.get("model")),
         provider=text(data.get("provider")),
-        duration_ms=integer(data.get("durationMs")),
+        duration_ms=duration(data.get("durationMs")),
         usage=_tokens(data.get("usage")),
         tool_call_count=integer(data.get("toolCallCount")),
         stop_reason=text(data.get("stopReason")),
@@ -116,7 +117,7 @@ def _llm_call(base: dict, data: dict, env: dict) -> Fact:
         call_index=integer(data.get("callIndex")),
         tokens=_tokens(data.get("delta")),
         cost_pico=cost_pico(data.get("costUsd")),
-        duration_ms=integer(data.get("durationMs")),
+        duration_ms=duration(data.get("durationMs")),
         error=_error(env, {}),
         context_tokens=_context_used(data.get("context")),
     )
@@ -159,7 +160,7 @@ def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
         tool_name=text(data.get("toolName")),
         tool_call_id=call_id,
         is_error=flag(data.get("isError")),
-        duration_ms=integer(data.get("durationMs")),
+        duration_ms=duration(data.get("durationMs")),
         error=_error(env, data),
         file_path=text(data.get("filePath")),
         exec_command=exec_command[:2000] if exec_command else None,
@@ -188,7 +189,7 @@ def _subagent_ended(base: dict, data: dict, env: dict) -> Fact | None:
         child_session_key=child,
         outcome=text(data.get("outcome")),
         reason=text(data.get("reason")),
-        duration_ms=integer(data.get("durationMs")),
+        duration_ms=duration(data.get("durationMs")),
         ended_ms=integer(data.get("endedAt")),
         model=text(data.get("model")),
     )
