@@ -84,7 +84,8 @@ def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
     families = {f.name: f for f in text_string_to_metric_families(text)}
     want_types = {
         "agentledger_tokens": "counter", "agentledger_cost_usd": "counter", "agentledger_llm_calls": "counter",
-        "agentledger_tool_calls": "counter", "agentledger_runs": "counter", "agentledger_runs_running": "gauge", "agentledger_sessions": "counter",
+        "agentledger_tool_calls": "counter", "agentledger_runs": "counter", "agentledger_runs_running": "gauge",
+        "agentledger_runs_interrupted": "gauge", "agentledger_sessions": "counter",
         "agentledger_sessions_active": "gauge", "agentledger_ingest_lines": "counter",
         "agentledger_files_tailed": "gauge", "agentledger_ingest_lag_seconds": "gauge",
         "agentledger_db_size_bytes": "gauge", "agentledger_build_info": "gauge",
@@ -102,10 +103,12 @@ def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
     assert total("agentledger_tokens", token_type="input") == t["tokens"]["input"]
     assert total("agentledger_tokens", token_type="cache_read") == t["tokens"]["cacheRead"]
     assert total("agentledger_llm_calls") == t["llm_calls"]
-    assert total("agentledger_tool_calls") == t["tool_calls"]
+    assert total("agentledger_tool_calls") + t["orphaned_tool_calls"] == t["tool_calls"]  # ended calls only
     assert total("agentledger_tool_calls", outcome="error") == t["failed_tool_calls"]
     running = [s.value for s in families["agentledger_runs_running"].samples]
-    assert total("agentledger_runs") + running[0] == t["runs"]
+    interrupted = [s.value for s in families["agentledger_runs_interrupted"].samples]
+    assert interrupted == [t["orphaned_runs"]]
+    assert total("agentledger_runs") + running[0] + interrupted[0] == t["runs"]
     assert total("agentledger_ingest_lines", result="rejected") == oc_expected["lines"]["malformed"]["total"]
     assert total("agentledger_ingest_lines") == oc_expected["lines"]["physical"]
     # No label ever carries an id.

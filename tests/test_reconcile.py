@@ -82,6 +82,40 @@ def test_a_late_end_overrides_interrupted(tmp_path, db):
     _verify(db)
 
 
+def test_metrics_counters_never_go_back_as_calls_and_runs_settle(tmp_path, db):
+    """Prometheus reads any decrease of a counter as a restart: a running call counted as ok, then
+    ended in error, or a run counted interrupted, then ended late, made it see one."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agentledger.metrics import registry_for
+
+    def counters() -> dict:
+        text = generate_latest(registry_for(db)).decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+                if f.type == "counter" for s in f.samples if s.name.endswith("_total")}
+
+    logs = LogDir(tmp_path / "state")
+    t0 = 1_790_000_000_000
+    logs.append(_ev(1, t0, "run.start", {"model": "m", "provider": "p"})
+                + _ev(2, t0 + 5, "tool.start", {"toolName": "exec", "toolCallId": "T"}))
+    ingest(db, logs.root)
+    seen = [counters()]
+    conn = open_writer(db)
+    reconcile(LedgerWriter(conn), now_ms=t0 + 3_600_000, grace_s=600)
+    conn.close()
+    seen.append(counters())
+    logs.append(_ev(3, t0 + 9_000_000, "tool.end", {"toolName": "exec", "toolCallId": "T", "isError": True})
+                + _ev(4, t0 + 9_000_001, "run.end", {"model": "m", "provider": "p"}))
+    ingest(db, logs.root)
+    seen.append(counters())
+    for before, after in zip(seen, seen[1:]):
+        assert all(after.get(key, 0) >= value for key, value in before.items()), (before, after)
+    tools = ("agentledger_tool_calls_total", (("outcome", "error"), ("tool", "exec")))
+    runs = ("agentledger_runs_total", (("outcome", "ok"),))
+    assert [(s.get(tools, 0), s.get(runs, 0)) for s in seen] == [(0, 0), (0, 0), (1, 1)]
+
+
 def test_grace_is_respected(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     now = int(time.time() * 1000)
@@ -278,6 +312,7 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("DROP INDEX tool_calls_by_branch")
     conn.execute("ALTER TABLE tool_calls DROP COLUMN branch")
     conn.execute("ALTER TABLE tool_calls DROP COLUMN session_id")
+    conn.execute("DROP INDEX tool_calls_unsettled")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

@@ -1,7 +1,9 @@
 """Prometheus metrics, read from the ledger at scrape time.
 
 Every counter is a sum over ledger rows (through the rollups), so counters survive
-restarts and never reset while the ledger lives: ``increase()`` sees no false resets.
+restarts and never reset while the ledger lives: ``increase()`` sees no false resets. A run
+or tool call counts under an outcome once it has one; while it runs, or after a restart cut
+it off (a late end may still come), it is in a gauge.
 No session, run or tool-call id is ever a label; tool and model labels are capped to
 the ``top_n`` busiest, the rest summed under ``_other``.
 """
@@ -92,14 +94,19 @@ class LedgerCollector(Collector):
             "SELECT coalesce(sum(runs_ok), 0), coalesce(sum(runs_error), 0), coalesce(sum(runs_interrupted), 0), "
             "coalesce(sum(runs_running), 0), coalesce(sum(sessions), 0), coalesce(sum(compactions), 0) "
             "FROM usage_days").fetchall()[0]
-        # Runs still going leave that count when they end: a gauge, so the counter only grows.
+        # Runs still going, or cut off and perhaps still to end late, leave those counts: gauges,
+        # so that the counter of outcomes only grows.
         runs = CounterMetricFamily("agentledger_runs", "Agent runs that ended, by outcome.", labels=["outcome"])
-        for outcome, value in (("ok", ok), ("error", error), ("interrupted", interrupted)):
+        for outcome, value in (("ok", ok), ("error", error)):
             runs.add_metric([outcome], value)
         yield runs
         open_runs = GaugeMetricFamily("agentledger_runs_running", "Agent runs started and not ended yet.")
         open_runs.add_metric([], running)
         yield open_runs
+        cut_off = GaugeMetricFamily("agentledger_runs_interrupted",
+                                    "Agent runs that never ended within the grace period (a late end still counts).")
+        cut_off.add_metric([], interrupted)
+        yield cut_off
         started = CounterMetricFamily("agentledger_sessions", "Top-level sessions started.")
         started.add_metric([], sessions)
         yield started
@@ -114,16 +121,18 @@ class LedgerCollector(Collector):
 
     def _tools(self, conn) -> Iterator[Metric]:
         rows = conn.execute("SELECT tool_name, sum(calls), sum(errors) FROM tool_days GROUP BY 1").fetchall()
+        unsettled = dict(conn.execute("SELECT tool_name, count(*) FROM tool_calls INDEXED BY tool_calls_unsettled "
+                                      "WHERE status IN ('running', 'interrupted') GROUP BY 1").fetchall())
         label = _capped([(t, c) for t, c, _ in rows], self.top_n, lambda r: r[1])
         acc: dict[str, list[int]] = {}
         for tool, calls, errors in rows:
             a = acc.setdefault(label[tool] or "", [0, 0])
-            a[0] += calls
+            a[0] += calls - errors - unsettled.get(tool, 0)
             a[1] += errors
-        family = CounterMetricFamily("agentledger_tool_calls", "Tool calls by tool and outcome.",
+        family = CounterMetricFamily("agentledger_tool_calls", "Tool calls that ended, by tool and outcome.",
                                      labels=["tool", "outcome"])
-        for tool, (calls, errors) in sorted(acc.items()):
-            family.add_metric([tool, "ok"], calls - errors)
+        for tool, (ok, errors) in sorted(acc.items()):
+            family.add_metric([tool, "ok"], ok)
             family.add_metric([tool, "error"], errors)
         yield family
 
