@@ -100,3 +100,19 @@ def test_the_page_runs_no_script_and_escapes_what_the_logs_say(tmp_path):
             assert body.count("\n") == 1  # one line naming the problem
     finally:
         served.stop()
+
+
+def test_the_calendar_s_ends_are_an_answer(corpus_daemon):
+    # The last day Python's calendar has: its page ends where the ledger's times do.
+    status, _, body = _fetch(f"{corpus_daemon.url}/ui?until=9999-12-31&tz=Pacific/Kiritimati")
+    assert status == 200 and "9999-12-31" in body
+    # Before 1970 the ledger holds nothing, and 30 days back from year 1 leave the calendar.
+    status, _, body = _fetch(f"{corpus_daemon.url}/ui?until=0001-01-01")
+    assert (status, body) == (400, "until must be a date from 1970-01-01 to 9999-12-31, not '0001-01-01'\n")
+
+
+@pytest.mark.parametrize("param", ["days", "refresh"])
+@pytest.mark.parametrize("value", ["%C2%B2", "9" * 5000, "86401"])  # '²' is a digit int() refuses
+def test_numbers_it_cannot_read_are_400_naming_the_parameter(corpus_daemon, param, value):
+    status, _, body = _fetch(f"{corpus_daemon.url}/ui?{param}={value}")
+    assert status == 400 and body.startswith(f"{param} must be a whole number from ")

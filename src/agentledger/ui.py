@@ -19,11 +19,13 @@ from agentledger import __version__, display
 from agentledger.config import GateConfig
 from agentledger.ledger import queries
 from agentledger.overview import overview
+from agentledger.timeutil import LATEST_MS
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 OTHER = "other models"
+REFRESH_MAX = 86_400  # seconds: a page left open a day between reloads is as good as never reloaded (0)
 
 
 class BadParam(ValueError):
@@ -39,10 +41,17 @@ def _param(params: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
+def whole(raw: str, name: str, low: int, high: int) -> int:
+    """``raw`` as a whole number from ``low`` to ``high``, else a BadParam naming the parameter."""
+    # isdecimal is what int() reads ('²' is a digit it refuses), and int() refuses over 4300 digits
+    # with an error of its own: a number with more digits than ``high`` is out of range anyway.
+    if not raw.isdecimal() or len(raw.lstrip("0")) > len(str(high)) or not low <= int(raw) <= high:
+        raise BadParam(f"{name} must be a whole number from {low} to {high}")
+    return int(raw)
+
+
 def _days(params: dict[str, list[str]], zone: ZoneInfo, now_ms: int) -> list[dt.date]:
-    raw = _param(params, "days") or "30"
-    if not raw.isdigit() or not 1 <= int(raw) <= 366:
-        raise BadParam("days must be a whole number from 1 to 366")
+    count = whole(_param(params, "days") or "30", "days", 1, 366)
     last = _param(params, "until")
     if last is None:
         end = dt.datetime.fromtimestamp(now_ms / 1000, zone).date()
@@ -51,11 +60,21 @@ def _days(params: dict[str, list[str]], zone: ZoneInfo, now_ms: int) -> list[dt.
             end = dt.date.fromisoformat(last)
         except ValueError:
             raise BadParam(f"until must be a date such as 2026-11-01, not {last!r}") from None
-    return [end - dt.timedelta(days=n) for n in range(int(raw) - 1, -1, -1)]
+        # The ledger holds nothing before 1970, and counting back from year 1 leaves the calendar.
+        if end.year < 1970:
+            raise BadParam(f"until must be a date from 1970-01-01 to 9999-12-31, not {last!r}")
+    return [end - dt.timedelta(days=n) for n in range(count - 1, -1, -1)]
 
 
 def _ms(day: dt.date, zone: ZoneInfo) -> int:
     return int(dt.datetime.combine(day, dt.time(), zone).timestamp() * 1000)
+
+
+def _end_ms(day: dt.date, zone: ZoneInfo) -> int:
+    """The last millisecond of ``day`` in ``zone``."""
+    if day == dt.date.max:  # no next day to start from; the ledger holds nothing later than LATEST_MS
+        return LATEST_MS
+    return _ms(day + dt.timedelta(days=1), zone) - 1
 
 
 # -- charts ---------------------------------------------------------------------------------------
@@ -214,11 +233,9 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
             zone = ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise BadParam(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
-    refresh = _param(params, "refresh") or "15"
-    if not refresh.isdigit():
-        raise BadParam("refresh must be whole seconds (0: never)")
+    refresh = whole(_param(params, "refresh") or "15", "refresh", 0, REFRESH_MAX)
     days = _days(params, zone, now_ms)
-    window = queries.Window(since=_ms(days[0], zone), until=_ms(days[-1] + dt.timedelta(days=1), zone) - 1)
+    window = queries.Window(since=_ms(days[0], zone), until=_end_ms(days[-1], zone))
     snap = overview(conn, gates, zone, now_ms, problems_since=window.since)
     daily = queries.daily_costs_by_model(conn, window, zone.key)
     totals: dict[str, float] = {}
@@ -248,7 +265,7 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
         _live_panel(snap),
         _ingest_panel(snap),
     ]
-    meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if int(refresh) else ""
+    meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">{meta}
