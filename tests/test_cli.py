@@ -47,6 +47,7 @@ def test_every_command_has_help():
     (["--bogus"], "No such option"),
     (["sessions", "--since", "yesterday"], "cannot read time"),
     (["sessions", "--limit", "0"], "--limit"),
+    (["sessions", "--limit", "9223372036854775808"], "--limit"),  # past SQLite's integers
     (["ingest", "/does/not/exist"], "does not exist"),
     (["ingest", "--format", "nope", "."], "--format"),
     (["usage"], "no ledger at"),

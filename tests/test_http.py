@@ -76,6 +76,18 @@ def test_bad_parameters_are_400(api):
     assert get(f"{api}/healthz") == (200, {"status": "ok"})
 
 
+def test_limits_past_64_bits_are_400_and_ages_older_than_the_ledger_an_answer(api):
+    for limit in ("9223372036854775808", "9" * 5000, "%C2%B2"):  # '²' is a digit int() refuses
+        status, body = get(f"{api}/v1/sessions?limit={limit}")
+        assert (status, body) == (400, {"error": "limit must be a whole number from 1 to 9223372036854775807"})
+    assert get(f"{api}/v1/sessions?limit=9223372036854775807")[1] == get(f"{api}/v1/sessions?limit=500")[1]
+    # An age longer than the ledger means since its first event; a window ending then holds nothing.
+    assert get(f"{api}/v1/sessions?since=999999999999d&limit=500") == get(f"{api}/v1/sessions?limit=500")
+    assert get(f"{api}/v1/costs?since=999999999999d") == get(f"{api}/v1/costs")
+    status, usage = get(f"{api}/v1/usage?until=999999999999d")
+    assert status == 200 and usage["sessions"] == 0 and usage["cost_usd"] == 0
+
+
 def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -70,10 +70,8 @@ def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     limit = _one(params, "limit")
-    if limit is not None and (not limit.isdigit() or int(limit) < 1):
-        raise BadRequest("limit must be a positive whole number")
     return queries.Window(since=since, until=until, agent=_one(params, "agent"),
-                          limit=int(limit) if limit is not None else default_limit)
+                          limit=default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT))
 
 
 def _one(params: dict[str, list[str]], name: str) -> str | None:

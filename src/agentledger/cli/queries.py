@@ -36,8 +36,8 @@ def query_options(default_limit: int | None):
                       help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m.")
         @click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms.")
         @click.option("--agent", metavar="ID", help="Only this agent id.")
-        @click.option("--limit", type=click.IntRange(min=1), default=default_limit, show_default=True,
-                      help="At most this many rows.")
+        @click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
+                      show_default=True, help="At most this many rows.")
         @click.pass_obj
         @functools.wraps(fn)
         def wrapper(obj, fmt, since, until, agent, limit, **kwargs):

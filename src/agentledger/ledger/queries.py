@@ -14,6 +14,7 @@ from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens")
+MAX_LIMIT = 2**63 - 1  # SQLite's integers, LIMIT's included, are 64-bit
 
 
 @dataclass(frozen=True, slots=True)
