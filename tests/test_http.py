@@ -13,8 +13,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import apsw
 import pytest
 from conftest import REPO
+from served import Served
+from serving import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +89,30 @@ def test_limits_past_64_bits_are_400_and_ages_older_than_the_ledger_an_answer(ap
     assert get(f"{api}/v1/costs?since=999999999999d") == get(f"{api}/v1/costs")
     status, usage = get(f"{api}/v1/usage?until=999999999999d")
     assert status == 200 and usage["sessions"] == 0 and usage["cost_usd"] == 0
+
+
+def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
+    (tmp_path / "logs").mkdir()
+    served = Served(tmp_path, tmp_path / "logs")
+    served.start()
+    try:
+        wait_for(lambda: served.get("/readyz")[0] == 200, what="serve caught up")
+        # A ledger edited under the daemon: every query of the day rollups now fails in SQLite.
+        conn = apsw.Connection(str(served.db))
+        conn.execute("DROP TABLE usage_days")
+        conn.close()
+        told = "internal error: the daemon's log has the traceback"
+        assert get(f"{served.url}/v1/usage") == (500, {"error": told})
+        for path, body in (("/ui", f"{told}\n"), ("/metrics", f"# {told}\n")):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(served.url + path, timeout=10)
+            assert (err.value.code, err.value.read().decode()) == (500, body)
+        failed = [json.loads(line) for line in served.stderr if '"level":"error"' in line]
+        assert [f["msg"] for f in failed] == ["GET /v1/usage failed", "GET /ui failed", "GET /metrics failed"]
+        assert all("no such table: usage_days" in f["exc"] for f in failed)
+        assert "Exception occurred during processing of request" not in served.log()  # the stdlib's dropped one
+    finally:
+        served.stop()
 
 
 def test_metrics_parse_and_equal_the_ledger(api, oc_expected):

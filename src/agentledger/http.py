@@ -74,6 +74,10 @@ def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.
                           limit=default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT))
 
 
+def _error(text: str) -> bytes:
+    return orjson.dumps({"error": text})
+
+
 def _one(params: dict[str, list[str]], name: str) -> str | None:
     values = params.get(name)
     return values[-1] if values else None
@@ -227,13 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.perf_counter()
         try:
             status, body = route()
+            data = orjson.dumps(body)  # in here: a body it cannot encode is a failure to answer too
         except queries.NotFound as exc:
-            status, body = 404, {"error": str(exc).strip('"')}
+            status, data = 404, _error(str(exc).strip('"'))
         except (BadRequest, ValueError) as exc:
-            status, body = 400, {"error": str(exc)}
+            status, data = 400, _error(str(exc))
         except LedgerError as exc:
-            status, body = 503, {"error": str(exc)}
-        data = orjson.dumps(body)
+            status, data = 503, _error(str(exc))
+        except Exception:
+            status, data = 500, _error(self._failed())
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -249,6 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
             data, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
         except LedgerError as exc:
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
+        except Exception:
+            data, status, ctype = f"# {self._failed()}\n".encode(), 500, "text/plain"
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -268,6 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
             data, status, ctype = f"{exc}\n".encode(), 400, "text/plain; charset=utf-8"
         except LedgerError as exc:
             data, status, ctype = f"{exc}\n".encode(), 503, "text/plain; charset=utf-8"
+        except Exception:
+            data, status, ctype = f"{self._failed()}\n".encode(), 500, "text/plain; charset=utf-8"
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Security-Policy", ui.CSP)
@@ -275,6 +285,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _failed(self) -> str:
+        """Logs the exception being handled, with its traceback; returns what the client is told instead.
+
+        A dropped connection tells a client nothing (an empty reply, as from a network fault);
+        a 500 says the daemon failed, and the log says where."""
+        log.exception("%s %s failed", self.command, self.path)
+        return "internal error: the daemon's log has the traceback"
 
     def log_message(self, fmt: str, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
