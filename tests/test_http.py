@@ -6,10 +6,12 @@ import json
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -113,6 +115,21 @@ def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
         assert "Exception occurred during processing of request" not in served.log()  # the stdlib's dropped one
     finally:
         served.stop()
+
+
+def test_a_post_of_unknown_length_is_answered_once_and_closed(api):
+    # Chunked on a keep-alive connection: read as the next request, a chunk's size line got an answer of its own.
+    url = urllib.parse.urlsplit(api)
+    body = b'{"hook_event_name": "SessionStart", "session_id": "s", "padding": "' + b"x" * 40 + b'"}'
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/hooks/claude-code HTTP/1.1\r\nHost: agentledger\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Type: application/json\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        reply = b""
+        while chunk := sock.recv(65536):  # until the daemon closes: a timeout here is a connection left open
+            reply += chunk
+    head, _, data = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"\r\nConnection: close" in head
+    assert json.loads(data) == {"error": "send a Content-Length"}
 
 
 def test_metrics_parse_and_equal_the_ledger(api, oc_expected):

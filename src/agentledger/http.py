@@ -204,7 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
 
         def route() -> tuple[int, object]:
             length = self.headers.get("Content-Length", "")
-            if not length.isdigit():
+            if not length.isdecimal():
+                self.close_connection = True  # a body of unknown length must not be taken for the next request
                 raise BadRequest("send a Content-Length")
             if int(length) > MAX_BODY:
                 self.close_connection = True  # the unread body must not be taken for the next request
@@ -245,6 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Server-Timing", f"app;dur={elapsed_ms:.3f}")  # time inside the handler
+        if self.close_connection:  # a keep-alive client must not send its next request down this one
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
