@@ -132,6 +132,28 @@ def test_a_post_of_unknown_length_is_answered_once_and_closed(api):
     assert json.loads(data) == {"error": "send a Content-Length"}
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to listen on")
+def test_serve_listens_on_an_ipv6_literal(tmp_path):
+    (tmp_path / "logs").mkdir()
+    served = Served(tmp_path, tmp_path / "logs")
+    served.config.write_text(served.config.read_text().replace('listen = "127.0.0.1:0"', 'listen = "[::1]:0"'))
+    served.start()
+    try:
+        assert re.fullmatch(r"http://\[::1\]:\d+", served.url), served.log()
+        assert served.get("/healthz") == (200, {"status": "ok"})
+    finally:
+        served.stop()
+
+
 def test_metrics_parse_and_equal_the_ledger(api, oc_expected):
     from prometheus_client.parser import text_string_to_metric_families
 

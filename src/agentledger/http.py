@@ -7,6 +7,7 @@ lock and a slow client never blocks ingestion.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -310,13 +311,17 @@ class ApiServer:
         self.health = health or Health()
         handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
                                                 "top_n": top_n})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        self.httpd = server((host, port), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
 
     @property
     def address(self) -> str:
         host, port = self.httpd.server_address[:2]
+        if self.httpd.address_family == socket.AF_INET6:
+            host = f"[{host}]"  # in a URL, the literal's colons would read as the port's
         return f"http://{host}:{port}"
 
     def start(self) -> None:
