@@ -54,3 +54,21 @@ def test_snapshot_cost_only_for_runs_without_calls(tmp_path, db, order):
     assert u["cost_usd"] == pytest.approx(2.75)
     assert s["cost_usd"] == pytest.approx(2.75)
     assert u["llm_calls"] == 2 and u["runs"] == 2
+
+
+@pytest.mark.parametrize(("first", "second", "want"), [
+    ({"calls": [], "snap": 1.0}, {"calls": [], "snap": 2.0}, 3.0),
+    ({"calls": [], "snap": 1.0}, {"calls": [5.0], "snap": 5.0}, 6.0),
+])
+def test_a_snapshot_is_the_fallback_of_its_own_run_only(tmp_path, db, first, second, want):
+    """A snapshot up to a minute after a run's end may be that run's: not once the session's next run began."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(run(10, "R1", **first) + run(20, "R2", **second))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        assert queries.usage(conn, queries.Window())["cost_usd"] == pytest.approx(want)
+        (s,) = queries.sessions(conn, queries.Window())
+        assert s["cost_usd"] == pytest.approx(want)
+    finally:
+        conn.close()

@@ -33,8 +33,12 @@ def _usd(pico: int | None) -> float:
 
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot:
 # a snapshot ``u`` of the run's session taken while run ``r`` ran (or within a minute after).
+# A snapshot names no run: it is the run's of its session begun last before it, up to a minute after
+# that run's end (the producer may write it just after the end).
 SNAPSHOT_OF_RUN = (
-    "u.session_id = r.session_id AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000"
+    "u.session_id = r.session_id AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000 "
+    "AND NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id AND n.started_ms > r.started_ms "
+    "AND n.started_ms <= u.ts_ms)"
 )
 # CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
 _SNAPSHOT_FALLBACK = f"""
