@@ -81,6 +81,33 @@ def test_absurd_cost_and_tokens_do_not_stall_the_file(tmp_path, db):
     assert scalar(db, "SELECT sum(input_tokens) FROM llm_calls") == 2
 
 
+def test_a_start_read_after_its_end_keeps_what_the_end_said_it_does_not_say(writer, db):
+    """The same lines in one batch or two: the row must not depend on where the batch ended."""
+    from agentledger.facts import RunEnded, RunStarted
+
+    fid = _file(writer)
+    common = {"source": "oc-telemetry", "session_id": "S", "run_id": "R", "agent_id": "main"}
+    end = RunEnded(event_id=1, ts_ms=2_000, kind="run.end", model="M", provider="p", **common)
+    start = RunStarted(event_id=2, ts_ms=1_000, kind="run.start", origin_channel=None, **common)
+    writer.apply(Batch(fid, "/r/events.jsonl", 0, 10, 1, 10, [(0, 10, end)]))
+    writer.apply(Batch(fid, "/r/events.jsonl", 10, 20, 1, 20, [(10, 10, start)]))
+    row = [scalar(db, f"SELECT {c} FROM runs") for c in ("model", "provider", "started_ms", "ended_ms")]
+    assert row == ["M", "p", 1_000, 2_000]
+    assert verify(db) == []
+
+
+def test_the_dearest_calls_the_decoder_takes_sum_exactly_and_verify_reports(tmp_path, db):
+    """Ten calls of a million dollars each used to overflow the sums into floats and crash verify."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(llm_call(n).replace(b'"costUsd":1e-6', b'"costUsd":1000')
+                         .replace(b'"input":1', b'"input":1000000000') for n in range(1, 11)))
+    ingest(db, logs.root)
+    assert scalar(db, "SELECT typeof(cost_pico) FROM session_totals") == "integer"
+    assert scalar(db, "SELECT cost_pico FROM session_totals") == 10 * 1000 * 10**12
+    assert scalar(db, "SELECT input_tokens FROM session_totals") == 10 * 10**9
+    assert verify(db) == []
+
+
 def test_batches_of_several_files_commit_together_each_with_its_checkpoint(writer, db):
     a, b = _file(writer, "a.jsonl"), _file(writer, "b.jsonl")
     before = scalar(db, "SELECT seq FROM ledger_position")

@@ -168,12 +168,13 @@ ON CONFLICT (run_id) DO UPDATE SET
     session_key    = coalesce(runs.session_key, excluded.session_key),
     session_id     = coalesce(runs.session_id, excluded.session_id),
     agent_id       = coalesce(runs.agent_id, excluded.agent_id),
-    model          = excluded.model,
-    provider       = excluded.provider,
+    -- The start says best what the run asked for; a start that does not say keeps what its end said.
+    model          = coalesce(excluded.model, runs.model),
+    provider       = coalesce(excluded.provider, runs.provider),
     started_ms     = excluded.started_ms,
     is_heartbeat   = excluded.is_heartbeat,
     is_followup    = excluded.is_followup,
-    origin_channel = excluded.origin_channel
+    origin_channel = coalesce(excluded.origin_channel, runs.origin_channel)
 """
 # An end replaces the recorded one only if it is at least as sure (runs.end_rank): an end that
 # reconcile settled on gives way to any, one implied by the next prompt to any reported one.

@@ -14,8 +14,10 @@ from agentledger.units import PICO_PER_USD
 # (session id, at or before this time or None for the latest) → the session's run then.
 RunLookup = Callable[[str, "int | None"], "str | None"]
 
-# A cost above this for one call is garbage (and would overflow 64-bit pico-USD sums).
-MAX_CALL_COST_USD = 10**6
+# A cost above this for one call is garbage: the dearest real calls cost tens of dollars. The
+# ledger sums costs in 64-bit pico-USD, which 9,223 calls at this cap would take to overflow
+# (ten at the million dollars this once was).
+MAX_CALL_COST_USD = 10**3
 MISSING = "unknown"
 HEAD_BYTES = 200
 
@@ -37,9 +39,10 @@ def integer(value: object) -> int | None:
     return None
 
 
-# No single call uses a trillion tokens; anything larger is garbage, and summing it
-# would overflow the ledger's 64-bit integers.
-MAX_TOKENS = 10**12
+# No single call uses a billion tokens (contexts hold a few million); anything larger is garbage.
+# A trillion, the cap this once was, priced at $75 per million tokens, overflowed one call's
+# 64-bit pico-USD cost.
+MAX_TOKENS = 10**9
 
 
 def count(value: object) -> int:
