@@ -108,6 +108,45 @@ def test_the_dearest_calls_the_decoder_takes_sum_exactly_and_verify_reports(tmp_
     assert verify(db) == []
 
 
+_CHILD = "agent:main:subagent:c1"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(3)), cuts=st.sets(st.integers(1, 2)))
+def test_a_subagents_two_ends_merge_alike_whatever_their_order(tmp_path_factory, order, cuts):
+    """subagent.end (the child's own, with the time it ended) wins over subagent.stop; the stop
+    fills in what the end leaves out (its reason)."""
+    from agentledger.facts import SubagentEnded, SubagentSpawned
+
+    common = {"source": "oc-telemetry", "session_key": "agent:main:main", "session_id": "S", "run_id": "R"}
+    facts = [
+        SubagentSpawned(event_id=1, ts_ms=1_000, kind="subagent.spawn", child_session_key=_CHILD, **common),
+        SubagentEnded(event_id=2, ts_ms=2_000, kind="subagent.stop", child_session_key=_CHILD, outcome="done",
+                      reason="finished", duration_ms=900, **common),
+        SubagentEnded(event_id=3, ts_ms=2_100, kind="subagent.end", child_session_key=_CHILD, outcome="ok",
+                      ended_ms=1_950, duration_ms=950, model="m", **common),
+    ]
+    db = tmp_path_factory.mktemp("ends") / "l.db"
+    conn = open_writer(db)
+    try:
+        writer = LedgerWriter(conn)
+        fid = _file(writer)
+        batches, batch = [], []
+        for i, n in enumerate(order):
+            if i in cuts:
+                batches.append(batch)
+                batch = []
+            batch.append((i, 1, facts[n]))
+        for i, items in enumerate([*batches, batch]):
+            start = items[0][0]
+            writer.apply(Batch(fid, "/r/events.jsonl", start, start + len(items), len(items), 3, items))
+        row = conn.execute("SELECT status, ended_ms, duration_ms, outcome, reason, model FROM subagents").fetchall()
+    finally:
+        conn.close()
+    assert row == [("ended", 1_950, 950, "ok", "finished", "m")]
+    assert verify(db) == []
+
+
 def test_batches_of_several_files_commit_together_each_with_its_checkpoint(writer, db):
     a, b = _file(writer, "a.jsonl"), _file(writer, "b.jsonl")
     before = scalar(db, "SELECT seq FROM ledger_position")

@@ -348,16 +348,23 @@ ON CONFLICT (child_session_key) DO UPDATE SET
     mode               = excluded.mode,
     spawned_ms         = excluded.spawned_ms
 """
+# Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order.
 _SUBAGENT_ENDED = """
-INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model)
-VALUES (?, ?, 'ended', ?, ?, ?, ?, ?)
+INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model, end_rank)
+VALUES (?, ?, 'ended', ?, ?, ?, ?, ?, ?)
 ON CONFLICT (child_session_key) DO UPDATE SET
     status      = 'ended',
-    ended_ms    = coalesce(excluded.ended_ms, subagents.ended_ms),
-    duration_ms = coalesce(excluded.duration_ms, subagents.duration_ms),
-    outcome     = coalesce(excluded.outcome, subagents.outcome),
-    reason      = coalesce(excluded.reason, subagents.reason),
-    model       = coalesce(excluded.model, subagents.model)
+    ended_ms    = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.ended_ms, subagents.ended_ms),
+                      coalesce(subagents.ended_ms, excluded.ended_ms)),
+    duration_ms = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.duration_ms, subagents.duration_ms),
+                      coalesce(subagents.duration_ms, excluded.duration_ms)),
+    outcome     = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.outcome, subagents.outcome),
+                      coalesce(subagents.outcome, excluded.outcome)),
+    reason      = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.reason, subagents.reason),
+                      coalesce(subagents.reason, excluded.reason)),
+    model       = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.model, subagents.model),
+                      coalesce(subagents.model, excluded.model)),
+    end_rank    = max(excluded.end_rank, subagents.end_rank)
 """
 _COMPACTION = """
 INSERT INTO compactions (event_id, ts_ms, phase, source, agent_id, session_key, message_count,
@@ -489,7 +496,9 @@ def _subagent_spawned(f: SubagentSpawned) -> tuple:
 
 
 def _subagent_ended(f: SubagentEnded) -> tuple:
-    return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model)
+    # subagent.stop is the requester's word that the child is done; every other end is the child's own.
+    rank = 1 if f.kind == "subagent.stop" else 2
+    return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model, rank)
 
 
 def _compaction(f: Compaction) -> tuple:
