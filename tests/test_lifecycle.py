@@ -207,11 +207,28 @@ def test_a_reset_ends_the_old_instance_and_links_the_new_one_under_the_key(tmp_p
     _verify(db)
 
 
+@pytest.mark.parametrize("cut", [None, 1, 2])
+def test_a_reset_named_only_by_its_start_takes_the_key_however_the_lines_are_batched(tmp_path, cut):
+    """S3 is told only by its start, which names S2; S2's key is learnt in the same lines."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S2"}, key="unknown", sid="S2")
+    log.ev(T0 + 1000, "run.start", sid="S2", run="R1")
+    log.ev(T0 + 4000, "session.start", {"sessionId": "S3", "resumedFrom": "S2"}, key="unknown", sid="S3")
+    db = tmp_path / "l.db"
+    if cut is not None:
+        log.write(tmp_path / "state", slice(None, cut))
+        ingest(db, tmp_path / "state")
+    log.write(tmp_path / "state", slice(cut, None))
+    ingest(db, tmp_path / "state")
+    assert (_session(db, "S2")["session_key"], _session(db, "S3")["session_key"]) == (KEY, KEY)
+    _verify(db)
+
+
 def test_key_only_events_are_reattributed_when_the_mapping_is_learnt(tmp_path, db):
     log = _reset()
     # Without resumedFrom, nothing says S2 belongs to the key until its run starts.
-    log.lines[5] = log.lines[5].replace(b', "resumedFrom":"S1"', b"").replace(b',"resumedFrom":"S1"', b"")
-    assert b"resumedFrom" not in log.lines[5]
+    log.lines[4] = log.lines[4].replace(b',"resumedFrom":"S1"', b"")
+    assert b"S2" in log.lines[4] and b"resumedFrom" not in log.lines[4]
     cut = len(log.lines) - 4  # before the llm.call: S2 has no key yet
     logs = log.write(tmp_path / "state", slice(0, cut))
     ingest(db, tmp_path / "state")

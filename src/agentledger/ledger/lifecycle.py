@@ -212,7 +212,8 @@ class Lifecycle:
                 wanted |= {sid for (sid,) in conn.execute(_OPEN_IN_LOG, (log.id,))}
         self._load(wanted)
         self.links = predecessors | {new for new, _ in self.successors.values()} | {
-            s.resumed_from for s in self.states.values() if s.resumed_from}
+            s.resumed_from for s in self.states.values() if s.resumed_from} | {
+            f.session_id for f in self.facts if type(f) is SessionStarted and f.resumed_from}
         return self.links
 
     def _load(self, ids: set[str]) -> None:
