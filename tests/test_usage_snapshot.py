@@ -72,3 +72,17 @@ def test_a_snapshot_is_the_fallback_of_its_own_run_only(tmp_path, db, first, sec
         assert s["cost_usd"] == pytest.approx(want)
     finally:
         conn.close()
+
+
+def test_a_run_read_without_its_start_still_falls_back_on_its_snapshot(tmp_path, db):
+    """A log that begins mid-run holds the run's end (with its duration) and its snapshot, not its start."""
+    logs = LogDir(tmp_path / "state")
+    lines = run(10, "R1", calls=[], snap=0.75).splitlines(keepends=True)
+    logs.append(b"".join(lines[1:-1]) + ev(12, "run.end", {"model": "m", "provider": "p", "durationMs": 2000},
+                                          runId="R1"))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        assert queries.usage(conn, queries.Window())["cost_usd"] == pytest.approx(0.75)
+    finally:
+        conn.close()

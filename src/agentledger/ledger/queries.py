@@ -34,10 +34,12 @@ def _usd(pico: int | None) -> float:
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot:
 # a snapshot ``u`` of the run's session taken while run ``r`` ran (or within a minute after).
 # A snapshot names no run: it is the run's of its session begun last before it, up to a minute after
-# that run's end (the producer may write it just after the end).
+# that run's end (the producer may write it just after the end). A run read without its start
+# (the log began mid-run) began its reported duration before its end.
+_RUN_BEGAN = "coalesce(r.started_ms, r.ended_ms - r.duration_ms, r.ended_ms)"
 SNAPSHOT_OF_RUN = (
-    "u.session_id = r.session_id AND u.ts_ms BETWEEN r.started_ms AND coalesce(r.ended_ms, r.started_ms) + 60000 "
-    "AND NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id AND n.started_ms > r.started_ms "
+    f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_RUN_BEGAN} AND coalesce(r.ended_ms, r.started_ms) + 60000 "
+    f"AND NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id AND n.started_ms > {_RUN_BEGAN} "
     "AND n.started_ms <= u.ts_ms)"
 )
 # CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
