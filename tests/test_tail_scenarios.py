@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import ingest
+from conftest import cli_env, ingest
 from ledgerdump import scalar
 from logwriter import LogDir, llm_call
 
@@ -332,3 +335,31 @@ def test_a_pass_over_the_files_written_to_reads_only_them_and_scans_in_full_on_a
     finally:
         conn.close()
     assert ids(db) == want(range(1, 7), range(100, 104), range(200, 201))
+
+
+def _cli_ingest(db: Path, root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "--log-format", "text", "ingest",
+                           str(root), "--json"], capture_output=True, env=cli_env(db), timeout=60)
+
+
+def test_a_symlink_loop_among_the_agents_is_skipped_with_one_warning(tmp_path, db, caplog):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 4)))
+    (logs.root / "agents" / "loop").symlink_to("loop")
+    out = _cli_ingest(db, logs.root)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["events"] == 3
+    assert out.stderr.count(b"Too many levels of symbolic links") == 1
+    assert ids(db) == want(range(1, 4))
+    # The daemon lists the agents on every pass: the loop is told about once, not every time.
+    caplog.set_level("WARNING", logger="agentledger.tail")
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+        logs.append(lines(range(4, 6)))
+        assert pipeline.run_once().events == 2
+        logs.append(lines(range(6, 7)))
+        assert pipeline.run_once().events == 1
+    finally:
+        conn.close()
+    assert len([r for r in caplog.records if r.name == "agentledger.tail"]) == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -13,6 +15,8 @@ from agentledger.sources.oc_transcript import is_live, is_transcript
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
 _ROTATED_WEEK = re.compile(r"^events\.(\d{4})-W(\d{2})\.jsonl$")
 LIVE_NAME = "events.jsonl"
+log = logging.getLogger("agentledger.tail")
+_unlistable: set[str] = set()  # already warned about: every pass lists every directory again
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,16 @@ def _names(directory: str | Path) -> list[str]:
     try:
         return os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    except OSError as exc:
+        # A symlink loop stays one: skipping it lets the other agents be read. Any other error
+        # (I/O, no descriptors) may pass, and taking the directory for empty would settle its
+        # files as lost, so it stops the pass instead.
+        if exc.errno != errno.ELOOP:
+            raise
+        if str(directory) not in _unlistable:
+            _unlistable.add(str(directory))
+            log.warning("skipping %s: %s", directory, exc.strerror)
         return []
 
 
