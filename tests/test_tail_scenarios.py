@@ -15,7 +15,8 @@ from ledgerdump import scalar
 from logwriter import LogDir, llm_call
 
 from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger.db import open_writer
+from agentledger.ledger import queries
+from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.writer import LedgerWriter
 
 
@@ -363,3 +364,36 @@ def test_a_symlink_loop_among_the_agents_is_skipped_with_one_warning(tmp_path, d
     finally:
         conn.close()
     assert len([r for r in caplog.records if r.name == "agentledger.tail"]) == 1
+
+
+def inputs(db: Path) -> dict[str, dict]:
+    """What ``agentledger inputs`` reports, by path."""
+    conn = open_reader(db)
+    try:
+        return {row["path"]: row for row in queries.file_status(conn)}
+    finally:
+        conn.close()
+
+
+def test_a_restore_in_place_is_read_again_and_reported_as_the_file_now_is(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    backup = llm_call(1) + b'{"bad": \n' + llm_call(2)
+    logs.append(backup)
+    logs.append(lines(range(3, 6)))
+    assert (ingest(db, logs.root).rejects, len(ids(db))) == (1, 5)
+    logs.live.write_bytes(backup)  # the same inode, the same first line, three lines
+    stats = ingest(db, logs.root)
+    assert (stats.truncated, stats.lines, stats.events, stats.duplicates) == (1, 3, 0, 2)
+    assert stats.rejects == 0  # that bad line was counted when first read
+    assert scalar(db, "SELECT count(*) FROM rejects") == 1
+    row = inputs(db)[str(logs.live)]
+    assert (row["offset"], row["size"], row["lines"]) == (len(backup), len(backup), 3)
+    # Rotated, read to its end and removed by retention: nothing of it was lost.
+    rotated = logs.rotate()
+    logs.append(lines(range(6, 7)))
+    ingest(db, logs.root)
+    os.unlink(rotated)
+    stats = ingest(db, logs.root)
+    assert (stats.lost_files, stats.lost_bytes) == (0, 0)
+    assert inputs(db)[str(rotated)]["status"] == "gone"
+    assert ids(db) == want(range(1, 7))

@@ -811,10 +811,13 @@ class LedgerWriter:
             result, one_by_one = self._apply_one_by_one(conn, batches[0])
             refused = [(batches[0], r) for r in one_by_one]
         rejects = [(b, r) for b in batches for r in b.rejects] + refused
+        before = conn.total_changes()
         if rejects:
             conn.executemany(_REJECT, [
                 (ts, b.file_id, b.path, r.offset, r.length, r.reason, r.head) for b, r in rejects
             ])
+        # A file read again from its start (restored in place) meets its bad lines again: they were counted.
+        result.rejects = conn.total_changes() - before
         before = conn.total_changes()
         conn.executemany(_CHECKPOINT, [
             (b.end_offset, b.lines, b.size, b.path, ts, b.file_id, b.start_offset) for b in batches
@@ -824,7 +827,6 @@ class LedgerWriter:
                      if conn.execute("SELECT offset FROM files WHERE id = ?", (b.file_id,)).fetchall() != [(b.end_offset,)]]
             raise CheckpointConflict("; ".join(f"file {b.file_id} ({b.path}) is not at offset {b.start_offset}"
                                                for b in moved or batches))
-        result.rejects = len(rejects)
         return result
 
     def _apply_one_by_one(self, conn: apsw.Connection, batch: Batch) -> tuple[ApplyResult, list[Reject]]:
@@ -1052,14 +1054,14 @@ class LedgerWriter:
         return FileRow(file_id, source, root, path, fingerprint, dev, ino, 0, 0, size, status, None)
 
     def update_file(self, row: FileRow, event: tuple[str, int | None, str] | None = None) -> None:
-        """Persist where a file now is (path, inode, size, status), with an optional file event."""
+        """Persist where a file now is (path, inode, checkpoint, size, status), with an optional file event."""
         ts = now_ms()
         with self.transaction() as conn:
             conn.execute(
-                "UPDATE files SET root = ?, path = ?, dev = ?, ino = ?, offset = ?, size = ?, status = ?, "
+                "UPDATE files SET root = ?, path = ?, dev = ?, ino = ?, offset = ?, lines = ?, size = ?, status = ?, "
                 "lost_bytes = ?, updated_ms = ? WHERE id = ?",
-                (row.root, row.path, row.dev, row.ino, row.offset, row.size, row.status, row.lost_bytes, ts,
-                 row.id),
+                (row.root, row.path, row.dev, row.ino, row.offset, row.lines, row.size, row.status, row.lost_bytes,
+                 ts, row.id),
             )
             if event is not None:
                 name, nbytes, detail = event

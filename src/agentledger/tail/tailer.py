@@ -280,6 +280,7 @@ class Tailer:
             report.truncated += 1
             row.offset = 0
             row.lines = 0
+            row.size = p.size  # what it held before is gone: kept, it would count as unread
         elif row.path != p.path or not same_inode:
             if row.status == "live" and not p.live:
                 event = ("rotate", None, f"from {row.path}")
