@@ -397,3 +397,56 @@ def test_a_restore_in_place_is_read_again_and_reported_as_the_file_now_is(tmp_pa
     assert (stats.lost_files, stats.lost_bytes) == (0, 0)
     assert inputs(db)[str(rotated)]["status"] == "gone"
     assert ids(db) == want(range(1, 7))
+
+
+def _put_back(logs: LogDir, data: bytes, new_inode: bool) -> None:
+    """Restore a backup of the live file: copied beside it and renamed over it, or written over it."""
+    if new_inode:
+        copy = logs.dir / "events.jsonl.restoring"
+        copy.write_bytes(data)
+        os.replace(copy, logs.live)
+    else:
+        logs.live.write_bytes(data)
+
+
+@pytest.mark.parametrize("new_inode", [True, False])
+@pytest.mark.parametrize("read_between", [True, False])
+def test_an_older_copy_put_back_is_read_from_its_start(tmp_path, db, new_inode, read_between):
+    logs = LogDir(tmp_path / "state")
+    backup = lines(range(1, 4))
+    logs.append(backup)
+    logs.append(lines(range(4, 7)))
+    assert ingest(db, logs.root).events == 6
+    read_to = len(backup) + len(lines(range(4, 7)))
+    _put_back(logs, backup, new_inode)  # the same first line, shorter than what was read
+    if read_between:
+        stats = ingest(db, logs.root)
+        assert (stats.truncated, stats.events, stats.duplicates, stats.rejects) == (1, 0, 3, 0)
+    logs.append(lines(range(100, 104), pad=7))
+    data = logs.live.read_bytes()
+    assert len(data) > read_to and data[read_to - 1:read_to] != b"\n"  # read on from there, lines were lost
+    stats = ingest(db, logs.root)
+    assert (stats.events, stats.rejects, stats.lost_files) == (4, 0, 0)
+    assert stats.truncated == (0 if read_between else 1)
+    assert ids(db) == want(range(1, 7), range(100, 104))
+    assert scalar(db, "SELECT count(*) FROM rejects") == 0
+    row = inputs(db)[str(logs.live)]
+    assert (row["offset"], row["size"], row["lines"], row["status"]) == (len(data), len(data), 7, "live")
+
+
+def test_a_pass_over_the_files_written_to_sees_an_older_copy_written_over_one(tmp_path, db):
+    """Written over in place and appended to before the daemon's next pass: inotify reports a write."""
+    logs = LogDir(tmp_path / "state")
+    backup = lines(range(1, 4))
+    logs.append(backup + lines(range(4, 7)))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+        assert pipeline.run_once(set()).events == 6
+        _put_back(logs, backup, new_inode=False)
+        logs.append(lines(range(100, 104), pad=7))
+        stats = pipeline.run_once({str(logs.live.resolve())})
+        assert (stats.truncated, stats.events, stats.rejects) == (1, 4, 0)
+    finally:
+        conn.close()
+    assert ids(db) == want(range(1, 7), range(100, 104))

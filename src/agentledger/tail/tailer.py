@@ -76,6 +76,12 @@ class ScanReport:
     events: list[tuple[str, str, int | None]] = field(default_factory=list)  # (event, path, bytes)
 
 
+def _line_ends_at(p: Physical, offset: int) -> bool:
+    """Whether reading can go on at ``offset``: a file only appended to since, or a faithful copy of
+    it, has a line end there. Unopened (unchanged since read to its end), it is taken for one."""
+    return offset == 0 or p.fd < 0 or os.pread(p.fd, 1, offset - 1) == b"\n"
+
+
 def _raise_fd_limit() -> None:
     """A scan holds every changed file open until it is read, so a catch-up over thousands of
     files needs thousands of descriptors: take the hard limit, not the soft default (often 1024)."""
@@ -243,7 +249,7 @@ class Tailer:
                 continue  # no complete first line yet: a full scan would not pair it either
             row = self._same_inode(p)
             if (row is None or row.path != p.path or p.size < row.offset
-                    or row.status != p.status):
+                    or not _line_ends_at(p, row.offset) or row.status != p.status):
                 self.close(physicals)
                 return None
             pairs.append((row, p))
@@ -274,9 +280,13 @@ class Tailer:
     def _follow(self, row: FileRow, p: Physical, report: ScanReport) -> None:
         event = None
         same_inode = (row.dev, row.ino) == (p.dev, p.ino)
-        if p.size < row.offset and same_inode:
-            # Truncated in place, and the same first line written again.
-            event = ("truncate", max(row.size - row.offset, 0) or None, f"size {p.size} < offset {row.offset}")
+        shorter = p.size < row.offset
+        if shorter or not _line_ends_at(p, row.offset):
+            # The same first line written again (truncated in place, or an older copy put back) and
+            # maybe written to since: where it parts from what was read is unknown, so it is read
+            # from its start and the lines indexed before are found by their ids.
+            detail = f"size {p.size} < offset {row.offset}" if shorter else f"no line ends at offset {row.offset}"
+            event = ("truncate", max(row.size - row.offset, 0) or None, detail)
             report.truncated += 1
             row.offset = 0
             row.lines = 0
