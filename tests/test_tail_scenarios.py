@@ -450,3 +450,24 @@ def test_a_pass_over_the_files_written_to_sees_an_older_copy_written_over_one(tm
     finally:
         conn.close()
     assert ids(db) == want(range(1, 7), range(100, 104))
+
+
+def test_a_directory_named_in_bytes_that_are_not_utf8_is_read_like_any_other(tmp_path, db):
+    root = tmp_path / "state"
+    good, odd = LogDir(root, agent="good"), LogDir(root, agent=os.fsdecode(b"zz\xff"))
+    good.append(lines(range(1, 4)))
+    odd.append(lines(range(10, 13), session="b") + b'{"bad": \n')
+    out = _cli_ingest(db, root)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["events"], summary["rejected_lines"], summary["files"]) == (6, 1, 2)
+    name = str(root / "agents" / "zz\\xff" / "telemetry" / "events.jsonl")  # as inputs and rejects show it
+    assert (inputs(db)[name]["lines"], inputs(db)[name]["status"]) == (4, "live")
+    assert scalar(db, "SELECT path FROM rejects") == name
+    # Known again by its name after a restart: read on from its checkpoint, not moved nor read twice.
+    odd.append(lines(range(13, 14), session="b"))
+    odd.rotate()
+    stats = ingest(db, root)
+    assert (stats.events, stats.duplicates, stats.rejects, stats.rotated) == (1, 0, 0, 1)
+    assert file_events(db) == [("rotate", None)]
+    assert ids(db) == want(range(1, 4), range(10, 14))

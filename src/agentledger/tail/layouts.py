@@ -56,6 +56,12 @@ def _telemetry_dirs(root: Path) -> list[str]:
     return dirs
 
 
+def ledger_name(path: str) -> str:
+    """A path as the ledger and the logs write it. Their text is UTF-8 and a file name need not be:
+    a byte that does not decode is written ``\\xNN``, so a directory named so is read like any other."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def _names(directory: str | Path) -> list[str]:
     try:
         return os.listdir(directory)
@@ -69,7 +75,7 @@ def _names(directory: str | Path) -> list[str]:
             raise
         if str(directory) not in _unlistable:
             _unlistable.add(str(directory))
-            log.warning("skipping %s: %s", directory, exc.strerror)
+            log.warning("skipping %s: %s", ledger_name(str(directory)), exc.strerror)
         return []
 
 

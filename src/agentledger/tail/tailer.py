@@ -22,7 +22,7 @@ from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.tail.identity import fingerprint
-from agentledger.tail.layouts import LAYOUTS, Candidate
+from agentledger.tail.layouts import LAYOUTS, Candidate, ledger_name
 from agentledger.tail.reader import ReadResult, read_lines
 
 # Big batches make catch-up cheap (fewer commits); live appends come in small ones anyway.
@@ -34,7 +34,7 @@ ACTIVE = ("live", "rotated")
 class Physical:
     """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
 
-    path: str
+    path: str  # as the ledger records it (see ``ledger_name``)
     root: str
     live: bool
     order: tuple
@@ -136,7 +136,7 @@ class Tailer:
             return None
         known = self._unchanged.get((st.st_dev, st.st_ino))
         if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-            return Physical(cand.path, root, cand.live, cand.order, -1, st.st_dev, st.st_ino,
+            return Physical(ledger_name(cand.path), root, cand.live, cand.order, -1, st.st_dev, st.st_ino,
                             st.st_size, st.st_mtime_ns, known[2])
         try:
             fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -150,8 +150,8 @@ class Tailer:
         except OSError:
             os.close(fd)
             return None
-        return Physical(cand.path, root, cand.live, cand.order, fd, st.st_dev, st.st_ino, st.st_size,
-                        st.st_mtime_ns, fp)
+        return Physical(ledger_name(cand.path), root, cand.live, cand.order, fd, st.st_dev, st.st_ino,
+                        st.st_size, st.st_mtime_ns, fp)
 
     def _snapshot(self) -> list[Physical]:
         found = []
