@@ -116,3 +116,45 @@ def test_db_from_environment(tmp_path, oc_corpus):
     out = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], capture_output=True, text=True,
                          env=cli_env(db))
     assert json.loads(out.stdout)["sessions"] == 40
+
+
+def _one_line(out: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+    assert out.returncode == code, (out.returncode, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentledger: "), out.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [["usage"], ["sessions"], ["verify"], ["prune"], ["prune", "--dry-run"],
+                                  ["ingest", "."]])
+def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
+    db = tmp_path / "notdb.db"
+    db.write_text("garbage\n")
+    _one_line(run(*args, db=db), 2, "not a ledger", "--db")
+    assert db.read_text() == "garbage\n"
+
+
+def test_a_db_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "notdb.db").write_text("garbage\n")
+    _one_line(run("ingest", str(tmp_path), db=tmp_path / "notdb.db" / "x.db"), 2, "is a file", "--db")
+
+
+@pytest.mark.parametrize("name", ["run#2.db", "what?.db", "100%25.db"])
+def test_a_ledger_path_with_uri_characters_reads_back(tmp_path, oc_corpus, name):
+    db = tmp_path / name
+    assert run("ingest", str(oc_corpus), db=db).returncode == 0
+    out = run("usage", "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["sessions"] == 40
+
+
+def test_a_newer_ledger_says_to_upgrade(tmp_path):
+    import apsw
+
+    db = tmp_path / "new.db"
+    apsw.Connection(str(db)).execute("PRAGMA user_version = 99")
+    line = _one_line(run("usage", db=db), 2, "newer", "upgrade agentledger")
+    assert "ingest" not in line
+    _one_line(run("ingest", str(tmp_path), db=db), 2, "newer", "upgrade agentledger")

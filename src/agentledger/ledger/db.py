@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,8 +47,8 @@ def writer_lock(path: str | Path) -> int:
 
     Two tailers on one ledger would race on the same checkpoints, so a second one is refused
     at once rather than left to fail mid-batch."""
+    _make_parent(Path(path))
     lock = Path(f"{path}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -69,6 +70,18 @@ def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
     return found
 
 
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise LedgerError(f"cannot create a ledger at {path}: a part of its directory is a file; "
+                          "pass --db with a path in a directory") from None
+
+
+def _not_a_ledger(path: Path) -> LedgerError:
+    return LedgerError(f"{path} is not a ledger (not a SQLite database): pass --db with a ledger, or a new path")
+
+
 def _pragmas(conn: apsw.Connection) -> None:
     conn.setbusytimeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -78,12 +91,17 @@ def _pragmas(conn: apsw.Connection) -> None:
 def open_writer(path: str | Path) -> apsw.Connection:
     """Open (creating if needed) the ledger for writing and bring its schema up to date."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = apsw.Connection(str(path))
-    _pragmas(conn)
-    # Takes effect only on a new file, before its first table; older ledgers switch below.
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+    _make_parent(path)
+    try:
+        conn = apsw.Connection(str(path))
+        _pragmas(conn)
+        # Takes effect only on a new file, before its first table; older ledgers switch below.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+    except apsw.NotADBError:
+        raise _not_a_ledger(path) from None
+    except apsw.CantOpenError as exc:
+        raise LedgerError(f"cannot open {path} for writing ({exc}): pass --db with a file you can write") from None
     if mode != "wal":
         raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -116,18 +134,27 @@ def open_reader(path: str | Path) -> apsw.Connection:
     path = Path(path)
     if not path.exists():
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
+    # A URI, for mode=ro: a path's '#', '?' and '%' would otherwise end or escape its name.
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
     try:
-        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         _pragmas(conn)
         conn.execute("PRAGMA query_only = ON")
         version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    except apsw.NotADBError:
+        raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
         raise LedgerError(
             f"cannot read {path} ({exc}): run as a member of the ledger's group while the daemon is running, "
             "or as its owner"
         ) from None
     latest = len(migrations())
+    if version > latest:
+        conn.close()
+        raise LedgerError(f"{path}: schema version {version} is newer than this agentledger's ({latest}); "
+                          "upgrade agentledger to read it")
     if version != latest:
+        conn.close()
         raise LedgerError(
             f"{path}: schema version {version}, this agentledger expects {latest}; "
             "run `agentledger ingest` or `serve` once to migrate"
@@ -143,7 +170,8 @@ def migrate(conn: apsw.Connection) -> int:
     known = migrations()
     current = conn.execute("PRAGMA user_version").fetchall()[0][0]
     if current > len(known):
-        raise LedgerError(f"database schema version {current} is newer than this agentledger ({len(known)})")
+        raise LedgerError(f"database schema version {current} is newer than this agentledger's ({len(known)}): "
+                          "upgrade agentledger to write it")
     pending = known[current:]
     if not pending:
         return current
