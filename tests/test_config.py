@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,13 @@ def test_the_example_config_loads_and_shows_every_key():
     text = example.read_text()
     for key in _keys(Config):
         assert f"\n{key.rsplit('.', 1)[-1]} = " in text, key
+
+
+@pytest.mark.parametrize("command", [["usage"], ["ingest", "."], ["prune"]])
+@pytest.mark.parametrize("value, needle", [("", "db: is empty"), ("{tmp}", "is a directory")])
+def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value, needle):
+    env = {**os.environ, "AGENTLEDGER_DB": value.format(tmp=tmp_path)}
+    ran = subprocess.run([sys.executable, "-m", "agentledger", *command], capture_output=True, text=True,
+                         cwd=tmp_path, env=env)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1 and needle in ran.stderr and "(from $AGENTLEDGER_DB)" in ran.stderr

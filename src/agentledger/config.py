@@ -144,6 +144,20 @@ class Config(_Strict):
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
 
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db_given(cls, v: Any) -> Any:
+        if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
+            raise ValueError("is empty: give the ledger's file path, or leave it unset for the default")
+        return v
+
+    @field_validator("db")
+    @classmethod
+    def _db_file(cls, v: Path) -> Path:
+        if v.is_dir():
+            raise ValueError(f"{str(v)!r} is a directory: give a file path, e.g. {str(v / 'ledger.db')!r}")
+        return v
+
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
