@@ -48,6 +48,8 @@ def test_every_command_has_help():
     (["sessions", "--since", "yesterday"], "cannot read time"),
     (["sessions", "--limit", "0"], "--limit"),
     (["sessions", "--limit", "9223372036854775808"], "--limit"),  # past SQLite's integers
+    (["prune", "--older-than", "99999999999999999999"], "--older-than"),
+    (["prune", "--older-than", "99999999999", "--dry-run"], "--older-than"),
     (["ingest", "/does/not/exist"], "does not exist"),
     (["ingest", "--format", "nope", "."], "--format"),
     (["usage"], "no ledger at"),

@@ -19,7 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentledger.defaults import DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS
+from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
+                                 MAX_RAW_DAYS)
 
 ENV_PREFIX = "AGENTLEDGER_"
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -103,7 +104,7 @@ class HotConfig(_Strict):
 
 
 class RetentionConfig(_Strict):
-    raw_days: float = Field(default=DEFAULT_RAW_DAYS, ge=0)  # 0: keep raw rows for ever
+    raw_days: float = Field(default=DEFAULT_RAW_DAYS, ge=0, le=MAX_RAW_DAYS)  # 0: keep raw rows for ever
 
 
 class MetricsConfig(_Strict):

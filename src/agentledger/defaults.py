@@ -13,3 +13,5 @@ DEFAULT_MAX_LINE = 32 * 1024 * 1024  # bytes; a longer line is rejected without 
 DEFAULT_IDLE_S = 1800  # a log silent this long: its gateway restarted
 DEFAULT_GRACE_S = 600  # open longer than this past the last sign of life: interrupted
 DEFAULT_RAW_DAYS = 30  # raw rows older than this are pruned
+# Longer ages reach before 1970, where the ledger holds nothing; a bound keeps the horizon a date.
+MAX_RAW_DAYS = 36_500

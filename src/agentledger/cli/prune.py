@@ -9,7 +9,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.defaults import DEFAULT_RAW_DAYS
+from agentledger.defaults import DEFAULT_RAW_DAYS, MAX_RAW_DAYS
 from agentledger.ledger import retention
 from agentledger.ledger.db import LedgerBusy, LedgerError, open_reader, open_writer, writer_lock
 from agentledger.ledger.writer import now_ms
@@ -25,7 +25,7 @@ def _size(db: Path) -> int:
 
 
 @cli.command()
-@click.option("--older-than", "days", type=click.IntRange(min=1), default=DEFAULT_RAW_DAYS,
+@click.option("--older-than", "days", type=click.IntRange(1, MAX_RAW_DAYS), default=DEFAULT_RAW_DAYS,
               show_default=True, metavar="DAYS", help="Prune raw rows older than this many days.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be pruned; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
