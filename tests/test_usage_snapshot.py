@@ -86,3 +86,27 @@ def test_a_run_read_without_its_start_still_falls_back_on_its_snapshot(tmp_path,
         assert queries.usage(conn, queries.Window())["cost_usd"] == pytest.approx(0.75)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("window", [{}, {"since": T + 30_000}, {"until": T + 29_000}, {"agent": "main"},
+                                    {"since": T + 30_000, "until": T + 40_000}])
+def test_every_grouping_adds_up_to_usage(tmp_path, db, window):
+    logs = LogDir(tmp_path / "state")
+    logs.append(run(10, "R1", calls=[0.25, 0.5], snap=0.75) + run(30, "R2", calls=[], snap=2.0))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        w = queries.Window(**window)
+        want = queries.usage(conn, w)["cost_usd"]
+        for group_by in ("model", "provider", "agent", "day"):
+            rows = queries.costs(conn, w, group_by, "Asia/Tokyo")
+            assert sum(r["cost_usd"] for r in rows) == pytest.approx(want), group_by
+        assert sum(r["cost_usd"] for r in queries.daily_costs_by_model(conn, w)) == pytest.approx(want)
+        assert sum(r["cost_usd"] for r in queries.top(conn, w, "models")) == pytest.approx(want)
+        if "since" in window:  # only R2, which has no model calls: its snapshot's cost, under its model
+            assert queries.costs(conn, w, "model") == [{
+                "model": "m", "llm_calls": 0, "llm_errors": 0, "input_tokens": 0, "output_tokens": 0,
+                "cache_read_tokens": 0, "cache_write_tokens": 0, "total_tokens": 0, "cost_usd": 2.0,
+                "unpriced_calls": 0}]
+    finally:
+        conn.close()

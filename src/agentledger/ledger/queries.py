@@ -42,9 +42,13 @@ SNAPSHOT_OF_RUN = (
     f"AND NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id AND n.started_ms > {_RUN_BEGAN} "
     "AND n.started_ms <= u.ts_ms)"
 )
-# CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
+# Its model and provider are the run's, else those of the snapshot that gave the cost (SQLite takes a
+# bare column from the row max() picked). CROSS JOIN keeps SQLite walking from the (small) list of such
+# runs, never the snapshots.
 _SNAPSHOT_FALLBACK = f"""
-SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.started_ms, r.ended_ms) AS ts_ms, max(u.cost_pico) AS cost_pico
+SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
+       coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
+       max(u.cost_pico) AS cost_pico
 FROM runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id
 CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
 GROUP BY r.run_id
@@ -181,16 +185,24 @@ _TOOL_MEASURES = [
 ]
 
 
+def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str],
+                     session_ids: list[str] | None = None) -> dict[tuple, int]:
+    """Snapshot costs of runs without per-call costs, grouped by ``keys``: expressions over the
+    fallback's columns, which bear the names llm_calls gives the same things."""
+    params: list = []
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
+    if session_ids is not None:
+        cond += " AND session_id IN (SELECT value FROM json_each(?))"
+        params.append(_json_list(session_ids))
+    group = ", ".join(str(i + 1) for i in range(len(keys)))
+    rows = conn.execute(
+        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}", params)
+    return {tuple(row[:-1]): row[-1] or 0 for row in rows}
+
+
 def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | None = None) -> dict[str | None, int]:
     """Snapshot costs of runs without per-call costs, by session."""
-    params: list = []
-    cond = _between("f.ts_ms", w.since, w.until, params) + _agent("f.agent_id", w, params)
-    if session_ids is not None:
-        cond += " AND f.session_id IN (SELECT value FROM json_each(?))"
-        params.append(orjson.dumps(session_ids).decode())
-    rows = conn.execute(
-        f"SELECT f.session_id, sum(f.cost_pico) FROM ({_SNAPSHOT_FALLBACK}) AS f WHERE {cond} GROUP BY 1", params)
-    return {sid: cost or 0 for sid, cost in rows}
+    return {sid: cost for (sid,), cost in _fallback_groups(conn, w, ["session_id"], session_ids).items()}
 
 
 # How often a session was suspended, for how long in all before it came back, and since when it
@@ -319,6 +331,10 @@ def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], t
             key, vals = tuple(row[:width]), row[width:]
             acc = groups.get(key)
             groups[key] = list(vals) if acc is None else _add(acc, vals)
+    # Runs without model calls cost what their snapshot says, as in ``usage``: every grouping adds up to it.
+    cost_at = LLM_COLUMNS.index("cost_pico")
+    for key, cost in _fallback_groups(conn, w, [b for _, b in dims]).items():
+        groups.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
     return groups
 
 
