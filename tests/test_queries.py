@@ -292,3 +292,12 @@ def test_a_subagent_spawn_extends_its_parent_session_span(tmp_path):
     finally:
         conn.close()
     assert s["last_activity_at"] == "2026-09-21T14:13:29.000Z"
+
+
+@pytest.mark.parametrize("group_by", ["model", "provider", "agent", "session", "day"])
+def test_every_grouping_of_one_day_adds_up_to_that_day(corpus_db, oc_expected, group_by):
+    day = oc_expected["per_day"]["2026-10-02"]
+    rows = json.loads(_cli(corpus_db, "costs", "--json", "--group-by", group_by, "--since", "2026-10-02",
+                           "--until", "2026-10-02T23:59:59.999Z").stdout)
+    assert round(sum(r["cost_usd"] for r in rows) * 10**12) == pytest.approx(day["cost_pico_usd"], abs=len(rows))
+    assert sum(r["llm_calls"] for r in rows) == day["llm_calls"]

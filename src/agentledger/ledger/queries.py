@@ -285,10 +285,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     if group_by == "tool":
         return _tool_costs(conn, w)
     if group_by == "session":
-        rows = sessions(conn, Window(since=w.since, until=w.until, agent=w.agent))
-        out = [{"session_key": r["session_key"], "session_id": r["session_id"], "llm_calls": r["llm_calls"],
-                **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"]} for r in rows]
-        out.sort(key=lambda r: -r["cost_usd"])
+        out = [r for r in _session_costs(conn, w) if r["llm_calls"] or r["llm_errors"] or r["cost_usd"]]
+        out.sort(key=lambda r: (-r["cost_usd"], str(r["session_key"]), str(r["session_id"])))
         return out[: w.limit] if w.limit else out
     dims = {"model": ("model", "coalesce(model, '')"), "provider": ("provider", "coalesce(provider, '')"),
             "agent": ("agent_id", "coalesce(agent_id, '')"), "day": ("slot_ms", f"ts_ms - ts_ms % {_SLOT}")}
@@ -308,6 +306,30 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     else:
         out.sort(key=lambda r: (-r["cost_usd"], str(r[label])))
     return out[: w.limit] if w.limit else out
+
+
+def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
+    """Spend by session instance: its whole-life totals when nothing narrows the window, else what the
+    window's model calls and snapshot fallbacks add up to (no rollup is kept by session and time)."""
+    if w.since is None and w.until is None and w.agent is None:
+        return [{"session_key": r["session_key"], "session_id": r["session_id"], "llm_calls": r["llm_calls"],
+                 "llm_errors": r["llm_errors"], **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"]}
+                for r in sessions(conn, Window())]
+    params: list = []
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
+    groups = {sid: list(vals) for sid, *vals in conn.execute(
+        f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)}
+    cost_at = LLM_COLUMNS.index("cost_pico")
+    for sid, cost in _fallback_cost(conn, w).items():
+        groups.setdefault(sid, [0] * len(LLM_COLUMNS))[cost_at] += cost
+    keys = dict(conn.execute("SELECT session_id, session_key FROM sessions WHERE session_id IN "
+                             "(SELECT value FROM json_each(?))", (_json_list(groups),)))
+    out = []
+    for sid, vals in groups.items():
+        llm = _llm_dict(vals)
+        out.append({"session_key": keys.get(sid), "session_id": sid, "llm_calls": llm["llm_calls"],
+                    "llm_errors": llm["llm_errors"], **{k: llm[k] for k in _TOKEN_KEYS}, "cost_usd": llm["cost_usd"]})
+    return out
 
 
 def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], tz: str,
