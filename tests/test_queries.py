@@ -301,3 +301,27 @@ def test_every_grouping_of_one_day_adds_up_to_that_day(corpus_db, oc_expected, g
                            "--until", "2026-10-02T23:59:59.999Z").stdout)
     assert round(sum(r["cost_usd"] for r in rows) * 10**12) == pytest.approx(day["cost_pico_usd"], abs=len(rows))
     assert sum(r["llm_calls"] for r in rows) == day["llm_calls"]
+
+
+@pytest.mark.parametrize("command", [["session", "agent:main:main"], ["run", "x"], ["tree", "agent:main:main"]])
+@pytest.mark.parametrize("flag", [["--since", "1d"], ["--until", "1d"], ["--agent", "main"], ["--limit", "1"],
+                                  ["--csv"]])
+def test_one_session_or_run_refuses_flags_it_would_ignore(corpus_db, command, flag):
+    out = _cli(corpus_db, *command, *flag)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and f"No such option '{flag[0]}'" in out.stderr
+
+
+def test_timeline_keeps_to_its_window(corpus_db):
+    every = json.loads(_cli(corpus_db, "timeline", "agent:main:main", "--json").stdout)
+    day = json.loads(_cli(corpus_db, "timeline", "agent:main:main", "--json", "--since", "2026-10-02",
+                          "--until", "2026-10-02T23:59:59.999Z").stdout)
+    assert day == [i for i in every if i["at"] and "2026-10-02" <= i["at"] < "2026-10-03"]
+    assert 0 < len(day) < len(every)
+    out = _cli(corpus_db, "timeline", "agent:main:main", "--agent", "main")
+    assert out.returncode == 2 and "No such option '--agent'" in out.stderr
+
+
+def test_live_sessions_refuse_a_window(corpus_db):
+    out = _cli(corpus_db, "sessions", "--live", "--since", "1d", "--url", "http://127.0.0.1:9")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--since/--until" in out.stderr

@@ -26,32 +26,39 @@ def _time(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def query_options(default_limit: int | None):
-    """--json, --since, --until, --agent, --limit: the same on every query command."""
+def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True):
+    """--json, --csv, --since/--until, --agent and --limit, the same on every query command that can apply
+    them; a command about ``one`` session or run takes --json only. A flag a command would ignore is not
+    offered, so giving it is an error rather than a surprise."""
+    options = [click.option("--json", "fmt", flag_value="json", help="Print JSON (stable keys) instead of a table.")]
+    if not one:
+        options += [
+            click.option("--csv", "fmt", flag_value="csv", help="Print CSV with a header row."),
+            click.option("--since", callback=_time, metavar="TIME",
+                         help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
+            click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms."),
+            *([click.option("--agent", metavar="ID", help="Only this agent id.")] if agent else []),
+            click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
+                         show_default=True, help="At most this many rows."),
+        ]
 
     def decorate(fn):
-        @click.option("--json", "fmt", flag_value="json", help="Print JSON (stable keys) instead of a table.")
-        @click.option("--csv", "fmt", flag_value="csv", help="Print CSV with a header row.")
-        @click.option("--since", callback=_time, metavar="TIME",
-                      help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m.")
-        @click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms.")
-        @click.option("--agent", metavar="ID", help="Only this agent id.")
-        @click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
-                      show_default=True, help="At most this many rows.")
         @click.pass_obj
         @functools.wraps(fn)
-        def wrapper(obj, fmt, since, until, agent, limit, **kwargs):
+        def wrapper(obj, fmt=None, since=None, until=None, agent=None, limit=None, **kwargs):
             if since is not None and until is not None and since > until:
                 raise click.BadParameter("--since is after --until", param_hint="--since")
+            w = queries.Window(since=since, until=until, agent=agent, limit=limit)
             if kwargs.get("live"):  # answered by the running daemon, not the database
-                return fn(None, queries.Window(since=since, until=until, agent=agent, limit=limit), fmt, **kwargs)
+                return fn(None, w, fmt, **kwargs)
             conn = open_reader(obj.db)
             try:
-                w = queries.Window(since=since, until=until, agent=agent, limit=limit)
                 return fn(conn, w, fmt, **kwargs)
             finally:
                 conn.close()
 
+        for option in reversed(options):
+            wrapper = option(wrapper)
         return wrapper
 
     return decorate
@@ -89,6 +96,9 @@ def _live_sessions(url: str, w: queries.Window) -> list[dict]:
 def sessions(conn, w, fmt, live, url):
     """Sessions with their runs, calls, tokens and cost, most recent first."""
     if live:
+        if w.since is not None or w.until is not None:
+            raise click.BadParameter("the daemon's views are of now: drop --since/--until, or --live",
+                                     param_hint="--live")
         obj = click.get_current_context().obj
         url = url or os.environ.get("AGENTLEDGER_URL") or f"http://{obj.config.listen}"
         _emit_rows(_live_sessions(url, w), fmt, "no live sessions", [
@@ -244,8 +254,6 @@ def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, l
     if fmt == "json":
         emit_json(detail)
         return
-    if fmt == "csv":
-        raise click.UsageError("--csv needs a list; use --json for this command")
     emit_pairs(summary)
     for key, title, columns in sections:
         rows = detail[key]
@@ -255,7 +263,7 @@ def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, l
 
 
 @cli.command()
-@query_options(default_limit=None)
+@query_options(default_limit=None, one=True)
 @click.argument("key")
 def session(conn, w, fmt, key):
     """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
@@ -286,7 +294,7 @@ def runs_cmd(conn, w, fmt):
 
 
 @cli.command()
-@query_options(default_limit=None)
+@query_options(default_limit=None, one=True)
 @click.argument("run_id")
 def run(conn, w, fmt, run_id):
     """One run: status, reported usage, its tool calls and its model calls."""
@@ -311,7 +319,7 @@ def tools_cmd(conn, w, fmt, name, errors_only):
 
 
 @cli.command()
-@query_options(default_limit=None)
+@query_options(default_limit=None, agent=False)
 @click.option("--kinds", metavar="K1,K2", help=f"Only these kinds: {', '.join(queries.TIMELINE_KINDS)}.")
 @click.argument("key")
 def timeline(conn, w, fmt, kinds, key):
@@ -321,8 +329,8 @@ def timeline(conn, w, fmt, kinds, key):
     if bad:
         raise click.BadParameter(f"unknown kind {bad[0]!r}: choose from {', '.join(queries.TIMELINE_KINDS)}",
                                  param_hint="--kinds")
-    items = queries.timeline(conn, key, wanted)
-    _emit_rows(items[: w.limit] if w.limit else items, fmt, "nothing happened in this session",
+    items = queries.timeline(conn, key, wanted, w)
+    _emit_rows(items[: w.limit] if w.limit else items, fmt, "nothing happened in this session in this window",
                [("at", "at"), ("kind", "kind"), ("what", "what"), ("cost_usd", "cost $")])
 
 
@@ -345,7 +353,7 @@ def _tree_lines(node: dict, depth: int = 0) -> list[str]:
 
 
 @cli.command()
-@query_options(default_limit=None)
+@query_options(default_limit=None, one=True)
 @click.argument("key")
 def tree(conn, w, fmt, key):
     """A session and its subagents, recursively, with each node's own and cumulative cost."""

@@ -778,8 +778,8 @@ def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> 
 TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent", "session")
 
 
-def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) -> list[dict]:
-    """Everything that happened in a session, in time order."""
+def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w: Window = Window()) -> list[dict]:
+    """Everything that happened in a session within [w.since, w.until], in time order."""
     detail = session_detail(conn, key)
     want = set(kinds or TIMELINE_KINDS)
     items = []
@@ -809,6 +809,10 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None) ->
                           "cost_usd": s["cost_usd"]})
     if "session" in want:
         items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
+    if w.since is not None or w.until is not None:
+        # Every time here is ISO 8601 UTC to the millisecond, years 1970 to 9999: text order is time order.
+        lo, hi = iso(w.since) or "", iso(w.until) or "~"
+        items = [i for i in items if i["at"] is not None and lo <= i["at"] <= hi]
     items.sort(key=lambda i: i["at"] or "")
     return items
 
