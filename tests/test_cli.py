@@ -160,3 +160,35 @@ def test_a_newer_ledger_says_to_upgrade(tmp_path):
     line = _one_line(run("usage", db=db), 2, "newer", "upgrade agentledger")
     assert "ingest" not in line
     _one_line(run("ingest", str(tmp_path), db=db), 2, "newer", "upgrade agentledger")
+
+
+def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):
+    import csv
+    import http.server
+    import threading
+
+    view = {"session_key": "agent:main:main", "cost_usd": 1.5, "tags": ["a", "b"],
+            "family": {"cost_usd": 2.5, "tool_calls": 3}}
+
+    class Hot(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps([view]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hot)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = run("sessions", "--live", "--csv", "--url", f"http://127.0.0.1:{server.server_port}",
+                  db=tmp_path / "l.db")
+    finally:
+        server.shutdown()
+    assert out.returncode == 0, out.stderr
+    (row,) = csv.DictReader(out.stdout.splitlines())
+    assert row == {"session_key": "agent:main:main", "cost_usd": "1.5", "tags": '["a","b"]',
+                   "family_cost_usd": "2.5", "family_tool_calls": "3"}

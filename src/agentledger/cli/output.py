@@ -10,12 +10,28 @@ import click
 import orjson
 
 
+def _flat(row: dict, prefix: str = "") -> dict:
+    """One cell holds one value: a nested object becomes columns named by its path (``family_cost_usd``),
+    a list its JSON text."""
+    out: dict = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}_"))
+        elif isinstance(value, (list, tuple)):
+            out[prefix + key] = orjson.dumps(value).decode()
+        else:
+            out[prefix + key] = value
+    return out
+
+
 def emit_csv(rows: list[dict]) -> None:
     out = io.StringIO()
     if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        flat = [_flat(row) for row in rows]
+        writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(k for row in flat for k in row)),
+                                lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(flat)
     click.echo(out.getvalue(), nl=False)
 
 
