@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import orjson
 import pytest
 from conftest import ingest
@@ -110,3 +113,24 @@ def test_every_grouping_adds_up_to_usage(tmp_path, db, window):
                 "unpriced_calls": 0}]
     finally:
         conn.close()
+
+
+def test_a_session_known_only_by_its_id(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    lines = [orjson.loads(line) for line in
+             (run(10, "R1", calls=[0.25], snap=0.25) + run(30, "R2", calls=[], snap=2.0)).splitlines()]
+    logs.append(b"".join(orjson.dumps({k: v for k, v in line.items() if k != "sessionKey"}) + b"\n"
+                         for line in lines))
+    ingest(db, logs.root)
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    detail = orjson.loads(cli("session", "S", "--json"))
+    assert detail["session_key"] is None and detail["cost_usd"] == pytest.approx(2.25)
+    assert cli("session", "S").splitlines()[0].split() == ["session", "S"]
+    node = orjson.loads(cli("tree", "S", "--json"))
+    assert node["own_cost_usd"] == pytest.approx(2.25) and node["cumulative_cost_usd"] == pytest.approx(2.25)

@@ -282,8 +282,8 @@ def session(conn, w, fmt, key):
         ("compactions", "compactions", [("at", "at"), ("messages_before", "msgs before"),
                                         ("messages_after", "msgs after"), ("tokens_before", "tokens before"),
                                         ("tokens_after", "tokens after"), ("compaction_ratio", "ratio")]),
-    ], [("session", d["session_key"]), ("agent", first["agent_id"]), ("cost $", d["cost_usd"]),
-        ("with subagents $", d["family_cost_usd"])])
+    ], [("session", d["session_key"] or first["session_id"]), ("agent", first["agent_id"]),
+        ("cost $", d["cost_usd"]), ("with subagents $", d["family_cost_usd"])])
 
 
 @cli.command(name="runs")

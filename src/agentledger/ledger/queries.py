@@ -557,8 +557,11 @@ def _session_ids(conn: apsw.Connection, key: str) -> list[str]:
 
 
 def _own_cost(conn: apsw.Connection, session_key: str) -> int:
-    """Spend of every instance of a session key, snapshot fallbacks included."""
-    ids = [r[0] for r in conn.execute("SELECT session_id FROM sessions WHERE session_key = ?", (session_key,))]
+    """Spend of every instance of a session key (or of the session with that id, when it has no key),
+    snapshot fallbacks included."""
+    ids = [r[0] for r in conn.execute(
+        "SELECT session_id FROM sessions WHERE session_key = ?1 OR (session_key IS NULL AND session_id = ?1)",
+        (session_key,))]
     if not ids:
         return 0
     cost = conn.execute("SELECT coalesce(sum(cost_pico), 0) FROM session_totals WHERE session_id IN "
@@ -589,7 +592,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     compactions = _compactions(conn, ids, keys)
     own = sum(s["cost_usd"] for s in instances)
     family = own + sum(_family_cost(conn, c["child_session_key"], set()) for c in children) / PICO_PER_USD
-    return {"session_key": keys[0] if len(keys) == 1 else keys, "instances": instances,
+    return {"session_key": keys[0] if keys else None, "instances": instances,
             "cost_usd": round(own, 12), "family_cost_usd": round(family, 12), "cost_by_model": by_model,
             "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
 
