@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentledger.config import Config, ConfigError, load, to_toml
 
@@ -149,3 +151,22 @@ def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value,
                          cwd=tmp_path, env=env)
     assert ran.returncode == 2
     assert ran.stderr.count("\n") == 1 and needle in ran.stderr and "(from $AGENTLEDGER_DB)" in ran.stderr
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text())
+def test_show_loads_back_any_text(tmp_path, text):
+    cfg = Config(db=Path("/nonexistent") / f"l{text}.db",
+                 gates=[{"name": text or "g", "scope": "session", "metric": "tokens", "limit": 1}])
+    path = tmp_path / "shown.toml"
+    path.write_text(to_toml(cfg), encoding="utf-8")
+    assert load(path, env={}) == cfg
+
+
+def test_show_of_a_path_beyond_the_bmp_loads_back(tmp_path):
+    env = {**os.environ, "AGENTLEDGER_DB": str(tmp_path / "🦀 ledger.db")}
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "config", "show"], capture_output=True,
+                           env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (tmp_path / "again.toml").write_bytes(shown.stdout)
+    assert load(tmp_path / "again.toml", env={}).db == tmp_path / "🦀 ledger.db"

@@ -284,7 +284,15 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+    return _toml_string(str(value))
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string. Not json.dumps: it writes a character beyond U+FFFF as a surrogate pair of
+    escapes, which TOML forbids, and leaves DEL bare, which TOML wants escaped."""
+    escaped = "".join("\\" + c if c in '"\\' else f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c
+                      for c in text)
+    return f'"{escaped}"'
 
 
 def to_toml(config: Config) -> str:
