@@ -53,6 +53,11 @@ def test_every_command_has_help():
     (["ingest", "/does/not/exist"], "does not exist"),
     (["ingest", "--format", "nope", "."], "--format"),
     (["usage"], "no ledger at"),
+    (["top"], "Choose from: runs, tools, models, sessions"),
+    (["costs", "--tz", "Mars/Olympus"], "--tz"),
+    (["costs", "--tz", "Mars/Olympus", "--group-by", "day"], "--tz"),
+    (["sessions", "--live", "--url", "notaurl"], "--url"),
+    (["watch", "--once", "--url", "notaurl"], "--url"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")

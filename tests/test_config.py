@@ -75,7 +75,8 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
      "gates[0].scope: must be one of 'session', 'session-family', 'agent-day' or 'global-day' (from {file})"),
     ('[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = -1\n', {},
      "gates[0].limit: must be greater than 0 (from {file})"),
-    ("colour = 1\n", {}, "colour: unknown key (see `agentledger config show` for the keys there are) (from {file})"),
+    ("colour = 1\n", {}, "colour: unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are) "
+                       "(from {file})"),
     ("", {"AGENTLEDGER_GRACE_S": "soon"}, "grace_s: must be a valid number, unable to parse string as a number "
                                           "(from $AGENTLEDGER_GRACE_S)"),
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
@@ -170,3 +171,17 @@ def test_show_of_a_path_beyond_the_bmp_loads_back(tmp_path):
     assert shown.returncode == 0, shown.stderr
     (tmp_path / "again.toml").write_bytes(shown.stdout)
     assert load(tmp_path / "again.toml", env={}).db == tmp_path / "🦀 ledger.db"
+
+
+def test_the_fix_an_unknown_key_names_works(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("colour = 1\n")
+    env = {**os.environ, "AGENTLEDGER_CONFIG": str(path)}
+    failed = subprocess.run([sys.executable, "-m", "agentledger", "config", "show"], capture_output=True,
+                            text=True, env=env)
+    assert failed.returncode == 2
+    fix = failed.stderr.split("`")[1].split()
+    assert fix[0] == "agentledger"
+    shown = subprocess.run([sys.executable, "-m", "agentledger", *fix[1:]], capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "\n[hot]\n" in shown.stdout

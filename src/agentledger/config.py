@@ -236,7 +236,8 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
     origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
     message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     if error["type"] == "extra_forbidden":
-        message = "unknown key (see `agentledger config show` for the keys there are)"
+        # Not `config show` alone: it reads this same file and stops at this same key.
+        message = "unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are)"
     elif error["type"] == "literal_error":
         message = message.replace("must be", "must be one of", 1)
     where = f" (from {origin})" if origin else ""

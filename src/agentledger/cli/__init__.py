@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -39,8 +40,24 @@ class Context:
 
 
 def _fail(message: str, code: int = 2) -> None:
+    # Click lays some messages out on several lines ("Choose from:\n\truns,..."): an error is one line.
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     click.echo(f"agentledger: {message}", err=True)
     sys.exit(code)
+
+
+def daemon_url(flag: str | None, config: Config) -> str:
+    """The running daemon: --url, else $AGENTLEDGER_URL, else the config's listen address."""
+    import urllib.parse
+
+    env = os.environ.get("AGENTLEDGER_URL")
+    url, origin = (flag, "--url") if flag else (env, "$AGENTLEDGER_URL") if env else (None, None)
+    if url is None:
+        return f"http://{config.listen}"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as http://{config.listen}")
+    return url
 
 
 def main(args: list[str] | None = None) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import click
 import orjson
 
 from agentledger import display
-from agentledger.cli import cli
+from agentledger.cli import cli, daemon_url
 from agentledger.cli.output import emit_csv, emit_json, emit_pairs, emit_table
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
@@ -24,6 +23,14 @@ def _time(ctx, param, value):
         return parse_time(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _zone(ctx, param, value):
+    try:
+        queries.zone(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 
 def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True):
@@ -99,8 +106,7 @@ def sessions(conn, w, fmt, live, url):
         if w.since is not None or w.until is not None:
             raise click.BadParameter("the daemon's views are of now: drop --since/--until, or --live",
                                      param_hint="--live")
-        obj = click.get_current_context().obj
-        url = url or os.environ.get("AGENTLEDGER_URL") or f"http://{obj.config.listen}"
+        url = daemon_url(url, click.get_current_context().obj.config)
         _emit_rows(_live_sessions(url, w), fmt, "no live sessions", [
             ("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
             ("last_activity_at", "last activity"), ("current_run", "run"), ("llm_calls", "llm"),
@@ -152,7 +158,7 @@ def usage(conn, w, fmt, chart):
 @query_options(default_limit=None)
 @click.option("--group-by", "group_by", type=click.Choice(queries.GROUP_BY), default="model", show_default=True,
               help="What to group spend by.")
-@click.option("--tz", default="UTC", show_default=True, metavar="ZONE",
+@click.option("--tz", default="UTC", show_default=True, metavar="ZONE", callback=_zone,
               help="Time zone that days are counted in (IANA name, e.g. Europe/Berlin).")
 @click.option("--latency", is_flag=True,
               help="With --group-by model: add p50/p95/p99 call duration (reads every call in the window).")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from agentledger.cli import cli
+from agentledger.cli import cli, daemon_url
 
 
 @cli.command()
@@ -25,6 +23,4 @@ def watch(obj, url: str | None, interval: float, n_sessions: int, once: bool) ->
     Press q or Ctrl-C to quit."""
     from agentledger.cli import live_view
 
-    config = obj.config
-    live_view.run(config, url or os.environ.get("AGENTLEDGER_URL") or f"http://{config.listen}", interval,
-                  n_sessions, once)
+    live_view.run(obj.config, daemon_url(url, obj.config), interval, n_sessions, once)

@@ -336,7 +336,7 @@ def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], t
                 by_day: bool) -> dict[tuple, list[int]]:
     """LLM sums over a window grouped by ``dims`` (each a rollup column and the same from the rows);
     ``by_day`` groups by slot first: local days in another zone do not line up with UTC days."""
-    days = not by_day or _zone(tz) is dt.timezone.utc
+    days = not by_day or zone(tz) is dt.timezone.utc
     groups: dict[tuple, list[int]] = {}
     width = len(dims)
     keys = ", ".join(str(i + 1) for i in range(width))
@@ -400,16 +400,16 @@ def _durations(conn: apsw.Connection, w: Window, table: str, name: str, time: st
 
 def _by_local_day(groups: dict[tuple, list[int]], tz: str) -> dict[tuple, list[int]]:
     """Groups keyed (slot, ...) summed into groups keyed (local day, ...)."""
-    zone = _zone(tz)
+    local = zone(tz)
     days: dict = {}
     for (slot_ms, *rest), vals in groups.items():
-        key = (dt.datetime.fromtimestamp(slot_ms / 1000, tz=zone).date().isoformat(), *rest)
+        key = (dt.datetime.fromtimestamp(slot_ms / 1000, tz=local).date().isoformat(), *rest)
         acc = days.get(key)
         days[key] = list(vals) if acc is None else _add(acc, vals)
     return days
 
 
-def _zone(tz: str) -> dt.tzinfo:
+def zone(tz: str) -> dt.tzinfo:
     if tz.upper() == "UTC":
         return dt.timezone.utc
     try:
