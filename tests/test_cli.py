@@ -197,3 +197,13 @@ def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):
     (row,) = csv.DictReader(out.stdout.splitlines())
     assert row == {"session_key": "agent:main:main", "cost_usd": "1.5", "tags": '["a","b"]',
                    "family_cost_usd": "2.5", "family_tool_calls": "3"}
+
+
+@pytest.mark.parametrize("command", ["usage", "costs"])
+@pytest.mark.parametrize("fmt", ["--json", "--csv"])
+def test_a_chart_with_json_or_csv_is_refused_before_printing(tmp_path, oc_corpus, command, fmt):
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    out = run(command, "--chart", fmt, db=db)
+    assert out.stdout == ""
+    _one_line(out, 2, "--chart")

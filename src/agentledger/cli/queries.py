@@ -135,6 +135,7 @@ def _charting(chart: bool, fmt: str | None) -> bool:
 @_chart_option
 def usage(conn, w, fmt, chart):
     """Totals: sessions, runs, calls, tokens and cost over the window; --chart adds tokens per day."""
+    charting = _charting(chart, fmt)  # refused before anything is printed, not after
     row = queries.usage(conn, w)
     if fmt == "json":
         emit_json(row)
@@ -142,7 +143,7 @@ def usage(conn, w, fmt, chart):
         emit_csv([row])
     else:
         emit_pairs([(k.replace("_", " "), v) for k, v in row.items()])
-    if _charting(chart, fmt):
+    if charting:
         from agentledger.cli import charts  # rich only when drawing
 
         days = {r["day"]: r for r in queries.costs(conn, w, "day")}
