@@ -325,3 +325,12 @@ def test_timeline_keeps_to_its_window(corpus_db):
 def test_live_sessions_refuse_a_window(corpus_db):
     out = _cli(corpus_db, "sessions", "--live", "--since", "1d", "--url", "http://127.0.0.1:9")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--since/--until" in out.stderr
+
+
+def test_costs_total_is_the_window_s_whatever_the_limit(corpus_db):
+    want = json.loads(_cli(corpus_db, "usage", "--json").stdout)["cost_usd"]
+    for group_by in ("model", "session", "day"):
+        lines = _cli(corpus_db, "costs", "--group-by", group_by, "--limit", "2").stdout.splitlines()
+        assert len(lines) == 4 and lines[-1].startswith("TOTAL of all ")
+        assert float(lines[-1].split()[-1]) == pytest.approx(want, abs=5e-5)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 
@@ -167,9 +168,10 @@ def usage(conn, w, fmt, chart):
 def costs(conn, w, fmt, group_by, tz, latency, chart):
     """Spend grouped by model, provider, agent, session, day or tool, with a grand total;
     --chart draws it (days stacked by model)."""
-    rows = queries.costs(conn, w, group_by, tz)
+    every = queries.costs(conn, dataclasses.replace(w, limit=None), group_by, tz)
+    rows = every[: w.limit] if w.limit else every
     if _charting(chart, fmt):
-        _costs_chart(conn, w, rows, group_by, tz)
+        _costs_chart(conn, w, rows, every, group_by, tz)
         return
     if latency:
         if group_by != "model":
@@ -190,15 +192,16 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
         emit_table(rows, [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("duration_s", "time s")])
         return
     label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
-    total = {label: "TOTAL", "llm_calls": sum(r["llm_calls"] for r in rows),
-             "total_tokens": sum(r["total_tokens"] for r in rows),
-             "cost_usd": round(sum(r["cost_usd"] for r in rows), 12)}
+    # The window's grand total, whatever --limit shows of it.
+    total = {label: "TOTAL" if len(rows) == len(every) else f"TOTAL of all {len(every)}",
+             "llm_calls": sum(r["llm_calls"] for r in every), "total_tokens": sum(r["total_tokens"] for r in every),
+             "cost_usd": round(sum(r["cost_usd"] for r in every), 12)}
     latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
     emit_table(rows + [total], [(label, group_by), ("llm_calls", "llm calls"), ("total_tokens", "tokens"),
                                 ("cost_usd", "cost $")] + latency_columns)
 
 
-def _costs_chart(conn, w, rows: list[dict], group_by: str, tz: str) -> None:
+def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz: str) -> None:
     from agentledger.cli import charts  # rich only when drawing
 
     if not rows:
@@ -208,7 +211,7 @@ def _costs_chart(conn, w, rows: list[dict], group_by: str, tz: str) -> None:
         charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
                            for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
         return
-    total = display.usd(round(sum(r["cost_usd"] for r in rows), 12))
+    total = display.usd(round(sum(r["cost_usd"] for r in every), 12))
     if group_by == "day":
         by_day: dict[str, list] = {}
         for r in queries.daily_costs_by_model(conn, w, tz):
