@@ -334,3 +334,16 @@ def test_costs_total_is_the_window_s_whatever_the_limit(corpus_db):
         assert len(lines) == 4 and lines[-1].startswith("TOTAL of all ")
         assert float(lines[-1].split()[-1]) == pytest.approx(want, abs=5e-5)
 
+
+@pytest.mark.parametrize("args, code, say", [
+    (["session", b"\xff"], 1, "agentledger: no session"), (["run", b"\xff"], 1, "agentledger: no run"),
+    (["tree", b"\xff"], 1, "agentledger: no session"), (["timeline", b"\xff"], 1, "agentledger: no session"),
+    (["events", "--kind", b"\xff"], 0, "no events match"), (["sessions", "--agent", b"\xff"], 0, "no sessions match"),
+    (["files", "--path", b"\xff"], 0, "no tool calls touched"),
+])
+def test_an_argument_that_is_not_utf8_finds_nothing(corpus_db, args, code, say):
+    out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(corpus_db), *args], capture_output=True,
+                         timeout=60)
+    assert out.returncode == code, out.stderr
+    text = (out.stderr if code else out.stdout).decode()
+    assert text.count("\n") == 1 and text.startswith(say)

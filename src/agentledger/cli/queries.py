@@ -26,6 +26,20 @@ def _time(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+class _Text(click.ParamType):
+    """A name or filter as typed. Bytes that are not UTF-8 reach Python as surrogate escapes, which SQLite
+    cannot take; they are read as U+FFFD instead. The ledger holds UTF-8 text only, so such a name finds
+    nothing, as any unknown name does."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+TEXT = _Text()
+
+
 def _zone(ctx, param, value):
     try:
         queries.zone(value)
@@ -45,7 +59,7 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
             click.option("--since", callback=_time, metavar="TIME",
                          help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
             click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms."),
-            *([click.option("--agent", metavar="ID", help="Only this agent id.")] if agent else []),
+            *([click.option("--agent", type=TEXT, metavar="ID", help="Only this agent id.")] if agent else []),
             click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
                          show_default=True, help="At most this many rows."),
         ]
@@ -274,7 +288,7 @@ def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, l
 
 @cli.command()
 @query_options(default_limit=None, one=True)
-@click.argument("key")
+@click.argument("key", type=TEXT)
 def session(conn, w, fmt, key):
     """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
     d = queries.session_detail(conn, key)
@@ -305,7 +319,7 @@ def runs_cmd(conn, w, fmt):
 
 @cli.command()
 @query_options(default_limit=None, one=True)
-@click.argument("run_id")
+@click.argument("run_id", type=TEXT)
 def run(conn, w, fmt, run_id):
     """One run: status, reported usage, its tool calls and its model calls."""
     d = queries.run_detail(conn, run_id)
@@ -319,7 +333,7 @@ def run(conn, w, fmt, run_id):
 
 @cli.command(name="tools")
 @query_options(default_limit=None)
-@click.option("--name", metavar="TOOL", help="Only this tool.")
+@click.option("--name", type=TEXT, metavar="TOOL", help="Only this tool.")
 @click.option("--errors-only", is_flag=True, help="Only tools that failed at least once.")
 def tools_cmd(conn, w, fmt, name, errors_only):
     """Tool calls by tool: calls, errors, error rate, duration percentiles."""
@@ -331,7 +345,7 @@ def tools_cmd(conn, w, fmt, name, errors_only):
 @cli.command()
 @query_options(default_limit=None, agent=False)
 @click.option("--kinds", metavar="K1,K2", help=f"Only these kinds: {', '.join(queries.TIMELINE_KINDS)}.")
-@click.argument("key")
+@click.argument("key", type=TEXT)
 def timeline(conn, w, fmt, kinds, key):
     """Everything that happened in one session, in time order."""
     wanted = [k.strip() for k in kinds.split(",")] if kinds else None
@@ -364,7 +378,7 @@ def _tree_lines(node: dict, depth: int = 0) -> list[str]:
 
 @cli.command()
 @query_options(default_limit=None, one=True)
-@click.argument("key")
+@click.argument("key", type=TEXT)
 def tree(conn, w, fmt, key):
     """A session and its subagents, recursively, with each node's own and cumulative cost."""
     root = queries.tree(conn, key)
@@ -398,7 +412,8 @@ def top(conn, w, fmt, what):
 
 @cli.command(name="events")
 @query_options(default_limit=100)
-@click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only this event kind (repeatable).")
+@click.option("--kind", "kinds", type=TEXT, multiple=True, metavar="KIND",
+              help="Only this event kind (repeatable).")
 def events_cmd(conn, w, fmt, kinds):
     """Raw events as indexed, most recent first, with the file and offset they came from."""
     _emit_rows(queries.events(conn, w, kinds=list(kinds)), fmt, "no events match",
@@ -407,7 +422,7 @@ def events_cmd(conn, w, fmt, kinds):
 
 @cli.command(name="files")
 @query_options(default_limit=100)
-@click.option("--path", "path_glob", metavar="GLOB", help="Only paths matching this glob (* and ?).")
+@click.option("--path", "path_glob", type=TEXT, metavar="GLOB", help="Only paths matching this glob (* and ?).")
 def files_cmd(conn, w, fmt, path_glob):
     """Tool calls that touched a file, most recent first."""
     _emit_rows(queries.files(conn, w, path_glob=path_glob), fmt, "no tool calls touched a matching file",
