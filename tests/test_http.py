@@ -109,7 +109,11 @@ def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(served.url + path, timeout=10)
             assert (err.value.code, err.value.read().decode()) == (500, body)
-        failed = [json.loads(line) for line in served.stderr if '"level":"error"' in line]
+        def logged() -> list[dict]:
+            return [json.loads(line) for line in served.stderr if '"level":"error"' in line]
+
+        # An answer may reach the client before its log line reaches the collector.
+        failed = wait_for(lambda: len(logged()) >= 3 and logged(), what="three tracebacks logged")
         assert [f["msg"] for f in failed] == ["GET /v1/usage failed", "GET /ui failed", "GET /metrics failed"]
         assert all("no such table: usage_days" in f["exc"] for f in failed)
         assert "Exception occurred during processing of request" not in served.log()  # the stdlib's dropped one
