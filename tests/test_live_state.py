@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from zoneinfo import ZoneInfo
 
 from logwriter import LogDir, event, llm_call
@@ -17,21 +18,31 @@ from agentledger.ledger.writer import LedgerWriter
 KEY = "agent:main:s1"
 
 
-def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
-    logs = LogDir(tmp_path / "logs")
-    logs.append(llm_call(1))
+@contextmanager
+def _following(tmp_path, logs: LogDir):
+    """The daemon's wiring: a pipeline whose commits refresh the hot views gates read."""
     conn = open_writer(tmp_path / "ledger.db")
     readers = ReaderPool(tmp_path / "ledger.db")
     hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
     live = LiveState(conn, hot, GateKeeper((), hot, readers, ZoneInfo("UTC")))
     pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]),
                         after_commit=lambda result: live.committed(result.sessions, result.position))
-
-    def calls() -> int:
-        with readers.connection() as reader:
-            return hot.lookup(reader, KEY).own.llm_calls
-
     try:
+        yield pipeline, live, hot, readers
+    finally:
+        hot.close()
+        readers.close()
+        conn.close()
+
+
+def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    with _following(tmp_path, logs) as (pipeline, live, hot, readers):
+        def calls() -> int:
+            with readers.connection() as reader:
+                return hot.lookup(reader, KEY).own.llm_calls
+
         pipeline.run_once()  # a first catch-up pass; a gate asks about the session in between
         assert calls() == 1
         logs.append(llm_call(2))
@@ -42,10 +53,6 @@ def test_a_view_looked_up_during_catch_up_is_not_left_behind(tmp_path):
         logs.append(llm_call(3))
         pipeline.run_once()  # following: refreshed after the commit
         assert calls() == 3
-    finally:
-        hot.close()
-        readers.close()
-        conn.close()
 
 
 def test_a_view_read_again_unchanged_is_not_written_again(tmp_path):
@@ -88,18 +95,11 @@ def test_a_view_asked_for_by_session_id_follows_the_ledger(tmp_path):
     logs = LogDir(tmp_path / "logs")
     logs.append(llm_call(1))
     logs.append(event(2, "subagent.spawn", {"childSessionKey": "agent:main:subagent:c1"}))
-    conn = open_writer(tmp_path / "ledger.db")
-    readers = ReaderPool(tmp_path / "ledger.db")
-    hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
-    live = LiveState(conn, hot, GateKeeper((), hot, readers, ZoneInfo("UTC")))
-    pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]),
-                        after_commit=lambda result: live.committed(result.sessions, result.position))
+    with _following(tmp_path, logs) as (pipeline, live, hot, readers):
+        def view(key: str):
+            with readers.connection() as reader:
+                return hot.lookup(reader, key)
 
-    def view(key: str):
-        with readers.connection() as reader:
-            return hot.lookup(reader, key)
-
-    try:
         pipeline.run_once()
         live.caught_up()
         assert view("sid-s1").own.cost_pico == 1_000_000
@@ -112,7 +112,3 @@ def test_a_view_asked_for_by_session_id_follows_the_ledger(tmp_path):
         assert view("sid-s1").family.cost_pico == 5_000_008_000_000
         assert [(v.session_key, v.own.cost_pico) for v in hot.views() if v.session_id == "sid-s1"] == \
             [(KEY, 5_000_001_000_000)]
-    finally:
-        hot.close()
-        readers.close()
-        conn.close()
