@@ -50,6 +50,8 @@ def test_every_command_has_help():
     (["sessions", "--limit", "9223372036854775808"], "--limit"),  # past SQLite's integers
     (["prune", "--older-than", "99999999999999999999"], "--older-than"),
     (["prune", "--older-than", "99999999999", "--dry-run"], "--older-than"),
+    (["ingest", "--grace", "99999999999999999999", "."], "--grace"),  # past 64-bit milliseconds
+    (["serve", "--idle", "1e20", "."], "--idle"),
     (["ingest", "/does/not/exist"], "does not exist"),
     (["ingest", "--format", "nope", "."], "--format"),
     (["usage"], "no ledger at"),

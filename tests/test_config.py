@@ -82,6 +82,7 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
                                                    "(from $AGENTLEDGER_TIMEZONE)"),
     ("listen = [\n", {}, "is not valid TOML"),
+    ("grace_s = 1e20\n", {}, "grace_s: must be less than or equal to 316224000 (from {file})"),
 ])
 def test_invalid_values_name_their_key_and_origin(tmp_path, text, env, message):
     path = tmp_path / "c.toml"

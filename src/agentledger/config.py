@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
-                                 MAX_RAW_DAYS)
+                                 MAX_RAW_DAYS, MAX_WAIT_S)
 
 ENV_PREFIX = "AGENTLEDGER_"
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -98,9 +98,9 @@ class SourceConfig(_Strict):
 
 class HotConfig(_Strict):
     max_entries: int = Field(default=128, ge=1)
-    flush_interval_s: float = Field(default=5.0, ge=0)
-    ttl_s: float = Field(default=3600.0, ge=0)  # idle sessions leave memory (their files stay)
-    end_grace_s: float = Field(default=300.0, ge=0)  # an ended session is dropped this long after its end
+    flush_interval_s: float = Field(default=5.0, ge=0, le=MAX_WAIT_S)
+    ttl_s: float = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory (their files stay)
+    end_grace_s: float = Field(default=300.0, ge=0, le=MAX_WAIT_S)  # an ended session is dropped this long after its end
 
 
 class RetentionConfig(_Strict):
@@ -130,9 +130,9 @@ class Config(_Strict):
     state_dir: Path = Field(default_factory=state_home)  # the hot store lives under it
     listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
-    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0)
-    idle_s: float = Field(default=DEFAULT_IDLE_S, ge=1)  # a log silent this long: its gateway restarted
-    rescan_s: float = Field(default=2.0, ge=0.05)
+    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
+    idle_s: float = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
+    rescan_s: float = Field(default=2.0, ge=0.05, le=MAX_WAIT_S)
     max_line: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
     sources: tuple[SourceConfig, ...] = ()
     hot: HotConfig = HotConfig()

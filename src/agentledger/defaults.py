@@ -15,3 +15,6 @@ DEFAULT_GRACE_S = 600  # open longer than this past the last sign of life: inter
 DEFAULT_RAW_DAYS = 30  # raw rows older than this are pruned
 # Longer ages reach before 1970, where the ledger holds nothing; a bound keeps the horizon a date.
 MAX_RAW_DAYS = 36_500
+# Ten years: no grace, idle time or pause is longer. The ledger counts time in 64-bit
+# milliseconds, which a wait of 10**20 seconds overflowed.
+MAX_WAIT_S = 10 * 366 * 86_400

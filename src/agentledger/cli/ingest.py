@@ -11,7 +11,7 @@ import click
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources
-from agentledger.defaults import FORMATS
+from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs
 from agentledger.ledger.db import open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
@@ -89,9 +89,9 @@ def _progress_pipeline(writer, specs, max_line, pricer):
 @click.option("--max-line", type=click.IntRange(min=1024), default=None,
               help="Longest line indexed, in bytes; longer lines are rejected without being held in memory "
                    "(config `max_line`, default 32 MiB).")
-@click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--grace", type=click.FloatRange(min=0, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
-@click.option("--idle", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--idle", type=click.FloatRange(min=1, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")

@@ -9,21 +9,22 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.ingest import pricer_for, with_sources
+from agentledger.defaults import MAX_WAIT_S
 
 
 @cli.command()
 @with_sources
 @click.option("--max-line", type=click.IntRange(min=1024), default=None,
               help="Longest line indexed, in bytes (config `max_line`, default 32 MiB).")
-@click.option("--rescan", type=click.FloatRange(min=0.05), default=None, metavar="SECONDS",
+@click.option("--rescan", type=click.FloatRange(min=0.05, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="Seconds between full rescans; inotify wakes it sooner (config `rescan_s`, default 2).")
 @click.option("--demo/--no-demo", default=None,
               help="Run on the demo directory with a live writer (default: only when no agent logs exist).")
 @click.option("--listen", default=None, metavar="HOST:PORT",
               help="Where the HTTP API listens; port 0 picks a free one (config `listen`, default 127.0.0.1:9464).")
-@click.option("--grace", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--grace", type=click.FloatRange(min=0, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
-@click.option("--idle", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--idle", type=click.FloatRange(min=1, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `idle_s`, default 1800).")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
