@@ -75,7 +75,10 @@ def test_one_session_by_key_and_unknown(api, oc_expected):
 
 def test_bad_parameters_are_400(api):
     assert get(f"{api}/v1/costs?group_by=nope")[0] == 400
-    assert get(f"{api}/v1/sessions?since=yesterday")[0] == 400
+    status, body = get(f"{api}/v1/sessions?since=yesterday")
+    assert status == 400 and body["error"].startswith("since: cannot read time")
+    status, body = get(f"{api}/v1/usage?until=tomorrow")
+    assert status == 400 and body["error"].startswith("until: cannot read time")
     assert get(f"{api}/v1/sessions?limit=-1")[0] == 400
     assert get(f"{api}/v1/nothing")[0] == 404
     assert get(f"{api}/healthz") == (200, {"status": "ok"})

@@ -64,12 +64,16 @@ class Health:
         return 200, {"ready": True}
 
 
-def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
+def _time(params: dict[str, list[str]], name: str) -> int | None:
+    value = _one(params, name)
     try:
-        since = parse_time(_one(params, "since")) if _one(params, "since") else None
-        until = parse_time(_one(params, "until")) if _one(params, "until") else None
+        return parse_time(value) if value else None
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(f"{name}: {exc}") from None
+
+
+def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
+    since, until = _time(params, "since"), _time(params, "until")
     limit = _one(params, "limit")
     return queries.Window(since=since, until=until, agent=_one(params, "agent"),
                           limit=default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT))

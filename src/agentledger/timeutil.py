@@ -19,6 +19,8 @@ def parse_time(value: str, *, now_ms: int | None = None) -> int:
     held within [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event)."""
     value = value.strip()
     m = _RELATIVE.match(value)
+    if m and len(m[1]) > 15:  # older than 1970 in any unit, and too long for int() past 4300 digits
+        return EARLIEST_MS
     if m:
         now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
         return min(max(now - int(m[1]) * _UNIT_MS[m[2]], EARLIEST_MS), LATEST_MS)
