@@ -134,3 +134,16 @@ def test_a_session_known_only_by_its_id(tmp_path, db):
     assert cli("session", "S").splitlines()[0].split() == ["session", "S"]
     node = orjson.loads(cli("tree", "S", "--json"))
     assert node["own_cost_usd"] == pytest.approx(2.25) and node["cumulative_cost_usd"] == pytest.approx(2.25)
+
+
+def test_a_sessions_cost_by_model_adds_up_to_its_cost(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    logs.append(run(10, "R1", calls=[0.25, 0.5], snap=0.75) + run(30, "R2", calls=[], snap=2.0))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        d = queries.session_detail(conn, "agent:main:main")
+    finally:
+        conn.close()
+    assert [(r["model"], r["llm_calls"], r["cost_usd"]) for r in d["cost_by_model"]] == [("m", 2, 2.75)]
+    assert d["cost_usd"] == pytest.approx(2.75)

@@ -574,13 +574,18 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     id_list = _json_list(ids)
     instances = sessions(conn, Window(), session_ids=ids)
     keys = sorted({s["session_key"] for s in instances if s["session_key"]})
-    by_model = [
-        {"provider": p or None, "model": m or None, **_llm_dict(vals)}
-        for p, m, *vals in conn.execute(
-            "SELECT provider, model, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
-            "sum(cache_read_tokens), sum(cache_write_tokens), sum(total_tokens), sum(cost_pico), "
-            "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
-            "GROUP BY 1, 2 ORDER BY 10 DESC", (id_list,))]
+    models = {(p, m): vals for p, m, *vals in conn.execute(
+        "SELECT provider, model, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
+        "sum(cache_read_tokens), sum(cache_write_tokens), sum(total_tokens), sum(cost_pico), "
+        "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
+        "GROUP BY 1, 2", (id_list,))}
+    # Runs without model calls cost what their snapshot says, as in the session's own cost.
+    cost_at = LLM_COLUMNS.index("cost_pico")
+    for key, cost in _fallback_groups(conn, Window(), ["coalesce(provider, '')", "coalesce(model, '')"], ids).items():
+        models.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
+    by_model = sorted(({"provider": p or None, "model": m or None, **_llm_dict(vals)}
+                       for (p, m), vals in models.items()),
+                      key=lambda r: (-r["cost_usd"], r["provider"] or "", r["model"] or ""))
     run_rows = [_run_dict(r) for r in conn.execute(
         f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
         "ORDER BY coalesce(r.started_ms, r.ended_ms)", (id_list,))]
