@@ -316,6 +316,8 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("DROP INDEX runs_by_session_start")
     conn.execute("CREATE INDEX runs_by_session ON runs (session_id)")
     conn.execute("ALTER TABLE subagents DROP COLUMN end_rank")
+    conn.execute("ALTER TABLE files DROP COLUMN tail_len")
+    conn.execute("ALTER TABLE files DROP COLUMN tail_hash")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

@@ -434,6 +434,24 @@ def test_an_older_copy_put_back_is_read_from_its_start(tmp_path, db, new_inode, 
     assert (row["offset"], row["size"], row["lines"], row["status"]) == (len(data), len(data), 7, "live")
 
 
+@pytest.mark.parametrize("new_inode", [True, False])
+def test_an_older_copy_put_back_is_read_from_its_start_even_with_a_line_end_at_the_checkpoint(tmp_path, db,
+                                                                                              new_inode):
+    """Lines of one length: what is written after the copy ends lines exactly where the file was read to."""
+    logs = LogDir(tmp_path / "state")
+    backup = lines(range(1, 4))
+    logs.append(backup + lines(range(4, 7)))
+    assert ingest(db, logs.root).events == 6
+    read_to = logs.live.stat().st_size
+    _put_back(logs, backup, new_inode)
+    logs.append(lines(range(7, 10)))
+    data = logs.live.read_bytes()
+    assert len(data) == read_to and data[read_to - 1:read_to] == b"\n"  # a line end where reading stopped
+    stats = ingest(db, logs.root)
+    assert (stats.truncated, stats.events, stats.duplicates, stats.rejects) == (1, 3, 3, 0)
+    assert ids(db) == want(range(1, 10))
+
+
 def test_a_pass_over_the_files_written_to_sees_an_older_copy_written_over_one(tmp_path, db):
     """Written over in place and appended to before the daemon's next pass: inotify reports a write."""
     logs = LogDir(tmp_path / "state")

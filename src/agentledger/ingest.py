@@ -122,7 +122,8 @@ class Pipeline:
         res = chunk.result
         return Batch(
             file_id=chunk.row.id, path=chunk.path, start_offset=chunk.start, end_offset=res.end,
-            lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects,
+            lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects, tail_len=chunk.tail_len,
+            tail_hash=chunk.tail_hash,
         )
 
     def run_once(self, written: set[str] | None = None) -> IngestStats:

@@ -83,6 +83,8 @@ class Batch:
     size: int
     facts: list[tuple[int, int, Fact]] = field(default_factory=list)  # (offset, line length, fact)
     rejects: list[Reject] = field(default_factory=list)
+    tail_len: int = 0  # the bytes before end_offset the checkpoint keeps a hash of (see FileRow)
+    tail_hash: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +101,10 @@ class FileRow:
     size: int
     status: str
     lost_bytes: int | None
+    # The checkpoint's last bytes (their length and hash): the file still holds them there, or
+    # it was rewritten since. 0: unknown, a line end is all there is to go by.
+    tail_len: int = 0
+    tail_hash: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -389,7 +395,8 @@ INSERT INTO gate_decision_counts (gate, decision, count) VALUES (?, ?, ?)
 ON CONFLICT (gate, decision) DO UPDATE SET count = count + excluded.count
 """
 _CHECKPOINT = """
-UPDATE files SET offset = ?, lines = lines + ?, size = max(size, ?), path = ?, updated_ms = ?
+UPDATE files SET offset = ?, lines = lines + ?, size = max(size, ?), path = ?, updated_ms = ?, tail_len = ?,
+                 tail_hash = ?
 WHERE id = ? AND offset = ?
 """
 
@@ -820,7 +827,8 @@ class LedgerWriter:
         result.rejects = conn.total_changes() - before
         before = conn.total_changes()
         conn.executemany(_CHECKPOINT, [
-            (b.end_offset, b.lines, b.size, b.path, ts, b.file_id, b.start_offset) for b in batches
+            (b.end_offset, b.lines, b.size, b.path, ts, b.tail_len, b.tail_hash, b.file_id, b.start_offset)
+            for b in batches
         ])
         if conn.total_changes() - before != len(batches):
             moved = [b for b in batches
@@ -1038,8 +1046,8 @@ class LedgerWriter:
     # -- files -------------------------------------------------------------------
     def load_files(self, source: str) -> list[FileRow]:
         return [FileRow(*row) for row in self.conn.execute(
-            "SELECT id, source, root, path, fingerprint, dev, ino, offset, lines, size, status, lost_bytes "
-            "FROM files WHERE source = ? ORDER BY id", (source,))]
+            "SELECT id, source, root, path, fingerprint, dev, ino, offset, lines, size, status, lost_bytes, tail_len, "
+            "tail_hash FROM files WHERE source = ? ORDER BY id", (source,))]
 
     def add_file(self, source: str, root: str, path: str, fingerprint: bytes, dev: int, ino: int,
                  size: int, status: str) -> FileRow:
@@ -1059,9 +1067,9 @@ class LedgerWriter:
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE files SET root = ?, path = ?, dev = ?, ino = ?, offset = ?, lines = ?, size = ?, status = ?, "
-                "lost_bytes = ?, updated_ms = ? WHERE id = ?",
+                "lost_bytes = ?, updated_ms = ?, tail_len = ?, tail_hash = ? WHERE id = ?",
                 (row.root, row.path, row.dev, row.ino, row.offset, row.lines, row.size, row.status, row.lost_bytes,
-                 ts, row.id),
+                 ts, row.tail_len, row.tail_hash, row.id),
             )
             if event is not None:
                 name, nbytes, detail = event

@@ -11,6 +11,7 @@ read cannot make us read the wrong file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import resource
 import stat
@@ -60,6 +61,8 @@ class Chunk:
     start: int
     result: ReadResult
     size: int
+    tail_len: int = 0  # the last bytes read, which the checkpoint keeps a hash of (see FileRow)
+    tail_hash: bytes | None = None
 
     @property
     def lines(self) -> int:
@@ -76,10 +79,30 @@ class ScanReport:
     events: list[tuple[str, str, int | None]] = field(default_factory=list)  # (event, path, bytes)
 
 
-def _line_ends_at(p: Physical, offset: int) -> bool:
-    """Whether reading can go on at ``offset``: a file only appended to since, or a faithful copy of
-    it, has a line end there. Unopened (unchanged since read to its end), it is taken for one."""
-    return offset == 0 or p.fd < 0 or os.pread(p.fd, 1, offset - 1) == b"\n"
+TAIL_BYTES = 65536  # of the last line read, what a checkpoint keeps a hash of
+
+
+def _tail_hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+def _tail(fd: int, res: ReadResult) -> tuple[int, bytes | None]:
+    """Length and hash of the last line ``res`` consumed (its last TAIL_BYTES), read back from the file."""
+    starts = [items[-1][0] for items in (res.lines, res.too_long) if items]
+    n = min(res.end - max(starts), TAIL_BYTES) if starts else 0
+    data = os.pread(fd, n, res.end - n) if n else b""
+    return (n, _tail_hash(data)) if n and len(data) == n else (0, None)
+
+
+def _reads_on(p: Physical, row: FileRow) -> bool:
+    """Whether reading can go on at the row's checkpoint: a file only appended to since, or a
+    faithful copy of it, still holds there the last line read. Unopened (unchanged since read to
+    its end), it is taken to."""
+    if row.offset == 0 or p.fd < 0:
+        return True
+    if row.tail_len:
+        return _tail_hash(os.pread(p.fd, row.tail_len, row.offset - row.tail_len)) == row.tail_hash
+    return os.pread(p.fd, 1, row.offset - 1) == b"\n"  # checkpointed before tails were kept
 
 
 def _raise_fd_limit() -> None:
@@ -249,7 +272,7 @@ class Tailer:
                 continue  # no complete first line yet: a full scan would not pair it either
             row = self._same_inode(p)
             if (row is None or row.path != p.path or p.size < row.offset
-                    or not _line_ends_at(p, row.offset) or row.status != p.status):
+                    or not _reads_on(p, row) or row.status != p.status):
                 self.close(physicals)
                 return None
             pairs.append((row, p))
@@ -281,15 +304,16 @@ class Tailer:
         event = None
         same_inode = (row.dev, row.ino) == (p.dev, p.ino)
         shorter = p.size < row.offset
-        if shorter or not _line_ends_at(p, row.offset):
+        if shorter or not _reads_on(p, row):
             # The same first line written again (truncated in place, or an older copy put back) and
             # maybe written to since: where it parts from what was read is unknown, so it is read
             # from its start and the lines indexed before are found by their ids.
-            detail = f"size {p.size} < offset {row.offset}" if shorter else f"no line ends at offset {row.offset}"
+            detail = f"size {p.size} < offset {row.offset}" if shorter else \
+                f"the line read last is no longer before offset {row.offset}"
             event = ("truncate", max(row.size - row.offset, 0) or None, detail)
             report.truncated += 1
-            row.offset = 0
-            row.lines = 0
+            row.offset = row.lines = row.tail_len = 0
+            row.tail_hash = None
             row.size = p.size  # what it held before is gone: kept, it would count as unread
         elif row.path != p.path or not same_inode:
             if row.status == "live" and not p.live:
@@ -362,7 +386,7 @@ class Tailer:
                 return
             if fingerprint(p.fd) != row.fingerprint:
                 return  # truncated and rewritten since the scan: these lines belong to the file it is now
-            yield Chunk(row, p.path, start, res, max(p.size, res.end))
+            yield Chunk(row, p.path, start, res, max(p.size, res.end), *_tail(p.fd, res))
             if row.offset != res.end:
                 return  # the caller did not commit; stop rather than skip lines
             if res.end >= p.size and res.pending_long is None:
@@ -370,6 +394,7 @@ class Tailer:
 
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
+        chunk.row.tail_len, chunk.row.tail_hash = chunk.tail_len, chunk.tail_hash
         chunk.row.lines += chunk.lines
         if chunk.size > chunk.row.size:
             chunk.row.size = chunk.size
