@@ -31,11 +31,10 @@ def _usd(pico: int | None) -> float:
     return round((pico or 0) / PICO_PER_USD, 12)
 
 
-# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot:
-# a snapshot ``u`` of the run's session taken while run ``r`` ran (or within a minute after).
-# A snapshot names no run: it is the run's of its session begun last before it, up to a minute after
-# that run's end (the producer may write it just after the end). A run read without its start
-# (the log began mid-run) began its reported duration before its end.
+# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot. A
+# snapshot ``u`` names no run: it is the one of its session's run ``r`` begun last before it, up to a
+# minute after that run's end (the producer may write it just after the end). A run read without its
+# start (the log began mid-run) began its reported duration before its end.
 _RUN_BEGAN = "coalesce(r.started_ms, r.ended_ms - r.duration_ms, r.ended_ms)"
 SNAPSHOT_OF_RUN = (
     f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_RUN_BEGAN} AND coalesce(r.ended_ms, r.started_ms) + 60000 "
@@ -200,6 +199,15 @@ def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str],
     return {tuple(row[:-1]): row[-1] or 0 for row in rows}
 
 
+def _with_fallback(groups: dict, fallback: dict) -> dict:
+    """LLM sums by key (LLM_COLUMNS each) with the snapshot fallback costs of the same keys added: runs
+    without model calls cost what their snapshot says, as in ``usage``, so every grouping adds up to it."""
+    cost_at = LLM_COLUMNS.index("cost_pico")
+    for key, cost in fallback.items():
+        groups.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
+    return groups
+
+
 def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | None = None) -> dict[str | None, int]:
     """Snapshot costs of runs without per-call costs, by session."""
     return {sid: cost for (sid,), cost in _fallback_groups(conn, w, ["session_id"], session_ids).items()}
@@ -317,11 +325,8 @@ def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
                 for r in sessions(conn, Window())]
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
-    groups = {sid: list(vals) for sid, *vals in conn.execute(
-        f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)}
-    cost_at = LLM_COLUMNS.index("cost_pico")
-    for sid, cost in _fallback_cost(conn, w).items():
-        groups.setdefault(sid, [0] * len(LLM_COLUMNS))[cost_at] += cost
+    groups = _with_fallback({sid: list(vals) for sid, *vals in conn.execute(
+        f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)}, _fallback_cost(conn, w))
     keys = dict(conn.execute("SELECT session_id, session_key FROM sessions WHERE session_id IN "
                              "(SELECT value FROM json_each(?))", (_json_list(groups),)))
     out = []
@@ -353,11 +358,7 @@ def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], t
             key, vals = tuple(row[:width]), row[width:]
             acc = groups.get(key)
             groups[key] = list(vals) if acc is None else _add(acc, vals)
-    # Runs without model calls cost what their snapshot says, as in ``usage``: every grouping adds up to it.
-    cost_at = LLM_COLUMNS.index("cost_pico")
-    for key, cost in _fallback_groups(conn, w, [b for _, b in dims]).items():
-        groups.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
-    return groups
+    return _with_fallback(groups, _fallback_groups(conn, w, [b for _, b in dims]))
 
 
 def daily_costs_by_model(conn: apsw.Connection, w: Window, tz: str = "UTC") -> list[dict]:
@@ -574,15 +575,12 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     id_list = _json_list(ids)
     instances = sessions(conn, Window(), session_ids=ids)
     keys = sorted({s["session_key"] for s in instances if s["session_key"]})
-    models = {(p, m): vals for p, m, *vals in conn.execute(
+    models = _with_fallback({(p, m): vals for p, m, *vals in conn.execute(
         "SELECT provider, model, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
         "sum(cache_read_tokens), sum(cache_write_tokens), sum(total_tokens), sum(cost_pico), "
         "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
-        "GROUP BY 1, 2", (id_list,))}
-    # Runs without model calls cost what their snapshot says, as in the session's own cost.
-    cost_at = LLM_COLUMNS.index("cost_pico")
-    for key, cost in _fallback_groups(conn, Window(), ["coalesce(provider, '')", "coalesce(model, '')"], ids).items():
-        models.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
+        "GROUP BY 1, 2", (id_list,))},
+        _fallback_groups(conn, Window(), ["coalesce(provider, '')", "coalesce(model, '')"], ids))
     by_model = sorted(({"provider": p or None, "model": m or None, **_llm_dict(vals)}
                        for (p, m), vals in models.items()),
                       key=lambda r: (-r["cost_usd"], r["provider"] or "", r["model"] or ""))
