@@ -95,13 +95,13 @@ def test_a_streamed_response_is_one_call_with_its_final_usage_across_ingests(tmp
     ]
     transcript.write_bytes(b"".join(lines[:2]))
     ingest(db, tmp_path / "claude", fmt="claude-code")
-    assert [row[:3] for row in _calls(db)] == [(f"{SESSION}:msg_1", 10, 3)]
+    assert [row[:3] for row in _calls(db)] == [(f"{SESSION}:msg_1:req_1", 10, 3)]
     _clean(db)
     with transcript.open("ab") as f:
         f.write(b"".join(lines[2:]))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     calls = _calls(db)
-    assert [row[:4] for row in calls] == [(f"{SESSION}:msg_1", 10, 412, 200)]
+    assert [row[:4] for row in calls] == [(f"{SESSION}:msg_1:req_1", 10, 412, 200)]
     assert calls[0][4] % 60_000 == 3_000  # the call is dated by the line that carried its final usage
     _clean(db)
     # Reading the whole file again, or a copy of it, changes nothing.
@@ -129,7 +129,8 @@ def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path
         cc_prompt("u1", "hello", 0)
         + cc_assistant("a1", "msg_1", {"type": "text", "text": "hi"}, output=120, second=1, stop="end_turn"))
     ingest(db, tmp_path / "claude", fmt="claude-code")
-    assert sorted(row[:3] for row in _calls(db)) == [(f"{SESSION}:msg_1", 10, 120), (f"{SESSION}:msg_side", 10, 50)]
+    assert sorted(row[:3] for row in _calls(db)) == [(f"{SESSION}:msg_1:req_1", 10, 120),
+                                                          (f"{SESSION}:msg_side:req_side", 10, 50)]
     _clean(db)
 
 
@@ -458,3 +459,70 @@ def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
     finally:
         hot.close()
         readers.close()
+
+
+def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]]) -> None:
+    """Write each file's lines in chunks, the files' chunks interleaved as drawn, ingesting after each:
+    any file may be read first, and any read may stop mid-file."""
+    chunks = {}
+    for path, lines in files.items():
+        cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=2))) if len(lines) > 1 else []
+        chunks[path] = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
+    while chunks:
+        path = data.draw(st.sampled_from(sorted(chunks)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as f:
+            f.writelines(chunks[path].pop(0))
+        if not chunks[path]:
+            del chunks[path]
+        ingest(root / "l.db", root / "claude", fmt="claude-code")
+
+
+def _own(db: Path) -> dict:
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+        return {s["session_id"]: (s["llm_calls"], s["output_tokens"], s["tool_calls"])
+                for s in queries.sessions(conn, queries.Window())}
+    finally:
+        conn.close()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_requests_sharing_a_response_id_are_two_calls_and_a_replay_of_one_is_none(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("requests")
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    text = {"type": "text", "text": "ok"}
+    # A gateway numbering its responses gives two requests of the session one response id.
+    session = [cc_prompt("u1", "first", 0),
+               cc_assistant("a1", "msg_gw1_000001", text, output=5, second=1, request="req_A"),
+               cc_assistant("a2", "msg_gw1_000001", text, output=50, second=2, request="req_A", stop="end_turn"),
+               cc_prompt("u2", "second", 10),
+               cc_assistant("a3", "msg_gw1_000001", text, output=70, second=11, request="req_B", stop="end_turn")]
+    # A side question replays the second under a request of its own, then asks its own.
+    side = [_side(BTW_AGENT, cc_assistant("b1", "msg_gw1_000001", text, output=900, second=12, request="req_R")),
+            _side(BTW_AGENT, cc_assistant("b2", "msg_btw", text, output=25, second=13, request="req_btw",
+                                          stop="end_turn"))]
+    _read_interleaved(data, root, {project / f"{SESSION}.jsonl": session,
+                                   project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": side})
+    u = usage(root / "l.db")
+    assert (u["llm_calls"], u["input_tokens"], u["output_tokens"]) == (3, 30, 145)
+    assert _own(root / "l.db") == {SESSION: (3, 145, 0)}
+
+
+def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name_with_a_request(tmp_path, db):
+    """Ledgers keyed a call by its response id alone before request ids counted: a stream read on
+    both sides of an upgrade is still one call."""
+    project = _project(tmp_path)
+    transcript = project / f"{SESSION}.jsonl"
+    first = orjson.loads(cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=3, second=1))
+    del first["requestId"]
+    transcript.write_bytes(cc_prompt("u1", "hi", 0) + _line(first))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    with transcript.open("ab") as f:
+        f.write(cc_assistant("a2", "msg_1", {"type": "text", "text": "y"}, output=400, second=2, stop="end_turn"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    u = usage(db)
+    assert (u["llm_calls"], u["input_tokens"], u["output_tokens"]) == (1, 10, 400)
+    _clean(db)

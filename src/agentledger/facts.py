@@ -82,7 +82,11 @@ class LlmCall(Fact):
     # Sources that repeat one call over several lines (streaming snapshots) name it, so the
     # ledger keeps one row per call with the best of its lines; None: the line is the call.
     call_key: str | None = None
-    sidechain: bool = False  # a replay on a side branch never outranks the main branch's copy
+    # The response the call answered with, which several calls may share (a gateway that reuses
+    # response ids, a side branch replaying a main-branch response). A side-branch call whose
+    # response a main-branch call also gave is a replay of it, never counted.
+    message_key: str | None = None
+    sidechain: bool = False
     context_tokens: int | None = None  # the context window in use at this call
     # A call on a side branch names the session the branch becomes if any event names that session
     # (a subagent's); until one does, the call stays in ``session_id``'s session.

@@ -215,9 +215,14 @@ LLM_CALL_COLUMNS = (
     "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens, branch"
 )
 _LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 24)})"
-_KEYED_CALLS = (
-    f"SELECT {LLM_CALL_COLUMNS} FROM llm_calls WHERE call_key IN (SELECT value FROM json_each(?))"
-)
+# The stored calls of these responses (LlmCall.message_key): a call's key is its response's, or
+# that followed by ':' and the request's id.
+_RESPONSE_CALLS = f"""
+SELECT j.value, {LLM_CALL_COLUMNS} FROM json_each(?1) AS j JOIN llm_calls ON call_key = j.value
+UNION ALL
+SELECT j.value, {LLM_CALL_COLUMNS} FROM json_each(?1) AS j
+JOIN llm_calls ON call_key > j.value || ':' AND call_key < j.value || ';'
+"""
 _DROP_KEYED_CALL = "DELETE FROM llm_calls WHERE call_key = ?"
 _NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
 # Calls of side branches that have become sessions but are still where they were made.
@@ -414,6 +419,18 @@ def _rank(row: tuple) -> tuple:
     return (not row[20], row[11], row[14])
 
 
+def _rivals(a: tuple, b: tuple, response: str) -> bool:
+    """Whether only one of two llm_calls rows of one response may stay.
+
+    A side branch's row and a main branch's are a replay and the call it replays. On one branch,
+    rows of two requests are two calls (a gateway reused the response id); a row keyed by the
+    response alone (no request id was written, or it was stored before request ids counted) may
+    be any request's, so it is the same call as each."""
+    if a[20] != b[20]:
+        return True
+    return a[19] == b[19] or response in (a[19], b[19])
+
+
 def _tool_started(f: ToolStarted) -> tuple:
     return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms, f.session_id,
             f.branch)
@@ -552,6 +569,7 @@ class _Prepared:
     sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
     runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last] of this batch's facts
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
+    responses: dict[str, str] = field(default_factory=dict)  # call key → LlmCall.message_key
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
 
@@ -572,6 +590,8 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                     rows[spec[0]].append(row)
                     if t is ToolStarted or t is ToolEnded or t is ToolObserved:
                         out.tool_keys.add((row[0], row[1]))
+                    elif t is LlmCall and f.call_key is not None:
+                        out.responses[f.call_key] = f.message_key or f.call_key
                     elif t is SubagentSpawned or t is SubagentEnded:
                         out.subagent_keys.add(row[0])
             sid = f.session_id
@@ -899,7 +919,7 @@ class LedgerWriter:
                 conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
-        added, replaced = self._keyed_calls(conn, prepared.rows)
+        added, replaced = self._keyed_calls(conn, prepared)
         _pair_tools(prepared.rows)  # only now: the hook takeover above reads each line's own row
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
@@ -972,37 +992,41 @@ class LedgerWriter:
             conn.executemany(_GATE_COUNT, [(gate, decision, n) for (gate, decision), n in counts.items()])
 
     @staticmethod
-    def _keyed_calls(conn: apsw.Connection, rows: dict[str, list[tuple]]) -> tuple[list[tuple], list[tuple]]:
-        """Settle calls that several lines describe: one row per call key, the best line's.
+    def _keyed_calls(conn: apsw.Connection, prepared: _Prepared) -> tuple[list[tuple], list[tuple]]:
+        """Settle calls that several lines describe: one row per call, the best line's.
 
-        Leaves in ``rows`` only the llm_calls rows to insert; returns (rows the rollups gain,
-        rows they lose). A better line of a known call replaces its row, so the rollups move
-        by the difference and a call is never counted twice, whatever order its lines come in."""
+        Leaves in ``prepared.rows`` only the llm_calls rows to insert; returns (rows the rollups
+        gain, rows they lose). Rows of one response are
+        rivals when they are one call's lines or when one is a side branch's replay of the
+        other (see _rivals); of rivals only the best stays, whichever was read first. A better
+        line of a known call replaces its row, so the rollups move by the difference and a
+        call is never counted twice, whatever order its lines come in."""
+        rows = prepared.rows
         calls = rows.get(_LLM_CALL)
         if not calls:
             return [], []
-        best: dict[str, tuple] = {}
-        plain = []
-        for row in calls:
-            key = row[19]
-            if key is None:
-                plain.append(row)
-            elif key not in best or _rank(row) > _rank(best[key]):
-                best[key] = row
-        if not best:
+        plain = [row for row in calls if row[19] is None]
+        keyed = [row for row in calls if row[19] is not None]
+        if not keyed:
             return calls, []
-        stored = {row[19]: row for row in conn.execute(_KEYED_CALLS, (orjson.dumps(list(best)).decode(),))}
-        replaced = []
-        for key, row in best.items():
-            old = stored.get(key)
-            if old is None:
-                plain.append(row)
-            elif _rank(row) > _rank(old):
-                conn.execute(_DROP_KEYED_CALL, (key,))
-                replaced.append(old)
-                plain.append(row)
-        rows[_LLM_CALL] = plain
-        return plain, replaced
+        responses = prepared.responses
+        kept: dict[str, list[tuple]] = defaultdict(list)
+        for response, *row in conn.execute(_RESPONSE_CALLS, (orjson.dumps(sorted(set(responses.values()))).decode(),)):
+            kept[response].append(tuple(row))
+        stored = {row[19]: row for group in kept.values() for row in group}
+        for row in sorted(keyed, key=_rank, reverse=True):  # stable: of equal lines the first read stays
+            response = responses[row[19]]
+            group = kept[response]
+            rivals = [other for other in group if _rivals(row, other, response)]
+            if all(_rank(row) > _rank(other) for other in rivals):
+                group[:] = [other for other in group if not any(other is r for r in rivals)] + [row]
+        stays = {id(row) for group in kept.values() for row in group}
+        replaced = [row for row in stored.values() if id(row) not in stays]
+        if replaced:
+            conn.executemany(_DROP_KEYED_CALL, [(row[19],) for row in replaced])
+        added = plain + [row for row in keyed if id(row) in stays]
+        rows[_LLM_CALL] = added
+        return added, replaced
 
     def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:
         """Price again every call whose cost was priced here or unknown; one transaction per batch."""

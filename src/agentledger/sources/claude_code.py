@@ -21,11 +21,15 @@ child, whose key the subagent row then takes. Tool calls on a branch name it too
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
 run, so the run that spawned it counts them).
 
-One response is streamed as one line per content block, each repeating ``message.id``
-with a usage snapshot that grows: every line names the call ``<sessionId>:<message.id>``
-and the ledger keeps the largest. The key leaves out ``requestId`` on purpose: a side
-branch that replays a main-branch message does so under a new request id, and must land
-on the main call (which outranks it) rather than count again.
+One response is streamed as one line per content block, each repeating ``message.id`` and
+``requestId`` with a usage snapshot that grows: every line names the call
+``<sessionId>:<message.id>:<requestId>`` and the ledger keeps the largest. ``message.id`` alone
+does not name a call: a gateway may give two requests the same one. A side branch that replays
+a main-branch response does so under a new request id, so each line also names its response
+(``<sessionId>:<message.id>``): a side-branch call whose response a main-branch call gave is
+that call's replay, never counted, whichever line is read first (see ledger/writer.py). A line
+without a request id names its call by the response alone, as ledgers written before request
+ids counted did.
 
 A run is one main-chain prompt's turn. It ends where the transcript says so (a stop reason
 that ends the turn, ``turn_duration``), where the user interrupts it (``interrupted``), or,
@@ -173,10 +177,12 @@ class FileDecoder:
             # An API error shown as a message: a failed call, with no usage and no call of its own.
             return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
                            error=_first_text(msg.get("content")) or "API error")
+        message_key = f"{base['session_id']}:{message_id}" if message_id else None
+        request_id = text(obj.get("requestId"))
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
                        tokens=_tokens(msg.get("usage")),
-                       call_key=f"{base['session_id']}:{message_id}" if message_id else None, sidechain=sidechain,
-                       branch=branch)
+                       call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
+                       message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
         content = msg.get("content")
         if isinstance(content, list):
