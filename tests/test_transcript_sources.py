@@ -461,12 +461,13 @@ def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
         readers.close()
 
 
-def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]]) -> None:
+def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]],
+                      whole: frozenset[Path] = frozenset()) -> None:
     """Write each file's lines in chunks, the files' chunks interleaved as drawn, ingesting after each:
-    any file may be read first, and any read may stop mid-file."""
+    any file may be read first, and any read may stop mid-file (but in the ``whole`` files)."""
     chunks = {}
     for path, lines in files.items():
-        cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=2))) if len(lines) > 1 else []
+        cuts = [] if path in whole else sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=2)))
         chunks[path] = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
     while chunks:
         path = data.draw(st.sampled_from(sorted(chunks)))
@@ -509,6 +510,27 @@ def test_requests_sharing_a_response_id_are_two_calls_and_a_replay_of_one_is_non
     u = usage(root / "l.db")
     assert (u["llm_calls"], u["input_tokens"], u["output_tokens"]) == (3, 30, 145)
     assert _own(root / "l.db") == {SESSION: (3, 145, 0)}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_subagent_replaying_a_parent_tool_call_leaves_the_call_in_the_parent(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("replay")
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    bash = {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {"command": "pytest"}}
+    parent, child, _ = _task_lines()
+    parent = [parent[0], cc_assistant("a0", "msg_p0", bash, output=30, second=1, request="req_p0", stop="tool_use"),
+              cc_result("r0", "toolu_bash", 1), *parent[1:]]
+    # The subagent's transcript opens with a copy of the parent's Bash call, under a request of its own.
+    child = [_side(TASK_AGENT, cc_assistant("c_", "msg_p0", bash, output=30, second=2, request="req_copy",
+                                            stop="tool_use")), *child]
+    subagent = project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    # Whole: a subagent's Grep started before its session's prompt was read and ended after would be
+    # put in two runs, which is not what this is about.
+    _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent, subagent: child}, whole=frozenset({subagent}))
+    # The parent's Bash and Task are its own; the subagent made one Grep call, and two model calls.
+    assert _own(root / "l.db") == {SESSION: (3, 170, 2), CHILD_ID: (2, 340, 1)}
+    assert usage(root / "l.db")["tool_calls"] == 3
 
 
 def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name_with_a_request(tmp_path, db):

@@ -108,6 +108,7 @@ class ToolStarted(Fact):
     tool_name: str | None = None
     tool_call_id: str
     branch: str | None = None  # as LlmCall.branch: the call is that session's once an event names it
+    message_key: str | None = None  # as LlmCall.message_key: a replay's tool calls are the main branch's
 
 
 @dataclass(slots=True, kw_only=True)

@@ -46,6 +46,7 @@ from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
+from agentledger.sources.claude_code import child_session_id
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
@@ -241,6 +242,8 @@ _MOVE_BRANCH_TOOLS = (
     "WHERE (run_id, tool_call_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?)) "
     "AND session_id IS NOT branch AND branch IN (SELECT session_id FROM sessions)"
 )
+# Tool calls on the side branches whose names start so (one session's, see _replayed_tools).
+_SIDE_TOOLS = "SELECT run_id, tool_call_id FROM tool_calls WHERE branch > ? AND branch < ?"
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
@@ -259,8 +262,14 @@ INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider,
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 # A call keeps the first session a line gave it (a side branch's moves it later, see
-# _branch_tools); a line on a side branch names the branch whatever the other lines say.
-_TOOL_STARTED = """
+# _branch_tools), and is on the branch its latest line names: a main-branch line takes back a call a
+# side branch's replay of it was read first for (the replay's own lines are dropped, see _keyed_calls).
+_TOOL_BRANCH = """
+    session_id  = iif(excluded.branch IS NULL AND tool_calls.branch IS NOT NULL,
+                      coalesce(excluded.session_id, tool_calls.session_id),
+                      coalesce(tool_calls.session_id, excluded.session_id)),
+    branch      = excluded.branch"""
+_TOOL_STARTED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms,
                         session_id, branch)
 VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)
@@ -268,12 +277,10 @@ ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
     tool_name   = coalesce(tool_calls.tool_name, excluded.tool_name),
     agent_id    = coalesce(tool_calls.agent_id, excluded.agent_id),
     session_key = coalesce(tool_calls.session_key, excluded.session_key),
-    started_ms  = excluded.started_ms,
-    session_id  = coalesce(tool_calls.session_id, excluded.session_id),
-    branch      = coalesce(excluded.branch, tool_calls.branch)
+    started_ms  = excluded.started_ms,{_TOOL_BRANCH}
 """
 # What an end sets on the row of its call, alone or with its start (_TOOL_STARTED_ENDED).
-_END_SETS = """
+_END_SETS = f"""
     tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
     agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
     session_key  = coalesce(tool_calls.session_key, excluded.session_key),
@@ -283,9 +290,7 @@ _END_SETS = """
     error        = excluded.error,
     file_path    = coalesce(excluded.file_path, tool_calls.file_path),
     exec_command = coalesce(excluded.exec_command, tool_calls.exec_command),
-    exit_code    = excluded.exit_code,
-    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
-    branch       = coalesce(excluded.branch, tool_calls.branch)
+    exit_code    = excluded.exit_code,{_TOOL_BRANCH}
 """
 _TOOL_ENDED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
@@ -451,7 +456,10 @@ def _pair_tools(rows: dict[str, list[tuple]]) -> None:
 
     The statements run starts first, then ends, whatever the order of the lines, so the folded row
     takes what a start and then an end would leave: the first non-null of name, agent, session key
-    and session in that order, the start's time and the end's outcome, the end's branch if it has one."""
+    and session in that order, the start's time and the end's outcome, and their branch. A start and
+    an end on different branches, or a start without a session, are left as they are: a main-branch
+    line taking a call back from a branch sets the session to its own, which one statement could not
+    do as two would."""
     starts, ends = rows.get(_TOOL_STARTED), rows.get(_TOOL_ENDED)
     if not starts or not ends:
         return
@@ -464,14 +472,16 @@ def _pair_tools(rows: dict[str, list[tuple]]) -> None:
         key = (row[0], row[1])
         if key in start_of:
             end_of[key] = None if key in end_of else row
-    pairs = {key: (start_of[key], end) for key, end in end_of.items() if end is not None and start_of[key] is not None}
+    pairs = {key: (start, end) for key, end in end_of.items()
+             if end is not None and (start := start_of[key]) is not None and start[8] == end[14]
+             and start[7] is not None}
     if not pairs:
         return
     rows[_TOOL_STARTED] = [row for row in starts if (row[0], row[1]) not in pairs]
     rows[_TOOL_ENDED] = [row for row in ends if (row[0], row[1]) not in pairs]
     rows[_TOOL_STARTED_ENDED] = [
         (e[0], e[1], _first(s[2], e[2]), s[3], _first(s[4], e[4]), _first(s[5], e[5]), e[6], s[6], e[7], e[8], e[9],
-         e[10], e[11], e[12], _first(s[7], e[13]), _first(e[14], s[8]))
+         e[10], e[11], e[12], _first(s[7], e[13]), e[14])
         for s, e in pairs.values()
     ]
 
@@ -570,6 +580,7 @@ class _Prepared:
     runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last] of this batch's facts
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
     responses: dict[str, str] = field(default_factory=dict)  # call key → LlmCall.message_key
+    side_tools: dict[tuple[str, str], str] = field(default_factory=dict)  # side-branch tool starts' responses
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
 
@@ -590,6 +601,8 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                     rows[spec[0]].append(row)
                     if t is ToolStarted or t is ToolEnded or t is ToolObserved:
                         out.tool_keys.add((row[0], row[1]))
+                        if t is ToolStarted and f.branch is not None and f.message_key is not None:
+                            out.side_tools[(row[0], row[1])] = f.message_key
                     elif t is LlmCall and f.call_key is not None:
                         out.responses[f.call_key] = f.message_key or f.call_key
                     elif t is SubagentSpawned or t is SubagentEnded:
@@ -684,6 +697,24 @@ def _branch_tools(conn: apsw.Connection, facts: list[Fact], tool_keys: set[tuple
     tool_keys.update(tuple(key) for key in found)
     return bool(found) or any((type(f) is ToolStarted or type(f) is ToolEnded) and f.branch is not None
                               for f in facts)
+
+
+def _replayed_tools(conn: apsw.Connection, facts: list[Fact]) -> list[tuple[str, str]]:
+    """Rows a side branch's replay made for tool calls that the batch's main-branch lines tell in
+    another run: the call is the main branch's alone (a replay read first was dated, and so put in a
+    run, by when it was copied). In the same run the main line's upsert takes the row back."""
+    told: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for f in facts:
+        if (type(f) is ToolStarted or type(f) is ToolEnded) and f.branch is None and f.source == CLAUDE_CODE \
+                and f.session_id is not None:
+            told[f.session_id][f.tool_call_id].add(f.run_id or "")
+    out = []
+    for session_id, calls in told.items():
+        prefix = child_session_id(session_id, "")
+        for run_id, call_id in conn.execute(_SIDE_TOOLS, (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))):
+            if call_id in calls and run_id not in calls[call_id]:
+                out.append((run_id, call_id))
+    return out
 
 
 def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
@@ -906,8 +937,11 @@ class LedgerWriter:
         lifecycle = Lifecycle.for_batch(conn, [(path, [item[2] for item in items]) for _, path, items in fresh],
                                         self.idle_ms)
         linked = lifecycle.before()
+        added, replaced = self._keyed_calls(conn, prepared)  # first: a replay's tool calls are no takeover
         takeovers = self._hook_rows_told(conn, prepared)
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
+        replays = _replayed_tools(conn, facts) if branching else []
+        prepared.tool_keys.update(replays)
         tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
@@ -917,9 +951,9 @@ class LedgerWriter:
             else:
                 conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, source, old_run, call_id))
                 conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
+        conn.executemany(_DROP_TOOL_ROW, replays)
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
-        added, replaced = self._keyed_calls(conn, prepared)
         _pair_tools(prepared.rows)  # only now: the hook takeover above reads each line's own row
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
@@ -995,8 +1029,8 @@ class LedgerWriter:
     def _keyed_calls(conn: apsw.Connection, prepared: _Prepared) -> tuple[list[tuple], list[tuple]]:
         """Settle calls that several lines describe: one row per call, the best line's.
 
-        Leaves in ``prepared.rows`` only the llm_calls rows to insert; returns (rows the rollups
-        gain, rows they lose). Rows of one response are
+        Leaves in ``prepared.rows`` only the llm_calls rows to insert, and no tool starts of
+        replays; returns (rows the rollups gain, rows they lose). Rows of one response are
         rivals when they are one call's lines or when one is a side branch's replay of the
         other (see _rivals); of rivals only the best stays, whichever was read first. A better
         line of a known call replaces its row, so the rollups move by the difference and a
@@ -1026,6 +1060,11 @@ class LedgerWriter:
             conn.executemany(_DROP_KEYED_CALL, [(row[19],) for row in replaced])
         added = plain + [row for row in keyed if id(row) in stays]
         rows[_LLM_CALL] = added
+        on_main = {response for response, group in kept.items() if any(not row[20] for row in group)}
+        starts = rows.get(_TOOL_STARTED)
+        if starts and prepared.side_tools:
+            rows[_TOOL_STARTED] = [row for row in starts if row[8] is None
+                                   or prepared.side_tools.get((row[0], row[1])) not in on_main]
         return added, replaced
 
     def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:

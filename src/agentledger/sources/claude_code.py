@@ -27,9 +27,9 @@ One response is streamed as one line per content block, each repeating ``message
 does not name a call: a gateway may give two requests the same one. A side branch that replays
 a main-branch response does so under a new request id, so each line also names its response
 (``<sessionId>:<message.id>``): a side-branch call whose response a main-branch call gave is
-that call's replay, never counted, whichever line is read first (see ledger/writer.py). A line
-without a request id names its call by the response alone, as ledgers written before request
-ids counted did.
+that call's replay, never counted, nor are the tool calls it repeats, whichever line is read
+first (see ledger/writer.py). A line without a request id names its call by the response alone,
+as ledgers written before request ids counted did.
 
 A run is one main-chain prompt's turn. It ends where the transcript says so (a stop reason
 that ends the turn, ``turn_duration``), where the user interrupts it (``interrupted``), or,
@@ -191,7 +191,8 @@ class FileDecoder:
                     continue
                 ids = {"event_id": derived_id(base["event_id"], len(facts))}
                 facts.append(ToolStarted(**base | ids, kind="tool.start", run_id=run_id,
-                                         tool_name=text(block.get("name")), tool_call_id=block["id"], branch=branch))
+                                         tool_name=text(block.get("name")), tool_call_id=block["id"], branch=branch,
+                                         message_key=message_key))
                 if block.get("name") in _TASK_TOOLS:
                     task = block.get("input") if isinstance(block.get("input"), dict) else {}
                     ids = {"event_id": derived_id(base["event_id"], len(facts))}
