@@ -548,3 +548,41 @@ def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name
     u = usage(db)
     assert (u["llm_calls"], u["input_tokens"], u["output_tokens"]) == (1, 10, 400)
     _clean(db)
+
+
+FORK = "5f0c1b52-0000-4000-8000-0000000000f2"
+
+
+@pytest.mark.parametrize("origin_first", [True, False], ids=["origin-first", "fork-first"])
+def test_a_fork_that_copies_its_origins_lines_neither_ends_nor_joins_the_origins_last_run(tmp_path, db,
+                                                                                         origin_first):
+    project = _project(tmp_path)
+    bash = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "sleep 600"}}
+    # The origin's last turn was killed while its tool ran: nothing says it ended.
+    origin = [cc_prompt("u1", "one", 0),
+              cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=5, second=1, stop="end_turn"),
+              cc_prompt("u2", "two", 10),
+              cc_assistant("a2", "msg_2", bash, output=5, second=11, request="req_2", stop="tool_use")]
+    own = [orjson.loads(line) | {"sessionId": FORK} for line in (
+        cc_assistant("f0", "msg_f0", {"type": "text", "text": "resumed"}, output=7, second=40, request="req_f0"),
+        cc_prompt("f1", "three", 50),
+        cc_assistant("f2", "msg_f1", {"type": "text", "text": "y"}, output=9, second=51, request="req_f1",
+                     stop="end_turn"))]
+    files = {project / f"{SESSION}.jsonl": b"".join(origin),
+             project / f"{FORK}.jsonl": b"".join(origin) + b"".join(map(_line, own))}
+    for path in sorted(files, key=lambda p: (p.name.startswith(FORK)) != origin_first):
+        path.write_bytes(files[path])
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    env = cli_env(db)
+    subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "claude-code",
+                    str(tmp_path / "claude")], env=env, capture_output=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "runs", "--json"], env=env, capture_output=True,
+                         check=True)
+    runs = {(r["session_id"], r["started_at"]): (r["status"], r["stop_reason"], r["llm_calls"])
+            for r in orjson.loads(out.stdout)}
+    # The fork's own line before its first prompt is a call of the fork, in no run of the origin's.
+    assert runs == {(SESSION, "2026-10-01T10:00:00.000Z"): ("ok", "end_turn", 1),
+                    (SESSION, "2026-10-01T10:00:10.000Z"): ("interrupted", None, 1),
+                    (FORK, "2026-10-01T10:00:50.000Z"): ("ok", "end_turn", 1)}
+    u = usage(db)
+    assert (u["runs"], u["interrupted_runs"], u["llm_calls"]) == (3, 1, 4)

@@ -216,7 +216,7 @@ class FileDecoder:
             # Claude Code mostly writes no stop reason, so many turns are never said to end: the
             # next prompt ends the one before it (a reported end, before or after, outranks this).
             previous = self.runs.previous(base["session_id"], base["ts_ms"])
-            self.runs.start(uuid)
+            self.runs.start(base["session_id"], uuid)
             start = RunStarted(**base, kind="run.start", run_id=uuid)
             if previous is None:
                 return start

@@ -138,31 +138,35 @@ class RunTracker:
 
     Transcripts name the turn only on its first line, so the decoder follows the file. A
     read that resumes mid-file asks the ledger for the session's latest run instead of
-    remembering lines it read before, so a restart attributes exactly as a straight read."""
+    remembering lines it read before, so a restart attributes exactly as a straight read.
+    A file may hold lines of other sessions (a resumed or forked one starts with copies of
+    its origin's): each session's turns are followed apart."""
 
     def __init__(self, lookup: RunLookup, session_id: str | None):
         self.lookup = lookup
         self.session_id = session_id
-        self._run: str | None = None
-        self._seeded = False
-        self._started = False  # this read has seen a turn begin
+        self._runs: dict[str | None, str | None] = {}  # session → its run as this read follows it
+        self._begun: set[str | None] = set()  # sessions this read has seen a turn begin in
 
-    def start(self, run_id: str) -> None:
-        self._run, self._seeded, self._started = run_id, True, True
+    def start(self, session_id: str | None, run_id: str) -> None:
+        self._runs[session_id] = run_id
+        self._begun.add(session_id)
 
     def previous(self, session_id: str, ts_ms: int) -> str | None:
-        """The run a new turn of ``session_id`` at ``ts_ms`` follows: the turn this read began last,
-        else the session's run begun before ``ts_ms`` (never a later one: a copy of the file read
-        again must find nothing to end)."""
-        if self._started and session_id == self.session_id:
-            return self._run
+        """The run a new turn of ``session_id`` at ``ts_ms`` follows: the turn of that session this read
+        began last, else the session's run begun before ``ts_ms`` (never a later one: a copy of the
+        file read again must find nothing to end)."""
+        if session_id in self._begun:
+            return self._runs[session_id]
         return self.lookup(session_id, ts_ms - 1)
 
     def current(self, session_id: str | None = None, ts_ms: int | None = None) -> str | None:
-        if session_id is not None and session_id != self.session_id:
+        """The run of ``session_id`` (the file's own session when None) at a line of ``ts_ms``."""
+        if session_id is None:
+            session_id = self.session_id
+        if session_id in self._runs:
+            return self._runs[session_id]
+        if session_id != self.session_id:
             return self.lookup(session_id, ts_ms)  # a line of another session (e.g. a side branch)
-        if not self._seeded:
-            self._seeded = True
-            if self.session_id is not None:
-                self._run = self.lookup(self.session_id, None)
-        return self._run
+        run = self._runs[session_id] = self.lookup(session_id, None) if session_id is not None else None
+        return run

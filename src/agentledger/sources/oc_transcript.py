@@ -315,7 +315,7 @@ class FileDecoder:
         role = msg.get("role")
         if role == "user":
             run_id = f"{self.session_id}:{text(obj.get('id')) or base['event_id']}"
-            self.runs.start(run_id)
+            self.runs.start(self.session_id, run_id)
             return RunStarted(**base, kind="run.start", run_id=run_id)
         if role == "assistant":
             return self._assistant(base, msg)
