@@ -586,3 +586,24 @@ def test_a_fork_that_copies_its_origins_lines_neither_ends_nor_joins_the_origins
                     (FORK, "2026-10-01T10:00:50.000Z"): ("ok", "end_turn", 1)}
     u = usage(db)
     assert (u["runs"], u["interrupted_runs"], u["llm_calls"]) == (3, 1, 4)
+
+
+def test_a_prompt_written_as_blocks_with_an_image_is_a_turn_of_its_own(tmp_path, db):
+    project = _project(tmp_path)
+    pasted = orjson.loads(cc_prompt("u2", "", 0)) | {"timestamp": "2026-10-01T10:10:00.000Z"}
+    pasted["message"]["content"] = [{"type": "text", "text": "what is wrong in this screenshot?"},
+                                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                 "data": "iVBORw0KGgo="}}]
+    answer = orjson.loads(cc_assistant("a2", "msg_2", {"type": "text", "text": "The margin."}, output=300, second=1,
+                                       request="req_2", stop="end_turn")) | {"timestamp": "2026-10-01T10:10:01.000Z"}
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "first question", 0)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=10, second=1, stop="end_turn")
+        + _line(pasted) + _line(answer))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    out = subprocess.run([sys.executable, "-m", "agentledger", "runs", "--json"], env=cli_env(db),
+                         capture_output=True, check=True)
+    assert sorted((r["started_at"], r["ended_at"], r["llm_calls"]) for r in orjson.loads(out.stdout)) == [
+        ("2026-10-01T10:00:00.000Z", "2026-10-01T10:00:01.000Z", 1),
+        ("2026-10-01T10:10:00.000Z", "2026-10-01T10:10:01.000Z", 1)]
+    _clean(db)

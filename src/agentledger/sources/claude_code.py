@@ -31,7 +31,8 @@ that call's replay, never counted, nor are the tool calls it repeats, whichever 
 first (see ledger/writer.py). A line without a request id names its call by the response alone,
 as ledgers written before request ids counted did.
 
-A run is one main-chain prompt's turn. It ends where the transcript says so (a stop reason
+A run is one main-chain prompt's turn, whether the prompt is a string or blocks (text with a
+pasted image, say). It ends where the transcript says so (a stop reason
 that ends the turn, ``turn_duration``), where the user interrupts it (``interrupted``), or,
 failing both, at the session's next prompt: an implied end the ledger lets any reported one
 replace. A last turn with none of these is settled by reconcile (see ledger/reconcile.py).
@@ -80,6 +81,8 @@ SYNTHETIC = "<synthetic>"
 _SNAPSHOT_MARK = b'"type":"file-history-snapshot"'
 _SNAPSHOT_PREFIX = 64
 _TASK_TOOLS = frozenset({"Task", "Agent"})
+# Blocks a prompt is written as when it is more than text (a pasted image or document).
+_PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
 # A main-branch response that stops for these reasons ends the turn (tool_use continues it).
 _TURN_OVER = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
@@ -210,7 +213,7 @@ class FileDecoder:
               branch: str | None) -> Fact | list[Fact]:
         content = msg.get("content")
         interrupt = not sidechain and _is_interrupt(content)
-        if isinstance(content, str) and not interrupt:
+        if not interrupt and _is_prompt(content):
             if sidechain or obj.get("isCompactSummary") is True or obj.get("isMeta") is True or not uuid:
                 return Marker(**base, kind="user.prompt")
             # Claude Code mostly writes no stop reason, so many turns are never said to end: the
@@ -264,6 +267,16 @@ class FileDecoder:
             if run_id is not None:
                 return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=duration(obj.get("durationMs")))
         return Marker(**base, kind=f"system.{subtype}")
+
+
+def _is_prompt(content: object) -> bool:
+    """What the user wrote: a string, or blocks of what a user writes with none of a tool's results."""
+    if isinstance(content, str):
+        return True
+    if not isinstance(content, list):
+        return False
+    kinds = {b.get("type") for b in content if isinstance(b, dict)}
+    return bool(kinds & _PROMPT_BLOCKS) and "tool_result" not in kinds
 
 
 def _is_interrupt(content: object) -> bool:
