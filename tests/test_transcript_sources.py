@@ -607,3 +607,44 @@ def test_a_prompt_written_as_blocks_with_an_image_is_a_turn_of_its_own(tmp_path,
         ("2026-10-01T10:00:00.000Z", "2026-10-01T10:00:01.000Z", 1),
         ("2026-10-01T10:10:00.000Z", "2026-10-01T10:10:01.000Z", 1)]
     _clean(db)
+
+
+@pytest.mark.parametrize("appended", [True, False], ids=["lines-read-from-the-archive", "nothing-left-to-read"])
+def test_a_reset_session_has_the_same_key_followed_live_as_read_afresh(tmp_path, appended):
+    old, new = "0c0c0c0c-1111-4111-8111-111111111111", "0d0d0d0d-2222-4222-8222-222222222222"
+    sdir = _sessions_dir(tmp_path, "agent:main:main", old)
+    live = sdir / f"{old}.jsonl"
+    live.write_bytes(oc_header(old) + oc_user("u1", 1) + oc_assistant("a1", 2, cost=0.5)
+                     + _oc_line({"type": "compaction", "id": "k1", "timestamp": "2026-10-01T08:00:02.500Z",
+                                 "summary": "so far", "firstKeptEntryId": "a1", "tokensBefore": 5000}))
+    followed = tmp_path / "followed.db"
+    conn = open_writer(followed)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [tmp_path / "state"]))
+        pipeline.run_once()
+        if appended:  # written just before the reset, and read from the archive
+            with live.open("ab") as f:
+                f.write(oc_user("u2", 3) + oc_assistant("a2", 4, cost=0.25))
+        # A reset: the transcript is archived and the key names a new session.
+        os.rename(live, sdir / f"{old}.jsonl.reset.2026-10-01T08-01-00.000Z")
+        (sdir / "sessions.json").write_bytes(orjson.dumps({"agent:main:main": {"sessionId": new}}))
+        (sdir / f"{new}.jsonl").write_bytes(oc_header(new) + oc_user("u1", 10) + oc_assistant("a1", 11, cost=1.0))
+        pipeline.catch_up()
+    finally:
+        conn.close()
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, tmp_path / "state", fmt="oc-transcript")
+
+    def seen(db: Path) -> tuple:
+        _clean(db)
+        cli = [sys.executable, "-m", "agentledger"]
+        sessions, *detail = (orjson.loads(subprocess.run(cli + args, env=cli_env(db), capture_output=True,
+                                                         check=True).stdout)
+                             for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
+                                          ["session", f"agent:main:{old}", "--json"]))
+        return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
+
+    got = seen(followed)
+    assert got[0] == [(f"agent:main:{old}", old, 0.75 if appended else 0.5), ("agent:main:main", new, 1.0)]
+    assert got[1][1]["compactions"] != []
+    assert got == seen(afresh)

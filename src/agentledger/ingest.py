@@ -160,6 +160,7 @@ class Pipeline:
                         break
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.path, self.writer.run_at)
+                    self._keep_key(pending, decode)
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
                             self._commit(tailer, pending, stats)
@@ -179,6 +180,18 @@ class Pipeline:
             finally:
                 tailer.close(opened)
         return stats
+
+    def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
+        """A decoder that learns its session's key from the files beside it (sources/__init__.py) may
+        learn another one than it did before: once archived, a session leaves sessions.json. The
+        ledger's key for the session is made the decoder's, whether or not there are lines to read,
+        so a ledger that followed the session and one that reads its archive afresh agree."""
+        session_id, key = getattr(decode, "session_id", None), getattr(decode, "session_key", None)
+        if session_id is None or key is None or self.writer.session_key(session_id) in (None, key):
+            return
+        if pending.batches is None:
+            pending.batches = self.writer.begin()
+        pending.batches.rekey(session_id, key)
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
         """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``)."""

@@ -44,6 +44,7 @@ from agentledger.ledger import rollups
 from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import Lifecycle
+from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import child_session_id
@@ -244,6 +245,24 @@ _MOVE_BRANCH_TOOLS = (
 )
 # Tool calls on the side branches whose names start so (one session's, see _replayed_tools).
 _SIDE_TOOLS = "SELECT run_id, tool_call_id FROM tool_calls WHERE branch > ? AND branch < ?"
+_SESSION_KEY = "SELECT session_key, first_ms, last_ms FROM sessions WHERE session_id = ?"
+_SESSIONS_OF_KEY = "SELECT session_id FROM sessions WHERE session_key = ?"
+# A session's rows take its new key in place of the old; what has no session id of its own (its
+# compactions and events) is known by its key and its time: a key has one session at a time.
+_REKEY_SESSION = (
+    "UPDATE sessions SET session_key = :key WHERE session_id = :session",
+    "UPDATE runs SET session_key = :key WHERE session_id = :session AND session_key = :old",
+    "UPDATE llm_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session) "
+    "AND session_id = :session AND session_key = :old",
+    "UPDATE llm_calls SET session_key = :key WHERE run_id IS NULL AND session_id = :session AND session_key = :old",
+    "UPDATE tool_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session) "
+    "AND session_key = :old",
+    "UPDATE usage_snapshots SET session_key = :key WHERE session_id = :session AND session_key = :old",
+    "UPDATE compactions SET session_key = :key WHERE session_key = :old AND ts_ms BETWEEN :first AND :last",
+    "UPDATE events SET session_key = :key WHERE ts_ms BETWEEN :first AND :last AND session_key = :old",
+    "UPDATE subagents SET parent_session_key = :key WHERE parent_session_key = :old "
+    "AND parent_run_id IN (SELECT run_id FROM runs WHERE session_id = :session)",
+)
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
@@ -717,6 +736,26 @@ def _replayed_tools(conn: apsw.Connection, facts: list[Fact]) -> list[tuple[str,
     return out
 
 
+def _rekey_session(conn: apsw.Connection, session_id: str, key: str) -> set[str]:
+    """The session, and every row that names it by key, under ``key``; the rollups and the tables
+    derived per key follow. Returns the sessions whose views changed: this one, and the old key's."""
+    rows = conn.execute(_SESSION_KEY, (session_id,)).fetchall()
+    if not rows or rows[0][0] in (None, key):
+        return set()
+    old, first_ms, last_ms = rows[0]
+    touched = {session_id} | {sid for (sid,) in conn.execute(_SESSIONS_OF_KEY, (old,))}
+    tracker = rollups.Tracker(conn, set(), set(), {session_id}, set())
+    tracker.before()
+    for sql in _REKEY_SESSION:
+        conn.execute(sql, {"key": key, "session": session_id, "old": old, "first": first_ms, "last": last_ms})
+    # The old key first: an instance is one row of session_ids, which the new key's rebuild adds again.
+    for table in ("session_ids", "compaction_pairs"):
+        rebuild_keys(conn, table, {old: None})
+        rebuild_keys(conn, table, {key: None})
+    tracker.after([], [])
+    return touched | tracker.touched
+
+
 def _widen(sessions: dict[str, list], spans: dict[str, list]) -> None:
     """Fold the moved calls' times into the batch's session rows."""
     for sid, span in spans.items():
@@ -758,6 +797,11 @@ class OpenBatches:
         if self.waiting:
             batches, self.waiting = self.waiting, []
             self.result.add(self.writer._apply_batches(self.writer.conn, batches, self.ts))
+
+    def rekey(self, session_id: str, session_key: str) -> None:
+        """Give a session another key (see _rekey_session), in this transaction."""
+        self._write()
+        self.result.sessions |= _rekey_session(self.writer.conn, session_id, session_key)
 
     def commit(self) -> ApplyResult:
         """Commit; the result sums every batch's, with the union of the sessions they changed."""
@@ -1097,6 +1141,10 @@ class LedgerWriter:
                     conn.executemany(_SET_COST, updates)
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
                     result.changed += len(updates)
+
+    def session_key(self, session_id: str) -> str | None:
+        rows = self.conn.execute(_SESSION_KEY, (session_id,)).fetchall()
+        return rows[0][0] if rows else None
 
     def run_at(self, session_id: str, ts_ms: int | None) -> str | None:
         """The run a session was in at ``ts_ms`` (None: its latest), as far as the ledger knows."""

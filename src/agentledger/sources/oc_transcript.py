@@ -7,6 +7,12 @@ before, so a read that resumes mid-file (after a restart or a rename) decodes as
 straight read would. ``sessions.json``'s token and cost fields are last-run snapshots and
 are never read.
 
+A session's key is the one ``sessions.json`` lists it under; an archive it no longer lists
+keeps a key of its own (``agent:<agentId>:<sessionId>``, or the subagent key its parent's
+spawn names). Nothing on disk says what key an archive once had, so a session followed
+while live and then archived takes the archive's key too: a ledger that followed it and
+one that reads the same files afresh agree.
+
 Each user message starts a run (a turn); each assistant line is one LLM call with the
 producer's own cost estimate; ``toolCall`` blocks pair with ``toolResult`` lines.
 
