@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, ingest
 from logwriter import BASE_TS, LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -257,6 +258,39 @@ def test_a_hot_view_equals_the_ledger_and_recovers_from_its_file(ledger_with, tm
     assert third.validate(conn) == 1
     assert third.lookup(conn, "agent:main:s1").own.cost_pico == 3_500_000_000_000
     conn.close()
+
+
+def test_views_kept_from_a_ledger_built_again_are_not_trusted(ledger_with, tmp_path):
+    first = ledger_with([gate(limit=1.0)])
+    for n in range(1, 21):
+        first.add(llm(n, 0.25))
+    assert first.ask().decision == "block"
+    first.close()
+    # The ledger is deleted and built again from logs that now hold less: its positions start at 1 again.
+    for path in tmp_path.glob("ledger.db*"):
+        path.unlink()
+    shutil.rmtree(first.root)
+    LogDir(first.root).append(llm(100, 0.10))
+    ingest(first.db, first.root)
+    second = ledger_with([gate(limit=1.0)])
+    assert second.ask().decision == "allow"
+    assert hot_json(second.hot.lookup(second.conn, "agent:main:s1"))["cost_usd"] == 0.1
+
+
+def test_views_kept_past_a_restored_copy_of_the_ledger_are_not_trusted(ledger_with, tmp_path):
+    first = ledger_with([gate(limit=1.0)])
+    first.add(llm(1, 0.25))
+    first.conn.execute("VACUUM INTO ?", (str(tmp_path / "backup.db"),))
+    for n in range(2, 21):
+        first.add(llm(n, 0.25))
+    assert first.ask().decision == "block"
+    first.close()
+    for path in tmp_path.glob("ledger.db*"):
+        path.unlink()
+    (tmp_path / "backup.db").rename(first.db)
+    second = ledger_with([gate(limit=1.0)])
+    assert second.ask().decision == "allow"
+    assert hot_json(second.hot.lookup(second.conn, "agent:main:s1"))["cost_usd"] == 0.25
 
 
 def _replayed(conn, key):

@@ -48,6 +48,7 @@ class HotSession:
     current_run: str | None = None
     own: Totals = field(default_factory=Totals)
     family: Totals = field(default_factory=Totals)  # own plus the subagents spawned since it started
+    ledger: str | None = None  # the ledger read (see queries.ledger_id): its positions mean nothing in another
 
 
 _TOTAL_NAMES = tuple(f.name for f in fields(Totals))
@@ -74,7 +75,7 @@ def _from_ledger(view: dict) -> HotSession:
         session_key=view["session_key"], session_id=view["session_id"], agent_id=view["agent_id"],
         status=view["status"], started_ms=view["started_ms"], ended_ms=view["ended_ms"],
         last_activity_ms=view["last_activity_ms"], current_run=view["current_run"],
-        own=Totals(**{k: view[k] for k in _TOTAL_NAMES}), family=Totals(**view["family"]),
+        own=Totals(**{k: view[k] for k in _TOTAL_NAMES}), family=Totals(**view["family"]), ledger=view["ledger"],
     )
 
 
@@ -198,14 +199,17 @@ class HotSessions:
     # -- internals --------------------------------------------------------------------
 
     def _check(self, conn: apsw.Connection, key: str) -> int:
-        """Keep a stored view if nothing it sums changed after its position, else rebuild it."""
+        """Keep a stored view if it was read from this ledger and nothing it sums changed after its
+        position, else rebuild it."""
         now = queries.ledger_position(conn)
         view = queries.hot_session(conn, key)
         if view is None:
             self.store.delete(key)
             return 1
         position = self.store.position(key)
-        if position is not None and view["changed"] <= position:
+        # A position past the ledger's own is one a restored copy of the ledger has not reached.
+        if position is not None and view["changed"] <= position <= now and \
+                self.store.get(key).ledger == view["ledger"]:
             self._fresh.add(key)
             return 0
         self._put_view(key, _from_ledger(view), now)

@@ -877,6 +877,11 @@ def ledger_position(conn: apsw.Connection) -> int:
     return conn.execute("SELECT seq FROM ledger_position WHERE id = 1").fetchall()[0][0]
 
 
+def ledger_id(conn: apsw.Connection) -> str:
+    """The random name this ledger was given when it was created."""
+    return conn.execute("SELECT ledger_id FROM ledger_identity WHERE id = 1").fetchall()[0][0]
+
+
 def hot_session(conn: apsw.Connection, key: str) -> dict | None:
     """What gates measure of a session: its current instance (a reset starts a new one), alone
     and with the subagents spawned since that instance began; None when the ledger has no such
@@ -885,7 +890,7 @@ def hot_session(conn: apsw.Connection, key: str) -> dict | None:
 
 
 def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
-    """``hot_session`` of many keys in five queries, however many: the daemon refreshes every
+    """``hot_session`` of many keys in six queries, however many: the daemon refreshes every
     session a transaction changed at once. Keys the ledger does not know are left out."""
     current = {row[0]: row[1:] for row in conn.execute(_CURRENT_INSTANCES, (_json_list(keys),))}
     if not current:
@@ -898,6 +903,7 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     totals = {sid: values for sid, *values in conn.execute(_INSTANCE_TOTALS, (_json_list(ids),))}
     fallback = _fallback_cost(conn, Window(), list(ids))
     runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(ids),)))
+    ledger = ledger_id(conn)
 
     def summed(sids: list[str]) -> tuple[dict, int]:
         """Totals summed over session instances (snapshot fallbacks included) and their last change."""
@@ -915,7 +921,7 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
             "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
             "started_ms": started, "ended_ms": ended, "last_activity_ms": last, "current_run": runs.get(sid),
             **own, "family": {k: own[k] + kin[k] for k in _HOT_TOTALS},
-            "changed": max(own_changed, kin_changed),
+            "changed": max(own_changed, kin_changed), "ledger": ledger,
         }
     return views
 
