@@ -132,6 +132,23 @@ def test_each_metric_trips_exactly_at_its_limit(ledger_with, metric, limit, line
     assert d.reason == f"session agent:main:s1 used {noun} (gate g)"
 
 
+def test_a_cost_just_under_the_limit_does_not_trip_and_is_shown_as_the_ledger_has_it(ledger_with):
+    ledger = ledger_with([gate(limit=1.0)])
+    ledger.add(llm(1, 0.99999951))
+    d = ledger.ask()
+    assert (d.decision, d.reason) == ("allow", "within every gate")
+    ledger.add(llm(2, 0.00000049))
+    d = ledger.ask()
+    assert (d.decision, d.value) == ("block", 1.0)
+    assert queries.sessions(ledger.conn, queries.Window())[0]["cost_usd"] == 1.0
+
+
+def test_a_blocked_cost_shows_the_exact_spend(ledger_with):
+    ledger = ledger_with([gate(limit=1.0)])
+    ledger.add(llm(1, 1.00000049))
+    assert ledger.ask().value == queries.sessions(ledger.conn, queries.Window())[0]["cost_usd"] == 1.00000049
+
+
 def test_tool_globs_choose_which_calls_a_gate_guards(ledger_with):
     ledger = ledger_with([gate(tools=["exec*", "browser"], limit=1.0)])
     ledger.add(llm(1, 2.0))

@@ -14,7 +14,7 @@ import apsw
 import numpy as np
 
 from agentledger.config import GateConfig
-from agentledger.gates import day_bounds, matches, measure
+from agentledger.gates import day_bounds, exact, matches, measure, threshold
 from agentledger.ledger import queries
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
@@ -145,7 +145,7 @@ class Forecaster:
             eta = None  # the day's budget starts again before the pace would reach it
         return {"gate": gate.name, "scope": gate.scope, "metric": gate.metric, "action": gate.action,
                 "limit": gate.limit, "value": value, "headroom": round(max(gate.limit - value, 0.0), 6),
-                "used": round(value / gate.limit, 6), "tripped": value >= gate.limit,
+                "used": round(value / gate.limit, 6), "tripped": exact(totals, gate.metric) >= threshold(gate),
                 "rate_per_hour": None if trend is None else round(trend, 6),
                 "trips_in_s": None if eta is None else round(eta, 1),
                 "trips_at": None if eta is None else iso(self.now_ms + round(eta * 1000)),

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from prometheus_client import Histogram
@@ -54,16 +56,34 @@ class Decision:
                 "blockReason": self.reason if self.decision == "block" else None}
 
 
-def measure(totals: Totals | dict, metric: str) -> float | int:
-    """A gate metric read off session or day totals."""
+def exact(totals: Totals | dict, metric: str) -> int:
+    """A gate metric read off session or day totals, exactly: cost in pico-USD."""
     get = totals.get if isinstance(totals, dict) else lambda name: getattr(totals, name)
     if metric == "cost_usd":
-        return round(get("cost_pico") / PICO_PER_USD, 6)
+        return get("cost_pico")
     if metric == "tokens":
         return get("total_tokens")
     if metric == "llm_calls":
         return get("llm_calls") + get("llm_errors")
     return get(metric)
+
+
+def shown(metric: str, value: int) -> float | int:
+    """An exact metric value as decisions and views show it: cost in USD, as the ledger's reports round it."""
+    return round(value / PICO_PER_USD, 12) if metric == "cost_usd" else value
+
+
+def measure(totals: Totals | dict, metric: str) -> float | int:
+    """A gate metric read off session or day totals, as shown."""
+    return shown(metric, exact(totals, metric))
+
+
+def threshold(gate: GateConfig) -> int | float:
+    """The smallest exact value that trips ``gate``: its limit in pico-USD for cost, exactly as the
+    config wrote it in decimal (a float product would be off by a few pico-USD for large limits)."""
+    if gate.metric == "cost_usd":
+        return math.ceil(Decimal(repr(gate.limit)) * PICO_PER_USD)
+    return gate.limit
 
 
 def matches(name: str, globs: tuple[str, ...]) -> bool:
@@ -120,6 +140,7 @@ class GateKeeper:
     def __init__(self, gates: tuple[GateConfig, ...], hot: HotSessions, readers: ReaderPool, zone: ZoneInfo,
                  clock: Callable[[], float] = time.time):
         self.gates = gates
+        self._thresholds = {gate: threshold(gate) for gate in gates}
         self.hot = hot
         self.readers = readers
         self.zone = zone
@@ -149,8 +170,8 @@ class GateKeeper:
             tripped = []
             for gate in applicable:
                 value, who = self._value(conn, gate, state, session_key, now_ms)
-                if value is not None and value >= gate.limit:
-                    tripped.append((gate, value, who))
+                if value is not None and value >= self._thresholds[gate]:
+                    tripped.append((gate, shown(gate.metric, value), who))
         base = {"session_key": state.session_key if state else session_key,
                 "session_id": state.session_id if state else None,
                 "agent_id": state.agent_id if state else None, "tool": tool, "ts_ms": now_ms, "via": via}
@@ -196,18 +217,18 @@ class GateKeeper:
     def _value(self, conn, gate: GateConfig, state: HotSession | None, key: str | None,
                now_ms: int) -> tuple[float | int | None, str]:
         if gate.scope == "session":
-            return (None, "") if state is None else (measure(state.own, gate.metric), f"session {state.session_key}")
+            return (None, "") if state is None else (exact(state.own, gate.metric), f"session {state.session_key}")
         if gate.scope == "session-family":
             if state is None:
                 return None, ""
-            return measure(state.family, gate.metric), f"session {state.session_key} with its subagents"
+            return exact(state.family, gate.metric), f"session {state.session_key} with its subagents"
         agent = None
         if gate.scope == "agent-day":
             if state is None or not state.agent_id:
                 return None, ""
             agent = state.agent_id
         totals = self._day(conn, agent, now_ms)
-        return measure(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
+        return exact(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
         start, end = self._day_bounds(now_ms)
