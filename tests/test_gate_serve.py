@@ -124,6 +124,18 @@ def test_gates_answer_live_over_http_and_from_the_command(daemon):
     assert [(s["session_key"], s["cost_usd"]) for s in json.loads(live.stdout)] == [("agent:main:s1", 2.25)]
 
 
+def test_unpriced_calls_show_in_hot_views_and_gate_answers(daemon):
+    daemon.logs.append(event(2, "llm.call", {"callIndex": 2, "provider": "acme", "model": "acme-unknown-9",
+                                             "delta": {"input": 5, "output": 5, "cacheRead": 0, "cacheWrite": 0,
+                                                       "total": 10}}, ts=_now_ms()))
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("unpriced_calls") == 1)
+    hot = daemon.get("/v1/sessions/agent:main:s1/hot")[1]
+    assert (hot["cost_usd"], hot["llm_calls"], hot["family"]["unpriced_calls"]) == (0.5, 2, 1)
+    assert [(v["session_key"], v["unpriced_calls"]) for v in daemon.get("/v1/hot")[1]] == [("agent:main:s1", 1)]
+    assert daemon.gate()["reason"] == ("within every gate, not counting 1 unpriced call of session agent:main:s1 "
+                                       "(gate session-cost)")
+
+
 def test_claude_code_hooks_over_http_and_through_the_command(daemon):
     env = cli_env(daemon.tmp_path / "ledger.db")
     assert daemon.post("/v1/hooks/claude-code", PRE_TOOL_USE) == (200, {})

@@ -149,6 +149,26 @@ def test_a_blocked_cost_shows_the_exact_spend(ledger_with):
     assert ledger.ask().value == queries.sessions(ledger.conn, queries.Window())[0]["cost_usd"] == 1.00000049
 
 
+def unpriced(n: int, *, ts: int | None = None) -> bytes:
+    """A model call with no cost of its own, of a model no price table knows."""
+    return event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
+                                 "delta": {"input": 5_000_000, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                           "total": 5_000_000}}, ts=ts)
+
+
+def test_unpriced_calls_are_told_in_views_and_decisions_never_taken_as_free(ledger_with):
+    ledger = ledger_with([gate(limit=1.0), gate(name="today", scope="global-day", limit=5.0)])
+    ledger.add(llm(1, 0.5, ts=NOW_MS - 3000), unpriced(2, ts=NOW_MS - 2000), unpriced(3, ts=NOW_MS - 1000))
+    view = hot_json(ledger.hot.lookup(ledger.conn, "agent:main:s1"))
+    assert (view["cost_usd"], view["unpriced_calls"], view["family"]["unpriced_calls"]) == (0.5, 2, 2)
+    assert ledger.ask().reason == ("within every gate, not counting 2 unpriced calls of session agent:main:s1 "
+                                   "(gate g); 2 unpriced calls of all agents together (gate today)")
+    ledger.add(llm(4, 0.75, ts=NOW_MS - 500))
+    d = ledger.ask()
+    assert (d.decision, d.reason) == ("block", "session agent:main:s1 spent $1.25 of its $1.00 budget, "
+                                               "not counting 2 unpriced calls (gate g)")
+
+
 def test_tool_globs_choose_which_calls_a_gate_guards(ledger_with):
     ledger = ledger_with([gate(tools=["exec*", "browser"], limit=1.0)])
     ledger.add(llm(1, 2.0))

@@ -93,8 +93,8 @@ def matches(name: str, globs: tuple[str, ...]) -> bool:
 def _totals_json(t: Totals) -> dict:
     return {"cost_usd": measure(t, "cost_usd"), "llm_calls": t.llm_calls, "llm_errors": t.llm_errors,
             "input_tokens": t.input_tokens, "output_tokens": t.output_tokens, "cache_read_tokens": t.cache_read_tokens,
-            "cache_write_tokens": t.cache_write_tokens, "total_tokens": t.total_tokens, "tool_calls": t.tool_calls,
-            "tool_errors": t.tool_errors}
+            "cache_write_tokens": t.cache_write_tokens, "total_tokens": t.total_tokens,
+            "unpriced_calls": t.unpriced_calls, "tool_calls": t.tool_calls, "tool_errors": t.tool_errors}
 
 
 def hot_json(state: HotSession) -> dict:
@@ -115,15 +115,29 @@ def _limit(gate: GateConfig) -> float | int:
     return gate.limit if gate.metric == "cost_usd" or gate.limit != int(gate.limit) else int(gate.limit)
 
 
-def _reason(gate: GateConfig, who: str, value: float, zone: str) -> str:
+def _unpriced(n: int) -> str:
+    return f"{n:,} unpriced call{'' if n == 1 else 's'}"
+
+
+def _reason(gate: GateConfig, who: str, value: float, zone: str, unpriced: int) -> str:
     used, limit = _amount(gate.metric, value), _amount(gate.metric, gate.limit)
     period = f" today ({zone})" if gate.scope.endswith("-day") else ""
     budget = "daily budget" if period else "budget"
     if gate.metric == "cost_usd":
-        text = f"{who} spent {used} of its {limit} {budget}{period}"
+        # Their cost is unknown, not $0: whoever reads the decision must know the spend may be higher.
+        unknown = f", not counting {_unpriced(unpriced)}" if unpriced else ""
+        text = f"{who} spent {used} of its {limit} {budget}{period}{unknown}"
     else:
         text = f"{who} used {used} {_NOUNS[gate.metric]} of its {limit} limit{period}"
     return f"{text} (gate {gate.name})"
+
+
+def _within(unpriced: list[tuple[GateConfig, str, int]]) -> str:
+    """The reason of an allow; it names the cost gates that could not count every call."""
+    if not unpriced:
+        return "within every gate"
+    return "within every gate, not counting " + "; ".join(
+        f"{_unpriced(n)} of {who} (gate {gate.name})" for gate, who, n in unpriced)
 
 
 def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
@@ -167,25 +181,31 @@ class GateKeeper:
             state = self.hot.lookup(conn, session_key) if session_key else None
             agent = (state.agent_id if state else None) or ""
             applicable = self._gates_for(tool or "", agent)
-            tripped = []
+            tripped, unpriced = [], []
             for gate in applicable:
-                value, who = self._value(conn, gate, state, session_key, now_ms)
-                if value is not None and value >= self._thresholds[gate]:
-                    tripped.append((gate, shown(gate.metric, value), who))
+                totals, who = self._totals(conn, gate, state, now_ms)
+                if totals is None:
+                    continue
+                value = exact(totals, gate.metric)
+                unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
+                if value >= self._thresholds[gate]:
+                    tripped.append((gate, shown(gate.metric, value), who, unknown))
+                elif unknown:
+                    unpriced.append((gate, who, unknown))
         base = {"session_key": state.session_key if state else session_key,
                 "session_id": state.session_id if state else None,
                 "agent_id": state.agent_id if state else None, "tool": tool, "ts_ms": now_ms, "via": via}
         tripped.sort(key=lambda t: t[0].action != "block")  # stable: config order within an action
         if tripped:
-            gate, value, who = tripped[0]
-            decision = Decision(gate.action, _reason(gate, who, value, self.zone.key), gate.name, gate.scope,
+            gate, value, who, unknown = tripped[0]
+            decision = Decision(gate.action, _reason(gate, who, value, self.zone.key, unknown), gate.name, gate.scope,
                                 gate.metric, value, _limit(gate), **base)
         elif session_key and state is None:
             decision = Decision("allow", f"unknown session {session_key!r}: no session gate applies", **base)
         elif not applicable:
             decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
         else:
-            decision = Decision("allow", "within every gate", **base)
+            decision = Decision("allow", _within(unpriced), **base)
         with self._lock:
             self._counts[(decision.gate or "", decision.decision)] += 1
             if decision.decision != "allow":
@@ -214,21 +234,21 @@ class GateKeeper:
             self._pending, self._counts = [], Counter()
         return pending, counts
 
-    def _value(self, conn, gate: GateConfig, state: HotSession | None, key: str | None,
-               now_ms: int) -> tuple[float | int | None, str]:
+    def _totals(self, conn, gate: GateConfig, state: HotSession | None,
+                now_ms: int) -> tuple[Totals | dict | None, str]:
+        """What ``gate`` measures, and who spent it; None when the gate does not apply."""
         if gate.scope == "session":
-            return (None, "") if state is None else (exact(state.own, gate.metric), f"session {state.session_key}")
+            return (None, "") if state is None else (state.own, f"session {state.session_key}")
         if gate.scope == "session-family":
             if state is None:
                 return None, ""
-            return exact(state.family, gate.metric), f"session {state.session_key} with its subagents"
+            return state.family, f"session {state.session_key} with its subagents"
         agent = None
         if gate.scope == "agent-day":
             if state is None or not state.agent_id:
                 return None, ""
             agent = state.agent_id
-        totals = self._day(conn, agent, now_ms)
-        return exact(totals, gate.metric), (f"agent {agent}" if agent else "all agents together")
+        return self._day(conn, agent, now_ms), (f"agent {agent}" if agent else "all agents together")
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
         start, end = self._day_bounds(now_ms)

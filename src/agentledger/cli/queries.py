@@ -125,7 +125,8 @@ def sessions(conn, w, fmt, live, url):
         _emit_rows(_live_sessions(url, w), fmt, "no live sessions", [
             ("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
             ("last_activity_at", "last activity"), ("current_run", "run"), ("llm_calls", "llm"),
-            ("tool_calls", "tools"), ("tool_errors", "tool err"), ("total_tokens", "tokens"), ("cost_usd", "cost $")])
+            ("tool_calls", "tools"), ("tool_errors", "tool err"), ("total_tokens", "tokens"), ("cost_usd", "cost $"),
+            ("unpriced_calls", "unpriced")])
         return
     _emit_rows(queries.sessions(conn, w), fmt, "no sessions match", [("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
                           ("started_at", "started"), ("runs", "runs"), ("llm_calls", "llm"),

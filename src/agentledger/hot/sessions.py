@@ -32,6 +32,7 @@ class Totals:
     cache_write_tokens: int = 0
     total_tokens: int = 0
     cost_pico: int = 0
+    unpriced_calls: int = 0  # calls without a price: their cost is unknown, not counted in cost_pico
     tool_calls: int = 0
     tool_errors: int = 0
 
@@ -62,7 +63,8 @@ def _load(doc: dict) -> HotSession:
     def totals(value) -> Totals:
         if not isinstance(value, dict):
             raise ValueError("totals must be an object")
-        return Totals(**{k: int(value[k]) for k in _TOTAL_NAMES})
+        # A file from before a total was kept lacks it; the ledger check rebuilds such a view anyway.
+        return Totals(**{k: int(value.get(k, 0)) for k in _TOTAL_NAMES})
 
     plain = {f.name: doc.get(f.name) for f in fields(HotSession) if f.name not in ("own", "family")}
     if not isinstance(plain["session_key"], str):

@@ -826,7 +826,7 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
 # -- what gates and the hot store read ------------------------------------------------------------
 
 _HOT_TOTALS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-               "total_tokens", "cost_pico", "tool_calls", "tool_errors")
+               "total_tokens", "cost_pico", "unpriced_calls", "tool_calls", "tool_errors")
 # The current instance of each key (a reset starts a new one): the latest started of those with
 # that session key, else the session with that id (sources keyed by id).
 _CURRENT_INSTANCES = """
@@ -961,6 +961,7 @@ def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None 
     return {"llm_calls": totals["llm_calls"] - totals["llm_errors"], "llm_errors": totals["llm_errors"],
             "total_tokens": totals["total_tokens"],
             "cost_pico": totals["cost_pico"] + sum(_fallback_cost(conn, w).values()),
+            "unpriced_calls": totals["unpriced_calls"],
             "tool_calls": tools[0], "tool_errors": tools[1]}
 
 
