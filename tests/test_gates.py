@@ -208,6 +208,36 @@ def test_the_family_scope_adds_subagents_spend(ledger_with):
     assert ledger.ask(child).decision == "allow"  # the child's own family is only itself
 
 
+def spawn(n: int, child: str, run: str) -> bytes:
+    """A spawn line as OpenClaw writes it: the parent's key and run, no session id."""
+    return event(n, "subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "x"}, run=run,
+                 session_id="unknown")
+
+
+def test_a_spawn_before_its_run_is_known_moves_the_parents_family_at_once(ledger_with):
+    ledger = ledger_with([gate(name="fam", scope="session-family", limit=1.0)])
+    ledger.add(llm(1, 0.10))
+    assert ledger.ask().decision == "allow"
+    ledger.add(llm(2, 2.0, session="subagent:c1"))  # the child spends before its spawn line is read
+    ledger.add(spawn(3, "agent:main:subagent:c1", run="run-not-started-yet"))
+    d = ledger.ask()
+    assert (d.decision, d.value) == ("block", 2.1)
+
+
+def test_a_spawn_read_while_the_daemon_was_down_moves_the_recovered_family(ledger_with, tmp_path):
+    ledger = ledger_with([gate(name="fam", scope="session-family", limit=1.0)])
+    ledger.add(llm(1, 0.10))
+    ledger.add(llm(2, 2.0, session="subagent:c1"))
+    ledger.add(llm(3, 0.10))
+    assert ledger.ask().decision == "allow"
+    ledger.hot.close()
+    ledger.pipeline.after_commit = None  # the daemon is down
+    ledger.add(spawn(4, "agent:main:subagent:c1", run="run-s1"))
+    again = HotSessions(tmp_path / "hot")
+    assert again.validate(ledger.conn) == 2  # the parent's view and the child's
+    assert again.lookup(ledger.conn, "agent:main:s1").family.cost_pico == 2_200_000_000_000
+
+
 def test_day_scopes_count_today_in_the_configured_zone(ledger_with):
     berlin = ZoneInfo("Europe/Berlin")
     midnight = dt.datetime.fromtimestamp(NOW_MS / 1000, berlin).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -39,8 +39,14 @@ SELECT s.session_id, coalesce(s.started_ms, s.first_ms), s.agent_id, s.session_k
 FROM json_each(?) AS j JOIN sessions AS s ON s.session_id = j.value
 """
 _READ_SUBAGENTS = """
-SELECT a.child_session_key, coalesce(a.spawned_ms, a.ended_ms), a.child_agent_id
+SELECT a.child_session_key, coalesce(a.spawned_ms, a.ended_ms), a.child_agent_id, a.parent_session_key
 FROM json_each(?) AS j JOIN subagents AS a ON a.child_session_key = j.value
+"""
+# The instances of sessions named by key (or by id, for sources keyed by id).
+_INSTANCES_OF = """
+SELECT s.session_id FROM json_each(?1) AS j JOIN sessions AS s ON s.session_key = j.value
+UNION
+SELECT s.session_id FROM json_each(?1) AS j JOIN sessions AS s ON s.session_id = j.value
 """
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
@@ -182,7 +188,7 @@ class Deltas:
         acc[15 if is_subagent_key(key) else 14] += sign
 
     def subagent(self, row: tuple, sign: int) -> None:
-        _, ts, agent = row
+        _, ts, agent, _ = row
         if ts is not None:
             self.usage[(_slot(ts), agent or "", "", "")][17] += sign
 
@@ -220,6 +226,17 @@ def _write(conn: apsw.Connection, sql: str, deltas: dict) -> None:
             rows.append((*key, *values) if type(key) is tuple else (key, *values))
     if rows:
         conn.executemany(sql, rows)
+
+
+def _family_moves(old: dict, new: dict) -> set[str]:
+    """The session keys whose families a batch's subagent rows changed: a spawn's child, and its parent
+    before and after, when the parent or the instant of the spawn (which family it joins) moved."""
+    keys = set()
+    for child, row in new.items():
+        before = old.get(child, (None,) * len(row))
+        if (before[1], before[3]) != (row[1], row[3]):
+            keys |= {child, row[3], before[3]}
+    return keys - {None}
 
 
 def move_llm_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[tuple]) -> set[str]:
@@ -287,7 +304,8 @@ class Tracker:
             d.session_row(row, +1)
         for row in self.old_subagents.values():
             d.subagent(row, -1)
-        for row in _read(self.conn, _READ_SUBAGENTS, self.subagent_keys).values():
+        subagents = _read(self.conn, _READ_SUBAGENTS, self.subagent_keys)
+        for row in subagents.values():
             d.subagent(row, +1)
         for row in replaced_llm_rows:
             d.llm_call(row, -1)
@@ -307,4 +325,7 @@ class Tracker:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:
             self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(list(d.run_llm)).decode(),))
-        self.touched = set(self.session_ids) | set(d.session)
+        # A spawn moves its parent's family totals though no session row or total changed: its instances
+        # count as touched, so hot views of the parent (and the ancestors above) follow.
+        kin = _read(self.conn, _INSTANCES_OF, sorted(_family_moves(self.old_subagents, subagents)))
+        self.touched = set(self.session_ids) | set(d.session) | set(kin)
