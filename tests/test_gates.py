@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -377,6 +378,32 @@ def test_an_ended_session_leaves_the_hot_store_after_the_grace(ledger_with):
     # Still answered from the ledger.
     assert ledger.ask().decision == "allow"
     assert ledger.hot.lookup(ledger.conn, "agent:main:s1").status == "ended"
+
+
+def test_expiring_and_listing_views_do_not_keep_idle_ones_in_memory(ledger_with, tmp_path):
+    ledger = ledger_with([])
+    ledger.add(llm(1, 0.5))
+    hot = HotSessions(tmp_path / "hot-ttl", ttl_s=0.5)
+    assert hot.lookup(ledger.conn, "agent:main:s1") is not None
+    for _ in range(4):  # the daemon's chores while no one asks about the session
+        time.sleep(0.3)
+        hot.expire()
+        hot.views()
+        hot.flush_due()
+    assert hot.size() == 0
+
+
+def test_expiring_and_listing_views_leave_the_least_recently_asked_to_go_first(ledger_with, tmp_path):
+    ledger = ledger_with([])
+    keys = [f"agent:main:{name}" for name in "abcd"]
+    ledger.add(*(llm(n, 0.5, session=key.rsplit(":", 1)[1]) for n, key in enumerate(keys, 1)))
+    hot = HotSessions(tmp_path / "hot-lru", max_entries=3)
+    for key in [*keys[:3], keys[0], keys[1]]:  # c is now the least recently asked
+        hot.lookup(ledger.conn, key)
+    hot.expire()
+    hot.views()
+    hot.lookup(ledger.conn, keys[3])
+    assert sorted(v.session_key for v in hot.views()) == [keys[0], keys[1], keys[3]]
 
 
 def _hook_payloads() -> list[dict]:

@@ -110,6 +110,18 @@ def test_get_of_evicted_key_reloads_it_and_counts_as_a_use(tmp_path):
     assert store.get("b").items == [2] and store.get("c").items == [3]
 
 
+def test_peek_reads_memory_only_and_is_not_a_use(tmp_path):
+    clock = FakeClock()
+    store = open_store(tmp_path, max_entries=2, ttl_s=10.0, clock=clock)
+    store.update("a", append(1))
+    store.update("b", append(2))
+    clock.now += 11
+    assert store.peek("a").items == [1]
+    store.update("c", append(3))  # a is still the least recently used
+    assert store.peek("a") is None and store.get("a").items == [1]
+    assert store.peek("nope") is None and store.size() == 2
+
+
 def test_has_and_position_of_unknown_keys(tmp_path):
     store = open_store(tmp_path)
     assert store.get("nope") is None

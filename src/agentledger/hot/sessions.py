@@ -150,7 +150,7 @@ class HotSessions:
         dropped = []
         with self._lock:
             for key in list(self._fresh):
-                state = self.store.get(key)
+                state = self.store.peek(key)  # a chore, not a use: idle views must still age out
                 if state is not None and state.ended_ms is not None and \
                         now_ms - state.ended_ms > self.end_grace_s * 1000:
                     self._fresh.discard(key)
@@ -194,7 +194,7 @@ class HotSessions:
         """The views in memory that equal the ledger, most recently active first, each session once
         (a view asked for by session id may be held beside the one asked for by key)."""
         with self._lock:
-            states = [s for s in (self.store.get(k) for k in list(self._fresh)) if s is not None]
+            states = [s for s in (self.store.peek(k) for k in list(self._fresh)) if s is not None]
         unique = {(s.session_key, s.session_id): s for s in states}
         return sorted(unique.values(), key=lambda s: s.last_activity_ms or 0, reverse=True)
 

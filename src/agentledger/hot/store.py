@@ -201,6 +201,13 @@ class SessionRuntimeStore(Generic[T]):
             entry = self._lookup(key)
             return None if entry is None else entry.state
 
+    def peek(self, key: str) -> T | None:
+        """The state for ``key`` if it is in memory, else None; not a use: the LRU order and the idle
+        time stay as they were, so a walk over every entry evicts nothing it would not have."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else entry.state
+
     def get_or_create(self, key: str) -> T:
         """The state for ``key``; a new one from ``create`` (and dirty) if there is none."""
         with self._lock:
