@@ -406,6 +406,19 @@ def test_expiring_and_listing_views_leave_the_least_recently_asked_to_go_first(l
     assert sorted(v.session_key for v in hot.views()) == [keys[0], keys[1], keys[3]]
 
 
+def test_ended_sessions_leave_no_view_files_behind_however_many_were_asked(ledger_with, tmp_path):
+    ledger = ledger_with([gate()])
+    hot = ledger.keeper.hot = ledger.live.hot = HotSessions(tmp_path / "hot-few", max_entries=2, flush_interval_s=0)
+    for n in range(10):
+        ledger.add(llm(n, 0.1, session=f"s{n}"))
+        assert ledger.ask(f"agent:main:s{n}").decision == "allow"
+    ledger.add(*(event(100 + n, "session.end", {"sessionId": f"sid-s{n}", "messageCount": 1, "durationMs": 5},
+                       session=f"s{n}") for n in range(10)))
+    assert len(hot.expire(now_ms=NOW_MS + 86_400_000)) == 2  # the two in memory; the others left with their files
+    hot.close()
+    assert list((tmp_path / "hot-few" / "sessions").iterdir()) == []
+
+
 def _hook_payloads() -> list[dict]:
     path = CORPUS / "claude-code" / "hooks.jsonl"
     if not path.exists():

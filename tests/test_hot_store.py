@@ -143,6 +143,30 @@ def test_get_or_create_makes_one_state_that_persists(tmp_path):
     assert store.has("a") and store.get("a") == Tally()
 
 
+def session_files(state_dir: Path) -> list[Path]:
+    return sorted((state_dir / "sessions").glob("*.json"))
+
+
+def test_without_write_back_an_evicted_entry_leaves_no_file_behind(tmp_path):
+    store = open_store(tmp_path, max_entries=2, flush_interval_s=0, write_back=False)
+    for n, key in enumerate("abcde"):
+        store.update(key, append(n))
+    assert set(session_files(tmp_path)) == {session_file(tmp_path, "d"), session_file(tmp_path, "e")}
+    assert store.keys() == {"d", "e"}
+    assert store.get("a") is None  # the caller rebuilds it
+
+
+def test_without_write_back_files_beyond_max_entries_are_deleted_at_start(tmp_path):
+    store = open_store(tmp_path, max_entries=10, flush_interval_s=0, write_back=False)
+    for n, key in enumerate("abcde"):
+        store.update(key, append(n))
+    assert len(session_files(tmp_path)) == 5
+    again = open_store(tmp_path, max_entries=2, write_back=False)
+    assert again.keys() == {"d", "e"}  # the newest
+    assert len(session_files(tmp_path)) == 2
+    assert open_store(tmp_path, max_entries=2, write_back=True).keys() == {"d", "e"}
+
+
 # -- flushing --------------------------------------------------------------
 
 

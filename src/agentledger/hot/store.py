@@ -142,8 +142,10 @@ class SessionRuntimeStore(Generic[T]):
     their last flush older than ``flush_interval_s`` (0: at every update), and when
     flushed or closed. An entry evicted while dirty keeps its record in memory until the
     next flush writes it, and is served from there meanwhile; unless ``write_back`` is
-    False: then it is dropped unwritten, and a file of its keeps its older position (for
-    state the caller can rebuild, where a write per eviction costs more than a rebuild).
+    False (for state the caller can rebuild, where a write per eviction costs more than a
+    rebuild): then an evicted entry is dropped unwritten and the next flush deletes its file,
+    and at start the files beyond ``max_entries`` are deleted, so only what is in memory
+    stays on disk.
     Thread-safe: files are written outside the lock that reads take, so a slow disk never
     holds up a reader.
     """
@@ -183,6 +185,7 @@ class SessionRuntimeStore(Generic[T]):
         self._unwritten: dict[str, bytes] = {}  # records not yet known to be on disk, by key
         self._entries: OrderedDict[str, _Entry[T]] = OrderedDict()  # least recently used first
         self._on_disk: set[str] = set()  # keys with a trusted file, so has() and keys() need no I/O
+        self._doomed: set[str] = set()  # keys evicted without write-back whose files the next flush deletes
         self.quarantined = 0  # files set aside as untrustworthy since this store opened
 
         root = Path(state_dir)
@@ -312,6 +315,7 @@ class SessionRuntimeStore(Generic[T]):
         The records are taken under the lock; the files are written after it is released."""
         with self._io_lock:
             with self._lock:
+                doomed, self._doomed = self._doomed, set()
                 now = self._clock()
                 for key, entry in self._entries.items():
                     if entry.dirty and due(key, entry, now):
@@ -319,13 +323,18 @@ class SessionRuntimeStore(Generic[T]):
                         entry.dirty = False
                         entry.flushed_at = now
                 batch = list(self._unwritten.items())
+            for key in doomed:  # first: a key put back since is written again below
+                # No fsync of the directory: a file a crash brings back is checked like any other.
+                with suppress(FileNotFoundError):
+                    os.unlink(self._dir / file_name(key))
             for key, data in batch:
                 # A failure leaves this record and the rest in ``_unwritten``: the next flush tries again.
                 _write_atomically(self._dir, file_name(key), data)
                 with self._lock:
                     if self._unwritten.get(key) is data:  # else a newer record came meanwhile
                         del self._unwritten[key]
-                    self._on_disk.add(key)
+                    if key not in self._doomed:  # else evicted while being written: the next flush deletes it
+                        self._on_disk.add(key)
 
     def _flush_if_eager(self, key: str) -> None:
         if self._flush_interval_s == 0:
@@ -365,8 +374,14 @@ class SessionRuntimeStore(Generic[T]):
 
     def _evict(self, key: str) -> None:
         entry = self._entries.pop(key)
-        if entry.dirty and self._write_back:
-            self._unwritten[key] = self._record(key, entry)  # written by the next flush
+        if self._write_back:
+            if entry.dirty:
+                self._unwritten[key] = self._record(key, entry)  # written by the next flush
+        elif key in self._on_disk or key in self._unwritten:
+            # Rebuilt when asked again: a file kept would only pile up, and be read at every start.
+            self._unwritten.pop(key, None)
+            self._on_disk.discard(key)
+            self._doomed.add(key)
         if self._on_evict is not None:
             self._on_evict(key, entry.state)
 
@@ -443,16 +458,23 @@ class SessionRuntimeStore(Generic[T]):
                 if stored is not None:
                     found.append((stored.updated_at, dirent.stat(follow_symlinks=False).st_mtime,
                                   dirent.name, stored))
-                    self._on_disk.add(stored.key)
         found.sort(key=lambda f: (f[0], f[1]), reverse=True)
         for _, _, name, stored in found:
-            if len(self._entries) == self._max_entries:
-                break
-            entry = self._materialize(name, stored)
-            if entry is None:
-                continue
-            self._entries[stored.key] = entry
-            # Newest first in, so each goes to the least recently used end.
-            self._entries.move_to_end(stored.key, last=False)
-            if self._on_recover is not None:
-                self._on_recover(stored.key, entry.state)
+            if len(self._entries) < self._max_entries:
+                self._load_recovered(name, stored)
+            elif self._write_back:
+                self._on_disk.add(stored.key)
+            else:
+                with suppress(FileNotFoundError):
+                    os.unlink(self._dir / name)
+
+    def _load_recovered(self, name: str, stored: _Stored) -> None:
+        entry = self._materialize(name, stored)
+        if entry is None:
+            return
+        self._on_disk.add(stored.key)
+        self._entries[stored.key] = entry
+        # Newest first in, so each goes to the least recently used end.
+        self._entries.move_to_end(stored.key, last=False)
+        if self._on_recover is not None:
+            self._on_recover(stored.key, entry.state)
