@@ -206,6 +206,21 @@ def test_hot_views_survive_kill_9_and_stay_private(daemon):
     assert written(temporary=True) == []  # what a killed flush left was cleared, not kept
 
 
+def test_removing_the_hot_store_while_serving_stops_nothing(daemon):
+    daemon.logs.append(llm(2, 1.0))
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 1.5)
+    hot = daemon.tmp_path / "state" / "hot"
+    shutil.rmtree(hot)  # a cache cleaner, or someone clearing what looks like a cache
+    for n in range(3, 6):
+        daemon.logs.append(llm(n, 0.25))
+    daemon._wait(lambda: daemon.get("/v1/sessions/agent:main:s1/hot")[1].get("cost_usd") == 2.25)
+    assert daemon.get("/readyz") == (200, {"ready": True})
+    assert daemon.gate()["decision"] == "block"
+    daemon._wait(lambda: list((hot / "sessions").glob("*.json")))  # the view is kept on disk again
+    assert stat.S_IMODE((hot / "sessions").stat().st_mode) == 0o700
+    assert daemon.stop() == 0
+
+
 PLUGIN = REPO / "integrations" / "openclaw" / "agentledger-gate" / "index.js"
 
 

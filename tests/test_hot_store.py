@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -208,6 +209,16 @@ def test_flush_writes_one_key_and_close_writes_all(tmp_path):
     assert [on_disk(tmp_path, k) is not None for k in "abc"] == [False, True, False]
     store.close()
     assert [on_disk(tmp_path, k)["state"]["items"] for k in "abc"] == [[97], [98], [99]]
+
+
+def test_a_removed_directory_is_made_again_by_the_next_write(tmp_path):
+    store = open_store(tmp_path / "hot", flush_interval_s=0)
+    store.update("a", append(1))
+    shutil.rmtree(tmp_path / "hot")
+    store.update("b", append(2))
+    assert on_disk(tmp_path / "hot", "b")["state"] == {"items": [2]}
+    assert stat.S_IMODE((tmp_path / "hot" / "sessions").stat().st_mode) == 0o700
+    assert store.get("a").items == [1]
 
 
 class SlowDisk:

@@ -138,7 +138,7 @@ class LiveState:
         self.hot = hot
         self.keeper = keeper
         self.following = False  # while catching up, views are rebuilt once at the end instead
-        # Sessions committed but not yet refreshed (the state dir was full): kept until a refresh succeeds.
+        # Sessions committed but not yet refreshed (reading the ledger failed): kept until a refresh succeeds.
         self.pending: set[str] = set()
         self.position = 0
 
@@ -187,8 +187,7 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
     if events:
         result = writer.apply_hook_events(events)
         live.committed(result.sessions, result.position)
-# What stops a pass without anything being wrong with the data: the ledger's disk or the state
-# dir is full, an I/O error, another process holding the ledger's write lock past the busy timeout.
+# What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O error, another process holding the ledger's write lock past the busy timeout.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)
 BACKOFF_S = (0.25, 5.0)  # the first and the longest wait before trying a stalled pass again
 
@@ -206,23 +205,32 @@ def _why(exc: BaseException) -> str:
 class _Flusher(threading.Thread):
     """Writes the hot views due to disk, off the ingest thread: each file is fsynced, and a flush
     of a few hundred views took the ingest thread half a second. A flush that fails (a full state
-    dir) is kept in ``error`` until one succeeds; the follower pauses ingest meanwhile."""
+    dir) is tried again at the next period, told once until one succeeds; ingest goes on
+    meanwhile: the views are a cache of the ledger, which must not stop for them."""
 
     def __init__(self, hot: HotSessions, flush_interval_s: float):
         super().__init__(name="hot-flush", daemon=True)
         self.hot = hot
         self.period_s = min(CHORES_EVERY_S, max(flush_interval_s, 0.05))
         self.done = threading.Event()
-        self.error: OSError | None = None
+        self.error: str | None = None  # why the last flush failed; no file name, so a repeat is seen as one
 
     def run(self) -> None:
         while not self.done.wait(self.period_s):
             try:
                 self.hot.flush_due()
             except OSError as exc:
-                self.error = exc
+                self._failed(exc.strerror or str(exc))
             else:
+                if self.error is not None:
+                    _say("hot store: session views are written again")
                 self.error = None
+
+    def _failed(self, why: str) -> None:
+        if why != self.error:
+            _say(f"hot store: cannot write session views ({why}); ingest and gates go on, the views are "
+                 "written when it can", logging.ERROR)
+        self.error = why
 
     def close(self) -> None:
         self.done.set()
@@ -237,9 +245,8 @@ class _Follower:
     and waits longer after each failure (BACKOFF_S)."""
 
     def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
-                 hooks: HookInbox, changes: Changes, flusher: _Flusher):
+                 hooks: HookInbox, changes: Changes):
         self.writer = writer
-        self.flusher = flusher
         self.changes = changes
         self.next_full_scan = 0.0
         self.next_chores = 0.0
@@ -296,8 +303,6 @@ class _Follower:
         self._reconcile()
 
     def _follow(self) -> None:
-        if self.flusher.error is not None:
-            raise self.flusher.error
         now = time.monotonic()
         if now >= self.next_chores:
             self.next_chores = now + CHORES_EVERY_S
@@ -417,7 +422,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         observer.start()
         flusher = _Flusher(hot, config.hot.flush_interval_s)
         flusher.start()
-        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, flusher)
+        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes)
         try:
             while not stop.is_set():
                 notifier.watchdog()

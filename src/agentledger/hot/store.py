@@ -188,12 +188,9 @@ class SessionRuntimeStore(Generic[T]):
         self._doomed: set[str] = set()  # keys evicted without write-back whose files the next flush deletes
         self.quarantined = 0  # files set aside as untrustworthy since this store opened
 
-        root = Path(state_dir)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        _make_private_dir(root)
-        self._dir = root / SESSIONS
-        if not _make_private_dir(self._dir):
-            os.chmod(self._dir, DIR_MODE)
+        self._root = Path(state_dir)
+        self._dir = self._root / SESSIONS
+        self._make_dirs()
         self._recover()
 
     # -- reading -----------------------------------------------------------
@@ -309,6 +306,21 @@ class SessionRuntimeStore(Generic[T]):
 
     # -- internals ---------------------------------------------------------
 
+    def _make_dirs(self) -> None:
+        self._root.parent.mkdir(parents=True, exist_ok=True)
+        _make_private_dir(self._root)
+        if not _make_private_dir(self._dir):
+            os.chmod(self._dir, DIR_MODE)
+
+    def _write(self, key: str, data: bytes) -> None:
+        try:
+            _write_atomically(self._dir, file_name(key), data)
+        except FileNotFoundError:
+            # The directory was removed under us (a cache cleaner, say): what is in memory is all
+            # there is now, and its files are what a restart needs.
+            self._make_dirs()
+            _write_atomically(self._dir, file_name(key), data)
+
     def _flush(self, due: Callable[[str, _Entry[T], float], bool]) -> None:
         """Write the records of dirty entries ``due`` says to, and of every evicted dirty entry.
 
@@ -329,7 +341,7 @@ class SessionRuntimeStore(Generic[T]):
                     os.unlink(self._dir / file_name(key))
             for key, data in batch:
                 # A failure leaves this record and the rest in ``_unwritten``: the next flush tries again.
-                _write_atomically(self._dir, file_name(key), data)
+                self._write(key, data)
                 with self._lock:
                     if self._unwritten.get(key) is data:  # else a newer record came meanwhile
                         del self._unwritten[key]
@@ -338,7 +350,12 @@ class SessionRuntimeStore(Generic[T]):
 
     def _flush_if_eager(self, key: str) -> None:
         if self._flush_interval_s == 0:
-            self.flush(key)
+            try:
+                self.flush(key)
+            except OSError:
+                # The record stays unwritten: the next maybe_flush tries it again and raises to its
+                # caller. An update is not a write; it must not fail for want of disk.
+                pass
 
     def _record(self, key: str, entry: _Entry[T]) -> bytes:
         doc = {"key": key, "created_at": entry.created_at, "updated_at": entry.updated_at,
