@@ -348,6 +348,20 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subproc
     return specs_from("oc-telemetry", [root]), _start_demo(root)
 
 
+def _open_hot(config: Config) -> HotSessions | str:
+    """The hot store under the state dir; or why it cannot be there, and what to do."""
+    where = config.state_dir / "hot"
+    try:
+        return HotSessions(where, max_entries=config.hot.max_entries, flush_interval_s=config.hot.flush_interval_s,
+                           ttl_s=config.hot.ttl_s, end_grace_s=config.hot.end_grace_s)
+    except (FileExistsError, NotADirectoryError):
+        why = "a part of that path is a file"
+    except OSError as exc:
+        why = exc.strerror
+    return (f"state_dir: cannot keep the hot store in {where}: {why}; set state_dir (or $AGENTLEDGER_STATE_DIR) "
+            "to a directory agentledger can create and write")
+
+
 def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
     # Gate questions are answered on request threads while this one ingests; with the default
     # 5 ms switch interval a question could wait that long for the interpreter lock.
@@ -371,7 +385,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     except LedgerBusy as exc:
         _say(str(exc), logging.ERROR)
         return 1
-    found = _roots(config, demo)
+    hot = _open_hot(config)
+    found = hot if isinstance(hot, str) else _roots(config, demo)
     if isinstance(found, str):
         _say(found, logging.ERROR)
         os.close(lock)
@@ -380,9 +395,6 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     where = ", ".join(r for spec in specs for r in spec.roots)
     conn = open_writer(db)
     api = None
-    hot = HotSessions(config.state_dir / "hot", max_entries=config.hot.max_entries,
-                      flush_interval_s=config.hot.flush_interval_s, ttl_s=config.hot.ttl_s,
-                      end_grace_s=config.hot.end_grace_s)
     if hot.store.quarantined:
         log.warning("hot store: %d unreadable session files set aside; those sessions are rebuilt from the ledger",
                     hot.store.quarantined)
