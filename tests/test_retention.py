@@ -220,13 +220,13 @@ def test_prune_command_shrinks_the_file_and_verify_stays_clean(tmp_path: Path):
     size = _checkpointed_size(db)
     before = _picture(db)
 
-    dry = agentledger(db, "prune", "--dry-run", "--json")
+    dry = agentledger(db, "prune", "--dry-run", "--json", "--older-than", "30")
     assert dry.returncode == 0, dry.stderr
     would = json.loads(dry.stdout)
     assert would["events"] == 20_000 and would["messages"] > 0 and would["dry_run"] is True
     assert os.path.getsize(db) == size
 
-    out = agentledger(db, "prune", "--json")
+    out = agentledger(db, "prune", "--json", "--older-than", "30")
     assert out.returncode == 0, out.stderr
     did = json.loads(out.stdout)
     assert {n: did[n] for n in retention.Pruned.COUNTS} == {n: would[n] for n in retention.Pruned.COUNTS}
@@ -235,21 +235,58 @@ def test_prune_command_shrinks_the_file_and_verify_stays_clean(tmp_path: Path):
     assert _picture(db) == before
     assert agentledger(db, "verify").returncode == 0
 
-    again = json.loads(agentledger(db, "prune", "--json").stdout)
+    again = json.loads(agentledger(db, "prune", "--json", "--older-than", "30").stdout)
     assert sum(again[n] for n in retention.Pruned.COUNTS) == 0
 
 
 def test_dry_run_changes_nothing(ledger: Path):
     before = dump(ledger)
-    out = agentledger(ledger, "prune", "--dry-run")
+    out = agentledger(ledger, "prune", "--dry-run", "--older-than", "1")
     assert out.returncode == 0 and "would prune" in out.stdout
     assert dump(ledger) == before
+
+
+def test_prune_keeps_the_configured_retention(tmp_path: Path):
+    """Without --older-than, prune takes the age serve keeps, from the config file or the environment."""
+    root = tmp_path / "root"
+    tdir = root / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True)
+    forty_days_ago = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000) - 40 * retention.DAY_MS
+    gateway = Gateway(seed=3, agents=("main",), start_ms=forty_days_ago).events()
+    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(next(gateway)) + b"\n" for _ in range(200)))
+    db = tmp_path / "ledger.db"
+    ingest(db, root)
+    before = dump(db)
+    config = tmp_path / "keep90.toml"
+    config.write_text("[retention]\nraw_days = 90\n")
+
+    def prune(*args: str, raw_days: str | None = None) -> subprocess.CompletedProcess:
+        """``prune`` with ``args``, and only ``raw_days`` (not the tests' 0) in the environment."""
+        env = {k: v for k, v in cli_env(db).items() if k != "AGENTLEDGER_RETENTION_RAW_DAYS"}
+        if raw_days is not None:
+            env["AGENTLEDGER_RETENTION_RAW_DAYS"] = raw_days
+        return subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "prune", *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    kept = prune("--json")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["older_than_days"] == 90 and json.loads(kept.stdout)["events"] == 0
+    assert "(90 days, [retention] raw_days)" in prune("--dry-run").stdout
+    forever = prune(raw_days="0")
+    assert forever.returncode == 0 and len(forever.stdout.strip().splitlines()) == 1
+    assert "kept for ever" in forever.stdout
+    assert dump(db) == before
+
+    out = prune("--json", raw_days="20")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["events"] == 200
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 0
 
 
 def test_prune_refuses_while_another_process_writes(ledger: Path):
     lock = writer_lock(ledger)
     try:
-        out = agentledger(ledger, "prune")
+        out = agentledger(ledger, "prune", "--older-than", "30")
     finally:
         os.close(lock)
     assert out.returncode == 1

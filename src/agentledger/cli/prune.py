@@ -9,7 +9,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.defaults import DEFAULT_RAW_DAYS, MAX_RAW_DAYS
+from agentledger.defaults import MAX_RAW_DAYS
 from agentledger.ledger import retention
 from agentledger.ledger.db import LedgerBusy, LedgerError, open_reader, open_writer, writer_lock
 from agentledger.ledger.writer import now_ms
@@ -25,20 +25,36 @@ def _size(db: Path) -> int:
 
 
 @cli.command()
-@click.option("--older-than", "days", type=click.IntRange(1, MAX_RAW_DAYS), default=DEFAULT_RAW_DAYS,
-              show_default=True, metavar="DAYS", help="Prune raw rows older than this many days.")
+@click.option("--older-than", "days", type=click.IntRange(1, MAX_RAW_DAYS), default=None, metavar="DAYS",
+              help="Prune raw rows older than this many days (default: config `[retention] raw_days`, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be pruned; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @click.pass_obj
-def prune(obj, days: int, dry_run: bool, as_json: bool) -> None:
+def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
     """Prune raw rows older than DAYS: event payloads, message previews, spare usage snapshots,
-    reject heads, gate decision logs.
+    reject heads, gate decision logs. Without --older-than, the retention `serve` keeps.
 
     Totals, rollups, sessions, runs, model and tool calls stay, and so does every event's id:
     re-reading old logs still counts nothing twice. The freed space goes back to the file system.
     """
     if not obj.db.exists():
         raise LedgerError(f"no ledger at {obj.db}: nothing to prune (pass --db)")
+    from_flag = days is not None
+    if not from_flag:
+        configured = obj.config.retention.raw_days
+        if configured == 0:
+            open_reader(obj.db).close()  # a file that is no ledger is still refused
+            if as_json:
+                size = _size(obj.db)
+                emit_json({"dry_run": dry_run, "older_than_days": 0, "horizon": None}
+                          | dict.fromkeys(retention.Pruned.COUNTS, 0)
+                          | {"size_bytes_before": size, "size_bytes_after": None if dry_run else size,
+                             "reclaimed_bytes": None if dry_run else 0, "free_bytes": 0})
+            else:
+                click.echo("raw rows are kept for ever ([retention] raw_days = 0): nothing pruned; "
+                           "pass --older-than DAYS to prune anyway")
+            return
+        days = int(configured) if configured.is_integer() else configured
     horizon = retention.horizon(now_ms(), days)
     before = _size(obj.db)
     if dry_run:
@@ -72,7 +88,9 @@ def prune(obj, days: int, dry_run: bool, as_json: bool) -> None:
                      "reclaimed_bytes": None if dry_run else result.reclaimed_bytes,
                      "free_bytes": free if dry_run else 0})
         return
-    click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} ({days} days):")
+    origin = "--older-than" if from_flag else "[retention] raw_days"
+    click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} "
+               f"({days} days, {origin}):")
     pairs: list[tuple[str, object]] = [(label, getattr(result, name)) for name, label in _LABELS.items()]
     if dry_run:
         pairs.append(("ledger size", f"{before / 1e6:,.1f} MB ({free / 1e6:,.1f} MB of it free)"))
