@@ -145,6 +145,12 @@ def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
     assert db.read_text() == "garbage\n"
 
 
+def test_reprice_of_a_missing_ledger_is_one_line_and_creates_nothing(tmp_path):
+    typo = tmp_path / "typo" / "ledgr.db"
+    _one_line(run("reprice", db=typo), 2, "no ledger at", str(typo))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_db_under_a_file_is_one_line(tmp_path):
     (tmp_path / "notdb.db").write_text("garbage\n")
     _one_line(run("ingest", str(tmp_path), db=tmp_path / "notdb.db" / "x.db"), 2, "is a file", "--db")

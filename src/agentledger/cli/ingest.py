@@ -13,7 +13,7 @@ from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs
-from agentledger.ledger.db import open_writer, writer_lock
+from agentledger.ledger.db import LedgerError, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.pricing import Pricer, default_overrides_path
@@ -145,6 +145,8 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     """Price again every call priced here (or left unpriced), with today's price table and overrides.
 
     Costs the logs carried are never touched; rollups move with the rows."""
+    if not obj.db.exists():
+        raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
     pricer = pricer_for(prices)
     lock = writer_lock(obj.db)
     conn = open_writer(obj.db)
