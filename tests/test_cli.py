@@ -60,6 +60,9 @@ def test_every_command_has_help():
     (["costs", "--tz", "Mars/Olympus", "--group-by", "day"], "--tz"),
     (["sessions", "--live", "--url", "notaurl"], "--url"),
     (["watch", "--once", "--url", "notaurl"], "--url"),
+    (["watch", "--interval", "nan"], "--interval"),  # would redraw without a pause
+    (["watch", "--interval", "inf"], "--interval"),
+    (["watch", "--interval", "1e300", "--once"], "--interval"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")
