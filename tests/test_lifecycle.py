@@ -284,6 +284,38 @@ def test_a_crash_with_no_end_is_interrupted_and_a_late_end_wins(tmp_path, db):
     _verify(db)
 
 
+@pytest.mark.parametrize("cause", ["seq", "idle"])
+def test_a_session_idle_before_a_restart_has_the_grace_from_the_restart_to_come_back(tmp_path, db, cause):
+    log = Log()
+    log.ev(T0, "run.start", run="R1").ev(T0 + 1000, "run.end", run="R1")
+    if cause == "seq":
+        log.restart()
+    restart = T0 + 40 * MIN  # longer than both the grace and the idle time after S1's last event
+    log.ev(restart, "session.start", {"sessionId": "S9"}, key="unknown", sid="S9")
+    logs = log.write(tmp_path / "state")
+    ingest(db, logs.root)
+    assert scalar(db, "SELECT cause FROM gateway_restarts") == cause
+    assert _reconcile(db, restart + MIN).interrupted_sessions == 0
+    assert _session(db, "S1")["status"] == "suspended"
+
+    log.ev(restart + 9 * MIN, "run.start", run="R2")  # back within the grace
+    logs.append(log.lines[-1])
+    ingest(db, logs.root)
+    assert _reconcile(db, restart + 9 * MIN + 1).interrupted_sessions == 0
+    assert _session(db, "S1")["status"] == "active"
+
+    log.restart()
+    later = restart + 15 * MIN
+    log.ev(later, "session.start", {"sessionId": "S8"}, key="unknown", sid="S8")
+    logs.append(log.lines[-1])
+    ingest(db, logs.root)
+    assert (_session(db, "S1")["status"], _session(db, "S9")["status"]) == ("suspended", "suspended")
+    assert _reconcile(db, later + 10 * MIN - 1).interrupted_sessions == 0
+    assert _reconcile(db, later + 10 * MIN + 1).interrupted_sessions == 2  # neither came back: vanished
+    assert (_session(db, "S1")["status"], _session(db, "S9")["status"]) == ("interrupted", "interrupted")
+    _verify(db)
+
+
 def _tree() -> tuple[Log, dict[str, int]]:
     """main → child → grandchild, each spending; a second child ends early."""
     log, own = Log(), {}

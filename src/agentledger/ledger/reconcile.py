@@ -3,8 +3,8 @@
 A run, tool call or subagent still open ``grace`` after its last sign of life is marked
 interrupted, in a ledger transaction that moves the rollups with it; so is a run whose
 session was suspended by a gateway restart after the run's last sign of life, without
-waiting. A session suspended by a restart and not back within ``grace`` has vanished:
-interrupted too. A late event still wins: the writer's upserts set the real outcome over
+waiting. A session suspended by a restart and not back within ``grace`` of the restart has
+vanished: interrupted too. A late event still wins: the writer's upserts set the real outcome over
 ``interrupted``, and a session's next event makes it active again.
 
 Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
@@ -47,8 +47,15 @@ _OPEN_TOOLS = """
 SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
 WHERE status = 'running' AND (coalesce(started_ms, ended_ms, 0) < ?1 OR run_id IN (SELECT value FROM json_each(?2)))
 """
+# Away since its gateway restarted: the first event after the restart, which the suspension
+# knows by the restart's last event before it. A session idle longer than the grace before the
+# restart is no less able to come back after it.
 _VANISHED_SESSIONS = """
-SELECT session_id FROM sessions INDEXED BY sessions_suspended WHERE status = 'suspended' AND last_ms < ?
+SELECT s.session_id FROM sessions AS s INDEXED BY sessions_suspended
+WHERE s.status = 'suspended' AND coalesce((
+    SELECT max(coalesce(g.ts_ms, p.from_ms)) FROM session_suspensions AS p
+    LEFT JOIN gateway_restarts AS g ON g.last_ms = p.from_ms AND g.cause = p.cause
+    WHERE p.session_id = s.session_id AND p.until_ms IS NULL), s.last_ms) < ?
 """
 _OPEN_SUBAGENTS = """
 SELECT a.child_session_key FROM subagents AS a INDEXED BY subagents_open
