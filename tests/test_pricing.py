@@ -123,6 +123,53 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_source = 'priced'") == 2
 
 
+def test_a_cost_that_leaves_out_unpriced_calls_is_marked_in_every_table(tmp_path, db):
+    project = _project(tmp_path)
+
+    def unknown(uuid: str) -> bytes:
+        return cc_assistant(uuid, f"msg_{uuid}", {"type": "text", "text": "x"}, output=1000, second=1).replace(
+            SONNET.encode(), b"in-house-llm")
+
+    # One session with a priced and an unpriced call, one with an unpriced call only.
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + unknown("a1") + cc_assistant(
+        "a2", "msg_2", {"type": "text", "text": "y"}, output=10, second=2))
+    alone = SESSION[:-1] + "2"
+    (project / f"{alone}.jsonl").write_bytes((cc_prompt("v1", "hi", 0) + unknown("b1")).replace(
+        SESSION.encode(), alone.encode()))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    env = cli_env(db)
+
+    def text(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "agentledger", *args], env=env, capture_output=True, text=True,
+                             check=True)
+        return out.stdout
+
+    def cost_of(out: str, name: str) -> str:
+        (line,) = [line for line in out.splitlines() if line.startswith(name)]
+        return line.split()[-1]
+
+    by_model = text("costs", "--group-by", "model")
+    assert cost_of(by_model, "in-house-llm") == "—*"
+    assert cost_of(by_model, SONNET)[0].isdigit() and cost_of(by_model, "TOTAL").startswith("≥")
+    sessions = text("sessions")
+    assert cost_of(sessions, f"agent:claude-code:{alone}") == "—*"
+    assert cost_of(sessions, f"agent:claude-code:{SESSION}").startswith("≥")
+    assert cost_of(text("runs"), next(r for r in orjson.loads(text("runs", "--json"))
+                                      if r["session_id"] == alone)["run_id"]) == "—*"
+    assert cost_of(text("session", alone), "cost $") == "—*"
+    assert cost_of(text("usage"), "cost usd").startswith("≥")
+    for out in (by_model, sessions, text("runs"), text("session", alone), text("usage")):
+        assert out.count("unpriced_calls in --json") == 1, out
+    # Scripts read the number and the count, as before.
+    (row,) = [r for r in orjson.loads(text("costs", "--json")) if r["model"] == "in-house-llm"]
+    assert (row["cost_usd"], row["unpriced_calls"]) == (0.0, 2)
+
+    prices = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1000\n')
+    text("reprice", "--prices", str(prices))
+    by_model = text("costs", "--group-by", "model")
+    assert "*" not in by_model and cost_of(by_model, "in-house-llm")[0].isdigit()
+
+
 def _token_priced_models() -> list[tuple]:
     """Every (provider, model, price) of the bundled snapshot that is made only of token rates."""
     from genai_prices import data_snapshot, types

@@ -9,6 +9,12 @@ import sys
 import click
 import orjson
 
+from agentledger.display import DASH
+
+# A model missing from the price table leaves its calls out of a cost: never a silent $0.
+UNPRICED_NOTE = ("* leaves out model calls with no price for their model (unpriced_calls in --json): "
+                 "add their prices and run `agentledger reprice`")
+
 
 def _flat(row: dict, prefix: str = "") -> dict:
     """One cell holds one value: a nested object becomes columns named by its path (``family_cost_usd``),
@@ -51,8 +57,22 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str | None = None) -> None:
-    """``columns`` is a list of (key, header)."""
+def cost_cell(cost: float | None, unpriced: int | None) -> str:
+    """A cost as shown: marked when it leaves out unpriced calls, a dash when nothing of it is known."""
+    if not unpriced:
+        return _cell(cost)
+    return f"{DASH}*" if not cost else f"≥{_cell(cost)}*"
+
+
+def _row_cells(row: dict, columns: list[tuple[str, str]]) -> list[str]:
+    return [cost_cell(row.get(k), row.get("unpriced_calls")) if k == "cost_usd" else _cell(row.get(k))
+            for k, _ in columns]
+
+
+def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str | None = None,
+               note: bool = True) -> None:
+    """``columns`` is a list of (key, header); a row's ``cost_usd`` is marked by its ``unpriced_calls``,
+    with the footnote under the table unless ``note`` is false (the caller gives it once for several)."""
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -64,13 +84,21 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str |
             table.add_column(header, justify="right" if numeric else "left",
                              overflow="fold" if i == 0 else "ellipsis", min_width=12 if i == 0 else None)
         for row in rows:
-            table.add_row(*(_cell(row.get(k)) for k, _ in columns))
+            table.add_row(*_row_cells(row, columns))
         Console().print(table)
-        return
-    cells = [[h for _, h in columns]] + [[_cell(row.get(k)) for k, _ in columns] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    else:
+        cells = [[h for _, h in columns]] + [_row_cells(row, columns) for row in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+        for r in cells:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if note and any(k == "cost_usd" for k, _ in columns):
+        note_unpriced(sum(row.get("unpriced_calls") or 0 for row in rows))
+
+
+def note_unpriced(unpriced: int) -> None:
+    """The footnote to costs marked by ``cost_cell``."""
+    if unpriced:
+        click.echo(UNPRICED_NOTE)
 
 
 def emit_pairs(pairs: list[tuple[str, object]]) -> None:

@@ -11,7 +11,7 @@ import orjson
 
 from agentledger import display
 from agentledger.cli import cli, daemon_url
-from agentledger.cli.output import emit_csv, emit_json, emit_pairs, emit_table
+from agentledger.cli.output import cost_cell, emit_csv, emit_json, emit_pairs, emit_table, note_unpriced
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 from agentledger.timeutil import parse_time
@@ -158,7 +158,9 @@ def usage(conn, w, fmt, chart):
     elif fmt == "csv":
         emit_csv([row])
     else:
-        emit_pairs([(k.replace("_", " "), v) for k, v in row.items()])
+        emit_pairs([(k.replace("_", " "), cost_cell(v, row["unpriced_calls"]) if k == "cost_usd" else v)
+                    for k, v in row.items()])
+        note_unpriced(row["unpriced_calls"])
     if charting:
         from agentledger.cli import charts  # rich only when drawing
 
@@ -210,7 +212,8 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
     # The window's grand total, whatever --limit shows of it.
     total = {label: "TOTAL" if len(rows) == len(every) else f"TOTAL of all {len(every)}",
              "llm_calls": sum(r["llm_calls"] for r in every), "total_tokens": sum(r["total_tokens"] for r in every),
-             "cost_usd": round(sum(r["cost_usd"] for r in every), 12)}
+             "cost_usd": round(sum(r["cost_usd"] for r in every), 12),
+             "unpriced_calls": sum(r["unpriced_calls"] for r in every)}
     latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
     emit_table(rows + [total], [(label, group_by), ("llm_calls", "llm calls"), ("total_tokens", "tokens"),
                                 ("cost_usd", "cost $")] + latency_columns)
@@ -275,7 +278,8 @@ _TOOL_CALL_TABLE = [("tool_call_id", "call"), ("tool_name", "tool"), ("status", 
 
 
 def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, list[tuple[str, str]]]],
-                 summary: list[tuple[str, object]]) -> None:
+                 summary: list[tuple[str, object]], unpriced: int) -> None:
+    """``unpriced``: the calls the summary's costs leave out, which every section's are part of."""
     if fmt == "json":
         emit_json(detail)
         return
@@ -284,7 +288,10 @@ def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, l
         rows = detail[key]
         click.echo(f"\n{title} ({len(rows)})")
         if rows:
-            emit_table(rows, columns)
+            emit_table(rows, columns, note=False)
+    if unpriced:
+        click.echo()
+        note_unpriced(unpriced)
 
 
 @cli.command()
@@ -294,6 +301,7 @@ def session(conn, w, fmt, key):
     """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
     d = queries.session_detail(conn, key)
     first = d["instances"][0]
+    unpriced = sum(s["unpriced_calls"] for s in d["instances"])
     _emit_detail(d, fmt, [
         ("instances", "instances", [("session_id", "session id"), ("status", "status"), ("started_at", "started"),
                                     ("ended_at", "ended"), ("end_reason", "end"), ("suspensions", "suspended"),
@@ -308,7 +316,8 @@ def session(conn, w, fmt, key):
                                         ("messages_after", "msgs after"), ("tokens_before", "tokens before"),
                                         ("tokens_after", "tokens after"), ("compaction_ratio", "ratio")]),
     ], [("session", d["session_key"] or first["session_id"]), ("agent", first["agent_id"]),
-        ("cost $", d["cost_usd"]), ("with subagents $", d["family_cost_usd"])])
+        ("cost $", cost_cell(d["cost_usd"], unpriced)),
+        ("with subagents $", cost_cell(d["family_cost_usd"], unpriced))], unpriced)
 
 
 @cli.command(name="runs")
@@ -329,7 +338,7 @@ def run(conn, w, fmt, run_id):
         ("model_calls", "model calls", [("at", "at"), ("model", "model"), ("total_tokens", "tokens"),
                                         ("cost_usd", "cost $"), ("duration_ms", "ms")]),
     ], [("run", d["run_id"]), ("session", d["session_key"]), ("model", d["model"]), ("status", d["status"]),
-        ("error", d["error"]), ("cost $", d["cost_usd"])])
+        ("error", d["error"]), ("cost $", cost_cell(d["cost_usd"], d["unpriced_calls"]))], d["unpriced_calls"])
 
 
 @cli.command(name="tools")

@@ -321,7 +321,8 @@ def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     window's model calls and snapshot fallbacks add up to (no rollup is kept by session and time)."""
     if w.since is None and w.until is None and w.agent is None:
         return [{"session_key": r["session_key"], "session_id": r["session_id"], "llm_calls": r["llm_calls"],
-                 "llm_errors": r["llm_errors"], **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"]}
+                 "llm_errors": r["llm_errors"], **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"],
+                 "unpriced_calls": r["unpriced_calls"]}
                 for r in sessions(conn, Window())]
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
@@ -333,7 +334,8 @@ def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     for sid, vals in groups.items():
         llm = _llm_dict(vals)
         out.append({"session_key": keys.get(sid), "session_id": sid, "llm_calls": llm["llm_calls"],
-                    "llm_errors": llm["llm_errors"], **{k: llm[k] for k in _TOKEN_KEYS}, "cost_usd": llm["cost_usd"]})
+                    "llm_errors": llm["llm_errors"], **{k: llm[k] for k in _TOKEN_KEYS}, "cost_usd": llm["cost_usd"],
+                    "unpriced_calls": llm["unpriced_calls"]})
     return out
 
 
@@ -490,18 +492,19 @@ def _llm_dict(vals) -> dict:
 
 _RUN_COLUMNS = """r.run_id, r.session_key, r.session_id, r.agent_id, r.model, r.provider, r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
-    coalesce(l.llm_calls, 0), coalesce(l.total_tokens, 0), coalesce(l.cost_pico, 0)"""
+    coalesce(l.llm_calls, 0), coalesce(l.total_tokens, 0), coalesce(l.cost_pico, 0), coalesce(l.unpriced_calls, 0)"""
 _RUN_FROM = """runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
     LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id"""
 
 
 def _run_dict(row) -> dict:
     (rid, key, sid, agent, model, provider, status, started, ended, duration, stop, error, tools, tool_err,
-     llm, tokens, cost) = row
+     llm, tokens, cost, unpriced) = row
     return {"run_id": rid, "session_key": key, "session_id": sid, "agent_id": agent, "model": model,
             "provider": provider, "status": status, "started_at": iso(started), "ended_at": iso(ended),
             "duration_ms": duration, "stop_reason": stop, "error": error, "tool_calls": tools,
-            "tool_errors": tool_err, "llm_calls": llm, "total_tokens": tokens, "cost_usd": _usd(cost)}
+            "tool_errors": tool_err, "llm_calls": llm, "total_tokens": tokens, "cost_usd": _usd(cost),
+            "unpriced_calls": unpriced}
 
 
 def runs(conn: apsw.Connection, w: Window, *, status: str | None = None) -> list[dict]:
