@@ -275,6 +275,10 @@ def test_prune_keeps_the_configured_retention(tmp_path: Path):
     forever = prune(raw_days="0")
     assert forever.returncode == 0 and len(forever.stdout.strip().splitlines()) == 1
     assert "kept for ever" in forever.stdout
+    # Scripts get the usual object: the same fields, nothing pruned, no horizon.
+    kept_for_ever = json.loads(prune("--json", raw_days="0").stdout)
+    assert kept_for_ever.keys() == json.loads(kept.stdout).keys()
+    assert (kept_for_ever["horizon"], kept_for_ever["events"], kept_for_ever["reclaimed_bytes"]) == (None, 0, 0)
     assert dump(db) == before
 
     out = prune("--json", raw_days="20")

@@ -24,6 +24,14 @@ def _size(db: Path) -> int:
     return sum(os.path.getsize(p) for p in (db, Path(f"{db}-wal")) if p.exists())
 
 
+def _emit_json(dry_run: bool, days: float, horizon: int | None, result: retention.Pruned, before: int,
+               after: int | None, free: int) -> None:
+    emit_json({"dry_run": dry_run, "older_than_days": days, "horizon": iso(horizon)}
+              | {name: getattr(result, name) for name in result.COUNTS}
+              | {"size_bytes_before": before, "size_bytes_after": after,
+                 "reclaimed_bytes": None if dry_run else result.reclaimed_bytes, "free_bytes": free})
+
+
 @cli.command()
 @click.option("--older-than", "days", type=click.IntRange(1, MAX_RAW_DAYS), default=None, metavar="DAYS",
               help="Prune raw rows older than this many days (default: config `[retention] raw_days`, 30).")
@@ -46,10 +54,7 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
             open_reader(obj.db).close()  # a file that is no ledger is still refused
             if as_json:
                 size = _size(obj.db)
-                emit_json({"dry_run": dry_run, "older_than_days": 0, "horizon": None}
-                          | dict.fromkeys(retention.Pruned.COUNTS, 0)
-                          | {"size_bytes_before": size, "size_bytes_after": None if dry_run else size,
-                             "reclaimed_bytes": None if dry_run else 0, "free_bytes": 0})
+                _emit_json(dry_run, 0, None, retention.Pruned(horizon_ms=0), size, None if dry_run else size, 0)
             else:
                 click.echo("raw rows are kept for ever ([retention] raw_days = 0): nothing pruned; "
                            "pass --older-than DAYS to prune anyway")
@@ -82,11 +87,7 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
             os.close(lock)
     after = None if dry_run else _size(obj.db)
     if as_json:
-        emit_json({"dry_run": dry_run, "older_than_days": days, "horizon": iso(horizon)}
-                  | {name: getattr(result, name) for name in result.COUNTS}
-                  | {"size_bytes_before": before, "size_bytes_after": after,
-                     "reclaimed_bytes": None if dry_run else result.reclaimed_bytes,
-                     "free_bytes": free if dry_run else 0})
+        _emit_json(dry_run, days, horizon, result, before, after, free if dry_run else 0)
         return
     origin = "--older-than" if from_flag else "[retention] raw_days"
     click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} "
