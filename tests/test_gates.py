@@ -332,17 +332,12 @@ def test_views_kept_from_a_ledger_built_again_are_not_trusted(ledger_with, tmp_p
     first = ledger_with([gate(limit=1.0)])
     for n in range(1, 21):
         first.add(llm(n, 0.25))
-    assert first.ask().decision == "block"
-    first.close()
-    # The ledger is deleted and built again from logs that now hold less: its positions start at 1 again.
-    for path in tmp_path.glob("ledger.db*"):
-        path.unlink()
+    _drop_blocked_ledger(first, tmp_path)
+    # Built again from logs that now hold less: its positions start at 1 again.
     shutil.rmtree(first.root)
     LogDir(first.root).append(llm(100, 0.10))
     ingest(first.db, first.root)
-    second = ledger_with([gate(limit=1.0)])
-    assert second.ask().decision == "allow"
-    assert hot_json(second.hot.lookup(second.conn, "agent:main:s1"))["cost_usd"] == 0.1
+    _allows_at(ledger_with([gate(limit=1.0)]), 0.1)
 
 
 def test_views_kept_past_a_restored_copy_of_the_ledger_are_not_trusted(ledger_with, tmp_path):
@@ -351,14 +346,23 @@ def test_views_kept_past_a_restored_copy_of_the_ledger_are_not_trusted(ledger_wi
     first.conn.execute("VACUUM INTO ?", (str(tmp_path / "backup.db"),))
     for n in range(2, 21):
         first.add(llm(n, 0.25))
-    assert first.ask().decision == "block"
-    first.close()
+    _drop_blocked_ledger(first, tmp_path)
+    (tmp_path / "backup.db").rename(first.db)
+    _allows_at(ledger_with([gate(limit=1.0)]), 0.25)
+
+
+def _drop_blocked_ledger(ledger, tmp_path) -> None:
+    """The session is blocked; then its ledger is deleted, the hot store's files kept."""
+    assert ledger.ask().decision == "block"
+    ledger.close()
     for path in tmp_path.glob("ledger.db*"):
         path.unlink()
-    (tmp_path / "backup.db").rename(first.db)
-    second = ledger_with([gate(limit=1.0)])
-    assert second.ask().decision == "allow"
-    assert hot_json(second.hot.lookup(second.conn, "agent:main:s1"))["cost_usd"] == 0.25
+
+
+def _allows_at(ledger, cost_usd: float) -> None:
+    """The gate answers from the ledger now in place, not from the views kept of the old one."""
+    assert ledger.ask().decision == "allow"
+    assert hot_json(ledger.hot.lookup(ledger.conn, "agent:main:s1"))["cost_usd"] == cost_usd
 
 
 def _replayed(conn, key):

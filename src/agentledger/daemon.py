@@ -187,7 +187,8 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
     if events:
         result = writer.apply_hook_events(events)
         live.committed(result.sessions, result.position)
-# What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O error, another process holding the ledger's write lock past the busy timeout.
+# What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O
+# error, another process holding the ledger's write lock past the busy timeout.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)
 BACKOFF_S = (0.25, 5.0)  # the first and the longest wait before trying a stalled pass again
 
