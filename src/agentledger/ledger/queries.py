@@ -892,6 +892,11 @@ def hot_session(conn: apsw.Connection, key: str) -> dict | None:
     return hot_sessions(conn, [key]).get(key)
 
 
+def current_instances(conn: apsw.Connection, keys: list[str]) -> dict[str, str]:
+    """The session id of each key's current instance (a reset starts a new one); unknown keys left out."""
+    return {row[0]: row[1] for row in conn.execute(_CURRENT_INSTANCES, (_json_list(keys),))}
+
+
 def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     """``hot_session`` of many keys in six queries, however many: the daemon refreshes every
     session a transaction changed at once. Keys the ledger does not know are left out."""

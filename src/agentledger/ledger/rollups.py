@@ -42,12 +42,6 @@ _READ_SUBAGENTS = """
 SELECT a.child_session_key, coalesce(a.spawned_ms, a.ended_ms), a.child_agent_id, a.parent_session_key
 FROM json_each(?) AS j JOIN subagents AS a ON a.child_session_key = j.value
 """
-# The instances of sessions named by key (or by id, for sources keyed by id).
-_INSTANCES_OF = """
-SELECT s.session_id FROM json_each(?1) AS j JOIN sessions AS s ON s.session_key = j.value
-UNION
-SELECT s.session_id FROM json_each(?1) AS j JOIN sessions AS s ON s.session_id = j.value
-"""
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
        tc.duration_ms, tc.session_id
@@ -325,7 +319,13 @@ class Tracker:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:
             self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(list(d.run_llm)).decode(),))
-        # A spawn moves its parent's family totals though no session row or total changed: its instances
-        # count as touched, so hot views of the parent (and the ancestors above) follow.
-        kin = _read(self.conn, _INSTANCES_OF, sorted(_family_moves(self.old_subagents, subagents)))
-        self.touched = set(self.session_ids) | set(d.session) | set(kin)
+        # A spawn moves its parent's family totals though no session row or total changed: the parent's
+        # current instance counts as touched, so its hot view (and the ancestors' above) follows.
+        moved = _family_moves(self.old_subagents, subagents)
+        if moved:
+            from agentledger.ledger import queries  # not at the top: queries reads this module's constants
+
+            kin = queries.current_instances(self.conn, sorted(moved))
+        else:
+            kin = {}
+        self.touched = set(self.session_ids) | set(d.session) | set(kin.values())
