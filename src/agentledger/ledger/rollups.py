@@ -44,7 +44,7 @@ FROM json_each(?) AS j JOIN subagents AS a ON a.child_session_key = j.value
 """
 _READ_TOOLS = """
 SELECT tc.run_id, tc.tool_call_id, tc.agent_id, tc.tool_name, coalesce(tc.started_ms, tc.ended_ms), tc.status,
-       tc.duration_ms, tc.session_id
+       tc.duration_ms, tc.session_id, tc.branch
 FROM json_each(?) AS j JOIN tool_calls AS tc ON tc.run_id = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1
 """
 
@@ -143,7 +143,7 @@ class Deltas:
     def tool(self, row: tuple, sign: int) -> None:
         """A call counts in its run and in its own session; one that names none reaches a session
         through its run (``run``)."""
-        run_id, _, agent, name, ts, status, duration, session_id = row
+        run_id, _, agent, name, ts, status, duration, session_id, _ = row
         err = status == "error"
         acc = self.run_tools[run_id]
         acc[0] += sign

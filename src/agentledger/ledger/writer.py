@@ -470,15 +470,15 @@ def _first(a, b):
     return a if a is not None else b
 
 
-def _pair_tools(rows: dict[str, list[tuple]], branching: bool) -> None:
+def _pair_tools(rows: dict[str, list[tuple]], branched: set[str]) -> None:
     """Fold each call with exactly one start and one end in the batch into a _TOOL_STARTED_ENDED row.
 
     The statements run starts first, then ends, whatever the order of the lines, so the folded row
     takes what a start and then an end would leave: the first non-null of name, agent, session key
     and session in that order, the start's time and the end's outcome, and their branch. A start and
-    an end on different branches are left as they are, and so, where rows may be on side branches
-    (``branching``), is a start without a session: a main-branch line taking a call back from a
-    branch sets the session to its own, which one statement could not do as two would."""
+    an end on different branches are left as they are, and so is a start without a session of a call
+    whose stored row is on a side branch (its id in ``branched``): a main-branch line taking a call
+    back from a branch sets the session to its own, which one statement could not do as two would."""
     starts, ends = rows.get(_TOOL_STARTED), rows.get(_TOOL_ENDED)
     if not starts or not ends:
         return
@@ -493,7 +493,7 @@ def _pair_tools(rows: dict[str, list[tuple]], branching: bool) -> None:
             end_of[key] = None if key in end_of else row
     pairs = {key: (start, end) for key, end in end_of.items()
              if end is not None and (start := start_of[key]) is not None and start[8] == end[14]
-             and (start[7] is not None or not branching)}
+             and (start[7] is not None or key[1] not in branched)}
     if not pairs:
         return
     rows[_TOOL_STARTED] = [row for row in starts if (row[0], row[1]) not in pairs]
@@ -998,7 +998,8 @@ class LedgerWriter:
         conn.executemany(_DROP_TOOL_ROW, replays)
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
-        _pair_tools(prepared.rows, branching)  # only now: the hook takeover above reads each line's own row
+        # Only now: the hook takeover above reads each line's own row.
+        _pair_tools(prepared.rows, {row[1] for row in tracker.old_tools.values() if row[8] is not None})
         for sql in _ORDER:
             rows = prepared.rows.get(sql)
             if rows:
