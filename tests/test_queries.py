@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ingest
+from conftest import ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -250,6 +250,43 @@ def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):
     assert len(names) == 4 and "_other" in names
     t = oc_expected["totals"]
     assert sum(s.value for s in tools.samples) == t["tool_calls"] - t["orphaned_tool_calls"]  # ended calls only
+
+
+def test_capped_label_series_never_go_back_as_other_values_grow(tmp_path, db):
+    """A value moving from ``_other`` to a label of its own took its tokens, cost and durations
+    out of ``_other``, which Prometheus reads as a counter reset: picked by call count, a model
+    with few dear calls left ``_other`` and its cost went down."""
+    import random
+
+    from logwriter import LogDir, event
+
+    rng = random.Random(7)
+    logs = LogDir(tmp_path / "state")
+    models, tools = ["m-a", "m-b", "m-c", "m-d"], ["read", "write", "exec", "grep"]
+    seen, n = [], 0
+    for day in range(4):
+        for _ in range(6):
+            lines = []
+            for _ in range(rng.randint(1, 4)):
+                n += 1
+                ts = 1_790_000_000_000 + day * 86_400_000 + n
+                model = rng.choice(models[: day + 1])
+                lines.append(event(n, "llm.call", {
+                    "provider": rng.choice(["p1", "p2"]), "model": model, "durationMs": rng.randint(1, 90_000),
+                    "delta": {"input": rng.randint(1, 9), "output": 1},
+                    "costUsd": rng.choice([0.001, 5.0])}, ts=ts))
+                n += 1
+                tool = rng.choice(tools[: day + 1])
+                lines.append(event(n, "tool.end", {"toolName": tool, "toolCallId": f"t{n}",
+                                                   "durationMs": rng.randint(1, 60_000),
+                                                   "isError": rng.random() < 0.3}, ts=ts + 1))
+            logs.append(b"".join(lines))
+            ingest(db, logs.root)
+            seen.append(metric_counters(db, top_n=2))
+    assert any(k[1] == (("model", "_other"), ("provider", "p1"), ("token_type", "input")) for k in seen[-1])
+    for before, after in zip(seen, seen[1:]):
+        assert all(after.get(key, 0) >= value for key, value in before.items()), \
+            [(key, value, after.get(key)) for key, value in before.items() if after.get(key, 0) < value]
 
 
 def test_timeline_holds_every_model_and_tool_call_of_the_session(corpus_db, oc_expected):

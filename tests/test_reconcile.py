@@ -11,7 +11,7 @@ from pathlib import Path
 
 import apsw
 import orjson
-from conftest import ingest
+from conftest import ingest, metric_counters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar
@@ -85,30 +85,20 @@ def test_a_late_end_overrides_interrupted(tmp_path, db):
 def test_metrics_counters_never_go_back_as_calls_and_runs_settle(tmp_path, db):
     """Prometheus reads any decrease of a counter as a restart: a running call counted as ok, then
     ended in error, or a run counted interrupted, then ended late, made it see one."""
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from agentledger.metrics import registry_for
-
-    def counters() -> dict:
-        text = generate_latest(registry_for(db)).decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
-                if f.type == "counter" for s in f.samples if s.name.endswith("_total")}
-
     logs = LogDir(tmp_path / "state")
     t0 = 1_790_000_000_000
     logs.append(_ev(1, t0, "run.start", {"model": "m", "provider": "p"})
                 + _ev(2, t0 + 5, "tool.start", {"toolName": "exec", "toolCallId": "T"}))
     ingest(db, logs.root)
-    seen = [counters()]
+    seen = [metric_counters(db)]
     conn = open_writer(db)
     reconcile(LedgerWriter(conn), now_ms=t0 + 3_600_000, grace_s=600)
     conn.close()
-    seen.append(counters())
+    seen.append(metric_counters(db))
     logs.append(_ev(3, t0 + 9_000_000, "tool.end", {"toolName": "exec", "toolCallId": "T", "isError": True})
                 + _ev(4, t0 + 9_000_001, "run.end", {"model": "m", "provider": "p"}))
     ingest(db, logs.root)
-    seen.append(counters())
+    seen.append(metric_counters(db))
     for before, after in zip(seen, seen[1:]):
         assert all(after.get(key, 0) >= value for key, value in before.items()), (before, after)
     tools = ("agentledger_tool_calls_total", (("outcome", "error"), ("tool", "exec")))

@@ -5,7 +5,10 @@ restarts and never reset while the ledger lives: ``increase()`` sees no false re
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
 No session, run or tool-call id is ever a label; tool and model labels are capped to
-the ``top_n`` busiest, the rest summed under ``_other``.
+``top_n`` values each, the rest summed under ``_other``. The values kept are the first seen
+(by day, then name), not the busiest: a value summed under ``_other`` must stay there, or
+``_other`` would drop when it left and Prometheus would read the drop as a counter reset.
+Values seen later only ever push a kept value into ``_other`` (a rise, never a drop).
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ OTHER = "_other"
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
 
 
-def _capped(rows: list[tuple], top_n: int, weight) -> dict:
-    """Keep the ``top_n`` label values by ``weight``; fold the rest into ``_other``."""
-    keep = {r[0] for r in sorted(rows, key=weight, reverse=True)[:top_n]}
-    return {r[0]: r[0] if r[0] in keep else OTHER for r in rows}
+class _Capped:
+    """A label dimension's value → the label it is reported under ("" for none)."""
+
+    def __init__(self, conn, dimension: str, top_n: int):
+        self.kept = queries.first_seen_values(conn, dimension, top_n)
+
+    def __getitem__(self, value: str | None) -> str:
+        value = value or ""
+        return value if value in self.kept else OTHER
 
 
 class LedgerCollector(Collector):
@@ -65,7 +73,7 @@ class LedgerCollector(Collector):
             "SELECT model, provider, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
             "sum(cache_read_tokens), sum(cache_write_tokens), sum(cost_pico), sum(unpriced_calls) "
             "FROM usage_days WHERE llm_calls > 0 OR cost_pico > 0 GROUP BY 1, 2").fetchall()
-        label = _capped([(m, c) for m, _, c, *_ in rows], self.top_n, lambda r: r[1])
+        label = _Capped(conn, "model", self.top_n)
         tokens = CounterMetricFamily("agentledger_tokens", "Tokens by provider, model and kind (OpenTelemetry "
                                      "gen_ai.token.type naming).", labels=["provider", "model", "token_type"])
         cost = CounterMetricFamily("agentledger_cost_usd", "Spend in USD, by where the cost came from.",
@@ -74,7 +82,7 @@ class LedgerCollector(Collector):
                                     labels=["provider", "model", "outcome", "priced"])
         acc: dict[tuple, list[float]] = {}
         for model, provider, n, errors, i, o, cr, cw, pico, unpriced in rows:
-            key = (provider or "", label[model] or "")
+            key = (provider or "", label[model])
             a = acc.setdefault(key, [0.0] * 8)
             for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw, pico)):
                 a[k] += v
@@ -123,10 +131,10 @@ class LedgerCollector(Collector):
         rows = conn.execute("SELECT tool_name, sum(calls), sum(errors) FROM tool_days GROUP BY 1").fetchall()
         unsettled = dict(conn.execute("SELECT tool_name, count(*) FROM tool_calls INDEXED BY tool_calls_unsettled "
                                       "WHERE status IN ('running', 'interrupted') GROUP BY 1").fetchall())
-        label = _capped([(t, c) for t, c, _ in rows], self.top_n, lambda r: r[1])
+        label = _Capped(conn, "tool", self.top_n)
         acc: dict[str, list[int]] = {}
         for tool, calls, errors in rows:
-            a = acc.setdefault(label[tool] or "", [0, 0])
+            a = acc.setdefault(label[tool], [0, 0])
             a[0] += calls - errors - unsettled.get(tool, 0)
             a[1] += errors
         family = CounterMetricFamily("agentledger_tool_calls", "Tool calls that ended, by tool and outcome.",
@@ -173,11 +181,7 @@ class LedgerCollector(Collector):
         }
         for kind, family in families.items():
             mine = [r for r in rows if r[0] == kind]
-            weight: dict[str, int] = {}
-            for _, a, b, _, calls, _ in mine:
-                name = b if kind == "llm" else a
-                weight[name] = weight.get(name, 0) + calls
-            label = _capped(list(weight.items()), self.top_n, lambda r: r[1])
+            label = _Capped(conn, "model" if kind == "llm" else "tool", self.top_n)
             series: dict[tuple, list] = {}
             for _, a, b, bucket, calls, ms in mine:
                 key = ("chat", a, label[b]) if kind == "llm" else (label[a],)

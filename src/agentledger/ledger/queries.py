@@ -1045,3 +1045,17 @@ def ingest_health(conn: apsw.Connection, now_ms: int) -> list[dict]:
                     "unread_bytes": unread, "newest_event_at": iso(newest_ms),
                     "lag_s": None if newest_ms is None else round(max(now_ms - newest_ms, 0) / 1000, 3)})
     return out
+
+
+# Label dimension → the daily rollup that says when each value was first seen, and which rows count.
+_LABEL_SOURCES = {
+    "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0"),
+    "tool": ("tool_days", "tool_name", "calls > 0"),
+}
+
+
+def first_seen_values(conn: apsw.Connection, dimension: str, limit: int) -> set[str]:
+    """The ``limit`` values of a metric label dimension seen first (by day, then name; "" for none)."""
+    table, column, counted = _LABEL_SOURCES[dimension]
+    return {v for (v,) in conn.execute(f"SELECT coalesce({column}, '') FROM {table} WHERE {counted} "
+                                       "GROUP BY 1 ORDER BY min(slot_ms), 1 LIMIT ?", (limit,))}
