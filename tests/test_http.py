@@ -124,19 +124,40 @@ def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
         served.stop()
 
 
+def _exchange(api: str, request: bytes) -> bytes:
+    """Everything the daemon answers ``request`` with on one connection, read until it closes."""
+    url = urllib.parse.urlsplit(api)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):  # a timeout here is a connection left open
+            reply += chunk
+    return reply
+
+
 def test_a_post_of_unknown_length_is_answered_once_and_closed(api):
     # Chunked on a keep-alive connection: read as the next request, a chunk's size line got an answer of its own.
-    url = urllib.parse.urlsplit(api)
     body = b'{"hook_event_name": "SessionStart", "session_id": "s", "padding": "' + b"x" * 40 + b'"}'
-    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/hooks/claude-code HTTP/1.1\r\nHost: agentledger\r\nTransfer-Encoding: chunked\r\n"
-                     b"Content-Type: application/json\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        reply = b""
-        while chunk := sock.recv(65536):  # until the daemon closes: a timeout here is a connection left open
-            reply += chunk
+    reply = _exchange(api, b"POST /v1/hooks/claude-code HTTP/1.1\r\nHost: agentledger\r\nTransfer-Encoding: chunked\r\n"
+                      b"Content-Type: application/json\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
     head, _, data = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ") and b"\r\nConnection: close" in head
     assert json.loads(data) == {"error": "send a Content-Length"}
+
+
+@pytest.mark.parametrize("framing", [
+    b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"POST /v1/hooks/claude-code HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n",
+], ids=["get-with-length", "get-chunked", "post-chunked-and-length"])
+def test_a_body_the_daemon_does_not_read_never_becomes_a_request(api, framing):
+    # A GET's body, or a length beside chunked framing, was read as the next request on the connection.
+    inner = b"GET /v1/usage HTTP/1.1\r\nHost: a\r\n\r\n"
+    head = framing % len(inner) if b"%d" in framing else framing
+    reply = _exchange(api, head + inner + b"GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    replies = re.findall(rb"HTTP/1\.1 \d{3} ", reply)  # a reply's body runs straight into the next status line
+    assert len(replies) == 1, replies
+    assert replies[0].startswith(b"HTTP/1.1 400 " if head.startswith(b"POST") else b"HTTP/1.1 200 ")
 
 
 def _ipv6_loopback() -> bool:

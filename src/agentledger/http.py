@@ -195,6 +195,8 @@ class _Handler(BaseHTTPRequestHandler):
     top_n: int
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        if "Transfer-Encoding" in self.headers or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
+            self.close_connection = True  # a body no GET reads must not be taken for the next request
         url = urlsplit(self.path)
         if url.path == "/metrics":
             self._metrics()
@@ -209,7 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
 
         def route() -> tuple[int, object]:
             length = self.headers.get("Content-Length", "")
-            if not length.isdecimal():
+            # With Transfer-Encoding as well, the length is not the body's (RFC 9112 §6.3).
+            if not length.isdecimal() or "Transfer-Encoding" in self.headers:
                 self.close_connection = True  # a body of unknown length must not be taken for the next request
                 raise BadRequest("send a Content-Length")
             if int(length) > MAX_BODY:
@@ -251,8 +254,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Server-Timing", f"app;dur={elapsed_ms:.3f}")  # time inside the handler
-        if self.close_connection:  # a keep-alive client must not send its next request down this one
-            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -301,6 +302,13 @@ class _Handler(BaseHTTPRequestHandler):
         a 500 says the daemon failed, and the log says where."""
         log.exception("%s %s failed", self.command, self.path)
         return "internal error: the daemon's log has the traceback"
+
+    def end_headers(self) -> None:
+        # A keep-alive client must not send its next request down a connection about to close
+        # (the stdlib's own error replies say so already).
+        if self.close_connection and not any(h.lower().startswith(b"connection:") for h in self._headers_buffer):
+            self.send_header("Connection", "close")
+        super().end_headers()
 
     def log_message(self, fmt: str, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
