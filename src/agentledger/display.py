@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 DASH = "—"
+# A model missing from the price table leaves its calls out of a cost: never a silent $0.
+UNPRICED_NOTE = ("* leaves out model calls with no price for their model (unpriced_calls in --json): "
+                 "add their prices and run `agentledger reprice`")
 
 
 def usd(value: float | None) -> str:
@@ -12,6 +17,14 @@ def usd(value: float | None) -> str:
     if value == 0:
         return "$0"
     return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+
+
+def cost(value: float | None, unpriced: int | None, text: Callable[[float | None], str] = usd) -> str:
+    """A cost as ``text`` shows it, marked when it leaves out ``unpriced`` calls (``≥$0.0021*``), a starred
+    dash when nothing of it is known (``—*``); ``UNPRICED_NOTE`` is the footnote to the star."""
+    if not unpriced:
+        return text(value)
+    return f"{DASH}*" if not value else f"≥{text(value)}*"
 
 
 def amount(metric: str, value: float | None) -> str:

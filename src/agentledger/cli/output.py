@@ -9,11 +9,7 @@ import sys
 import click
 import orjson
 
-from agentledger.display import DASH
-
-# A model missing from the price table leaves its calls out of a cost: never a silent $0.
-UNPRICED_NOTE = ("* leaves out model calls with no price for their model (unpriced_calls in --json): "
-                 "add their prices and run `agentledger reprice`")
+from agentledger import display
 
 
 def _flat(row: dict, prefix: str = "") -> dict:
@@ -58,10 +54,8 @@ def _cell(value: object) -> str:
 
 
 def cost_cell(cost: float | None, unpriced: int | None) -> str:
-    """A cost as shown: marked when it leaves out unpriced calls, a dash when nothing of it is known."""
-    if not unpriced:
-        return _cell(cost)
-    return f"{DASH}*" if not cost else f"≥{_cell(cost)}*"
+    """A cost as a table shows it: marked when it leaves out unpriced calls, a dash when nothing of it is known."""
+    return display.cost(cost, unpriced, _cell)
 
 
 def _row_cells(row: dict, columns: list[tuple[str, str]]) -> list[str]:
@@ -98,7 +92,7 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str |
 def note_unpriced(unpriced: int) -> None:
     """The footnote to costs marked by ``cost_cell``."""
     if unpriced:
-        click.echo(UNPRICED_NOTE)
+        click.echo(display.UNPRICED_NOTE)
 
 
 def emit_pairs(pairs: list[tuple[str, object]]) -> None:
