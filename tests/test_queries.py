@@ -190,42 +190,55 @@ def test_model_latency_percentiles(corpus_db):
     assert _cli(corpus_db, "costs", "--group-by", "day", "--latency").returncode == 2
 
 
-def test_three_level_subagent_tree_family_totals(tmp_path):
-    import orjson
-    from logwriter import LogDir
+class _HookLog:
+    """Hook events of one agent, numbered in the order given, ingested into a real ledger."""
 
-    t0 = 1_790_000_000_000
-    lines = []
-    n = 0
+    T0 = 1_790_000_000_000
 
-    def ev(kind, data, key, sid="unknown", run=None, ts=None):
-        nonlocal n
-        n += 1
-        e = {"id": f"evt_{n:016x}", "ts": ts or t0 + n, "seq": n, "agentId": "main", "sessionKey": key,
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def ev(self, kind: str, data: dict, key: str, sid: str = "unknown", run: str | None = None) -> None:
+        import orjson
+
+        n = len(self.lines) + 1
+        e = {"id": f"evt_{n:016x}", "ts": self.T0 + n, "seq": n, "agentId": "main", "sessionKey": key,
              "sessionId": sid, "kind": kind, "data": data, "source": "hook"}
         if run:
             e["runId"] = run
-        lines.append(orjson.dumps(e))
+        self.lines.append(orjson.dumps(e))
 
-    def call(key, sid, run, cost):
-        ev("run.start", {"model": "m", "provider": "p"}, key, sid, run)
-        ev("llm.call", {"callIndex": 0, "provider": "p", "model": "m", "costUsd": cost,
-                        "delta": {"input": 1, "output": 1, "total": 2}}, key, sid, run)
-        ev("run.end", {"model": "m", "provider": "p"}, key, sid, run)
+    def call(self, key: str, sid: str, run: str, cost: float | None) -> None:
+        """A run of one model call; with no ``cost``, of a model no price table knows."""
+        model, provider = ("m", "p") if cost is not None else ("acme-unknown-9", "acme")
+        priced = {} if cost is None else {"costUsd": cost}
+        self.ev("run.start", {"model": model, "provider": provider}, key, sid, run)
+        self.ev("llm.call", {"callIndex": 0, "provider": provider, "model": model, **priced,
+                             "delta": {"input": 1, "output": 1, "total": 2}}, key, sid, run)
+        self.ev("run.end", {"model": model, "provider": provider}, key, sid, run)
 
+    def ledger(self, tmp_path: Path) -> Path:
+        from logwriter import LogDir
+
+        logs = LogDir(tmp_path / "state")
+        logs.append(b"\n".join(self.lines) + b"\n")
+        db = tmp_path / "l.db"
+        ingest(db, logs.root)
+        return db
+
+
+def test_three_level_subagent_tree_family_totals(tmp_path):
+    log = _HookLog()
     root, child, grandchild = "agent:main:main", "agent:main:subagent:c1", "agent:main:subagent:g1"
-    call(root, "S0", "R0", 1.0)
-    ev("subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "child"}, root, run="R0")
-    call(child, "S1", "R1", 0.25)
-    ev("subagent.spawn", {"childSessionKey": grandchild, "agentId": "main", "label": "grandchild"}, child, run="R1")
-    call(grandchild, "S2", "R2", 0.125)
-    ev("subagent.spawn", {"childSessionKey": "agent:main:subagent:c2", "agentId": "main"}, root, run="R0")
-    call("agent:main:subagent:c2", "S3", "R3", 0.0625)
-    logs = LogDir(tmp_path / "state")
-    logs.append(b"\n".join(lines) + b"\n")
-    db = tmp_path / "l.db"
-    ingest(db, logs.root)
-    conn = open_reader(db)
+    log.call(root, "S0", "R0", 1.0)
+    log.ev("subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "child"}, root, run="R0")
+    log.call(child, "S1", "R1", 0.25)
+    log.ev("subagent.spawn", {"childSessionKey": grandchild, "agentId": "main", "label": "grandchild"}, child,
+           run="R1")
+    log.call(grandchild, "S2", "R2", 0.125)
+    log.ev("subagent.spawn", {"childSessionKey": "agent:main:subagent:c2", "agentId": "main"}, root, run="R0")
+    log.call("agent:main:subagent:c2", "S3", "R3", 0.0625)
+    conn = open_reader(log.ledger(tmp_path))
     try:
         node = queries.tree(conn, root)
         d = queries.session_detail(conn, root)
@@ -236,6 +249,62 @@ def test_three_level_subagent_tree_family_totals(tmp_path):
     kid = next(c for c in node["children"] if c["session_key"] == child)
     assert kid["cumulative_cost_usd"] == 0.375 and kid["children"][0]["session_key"] == grandchild
     assert d["family_cost_usd"] == node["cumulative_cost_usd"]
+
+
+def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out(tmp_path):
+    log = _HookLog()
+    root, part, blind = "agent:main:main", "agent:main:subagent:part", "agent:main:subagent:blind"
+    log.call(root, "S0", "R0", 1.0)
+    log.ev("subagent.spawn", {"childSessionKey": part, "agentId": "main", "label": "part"}, root, run="R0")
+    log.call(part, "S1", "R1", 0.25)
+    log.call(part, "S1", "R2", None)
+    log.ev("subagent.spawn", {"childSessionKey": blind, "agentId": "main", "label": "blind"}, root, run="R0")
+    log.call(blind, "S2", "R3", None)
+    db = log.ledger(tmp_path)
+
+    def text(*args: str) -> list[str]:
+        out = _cli(db, *args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    def cost_of(lines: list[str], name: str) -> str:
+        (line,) = [line for line in lines if line.startswith(name) or f" {name} " in line]
+        return line.split()[-1]
+
+    note = "* leaves out model calls with no price for their model"
+    subagents = text("subagents")
+    assert (cost_of(subagents, part), cost_of(subagents, blind)) == ("≥0.2500*", "—*")
+    assert sum(note in line for line in subagents) == 1
+    by_child = {r["child_session_key"]: r for r in json.loads(_cli(db, "subagents", "--json").stdout)}
+    assert (by_child[part]["unpriced_calls"], by_child[blind]["unpriced_calls"]) == (1, 1)
+
+    tree = text("tree", root)
+    assert tree[0].endswith("own $1.0000  total ≥$1.2500*")
+    assert [line.strip() for line in tree[1:3]] == [f"{part} [part]  own ≥$0.2500*  total ≥$0.2500*",
+                                                    f"{blind} [blind]  own —*  total —*"]
+    assert tree[3].startswith(note)
+    node = json.loads(_cli(db, "tree", root, "--json").stdout)
+    assert (node["own_unpriced_calls"], node["cumulative_unpriced_calls"]) == (0, 2)
+    assert [(c["own_unpriced_calls"], c["cumulative_unpriced_calls"]) for c in node["children"]] == [(1, 1), (1, 1)]
+
+    root_timeline = text("timeline", root)
+    assert (cost_of(root_timeline, "part"), cost_of(root_timeline, "blind")) == ("≥0.2500*", "—*")
+    part_timeline = text("timeline", part, "--kinds", "llm")
+    assert [line.split()[-1] for line in part_timeline[1:3]] == ["0.2500", "—*"]
+    assert part_timeline[3].startswith(note)
+    items = json.loads(_cli(db, "timeline", part, "--kinds", "llm,run", "--json").stdout)
+    assert [(i["kind"], i["cost_usd"], i["unpriced_calls"]) for i in items] == [
+        ("run", 0.25, 0), ("llm", 0.25, 0), ("run", 0.0, 1), ("llm", None, 1)]
+
+    session = text("session", root)
+    assert (cost_of(session, "cost $"), cost_of(session, "with subagents $")) == ("1.0000", "≥1.2500*")
+    assert sum(note in line for line in session) == 1
+    d = json.loads(_cli(db, "session", root, "--json").stdout)
+    assert (d["unpriced_calls"], d["family_unpriced_calls"]) == (0, 2)
+    calls = json.loads(_cli(db, "run", "R2", "--json").stdout)["model_calls"]
+    assert [(c["cost_usd"], c["unpriced_calls"]) for c in calls] == [(None, 1)]
+    (call,) = [line.split() for line in text("run", "R2") if line.startswith("2026-")]
+    assert call[1:4] == ["acme-unknown-9", "2", "—*"]
 
 
 def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):

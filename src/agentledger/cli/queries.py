@@ -301,7 +301,6 @@ def session(conn, w, fmt, key):
     """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
     d = queries.session_detail(conn, key)
     first = d["instances"][0]
-    unpriced = sum(s["unpriced_calls"] for s in d["instances"])
     _emit_detail(d, fmt, [
         ("instances", "instances", [("session_id", "session id"), ("status", "status"), ("started_at", "started"),
                                     ("ended_at", "ended"), ("end_reason", "end"), ("suspensions", "suspended"),
@@ -316,8 +315,9 @@ def session(conn, w, fmt, key):
                                         ("messages_after", "msgs after"), ("tokens_before", "tokens before"),
                                         ("tokens_after", "tokens after"), ("compaction_ratio", "ratio")]),
     ], [("session", d["session_key"] or first["session_id"]), ("agent", first["agent_id"]),
-        ("cost $", cost_cell(d["cost_usd"], unpriced)),
-        ("with subagents $", cost_cell(d["family_cost_usd"], unpriced))], unpriced)
+        ("cost $", cost_cell(d["cost_usd"], d["unpriced_calls"])),
+        ("with subagents $", cost_cell(d["family_cost_usd"], d["family_unpriced_calls"]))],
+        d["family_unpriced_calls"])
 
 
 @cli.command(name="runs")
@@ -377,10 +377,15 @@ def subagents_cmd(conn, w, fmt):
                 ("outcome", "outcome"), ("duration_ms", "ms"), ("cost_usd", "cost $")])
 
 
+def _dollars(value: float) -> str:
+    return f"${value:.4f}"
+
+
 def _tree_lines(node: dict, depth: int = 0) -> list[str]:
     label = f" [{node['label']}]" if node["label"] else ""
-    lines = [f"{'  ' * depth}{node['session_key']}{label}  own ${node['own_cost_usd']:.4f}  "
-             f"total ${node['cumulative_cost_usd']:.4f}"]
+    lines = [f"{'  ' * depth}{node['session_key']}{label}  "
+             f"own {display.cost(node['own_cost_usd'], node['own_unpriced_calls'], _dollars)}  "
+             f"total {display.cost(node['cumulative_cost_usd'], node['cumulative_unpriced_calls'], _dollars)}"]
     for child in node["children"]:
         lines += _tree_lines(child, depth + 1)
     return lines
@@ -397,6 +402,7 @@ def tree(conn, w, fmt, key):
     else:
         for line in _tree_lines(root):
             click.echo(line)
+        note_unpriced(root["cumulative_unpriced_calls"])
 
 
 @cli.command(name="errors")

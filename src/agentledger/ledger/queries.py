@@ -544,7 +544,8 @@ def run_detail(conn: apsw.Connection, run_id: str) -> dict:
     out["model_calls"] = [
         {"at": iso(ts), "call_index": idx, "provider": p, "model": m, "input_tokens": i, "output_tokens": o,
          "cache_read_tokens": cr, "cache_write_tokens": cw, "total_tokens": t,
-         "cost_usd": None if c is None else _usd(c), "duration_ms": d, "error": e}
+         "cost_usd": None if c is None else _usd(c), "unpriced_calls": int(c is None and e is None),
+         "duration_ms": d, "error": e}
         for ts, idx, p, m, i, o, cr, cw, t, c, d, e in conn.execute(
             "SELECT ts_ms, call_index, provider, model, input_tokens, output_tokens, cache_read_tokens, "
             "cache_write_tokens, total_tokens, cost_pico, duration_ms, error FROM llm_calls WHERE run_id = ? "
@@ -560,17 +561,18 @@ def _session_ids(conn: apsw.Connection, key: str) -> list[str]:
     return ids
 
 
-def _own_cost(conn: apsw.Connection, session_key: str) -> int:
+def _own_cost(conn: apsw.Connection, session_key: str) -> tuple[int, int]:
     """Spend of every instance of a session key (or of the session with that id, when it has no key),
-    snapshot fallbacks included."""
+    snapshot fallbacks included, and the unpriced calls it leaves out."""
     ids = [r[0] for r in conn.execute(
         "SELECT session_id FROM sessions WHERE session_key = ?1 OR (session_key IS NULL AND session_id = ?1)",
         (session_key,))]
     if not ids:
-        return 0
-    cost = conn.execute("SELECT coalesce(sum(cost_pico), 0) FROM session_totals WHERE session_id IN "
-                        "(SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0][0]
-    return cost + sum(_fallback_cost(conn, Window(), ids).values())
+        return 0, 0
+    cost, unpriced = conn.execute(
+        "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
+        "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
+    return cost + sum(_fallback_cost(conn, Window(), ids).values()), unpriced
 
 
 def session_detail(conn: apsw.Connection, key: str) -> dict:
@@ -597,9 +599,12 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     children = subagents(conn, Window(), parent_keys=keys)
     compactions = _compactions(conn, ids, keys)
     own = sum(s["cost_usd"] for s in instances)
-    family = own + sum(_family_cost(conn, c["child_session_key"], set()) for c in children) / PICO_PER_USD
+    own_unpriced = sum(s["unpriced_calls"] for s in instances)
+    kin = [_family_cost(conn, c["child_session_key"], set()) for c in children]
+    family = own + sum(cost for cost, _ in kin) / PICO_PER_USD
     return {"session_key": keys[0] if keys else None, "instances": instances,
-            "cost_usd": round(own, 12), "family_cost_usd": round(family, 12), "cost_by_model": by_model,
+            "cost_usd": round(own, 12), "unpriced_calls": own_unpriced, "family_cost_usd": round(family, 12),
+            "family_unpriced_calls": own_unpriced + sum(n for _, n in kin), "cost_by_model": by_model,
             "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
 
 
@@ -639,30 +644,34 @@ def _lifecycle(conn: apsw.Connection, ids: list[str]) -> list[dict]:
             "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
         if started is not None:
             what = f"started (reset of {resumed})" if resumed else "started"
-            items.append({"at": iso(started), "kind": "session", "what": what, "id": sid, "cost_usd": None})
+            items.append({"at": iso(started), "kind": "session", "what": what, "id": sid, "cost_usd": None,
+                          "unpriced_calls": 0})
         if ended is not None:
             items.append({"at": iso(ended), "kind": "session", "what": f"ended ({reason or 'end'})", "id": sid,
-                          "cost_usd": None})
+                          "cost_usd": None, "unpriced_calls": 0})
     for sid, since, until, cause in conn.execute(
             "SELECT session_id, from_ms, until_ms, cause FROM session_suspensions "
             "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
         why = "gateway restart" if cause == "seq" else "gateway idle"
-        items.append({"at": iso(since), "kind": "session", "what": f"suspended ({why})", "id": sid, "cost_usd": None})
+        items.append({"at": iso(since), "kind": "session", "what": f"suspended ({why})", "id": sid, "cost_usd": None,
+                      "unpriced_calls": 0})
         if until is not None:
             items.append({"at": iso(until), "kind": "session", "what": f"resumed after {(until - since) / 1000:.0f}s",
-                          "id": sid, "cost_usd": None})
+                          "id": sid, "cost_usd": None, "unpriced_calls": 0})
     return items
 
 
-def _family_cost(conn: apsw.Connection, session_key: str, seen: set[str]) -> int:
+def _family_cost(conn: apsw.Connection, session_key: str, seen: set[str]) -> tuple[int, int]:
+    """``_own_cost`` of a session key with its subagents', at any depth."""
     if session_key in seen:  # a malformed log could make a cycle
-        return 0
+        return 0, 0
     seen.add(session_key)
-    total = _own_cost(conn, session_key)
+    total, unpriced = _own_cost(conn, session_key)
     for (child,) in conn.execute("SELECT child_session_key FROM subagents WHERE parent_session_key = ?",
                                  (session_key,)).fetchall():
-        total += _family_cost(conn, child, seen)
-    return total
+        cost, n = _family_cost(conn, child, seen)
+        total, unpriced = total + cost, unpriced + n
+    return total, unpriced
 
 
 def tree(conn: apsw.Connection, key: str) -> dict:
@@ -672,13 +681,15 @@ def tree(conn: apsw.Connection, key: str) -> dict:
 
     def node(session_key: str, seen: set[str], label: str | None) -> dict:
         seen.add(session_key)
-        own = _own_cost(conn, session_key)
+        own, unpriced = _own_cost(conn, session_key)
         children = [node(c, seen, lbl) for c, lbl in conn.execute(
             "SELECT child_session_key, label FROM subagents WHERE parent_session_key = ? ORDER BY spawned_ms",
             (session_key,)).fetchall() if c not in seen]
         cumulative = own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD) for c in children)
         return {"session_key": session_key, "label": label, "own_cost_usd": _usd(own),
-                "cumulative_cost_usd": _usd(cumulative), "children": children}
+                "own_unpriced_calls": unpriced, "cumulative_cost_usd": _usd(cumulative),
+                "cumulative_unpriced_calls": unpriced + sum(c["cumulative_unpriced_calls"] for c in children),
+                "children": children}
 
     return node(root, set(), None)
 
@@ -694,10 +705,14 @@ def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None
         "SELECT child_session_key, parent_session_key, parent_run_id, child_agent_id, label, mode, status, "
         f"spawned_ms, ended_ms, duration_ms, outcome, reason, model FROM subagents WHERE {cond} "
         f"ORDER BY coalesce(spawned_ms, ended_ms) DESC {limit}", params).fetchall()
-    return [{"child_session_key": c, "parent_session_key": p, "parent_run_id": r, "agent_id": a, "label": lbl,
-             "mode": mode, "status": st, "spawned_at": iso(s), "ended_at": iso(e), "duration_ms": d, "outcome": o,
-             "reason": why, "model": m, "cost_usd": _usd(_own_cost(conn, c))}
-            for c, p, r, a, lbl, mode, st, s, e, d, o, why, m in rows]
+    out = []
+    for c, p, r, a, lbl, mode, st, s, e, d, o, why, m in rows:
+        cost, unpriced = _own_cost(conn, c)
+        out.append({"child_session_key": c, "parent_session_key": p, "parent_run_id": r, "agent_id": a,
+                    "label": lbl, "mode": mode, "status": st, "spawned_at": iso(s), "ended_at": iso(e),
+                    "duration_ms": d, "outcome": o, "reason": why, "model": m, "cost_usd": _usd(cost),
+                    "unpriced_calls": unpriced})
+    return out
 
 
 def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_only: bool = False) -> list[dict]:
@@ -795,27 +810,29 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
     if "run" in want:
         for r in detail["runs"]:
             items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
-                          "id": r["run_id"], "cost_usd": r["cost_usd"]})
+                          "id": r["run_id"], "cost_usd": r["cost_usd"], "unpriced_calls": r["unpriced_calls"]})
     if "llm" in want:
         rows = conn.execute(
-            "SELECT ts_ms, run_id, model, total_tokens, cost_pico FROM llm_calls "
+            "SELECT ts_ms, run_id, model, total_tokens, cost_pico, error FROM llm_calls "
             "WHERE run_id IN (SELECT value FROM json_each(?))", (_json_list(r["run_id"] for r in detail["runs"]),))
-        for ts, run_id, model, tokens, cost in rows:
+        for ts, run_id, model, tokens, cost, error in rows:
             items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
-                          "cost_usd": None if cost is None else _usd(cost)})
+                          "cost_usd": None if cost is None else _usd(cost),
+                          "unpriced_calls": int(cost is None and error is None)})
     if "tool" in want:
         for t in detail["tool_calls"]:
             items.append({"at": t["started_at"] or t["ended_at"], "kind": "tool",
-                          "what": f"{t['tool_name']} {t['status']}", "id": t["tool_call_id"], "cost_usd": None})
+                          "what": f"{t['tool_name']} {t['status']}", "id": t["tool_call_id"], "cost_usd": None,
+                          "unpriced_calls": 0})
     if "compaction" in want:
         for c in detail["compactions"]:
             items.append({"at": c["at"], "kind": "compaction", "what": _compaction_what(c), "id": c["session_id"],
-                          "cost_usd": None})
+                          "cost_usd": None, "unpriced_calls": 0})
     if "subagent" in want:
         for s in detail["subagents"]:
             items.append({"at": s["spawned_at"] or s["ended_at"], "kind": "subagent",
                           "what": f"{s['label']} {s['outcome'] or s['status']}", "id": s["child_session_key"],
-                          "cost_usd": s["cost_usd"]})
+                          "cost_usd": s["cost_usd"], "unpriced_calls": s["unpriced_calls"]})
     if "session" in want:
         items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
     if w.since is not None or w.until is not None:
