@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_env, ingest
-from logwriter import event
+from logwriter import LogDir, event
 from serving import Served, copy_logs, write_config
 from terminal import Terminal, needs_tmux
 
@@ -105,3 +105,32 @@ def test_watch_prints_one_snapshot_when_not_on_a_terminal(oc_corpus, tmp_path, e
                               "--url", "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True,
                              timeout=60, check=False)
     assert missing.returncode == 2 and "no ledger at" in missing.stderr
+
+
+def test_watch_marks_costs_that_leave_out_unpriced_calls(tmp_path, env):
+    logs = LogDir(tmp_path / "logs")
+    now = time.time_ns() // 1_000_000
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 1000}, "costUsd": 0.5}, ts=now - 3000))
+    for n, session in ((2, "s1"), (3, "s2")):  # s2 has nothing but a call of a model with no price
+        logs.append(event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
+                                          "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                    "total": 10}}, session=session, ts=now - 2000))
+    ingest(tmp_path / "ledger.db", logs.root)
+    config = write_config(tmp_path, logs.root)
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "watch", "--url",
+                          "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert "today ≥$0.5000*  in all ≥$0.5000*" in lines[0]
+    rows = {line.split()[0]: line.split()[1:] for line in lines
+            if line.startswith(("agent:main:", "session-cost", "fleet-day"))}
+    # $0.50 in the last ten minutes is $3.00 an hour, and more by what the unpriced call cost.
+    assert rows["agent:main:s1"][:2] == ["≥$0.5000*", "≥$3.00*"]
+    assert rows["agent:main:s2"][:2] == ["—*", "—*"]
+    # One priced call gives no pace: with a call of no price beside it, the pace is unknown rather than none.
+    assert rows["session-cost"][1:] == ["≥$0.5000*/$5.00", "$4.50", "—*", "—"]
+    assert rows["fleet-day"][-4:] == ["≥$0.5000*/$50.00", "$49.50", "—*", "—"]
+    assert sum(line.startswith("* leaves out model calls with no price") for line in lines) == 1

@@ -67,6 +67,12 @@ def seconds_to_limit(value: float, limit: float, per_hour: float | None) -> floa
     return (limit - value) / per_hour * 3600
 
 
+def unpriced_in(activity: dict[str, list[tuple]], now_ms: int, window_ms: int = WINDOW_MS) -> int:
+    """The model calls in the window that have no price: a cost rate over it leaves them out."""
+    _, flags = _inside([r[0] for r in activity["llm"]], [r[3] for r in activity["llm"]], now_ms, window_ms)
+    return int(flags.sum())
+
+
 def series(activity: dict[str, list[tuple]], metric: str) -> tuple[list[int], list[float]]:
     """The (times, amounts) by which a gate metric grows, from ``queries.activity``."""
     if metric == "cost_usd":
@@ -119,8 +125,10 @@ class Forecaster:
         return {
             "session_key": view["session_key"], "session_id": view["session_id"], "agent_id": view["agent_id"],
             "status": view["status"], "at": iso(self.now_ms), "window_s": self.window_ms // 1000,
-            "cost_usd": measure(view, "cost_usd"), "total_tokens": view["total_tokens"],
+            "cost_usd": measure(view, "cost_usd"), "unpriced_calls": view["unpriced_calls"],
+            "total_tokens": view["total_tokens"],
             "burn_usd_per_hour": round(rate_per_hour(times, dollars, self.now_ms, self.window_ms), 6),
+            "recent_unpriced_calls": unpriced_in(own, self.now_ms, self.window_ms),
             "tokens_per_minute": round(rate_per_hour(*tokens, self.now_ms, self.window_ms) / 60, 3),
             "gates": [self._gate(g, view) for g in self.gates if matches(view["agent_id"] or "", g.agents)
                       and (g.scope != "agent-day" or view["agent_id"])],
@@ -143,10 +151,13 @@ class Forecaster:
         resets_first = day_end is not None and eta is not None and self.now_ms + eta * 1000 >= day_end
         if resets_first:
             eta = None  # the day's budget starts again before the pace would reach it
+        priced = gate.metric == "cost_usd"  # only a cost leaves out the calls with no price
         return {"gate": gate.name, "scope": gate.scope, "metric": gate.metric, "action": gate.action,
-                "limit": gate.limit, "value": value, "headroom": round(max(gate.limit - value, 0.0), 6),
+                "limit": gate.limit, "value": value, "unpriced_calls": totals["unpriced_calls"] if priced else 0,
+                "headroom": round(max(gate.limit - value, 0.0), 6),
                 "used": round(value / gate.limit, 6), "tripped": exact(totals, gate.metric) >= threshold(gate),
                 "rate_per_hour": None if trend is None else round(trend, 6),
+                "recent_unpriced_calls": unpriced_in(act, self.now_ms, self.window_ms) if priced else 0,
                 "trips_in_s": None if eta is None else round(eta, 1),
                 "trips_at": None if eta is None else iso(self.now_ms + round(eta * 1000)),
                 "resets_first": resets_first}

@@ -33,10 +33,12 @@ def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo,
             rows.append({**forecaster.session(key), "last_activity_at": s["last_activity_at"],
                          "llm_calls": s["llm_calls"], "tool_errors": s["tool_errors"]})
         start, end = forecaster.day
+        today = queries.usage(conn, queries.Window(since=start, until=end - 1))
+        total = queries.usage(conn, queries.Window())
         return {
             "at": iso(now_ms), "timezone": zone.key, "window_s": forecaster.window_ms // 1000,
-            "today_usd": queries.usage(conn, queries.Window(since=start, until=end - 1))["cost_usd"],
-            "total_usd": queries.usage(conn, queries.Window())["cost_usd"],
+            "today_usd": today["cost_usd"], "today_unpriced_calls": today["unpriced_calls"],
+            "total_usd": total["cost_usd"], "total_unpriced_calls": total["unpriced_calls"],
             "sessions": rows,
             "problems": queries.recent_problems(
                 conn, problems, now_ms - PROBLEMS_FOR_MS if problems_since is None else problems_since),

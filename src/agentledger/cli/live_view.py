@@ -79,9 +79,19 @@ def _when(g: dict) -> str:
 
 
 def _pace(g: dict) -> str:
-    if not g["rate_per_hour"]:
-        return display.DASH
-    return f"{display.amount(g['metric'], g['rate_per_hour'])}/h"
+    def text(rate: float | None) -> str:
+        return f"{display.amount(g['metric'], rate)}/h" if rate else display.DASH
+
+    return display.cost(g["rate_per_hour"], g["recent_unpriced_calls"], text)
+
+
+def _burn(rate: float) -> str:
+    return display.usd(rate) if rate else display.DASH
+
+
+def _used(g: dict) -> str:
+    value = display.cost(g["value"], g["unpriced_calls"], lambda v: display.amount(g["metric"], v))
+    return f"{value}/{display.amount(g['metric'], g['limit'])}"
 
 
 def _urgency(g: dict) -> tuple:
@@ -115,15 +125,18 @@ def frame(snap: dict, where: str, height: int) -> Group:
             if g["gate"] not in worst or _urgency(g) < _urgency(worst[g["gate"]][0]):
                 worst[g["gate"]] = (g, s)
     # Lines left for rows once the header, titles and column headers are drawn.
-    room = height - 2 - 2 - (2 if worst else 0) - (1 if problems else 0) - (2 if sources else 0)
+    # Any cost marked for unpriced calls leaves some of them out of the total too.
+    note = snap["total_unpriced_calls"] > 0
+    room = height - 2 - 2 - (2 if worst else 0) - (1 if problems else 0) - (2 if sources else 0) - (2 if note else 0)
     n_gates = min(len(worst), max(room // 4, 1))
     n_sources = min(len(sources), 3)
     n_problems = min(len(problems), max((room - n_gates - n_sources) // 4, 0), 5)
     n_sessions = max(min(len(sessions), room - n_gates - n_sources - n_problems), 1)
 
     header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'])} {snap['timezone']}  ",
-                           ("today ", "dim"), display.usd(snap["today_usd"]), ("  in all ", "dim"),
-                           display.usd(snap["total_usd"]), ("  q quits", "dim"), no_wrap=True, overflow="ellipsis")
+                           ("today ", "dim"), display.cost(snap["today_usd"], snap["today_unpriced_calls"]),
+                           ("  in all ", "dim"), display.cost(snap["total_usd"], snap["total_unpriced_calls"]),
+                           ("  q quits", "dim"), no_wrap=True, overflow="ellipsis")
     source = Text(f"from {where}", style="dim", no_wrap=True, overflow="ellipsis")
 
     minutes = snap["window_s"] // 60
@@ -135,9 +148,9 @@ def frame(snap: dict, where: str, height: int) -> Group:
     table = _table(f"sessions, latest first (rates over {minutes} min)", columns)
     for s in sessions[:n_sessions]:
         g = _nearest(s["gates"])
-        burn = display.usd(s["burn_usd_per_hour"]) if s["burn_usd_per_hour"] else display.DASH
+        burn = display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _burn)
         pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
-        cells = [s["session_key"] or s["session_id"], display.usd(s["cost_usd"]), burn, pace]
+        cells = [s["session_key"] or s["session_id"], display.cost(s["cost_usd"], s["unpriced_calls"]), burn, pace]
         if worst:
             soon = g and (g["tripped"] or g["trips_in_s"] is not None)
             cells.append(f"{g['gate']} {g['used']:.0%}" + (f" {_when(g)}" if soon else "") if g else display.DASH)
@@ -154,9 +167,8 @@ def frame(snap: dict, where: str, height: int) -> Group:
             ("pace", {"justify": "right", "no_wrap": True}), ("trips in", {"justify": "right", "no_wrap": True})])
         ranked = sorted(worst.values(), key=lambda gs: _urgency(gs[0]))
         for g, s in ranked[:n_gates]:
-            gates.add_row(g["gate"], _subject(g, s),
-                          f"{display.amount(g['metric'], g['value'])}/{display.amount(g['metric'], g['limit'])}",
-                          display.amount(g["metric"], g["headroom"]), _pace(g), _when(g),
+            gates.add_row(g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g),
+                          _when(g),
                           style="bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
         parts.append(gates)
 
@@ -175,6 +187,8 @@ def frame(snap: dict, where: str, height: int) -> Group:
             ingest.add_row(src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]),
                            f"{src['unread_bytes']:,} B", f"{src['lines_rejected']:,}")
         parts.append(ingest)
+    if note:
+        parts.append(Text(display.UNPRICED_NOTE, style="dim"))
     return Group(*parts)
 
 

@@ -1004,7 +1004,7 @@ def _compaction_what(c: dict) -> str:
 
 def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list[str] | None = None,
              agent: str | None = None) -> dict[str, list[tuple]]:
-    """Each model call (ts, cost in pico-USD, tokens) and tool call (ts, failed) in [since, until],
+    """Each model call (ts, cost in pico-USD, tokens, unpriced) and tool call (ts, failed) in [since, until],
     of these session instances or this agent (neither: everyone), in time order."""
     llm_cond = tool_cond = ""
     params: list = [since, until]
@@ -1017,7 +1017,8 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
     elif agent is not None:
         params.append(agent)
         llm_cond = tool_cond = " AND agent_id = ?3"
-    llm = conn.execute("SELECT ts_ms, coalesce(cost_pico, 0), total_tokens FROM llm_calls "
+    llm = conn.execute("SELECT ts_ms, coalesce(cost_pico, 0), total_tokens, cost_pico IS NULL AND error IS NULL "
+                       "FROM llm_calls "
                        f"WHERE ts_ms BETWEEN ?1 AND ?2{llm_cond} ORDER BY ts_ms", params).fetchall()
     tools = conn.execute(
         "SELECT coalesce(started_ms, ended_ms), status = 'error' FROM tool_calls "
