@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from browser import Browser, Page, find_chromium
 from logwriter import LogDir, event
-from serving import Served, write_config
+from serving import Served, http_get, write_config
 
 from agentledger import display
 
@@ -116,3 +116,41 @@ def test_the_calendar_s_ends_are_an_answer(corpus_daemon):
 def test_numbers_it_cannot_read_are_400_naming_the_parameter(corpus_daemon, param, value):
     status, _, body = _fetch(f"{corpus_daemon.url}/ui?{param}={value}")
     assert status == 400 and body.startswith(f"{param} must be a whole number from ")
+
+
+def test_costs_that_leave_out_unpriced_calls_are_marked_on_the_page_and_counted_in_the_overview(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    now = time.time_ns() // 1_000_000
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 1000}, "costUsd": 0.5}, ts=now - 3000))
+    for n, session in ((2, "s1"), (3, "s2")):  # s2 has nothing but a call of a model with no price
+        logs.append(event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
+                                          "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                    "total": 10}}, session=session, ts=now - 2000))
+    served = Served(write_config(tmp_path, logs.root), tmp_path)
+    try:
+        status, _, body = _fetch(f"{served.url}/ui?refresh=0")
+        status_json, overview = http_get(served.url, "/v1/overview")
+    finally:
+        served.stop()
+    assert status == status_json == 200
+    for total in ("total", "window-total", "today"):
+        assert f'<dd id="{total}">≥$0.5000*</dd>' in body
+    assert body.count(display.UNPRICED_NOTE) == 1
+    assert "acme-unknown-9 —*</li>" in body and "claude-sonnet-4-5 $0.5000</li>" in body  # the legend
+    assert "acme-unknown-9 —*</title>" in body  # today's bar
+    top = body[body.index('id="sessions"'):body.index('id="tools"')]
+    assert 'class="value">≥$0.5000*</text>' in top and 'class="value">—*</text>' in top
+    live = body[body.index('id="live"'):body.index('id="ingest"')]
+    # $0.50 in the last ten minutes is $3.00 an hour, and more by what the unpriced call cost.
+    assert "<td class=num>≥$0.5000*</td><td class=num>≥$3.00/h*</td>" in live
+    assert "<td class=num>—*</td><td class=num>—*</td>" in live
+    assert "session-cost: ≥$0.5000* of $5.00" in live
+    assert (overview["today_unpriced_calls"], overview["total_unpriced_calls"]) == (2, 2)
+    sessions = {s["session_key"]: s for s in overview["sessions"]}
+    assert [(sessions[f"agent:main:{k}"]["unpriced_calls"], sessions[f"agent:main:{k}"]["recent_unpriced_calls"])
+            for k in ("s1", "s2")] == [(1, 1), (1, 1)]
+    gates = {g["gate"]: g for g in sessions["agent:main:s1"]["gates"]}
+    assert (gates["session-cost"]["value"], gates["session-cost"]["unpriced_calls"]) == (0.5, 1)
+    assert gates["fleet-day"]["unpriced_calls"] == 2

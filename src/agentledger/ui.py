@@ -99,13 +99,13 @@ def _nice(top: float) -> float:
 def stacked_days(rows: list[dict], days: list[dt.date], colors: dict[str, str]) -> str:
     """Spend per day as bars stacked by model."""
     label = "spend per day, stacked by model"
-    by_day: dict[str, list[tuple[str, float]]] = {}
+    by_day: dict[str, list[tuple[str, float, int]]] = {}
     for r in rows:
-        by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"]))
+        by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"], r["unpriced_calls"]))
     if not by_day:
         return _empty(label, f"no spend in these {len(days)} days")
     width, height, left, right, bottom, top_pad = 480, 220, 48, 14, 22, 10
-    top = _nice(max(sum(c for _, c in parts) for parts in by_day.values()))
+    top = _nice(max(sum(c for _, c, _ in parts) for parts in by_day.values()))
     plot_h = height - bottom - top_pad
     slot = (width - left - right) / len(days)
     body = []
@@ -117,12 +117,12 @@ def stacked_days(rows: list[dict], days: list[dt.date], colors: dict[str, str]) 
     for n, day in enumerate(days):
         x = left + n * slot + slot * 0.12
         y = top_pad + plot_h
-        for model, cost in by_day.get(day.isoformat(), []):
+        for model, cost, unpriced in by_day.get(day.isoformat(), []):
             h = plot_h * cost / top
             y -= h
             body.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.76:.1f}" height="{h:.2f}" '
                         f'fill="{colors.get(model, PALETTE[-1])}"><title>{_e(day)} {_e(model)} '
-                        f'{_e(display.usd(cost))}</title></rect>')
+                        f'{_e(display.cost(cost, unpriced))}</title></rect>')
         if len(days) <= 7 or n % max(len(days) // 5, 1) == 0:
             body.append(f'<text x="{left + (n + 0.5) * slot:.1f}" y="{height - 6}" text-anchor="middle" '
                         f'class="axis">{_e(day.strftime("%m-%d"))}</text>')
@@ -181,24 +181,29 @@ def _gate_cell(g: dict) -> str:
         when = "resets first"
     else:
         when = f"trips in {display.duration(g['trips_in_s'])}"
-    text = (f"{g['gate']}: {display.amount(g['metric'], g['value'])} of {display.amount(g['metric'], g['limit'])}"
-            f" · {when}")
+    value = display.cost(g["value"], g["unpriced_calls"], lambda v: display.amount(g["metric"], v))
+    text = f"{g['gate']}: {value} of {display.amount(g['metric'], g['limit'])} · {when}"
     return f'<div class="gate">{meter(g["used"], text)} <span>{_e(text)}</span></div>'
+
+
+def _per_hour(rate: float) -> str:
+    return display.usd(rate) + "/h" if rate else display.DASH
 
 
 def _live_panel(snap: dict) -> str:
     sessions = snap["sessions"]
     chart = hbars([(s["session_key"] or s["session_id"], s["burn_usd_per_hour"],
-                    display.usd(s["burn_usd_per_hour"]) + "/h") for s in sessions if s["burn_usd_per_hour"]],
+                    display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _per_hour))
+                   for s in sessions if s["burn_usd_per_hour"]],
                   "burn rate per session", f"no spend in the last {snap['window_s'] // 60} minutes",
                   color=PALETTE[3])
     rows = []
     for s in sessions:
         gates = "".join(_gate_cell(g) for g in s["gates"]) or '<span class="muted">no gates configured</span>'
-        burn = display.usd(s["burn_usd_per_hour"]) + "/h" if s["burn_usd_per_hour"] else display.DASH
+        burn = display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _per_hour)
         pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
         who = f'{_e(s["session_key"] or s["session_id"])}<br><small class="muted">{_e(s["agent_id"] or "-")}</small>'
-        rows.append(_tr([who, _e(display.usd(s["cost_usd"])), _e(burn), _e(pace)], {1, 2, 3}) +
+        rows.append(_tr([who, _e(display.cost(s["cost_usd"], s["unpriced_calls"])), _e(burn), _e(pace)], {1, 2, 3}) +
                     f'<tr class="gates"><td colspan="4">{gates}</td></tr>')
     table = _table(["session", "cost", "burn", "tokens/min"], rows, {1, 2, 3}, "live") if rows else \
         '<p class="muted">no sessions yet</p>'
@@ -239,14 +244,18 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
     snap = overview(conn, gates, zone, now_ms, problems_since=window.since)
     daily = queries.daily_costs_by_model(conn, window, zone.key)
     totals: dict[str, float] = {}
+    unpriced: dict[str, int] = {}
     for r in daily:
         totals[r["model"] or "?"] = totals.get(r["model"] or "?", 0.0) + r["cost_usd"]
+        unpriced[r["model"] or "?"] = unpriced.get(r["model"] or "?", 0) + r["unpriced_calls"]
     ranked = sorted(totals, key=lambda m: -totals[m])
     colors = dict(zip(ranked, PALETTE[:-1]))  # the rest share the last color
-    entries = [(colors[m], m, totals[m]) for m in ranked[:len(colors)]]
+    entries = [(colors[m], m, totals[m], unpriced[m]) for m in ranked[:len(colors)]]
     if len(ranked) > len(colors):
-        entries.append((PALETTE[-1], OTHER, sum(totals[m] for m in ranked[len(colors):])))
-    legend = "".join(f'<li><i style="background:{c}"></i>{_e(m)} {_e(display.usd(v))}</li>' for c, m, v in entries)
+        rest = ranked[len(colors):]
+        entries.append((PALETTE[-1], OTHER, sum(totals[m] for m in rest), sum(unpriced[m] for m in rest)))
+    legend = "".join(f'<li><i style="background:{c}"></i>{_e(m)} {_e(display.cost(v, n))}</li>'
+                     for c, m, v, n in entries)
     spent = sum(totals.values())
     top_sessions = queries.costs(conn, queries.Window(since=window.since, until=window.until, limit=10), "session")
     tools = sorted(queries.tools(conn, window), key=lambda t: -t["calls"])[:10]
@@ -256,8 +265,9 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
         _panel("spend", f"Spend per day by model, {span} ({zone.key})", stacked_days(daily, days, colors),
                f'<ul class="legend">{legend}</ul>'),
         _panel("sessions", f"Top sessions by cost, {span}",
-               hbars([(s["session_key"] or s["session_id"], s["cost_usd"], display.usd(s["cost_usd"]))
-                      for s in top_sessions], "top sessions by cost", "no sessions in these days")),
+               hbars([(s["session_key"] or s["session_id"], s["cost_usd"],
+                       display.cost(s["cost_usd"], s["unpriced_calls"])) for s in top_sessions],
+                     "top sessions by cost", "no sessions in these days")),
         _panel("tools", f"Tool error rates, {span}",
                hbars([(t["tool"] or "?", t["error_rate"], f"{t['errors']:,}/{t['calls']:,} ({t['error_rate']:.1%})")
                       for t in tools], "tool error rates", "no tool calls in these days", color=PALETTE[3],
@@ -266,6 +276,8 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
         _ingest_panel(snap),
     ]
     meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
+    # Any cost marked for unpriced calls leaves some of them out of the total in all too.
+    note = f'<p class="muted" id="unpriced">{_e(display.UNPRICED_NOTE)}</p>' if snap["total_unpriced_calls"] else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">{meta}
@@ -273,10 +285,12 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
 <title>agentledger</title>
 <style>{_STYLE}</style></head>
 <body><header><h1>agentledger</h1>
-<dl class="totals"><div><dt>spent in all</dt><dd id="total">{_e(display.usd(snap["total_usd"]))}</dd></div>
-<div><dt>{_e(span)}</dt><dd id="window-total">{_e(display.usd(spent))}</dd></div>
-<div><dt>today ({_e(zone.key)})</dt><dd id="today">{_e(display.usd(snap["today_usd"]))}</dd></div></dl>
-<p class="muted">as of {_e(snap["at"])} · agentledger {_e(__version__)}</p></header>
+<dl class="totals"><div><dt>spent in all</dt>
+<dd id="total">{_e(display.cost(snap["total_usd"], snap["total_unpriced_calls"]))}</dd></div>
+<div><dt>{_e(span)}</dt><dd id="window-total">{_e(display.cost(spent, sum(unpriced.values())))}</dd></div>
+<div><dt>today ({_e(zone.key)})</dt>
+<dd id="today">{_e(display.cost(snap["today_usd"], snap["today_unpriced_calls"]))}</dd></div></dl>
+{note}<p class="muted">as of {_e(snap["at"])} · agentledger {_e(__version__)}</p></header>
 <main>{"".join(panels)}</main></body></html>
 """
 

@@ -369,8 +369,8 @@ def daily_costs_by_model(conn: apsw.Connection, w: Window, tz: str = "UTC") -> l
                          tz, by_day=True)
     days = _by_local_day(groups, tz)
     out = [{"day": day, "model": model or None, "llm_calls": calls - errors, "total_tokens": t,
-            "cost_usd": _usd(cost)}
-           for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, _u) in days.items() if calls or cost]
+            "cost_usd": _usd(cost), "unpriced_calls": unpriced}
+           for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, unpriced) in days.items() if calls or cost]
     out.sort(key=lambda r: (r["day"], -r["cost_usd"], str(r["model"])))
     return out
 
