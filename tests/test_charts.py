@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from conftest import REPO, cli_env, ingest
 from hypothesis import given
 from hypothesis import strategies as st
+from logwriter import LogDir, event
 from terminal import Terminal, needs_tmux
 
 from agentledger import display
@@ -84,5 +85,37 @@ def test_charts_in_a_real_terminal(corpus_db, oc_expected, tmp_path):
     try:
         screen = term.shows("tokens per day", "cache read")
         assert f"{oc_expected['totals']['tokens']['total']:,}" in screen
+    finally:
+        term.close()
+
+
+@needs_tmux
+def test_a_cost_chart_marks_what_leaves_out_unpriced_calls(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 1000}, "costUsd": 0.5}))
+    logs.append(event(2, "llm.call", {"callIndex": 2, "provider": "acme", "model": "acme-unknown-9",
+                                      "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 10}}))
+    db = tmp_path / "ledger.db"
+    ingest(db, logs.root)
+    note = "* leaves out model calls with no price for their model"
+    (tmp_path / "day").mkdir()
+    term = Terminal(tmp_path / "day", ["costs", "--group-by", "day", "--chart"], cli_env(db), hold=True)
+    try:
+        screen = term.shows("total ≥$0.5000*", note)
+        (day,) = [line for line in screen.splitlines() if line.startswith("2026-")]
+        assert day.rstrip().endswith("≥$0.5000*")
+        assert "acme-unknown-9 —*" in screen and "claude-sonnet-4-5 $0.5000" in screen  # the legend
+    finally:
+        term.close()
+    (tmp_path / "model").mkdir()
+    term = Terminal(tmp_path / "model", ["costs", "--group-by", "model", "--chart"], cli_env(db), hold=True)
+    try:
+        screen = term.shows("total ≥$0.5000*", note)
+        rows = {line.split()[0]: line.split()[-1] for line in screen.splitlines()
+                if line.startswith(("acme", "claude"))}
+        assert rows == {"acme-unknown-9": "—*", "claude-sonnet-4-5": "$0.5000"}
     finally:
         term.close()

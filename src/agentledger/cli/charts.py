@@ -8,6 +8,8 @@ from collections.abc import Callable
 from rich.console import Console, Group
 from rich.text import Text
 
+from agentledger import display
+
 COLORS = ("blue", "dark_orange", "green", "red", "cyan", "yellow", "magenta", "bright_black")
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -20,23 +22,33 @@ def _partial(cells: float) -> str:
     return "█" * whole + (_EIGHTHS[rest] if rest else "")
 
 
-def bars(rows: list[tuple[str, list[tuple[str, float]]]], fmt: Callable[[float], str], *, title: str,
-         width: int) -> Group:
+Part = tuple[str, float] | tuple[str, float, int]
+
+
+def _unpriced(part: Part) -> int:
+    return part[2] if len(part) > 2 else 0
+
+
+def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, title: str, width: int) -> Group:
     """``rows`` are (label, [(series, value), ...]); series keep one color across rows, listed in a
-    legend when there is more than one."""
-    series: dict[str, float] = {}
+    legend when there is more than one. A part may add, third, the unpriced calls its value leaves out:
+    its row's total and its series' in the legend are marked by them (``display.cost``)."""
+    series: dict[str, list] = {}
     for _, parts in rows:
-        for name, value in parts:
-            series[name] = series.get(name, 0.0) + value
-    ranked = sorted(series, key=lambda s: -series[s])
+        for part in parts:
+            acc = series.setdefault(part[0], [0.0, 0])
+            acc[0] += part[1]
+            acc[1] += _unpriced(part)
+    ranked = sorted(series, key=lambda s: -series[s][0])
     color = {s: COLORS[min(i, len(COLORS) - 1)] for i, s in enumerate(ranked)}
     label_w = min(max((len(label) for label, _ in rows), default=0), max(width // 3, 8))
-    totals = [sum(v for _, v in parts) for _, parts in rows]
-    value_w = max((len(fmt(t)) for t in totals), default=0)
+    totals = [sum(part[1] for part in parts) for _, parts in rows]
+    texts = [display.cost(total, sum(map(_unpriced, parts)), fmt) for (_, parts), total in zip(rows, totals)]
+    value_w = max((len(t) for t in texts), default=0)
     room = max(width - label_w - value_w - 3, 4)
     top = max(totals, default=0) or 1.0
     lines = [Text(title, style="bold")]
-    for (label, parts), total in zip(rows, totals):
+    for (label, parts), total, text in zip(rows, totals, texts):
         line = Text(label[:label_w].ljust(label_w) + " ", no_wrap=True)
         if len(parts) == 1:
             line.append(_partial(room * parts[0][1] / top), style=color[parts[0][0]])
@@ -44,18 +56,18 @@ def bars(rows: list[tuple[str, list[tuple[str, float]]]], fmt: Callable[[float],
         else:
             # Segment ends are rounded on the running sum, so the bar's length is the total's.
             drawn, running = 0, 0.0
-            for name, value in parts:
+            for name, value, *_ in parts:
                 running += value
                 end = round(room * running / top)
                 line.append("█" * (end - drawn), style=color[name])
                 drawn = end
-        line.append(" " * (room - drawn + 1) + fmt(total).rjust(value_w))
+        line.append(" " * (room - drawn + 1) + text.rjust(value_w))
         lines.append(line)
     if len(ranked) > 1:
         legend = Text(no_wrap=False)
         for name in ranked:
             legend.append("■ ", style=color[name])
-            legend.append(f"{name} {fmt(series[name])}   ")
+            legend.append(f"{name} {display.cost(*series[name], fmt)}   ")
         lines.append(legend)
     return Group(*lines)
 
@@ -68,7 +80,7 @@ def filled_days(rows: list[dict], key: str = "day") -> list[str]:
     return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
-def print_bars(rows: list[tuple[str, list[tuple[str, float]]]], fmt: Callable[[float], str], title: str) -> None:
+def print_bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], title: str) -> None:
     """Draw ``bars`` across the terminal's width."""
     console = Console()
     console.print(bars(rows, fmt, title=title, width=console.width))

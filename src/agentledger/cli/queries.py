@@ -229,17 +229,19 @@ def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz
         charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
                            for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
         return
-    total = display.usd(round(sum(r["cost_usd"] for r in every), 12))
+    unpriced = sum(r["unpriced_calls"] for r in every)
+    total = display.cost(round(sum(r["cost_usd"] for r in every), 12), unpriced)
     if group_by == "day":
         by_day: dict[str, list] = {}
         for r in queries.daily_costs_by_model(conn, w, tz):
-            by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"]))
+            by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"], r["unpriced_calls"]))
         charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
                           f"spend per day ({tz}), stacked by model; total {total}")
-        return
-    label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
-    charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"])]) for r in rows], display.usd,
-                      f"spend by {group_by}; total {total}")
+    else:
+        label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
+        charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])]) for r in rows],
+                          display.usd, f"spend by {group_by}; total {total}")
+    note_unpriced(unpriced)
 
 
 @cli.command()
