@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import apsw
+import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, llm_call
 from watchdog.observers import Observer
@@ -104,11 +105,30 @@ def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_p
     assert "AGENTLEDGER_STATE_DIR" in err
 
 
-def test_serve_without_sources_runs_the_demo(tmp_path):
+def _without_logs(tmp_path: Path) -> dict:
+    """The environment of a user with no agent logs, all under tmp_path: serve runs the demo there."""
     env = cli_env(tmp_path / "unused.db")
     env["HOME"] = str(tmp_path / "home")
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     del env["AGENTLEDGER_DB"]
+    return env
+
+
+def _demo_writers(under: Path) -> list[int]:
+    """The pids of running demo writers whose directory is under ``under``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or one that just ended
+            continue
+        if b"agentledger.demo" in argv and any(arg.startswith(bytes(under)) for arg in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_serve_without_sources_runs_the_demo(tmp_path):
+    env = _without_logs(tmp_path)
     db = tmp_path / "state" / "agentledger" / "ledger.db"
     daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0", "--rescan", "0.2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
@@ -130,6 +150,28 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
     time.sleep(1.0)
     assert (demo / "events.jsonl").stat().st_size == size, "the demo writer stops with the daemon"
     assert os.path.exists(db)
+
+
+def _newer_ledger(db: Path) -> None:
+    conn = apsw.Connection(str(db))
+    conn.execute("PRAGMA user_version = 9999")
+    conn.close()
+
+
+@pytest.mark.parametrize("make_ledger", [lambda db: db.write_text("not a database"), _newer_ledger],
+                         ids=["not-a-ledger", "newer-schema"])
+def test_a_start_that_fails_on_the_ledger_leaves_no_demo_writer_running(tmp_path, make_ledger):
+    db = tmp_path / "ledger.db"
+    make_ledger(db)
+    daemon = _serve(db, env=_without_logs(tmp_path))
+    daemon.wait(timeout=60)
+    leftover = _demo_writers(tmp_path)
+    for pid in leftover:  # before reading stderr: a demo writer left running holds it open
+        os.kill(pid, signal.SIGTERM)
+    _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 2, err
+    assert not leftover, "the demo writer outlived the daemon"
+    assert err.count("\n") == 1 and err.startswith("agentledger: "), err
 
 
 def test_live_truncation_and_copytruncate_while_serving(tmp_path):

@@ -334,8 +334,8 @@ class _Follower:
         self.next_reconcile = time.monotonic() + RECONCILE_EVERY_S
 
 
-def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subprocess.Popen | None] | str:
-    """The sources to follow, and the demo writer when there are none; or why it cannot start."""
+def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], Path | None] | str:
+    """The sources to follow, and the demo's directory when there are none; or why it cannot start."""
     if config.sources and not demo:
         return specs_from_pairs([(s.format, s.root) for s in config.sources]), None
     found = [] if demo else default_sources()
@@ -345,8 +345,7 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], subproc
         return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
                 "pass ROOT, --source FORMAT=ROOT or use --demo")
     root = demo_dir()
-    _say(f"no agent logs found: running the demo in {root} (a live writer appends events)")
-    return specs_from("oc-telemetry", [root]), _start_demo(root)
+    return specs_from("oc-telemetry", [root]), root
 
 
 def _open_hot(config: Config) -> HotSessions | str:
@@ -392,7 +391,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         _say(found, logging.ERROR)
         os.close(lock)
         return 2
-    specs, demo_proc = found
+    specs, demo_root = found
     where = ", ".join(r for spec in specs for r in spec.roots)
     conn = open_writer(db)
     api = None
@@ -404,7 +403,13 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
     live = LiveState(conn, hot, keeper)
     hooks = HookInbox(wake=wake.set)
+    demo_proc = None
     try:
+        if demo_root is not None:
+            # Started only here, where the finally below ends it: a start that fails any earlier
+            # would leave it appending to the demo directory for good.
+            _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
+            demo_proc = _start_demo(demo_root)
         try:
             api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks)
         except OSError as exc:
@@ -458,6 +463,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             observer.stop()
             observer.join(timeout=5)
     finally:
+        if demo_proc is not None:  # first: nothing that fails below may leave it running
+            demo_proc.terminate()
+            demo_proc.wait(timeout=10)
         if api is not None:
             api.close()
         try:
@@ -471,8 +479,5 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         writer.close()
         conn.close()
         os.close(lock)
-        if demo_proc is not None:
-            demo_proc.terminate()
-            demo_proc.wait(timeout=10)
     _say("stopped")
     return 0
