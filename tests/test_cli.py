@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,23 @@ def test_reprice_of_a_missing_ledger_is_one_line_and_creates_nothing(tmp_path):
 def test_a_db_under_a_file_is_one_line(tmp_path):
     (tmp_path / "notdb.db").write_text("garbage\n")
     _one_line(run("ingest", str(tmp_path), db=tmp_path / "notdb.db" / "x.db"), 2, "is a file", "--db")
+
+
+# /proc/1 takes no new entries, whoever asks: the cases that run as root too, where modes do not stop writes.
+@pytest.mark.parametrize("db, failed", [
+    ("/proc/1/agentledger/ledger.db", "/proc/1/agentledger: No such file or directory"),  # the ledger's directory
+    ("/proc/1/agentledger.db", "/proc/1/agentledger.db.lock: No such file or directory"),  # its lock file
+    pytest.param("{read_only}/ledger.db", "{read_only}/ledger.db.lock: Permission denied",
+                 marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever the modes say")),
+])
+@pytest.mark.parametrize("command", [["ingest"], ["serve", "--no-demo", "--listen", "127.0.0.1:0"]],
+                         ids=["ingest", "serve"])
+def test_a_ledger_where_nothing_can_be_written_is_one_line_naming_it_and_the_fix(tmp_path, command, db, failed):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o500)
+    db, failed = Path(db.format(read_only=read_only)), failed.format(read_only=read_only)
+    _one_line(run(*command, str(tmp_path), db=db), 2, f"cannot write a ledger at {db}: {failed}", "--db",
+              "ReadWritePaths=")
 
 
 @pytest.mark.parametrize("name", ["run#2.db", "what?.db", "100%25.db"])

@@ -92,17 +92,19 @@ def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
     assert _count(db, "SELECT count(*) FROM llm_calls") == 200_000
 
 
-def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_path):
+@pytest.mark.parametrize("state_dir, why", [("{tmp}/a-file", "a part of that path is a file"),
+                                             ("/proc/1/agentledger", "No such file or directory")])
+def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_path, state_dir, why):
     (tmp_path / "logs").mkdir()
-    taken = tmp_path / "a-file"
-    taken.write_text("")
-    env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_STATE_DIR": str(taken)}
+    (tmp_path / "a-file").write_text("")
+    state_dir = Path(state_dir.format(tmp=tmp_path))
+    env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_STATE_DIR": str(state_dir)}
     daemon = _serve(tmp_path / "ledger.db", "--format", "oc-telemetry", str(tmp_path / "logs"), env=env)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 2
     assert err.count("\n") == 1, err
-    assert f"state_dir: cannot keep the hot store in {taken / 'hot'}: a part of that path is a file" in err
-    assert "AGENTLEDGER_STATE_DIR" in err
+    assert f"state_dir: cannot keep the hot store in {state_dir / 'hot'}: {why}" in err
+    assert "AGENTLEDGER_STATE_DIR" in err and "ReadWritePaths=" in err
 
 
 def _without_logs(tmp_path: Path) -> dict:

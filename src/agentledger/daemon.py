@@ -359,7 +359,7 @@ def _open_hot(config: Config) -> HotSessions | str:
     except OSError as exc:
         why = exc.strerror
     return (f"state_dir: cannot keep the hot store in {where}: {why}; set state_dir (or $AGENTLEDGER_STATE_DIR) "
-            "to a directory agentledger can create and write")
+            "to a directory agentledger can create and write (under systemd: one in ReadWritePaths=)")
 
 
 def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:

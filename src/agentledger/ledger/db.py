@@ -49,7 +49,10 @@ def writer_lock(path: str | Path) -> int:
     at once rather than left to fail mid-batch."""
     _make_parent(Path(path))
     lock = Path(f"{path}.lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _unwritable(Path(path), exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -70,12 +73,25 @@ def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
     return found
 
 
+_WRITABLE = ("pass --db (or set db) with a path in a directory agentledger can create and write "
+             "(under systemd: one in ReadWritePaths=)")
+
+
+def _unwritable(path: Path, exc: OSError) -> LedgerError:
+    """Why the ledger at ``path`` cannot be written, as one line: a setting to change, not a crash,
+    so that a service manager does not restart it in a loop."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        why = "a part of its directory is a file"
+    else:
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return LedgerError(f"cannot write a ledger at {path}: {why}; {_WRITABLE}")
+
+
 def _make_parent(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise LedgerError(f"cannot create a ledger at {path}: a part of its directory is a file; "
-                          "pass --db with a path in a directory") from None
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
 
 
 def _not_a_ledger(path: Path) -> LedgerError:
@@ -100,8 +116,8 @@ def open_writer(path: str | Path) -> apsw.Connection:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
-    except apsw.CantOpenError as exc:
-        raise LedgerError(f"cannot open {path} for writing ({exc}): pass --db with a file you can write") from None
+    except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError) as exc:
+        raise LedgerError(f"cannot write a ledger at {path}: {exc}; {_WRITABLE}") from None
     if mode != "wal":
         raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
     conn.execute("PRAGMA synchronous = NORMAL")
