@@ -154,6 +154,32 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
     assert os.path.exists(db)
 
 
+def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):
+    db = tmp_path / "ledger.db"
+    state = tmp_path / "openclaw"
+    env = _without_logs(tmp_path) | {"OPENCLAW_STATE_DIR": str(state)}
+    # A long rescan interval: once the directory appears, only inotify can make lines show up quickly.
+    daemon = _serve(db, "--no-demo", "--rescan", "60", env=env)
+    started = []
+    try:
+        for line in daemon.stderr:
+            started.append(line)
+            if "caught up" in line:
+                break
+        assert "caught up" in started[-1], "".join(started)
+        logs = LogDir(state)
+        logs.append(b"".join(llm_call(n) for n in range(1, 6)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 5, timeout=10)
+        logs.append(b"".join(llm_call(n) for n in range(6, 9)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 8, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, rest = daemon.communicate(timeout=30)
+    err = "".join(started) + rest
+    assert daemon.returncode == 0, err
+    assert f"{state} does not exist yet: waiting for it" in err and f"{state} appeared" in err
+
+
 def _newer_ledger(db: Path) -> None:
     conn = apsw.Connection(str(db))
     conn.execute("PRAGMA user_version = 9999")

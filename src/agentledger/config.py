@@ -63,8 +63,11 @@ def claude_config_dirs() -> list[Path]:
     return [d for d in (home / ".config" / "claude", home / ".claude") if d.is_dir()]
 
 
-def default_sources() -> list[tuple[str, Path]]:
-    """(format, root) for every producer found in its usual place; empty when there is none."""
+def default_sources(awaiting: bool = False) -> list[tuple[str, Path]]:
+    """(format, root) for every producer found in its usual place; empty when there is none.
+
+    ``awaiting``: a $OPENCLAW_STATE_DIR that does not exist yet is one of them, for a daemon that
+    starts before the gateway has made it and reads it once it appears."""
     pairs: list[tuple[str, Path]] = []
     for state in openclaw_state_dirs():
         if state.is_dir():
@@ -72,6 +75,9 @@ def default_sources() -> list[tuple[str, Path]]:
             # telemetry extension's where it is installed (it also sees subagents and messages).
             has_telemetry = any((agent / "telemetry").is_dir() for agent in (state / "agents").glob("*"))
             pairs.append(("oc-telemetry" if has_telemetry else "oc-transcript", state))
+        elif awaiting:
+            # Nothing to tell the format by yet: telemetry, what a service is set up to follow (deploy/).
+            pairs.append(("oc-telemetry", state))
     pairs += [("claude-code", d) for d in claude_config_dirs() if d.is_dir()]
     return pairs
 def parse_listen(value: str) -> tuple[str, int]:

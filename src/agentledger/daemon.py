@@ -71,10 +71,25 @@ class Changes(FileSystemEventHandler):
         self.lock = threading.Lock()
         self.written: set[str] = set()
         self.full = True
+        self.awaited: list[str] = []  # roots that did not exist yet when asked to watch them
 
     def watch(self, observer: Observer, root: str) -> None:
-        # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
-        observer.schedule(self, os.path.realpath(root), recursive=True, event_filter=_WATCHED)
+        if os.path.isdir(root):
+            # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
+            observer.schedule(self, os.path.realpath(root), recursive=True, event_filter=_WATCHED)
+        else:
+            self.awaited.append(root)
+
+    def watch_appeared(self, observer: Observer) -> None:
+        """Watches the awaited roots that exist now, and has the next pass scan in full for what
+        they already hold: inotify saw none of it."""
+        for root in [r for r in self.awaited if os.path.isdir(r)]:
+            self.awaited.remove(root)
+            self.watch(observer, root)
+            _say(f"{root} appeared: reading it")
+            with self.lock:
+                self.full = True
+            self.wake.set()
 
     def on_any_event(self, event) -> None:
         with self.lock:
@@ -338,7 +353,7 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], Path | 
     """The sources to follow, and the demo's directory when there are none; or why it cannot start."""
     if config.sources and not demo:
         return specs_from_pairs([(s.format, s.root) for s in config.sources]), None
-    found = [] if demo else default_sources()
+    found = [] if demo else default_sources(awaiting=True)
     if found:
         return specs_from_pairs(found), None
     if demo is False:
@@ -435,8 +450,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         changes = Changes(wake)
         for spec in specs:
             for root in spec.roots:
-                if Path(root).is_dir():
-                    changes.watch(observer, root)
+                changes.watch(observer, root)
+        for root in changes.awaited:
+            _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
         observer.start()
         flusher = _Flusher(hot, config.hot.flush_interval_s)
         flusher.start()
@@ -445,6 +461,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             while not stop.is_set():
                 notifier.watchdog()
                 api.health.tick()
+                if changes.awaited:
+                    changes.watch_appeared(observer)
                 if follower.caught_up or not follower.due():
                     # No pause after a wake-up to gather a burst: appends that come during a pass
                     # make up the next one, and waiting only added to every line's latency.
