@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,7 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path):
 
 
 def _keys(model, prefix=""):
+    """(key, field) for every key of the configuration; ``gates[].limit`` for a key of a list's tables."""
     for name, field in model.model_fields.items():
         annotation = field.annotation
         nested = getattr(annotation, "model_fields", None)
@@ -133,7 +135,7 @@ def _keys(model, prefix=""):
         elif item is not None:
             yield from _keys(item, f"{prefix}{name}[].")
         else:
-            yield prefix + name
+            yield prefix + name, field
 
 
 def test_the_example_config_loads_and_shows_every_key():
@@ -141,8 +143,36 @@ def test_the_example_config_loads_and_shows_every_key():
     cfg = load(example, env={})
     assert cfg.gates and cfg.sources
     text = example.read_text()
-    for key in _keys(Config):
+    for key, _ in _keys(Config):
         assert f"\n{key.rsplit('.', 1)[-1]} = " in text, key
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
+    every_key = to_toml(Config(gates=[{"name": "g", "scope": "session", "metric": "tokens", "limit": 1}]))
+    numbers = [key for key, field in _keys(Config) if field.annotation in (float, int)]
+    assert "grace_s" in numbers and "gates[].limit" in numbers
+    path = tmp_path / "c.toml"
+    for key in numbers:
+        name = key.rsplit(".", 1)[-1]
+        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = {value}", every_key, count=1, flags=re.M))
+        with pytest.raises(ConfigError) as info:
+            load(path, env={})
+        assert f"{key.replace('[]', '[0]')}: must be a finite number (from {path})" in str(info.value)
+
+
+@pytest.mark.parametrize("args, env, key, origin", [
+    (["config", "show"], {"AGENTLEDGER_GRACE_S": "nan"}, "grace_s", "$AGENTLEDGER_GRACE_S"),
+    (["config", "show"], {"AGENTLEDGER_RETENTION_RAW_DAYS": "nan"}, "retention.raw_days",
+     "$AGENTLEDGER_RETENTION_RAW_DAYS"),
+    (["serve", "--grace", "nan"], {}, "grace_s", "the command line"),
+    (["ingest", "--idle", "nan", "."], {}, "idle_s", "the command line"),
+])
+def test_a_number_setting_given_nan_says_it_must_be_finite(args, env, key, origin):
+    ran = subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, **env})
+    assert ran.returncode == 2
+    assert ran.stderr == f"agentledger: invalid config: {key}: must be a finite number (from {origin})\n"
 
 
 @pytest.mark.parametrize("command", [["usage"], ["ingest", "."], ["prune"]])

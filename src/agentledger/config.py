@@ -89,7 +89,9 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and the infinities are no setting's value: refused as such, not by a bound whose message
+    # ("must be less than or equal to ...") names the wrong problem.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceConfig(_Strict):
