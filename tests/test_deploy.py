@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from agentledger.config import load
+
 UNIT = REPO / "deploy" / "agentledger.service"
+README = REPO / "deploy" / "README.md"
+EXAMPLE = REPO / "deploy" / "agentledger.toml"
 EXEC_START = "/opt/agentledger/.venv/bin/agentledger"
 
 
@@ -161,3 +165,44 @@ def test_systemd_analyze_verify(tmp_path: Path):
     ours = [line for line in output.splitlines() if UNIT.name in line or str(copy) in line]
     assert proc.returncode == 0, output
     assert not ours, "\n".join(ours)
+
+
+def _readme_commands() -> list[list[str]]:
+    """The commands of deploy/README.md's shell blocks, as argv, without their sudo."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = shlex.split(line, comments=True)
+            commands.append(argv[1:] if argv[:1] == ["sudo"] else argv)
+    return [argv for argv in commands if argv]
+
+
+def _installed_by_readme() -> dict[Path, str]:
+    """Where deploy/README.md's install and cp commands put a file, and the file they copy there."""
+    installed = {}
+    for argv in _readme_commands():
+        if argv[0] not in ("install", "cp"):
+            continue
+        paths = [arg for arg, before in zip(argv[1:], argv) if not arg.startswith("-") and before != "-m"]
+        *copied, destination = paths
+        for path in copied:
+            installed[Path(destination) / Path(path).name if destination.endswith("/") else Path(destination)] = path
+    return installed
+
+
+def test_the_readme_installs_every_file_the_unit_needs(service):
+    installed = _installed_by_readme()
+    assert installed.get(Path("/etc/systemd/system") / UNIT.name) == "deploy/agentledger.service"
+    config = Path(_environment(service)["AGENTLEDGER_CONFIG"])  # named, so it must exist
+    assert config in installed, f"deploy/README.md never installs {config}, which the unit names"
+    assert REPO / installed[config] == EXAMPLE
+    venv_bin = Path(shlex.split(_one(service, "ExecStart"))[0]).parent
+    assert [str(venv_bin / "pip"), "install"] in [argv[:2] for argv in _readme_commands()]
+
+
+def test_the_example_config_as_it_is_changes_nothing(tmp_path, service):
+    # What the unit runs with, but for the file it names: that is the example's copy here.
+    unit = {k: v for k, v in _environment(service).items() if k != "AGENTLEDGER_CONFIG"}
+    for env in ({}, unit):
+        without_file = {**env, "XDG_CONFIG_HOME": str(tmp_path)}  # no config file there
+        assert load(EXAMPLE, env=without_file) == load(None, env=without_file)
