@@ -35,9 +35,9 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     """Catch up on ROOTS (in --format) and every --source (else the config's [[sources]]), then follow
     them live until SIGTERM or Ctrl-C.
 
-    With none it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw,
-    legacy names) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a
-    directory fed by a small live writer.
+    With none it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, read once it
+    appears if it does not exist yet; ~/.openclaw, legacy names) and Claude Code's
+    ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a directory fed by a small live writer.
     """
     from agentledger import logs
     from agentledger.daemon import run_daemon
