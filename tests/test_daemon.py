@@ -154,6 +154,24 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
     assert os.path.exists(db)
 
 
+def test_a_daemon_killed_outright_leaves_no_demo_writer_running(tmp_path):
+    env = _without_logs(tmp_path)
+    db = tmp_path / "state" / "agentledger" / "ledger.db"
+    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") > 0)
+        assert _demo_writers(tmp_path)
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=30)
+    try:
+        _wait_for(lambda: not _demo_writers(tmp_path), timeout=10)
+    finally:
+        for pid in _demo_writers(tmp_path):
+            os.kill(pid, signal.SIGTERM)
+
+
 def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):
     db = tmp_path / "ledger.db"
     state = tmp_path / "openclaw"

@@ -61,6 +61,9 @@ class Writer:
 
 
 def run(directory: Path, rate: float, seed: int) -> None:
+    # A daemon killed outright (SIGKILL, OOM) cannot stop its writer: orphaned, it would append
+    # for good. Its new parent (init or a subreaper) says so.
+    parent = os.getppid()
     telemetry = directory / "agents" / "main" / "telemetry"
     fresh = not telemetry.exists()
     writer = Writer(telemetry)
@@ -78,7 +81,7 @@ def run(directory: Path, rate: float, seed: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not stopping:
+    while not stopping and os.getppid() == parent:
         event = next(stream)
         # Live events carry the wall clock, at random gaps averaging 1/rate.
         event["ts"] = time.time_ns() // 1_000_000
