@@ -470,6 +470,20 @@ def test_a_pass_over_the_files_written_to_sees_an_older_copy_written_over_one(tm
     assert ids(db) == want(range(1, 7), range(100, 104))
 
 
+def test_a_root_named_in_bytes_that_are_not_utf8_is_read_like_any_other(tmp_path, db):
+    # The root itself went into the ledger as typed, which SQLite cannot store: ingest failed.
+    logs = LogDir(tmp_path / os.fsdecode(b"st\xffate"))
+    logs.append(lines(range(1, 4)))
+    out = _cli_ingest(db, logs.root)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["events"] == 3
+    assert scalar(db, "SELECT root FROM files") == str(tmp_path / "st\\xffate")
+    logs.append(lines(range(4, 6)))
+    stats = ingest(db, logs.root)  # known again under its root: read on, nothing twice
+    assert (stats.events, stats.duplicates) == (2, 0)
+    assert ids(db) == want(range(1, 6))
+
+
 def test_a_directory_named_in_bytes_that_are_not_utf8_is_read_like_any_other(tmp_path, db):
     root = tmp_path / "state"
     good, odd = LogDir(root, agent="good"), LogDir(root, agent=os.fsdecode(b"zz\xff"))

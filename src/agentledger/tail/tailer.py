@@ -36,7 +36,7 @@ class Physical:
     """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
 
     path: str  # as the ledger records it (see ``ledger_name``)
-    root: str
+    root: str  # as the ledger records it too
     live: bool
     order: tuple
     fd: int
@@ -130,6 +130,7 @@ class Tailer:
         self.writer = writer
         self.source = source
         self.roots = [str(Path(r).expanduser().resolve()) for r in roots]
+        self._ledger_roots = {ledger_name(r) for r in self.roots}
         self.layout = LAYOUTS[source]
         self.max_line = max_line
         self.batch_lines = batch_lines
@@ -159,7 +160,7 @@ class Tailer:
             return None
         known = self._unchanged.get((st.st_dev, st.st_ino))
         if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-            return Physical(ledger_name(cand.path), root, cand.live, cand.order, -1, st.st_dev, st.st_ino,
+            return Physical(ledger_name(cand.path), ledger_name(root), cand.live, cand.order, -1, st.st_dev, st.st_ino,
                             st.st_size, st.st_mtime_ns, known[2])
         try:
             fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -173,7 +174,7 @@ class Tailer:
         except OSError:
             os.close(fd)
             return None
-        return Physical(ledger_name(cand.path), root, cand.live, cand.order, fd, st.st_dev, st.st_ino,
+        return Physical(ledger_name(cand.path), ledger_name(root), cand.live, cand.order, fd, st.st_dev, st.st_ino,
                         st.st_size, st.st_mtime_ns, fp)
 
     def _snapshot(self) -> list[Physical]:
@@ -229,7 +230,7 @@ class Tailer:
         for p in new:
             pairs.append((self._new_file(p, report), p))
         missing = [r for r in self.rows.values()
-                   if r.status in ACTIVE and r.root in self.roots and r.id not in claimed]
+                   if r.status in ACTIVE and r.root in self._ledger_roots and r.id not in claimed]
         if missing:
             # A rename racing the directory listing can hide a file for one listing: look again,
             # one file at a time (every file of the first look is still open).
