@@ -51,6 +51,21 @@ def event(n: int, kind: str, data: dict, *, session: str = "s1", agent: str = "m
     return orjson.dumps(ev) + b"\n"
 
 
+def partly_priced_log(root: Path) -> LogDir:
+    """Two sessions of the last seconds: s1 with a $0.50 call and a call of a model with no price,
+    s2 with nothing but a call of that model."""
+    logs = LogDir(root)
+    now = time.time_ns() // 1_000_000
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 1000}, "costUsd": 0.5}, ts=now - 3000))
+    for n, session in ((2, "s1"), (3, "s2")):
+        logs.append(event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
+                                          "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                    "total": 10}}, session=session, ts=now - 2000))
+    return logs
+
+
 class LogDir:
     """One telemetry directory: ``events.jsonl`` plus rotated files."""
 

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from browser import Browser, Page, find_chromium
-from logwriter import LogDir, event
+from logwriter import LogDir, event, partly_priced_log
 from serving import Served, http_get, write_config
 
 from agentledger import display
@@ -119,15 +119,7 @@ def test_numbers_it_cannot_read_are_400_naming_the_parameter(corpus_daemon, para
 
 
 def test_costs_that_leave_out_unpriced_calls_are_marked_on_the_page_and_counted_in_the_overview(tmp_path):
-    logs = LogDir(tmp_path / "logs")
-    now = time.time_ns() // 1_000_000
-    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
-                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
-                                                "total": 1000}, "costUsd": 0.5}, ts=now - 3000))
-    for n, session in ((2, "s1"), (3, "s2")):  # s2 has nothing but a call of a model with no price
-        logs.append(event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
-                                          "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
-                                                    "total": 10}}, session=session, ts=now - 2000))
+    logs = partly_priced_log(tmp_path / "logs")
     served = Served(write_config(tmp_path, logs.root), tmp_path)
     try:
         status, _, body = _fetch(f"{served.url}/ui?refresh=0")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_env, ingest
-from logwriter import LogDir, event
+from logwriter import event, partly_priced_log
 from serving import Served, copy_logs, write_config
 from terminal import Terminal, needs_tmux
 
@@ -108,15 +108,7 @@ def test_watch_prints_one_snapshot_when_not_on_a_terminal(oc_corpus, tmp_path, e
 
 
 def test_watch_marks_costs_that_leave_out_unpriced_calls(tmp_path, env):
-    logs = LogDir(tmp_path / "logs")
-    now = time.time_ns() // 1_000_000
-    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
-                                      "delta": {"input": 900, "output": 100, "cacheRead": 0, "cacheWrite": 0,
-                                                "total": 1000}, "costUsd": 0.5}, ts=now - 3000))
-    for n, session in ((2, "s1"), (3, "s2")):  # s2 has nothing but a call of a model with no price
-        logs.append(event(n, "llm.call", {"callIndex": n, "provider": "acme", "model": "acme-unknown-9",
-                                          "delta": {"input": 10, "output": 0, "cacheRead": 0, "cacheWrite": 0,
-                                                    "total": 10}}, session=session, ts=now - 2000))
+    logs = partly_priced_log(tmp_path / "logs")
     ingest(tmp_path / "ledger.db", logs.root)
     config = write_config(tmp_path, logs.root)
     ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "watch", "--url",
