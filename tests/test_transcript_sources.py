@@ -461,13 +461,12 @@ def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
         readers.close()
 
 
-def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]],
-                      whole: frozenset[Path] = frozenset()) -> None:
+def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]]) -> None:
     """Write each file's lines in chunks, the files' chunks interleaved as drawn, ingesting after each:
-    any file may be read first, and any read may stop mid-file (but in the ``whole`` files)."""
+    any file may be read first, and any read may stop mid-file."""
     chunks = {}
     for path, lines in files.items():
-        cuts = [] if path in whole else sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=2)))
+        cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), max_size=2)))
         chunks[path] = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
     while chunks:
         path = data.draw(st.sampled_from(sorted(chunks)))
@@ -525,12 +524,30 @@ def test_a_subagent_replaying_a_parent_tool_call_leaves_the_call_in_the_parent(t
     child = [_side(TASK_AGENT, cc_assistant("c_", "msg_p0", bash, output=30, second=2, request="req_copy",
                                             stop="tool_use")), *child]
     subagent = project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
-    # Whole: a subagent's Grep started before its session's prompt was read and ended after would be
-    # put in two runs, which is not what this is about.
-    _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent, subagent: child}, whole=frozenset({subagent}))
+    _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent, subagent: child})
     # The parent's Bash and Task are its own; the subagent made one Grep call, and two model calls.
     assert _own(root / "l.db") == {SESSION: (3, 170, 2), CHILD_ID: (2, 340, 1)}
     assert usage(root / "l.db")["tool_calls"] == 3
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_subagents_tool_call_is_one_row_whatever_part_of_it_is_read_before_its_sessions_prompt(
+        tmp_path_factory, data):
+    """The subagent's file may be read, in part, before its session's first prompt is: its Grep's start
+    then finds no run, and its end one."""
+    root = tmp_path_factory.mktemp("prompt-later")
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    parent, child, _ = _task_lines()
+    _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent,
+                                   project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child})
+    db = root / "l.db"
+    assert sorted(scalar_rows(db, "SELECT tool_call_id, session_id, status, started_ms % 60000, ended_ms % 60000 "
+                                  "FROM tool_calls")) == [("toolu_grep", CHILD_ID, "ok", 3_000, 4_000),
+                                                          ("toolu_task", SESSION, "ok", 1_000, 20_000)]
+    assert _own(db) == {SESSION: (2, 140, 1), CHILD_ID: (2, 340, 1)}
+    assert scalar_rows(db, "SELECT tool_name, sum(calls) FROM tool_days GROUP BY 1 ORDER BY 1") == [
+        ("Grep", 1), ("Task", 1)]
 
 
 def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name_with_a_request(tmp_path, db):

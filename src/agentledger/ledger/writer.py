@@ -358,6 +358,11 @@ _HOOK_ROWS = f"""
 SELECT tc.run_id, tc.tool_call_id, tc.session_key FROM json_each(?) AS j
 JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND tc.source = '{HOOK_ROW_SOURCE}'
 """
+# Transcript rows put under no run: their line was read before its session's run was.
+_RUNLESS_ROWS = f"""
+SELECT tc.run_id, tc.tool_call_id, tc.session_key, tc.branch FROM json_each(?) AS j
+JOIN tool_calls AS tc ON tc.run_id = '' AND tc.tool_call_id = j.value AND tc.source = '{CLAUDE_CODE}'
+"""
 _TAKE_OVER_HOOK_ROW = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
                         started_ms, ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id,
@@ -982,7 +987,7 @@ class LedgerWriter:
                                         self.idle_ms)
         linked = lifecycle.before()
         added, replaced = self._keyed_calls(conn, prepared)  # first: a replay's tool calls are no takeover
-        takeovers = self._hook_rows_told(conn, prepared)
+        takeovers = self._rows_told(conn, prepared)
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
         replays = _replayed_tools(conn, facts) if branching else []
         prepared.tool_keys.update(replays)
@@ -1014,23 +1019,35 @@ class LedgerWriter:
                            sessions=tracker.touched | changed | moved, interrupted=tuple(lifecycle.interrupted))
 
     @staticmethod
-    def _hook_rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:
-        """Rows a hook made for calls this batch's lines tell: (their run, call id, the line's run, source).
+    def _rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:
+        """Rows made elsewhere for calls this batch's lines tell: (their run, call id, the line's run, source).
 
-        The hook could only guess the run; the transcript knows it, so the row moves there (its
+        A hook could only guess the run; the transcript knows it. A side branch's line read before
+        its session's run was (a subagent's file read ahead of the session's prompt) found no run,
+        and the call's later lines on that branch do. Either way the row moves to the line's run,
+        where the line's own upsert completes it rather than starting a second row of the call (its
         old key joins the batch's tool keys, so the rollups follow the move)."""
-        told: dict[str, tuple] = {}
-        for sql in (_TOOL_STARTED, _TOOL_ENDED):
+        told: dict[str, tuple] = {}  # call id → (run, source, session key, branch) of its first line
+        for sql, branch in ((_TOOL_STARTED, 8), (_TOOL_ENDED, 14)):
             for row in prepared.rows.get(sql, ()):
-                told.setdefault(row[1], row)
+                told.setdefault(row[1], (row[0], row[3], row[5], row[branch]))
         if not told:
             return []
         out = []
         for run_id, call_id, key in conn.execute(_HOOK_ROWS, (orjson.dumps(list(told)).decode(),)):
-            row = told[call_id]
-            if key == row[5]:
-                out.append((run_id, call_id, row[0], row[3]))
+            line = told[call_id]
+            if key == line[2]:
+                out.append((run_id, call_id, line[0], line[1]))
                 prepared.tool_keys.add((run_id, call_id))
+        placed = [call_id for call_id, line in told.items() if line[0] and line[1] == CLAUDE_CODE]
+        if placed:
+            # Only the same branch's lines: a main-branch line of a call a branch replayed leaves the
+            # replay's row to _replayed_tools, which drops it.
+            for run_id, call_id, key, branch in conn.execute(_RUNLESS_ROWS, (orjson.dumps(placed).decode(),)):
+                line = told[call_id]
+                if (key, branch) == (line[2], line[3]):
+                    out.append((run_id, call_id, line[0], line[1]))
+                    prepared.tool_keys.add((run_id, call_id))
         return out
 
     # -- hook events ---------------------------------------------------------------
