@@ -550,6 +550,26 @@ def test_a_subagents_tool_call_is_one_row_whatever_part_of_it_is_read_before_its
         ("Grep", 1), ("Task", 1)]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_side_branch_replaying_a_task_call_leaves_the_subagent_as_the_session_spawned_it(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("task-replay")
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    parent, child, btw = _task_lines()
+    # The side question's transcript opens with a copy of the parent's Task call, under a request of its own.
+    copy = orjson.loads(parent[1]) | {"uuid": "b_", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
+    _read_interleaved(data, root, {
+        project / f"{SESSION}.jsonl": parent,
+        project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child,
+        project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [_side(BTW_AGENT, _line(copy)), *btw]})
+    db = root / "l.db"
+    assert scalar_rows(db, "SELECT child_session_key, parent_session_key, parent_run_id, label, mode, status, outcome, "
+                           "spawned_ms % 60000 FROM subagents") == [
+        (CHILD_KEY, PARENT_KEY, "u1", "Find callers", "general-purpose", "ended", "completed", 1_000)]
+    assert _own(db) == {SESSION: (3, 165, 1), CHILD_ID: (2, 340, 1)}
+    assert usage(db)["subagents"] == 1
+
+
 def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name_with_a_request(tmp_path, db):
     """Ledgers keyed a call by its response id alone before request ids counted: a stream read on
     both sides of an upgrade is still one call."""

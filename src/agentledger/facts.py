@@ -146,6 +146,8 @@ class SubagentSpawned(Fact):
     child_agent_id: str | None = None
     label: str | None = None
     mode: str | None = None
+    branch: str | None = None  # as ToolStarted.branch
+    message_key: str | None = None  # as ToolStarted.message_key: a replay's spawn is the main branch's
 
 
 @dataclass(slots=True, kw_only=True)

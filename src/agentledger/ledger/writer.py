@@ -605,6 +605,7 @@ class _Prepared:
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
     responses: dict[str, str] = field(default_factory=dict)  # call key → LlmCall.message_key
     side_tools: dict[tuple[str, str], str] = field(default_factory=dict)  # side-branch tool starts' responses
+    side_spawns: dict[int, str] = field(default_factory=dict)  # side-branch spawns' responses, by id() of their row
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
 
 
@@ -631,6 +632,8 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                         out.responses[f.call_key] = f.message_key or f.call_key
                     elif t is SubagentSpawned or t is SubagentEnded:
                         out.subagent_keys.add(row[0])
+                        if t is SubagentSpawned and f.branch is not None and f.message_key is not None:
+                            out.side_spawns[id(row)] = f.message_key
             sid = f.session_id
             if sid is not None:
                 agg = sessions.get(sid)
@@ -1091,8 +1094,8 @@ class LedgerWriter:
     def _keyed_calls(conn: apsw.Connection, prepared: _Prepared) -> tuple[list[tuple], list[tuple]]:
         """Settle calls that several lines describe: one row per call, the best line's.
 
-        Leaves in ``prepared.rows`` only the llm_calls rows to insert, and no tool starts of
-        replays; returns (rows the rollups gain, rows they lose). Rows of one response are
+        Leaves in ``prepared.rows`` only the llm_calls rows to insert, and no tool starts or
+        spawns of replays; returns (rows the rollups gain, rows they lose). Rows of one response are
         rivals when they are one call's lines or when one is a side branch's replay of the
         other (see _rivals); of rivals only the best stays, whichever was read first. A better
         line of a known call replaces its row, so the rollups move by the difference and a
@@ -1127,6 +1130,11 @@ class LedgerWriter:
         if starts and prepared.side_tools:
             rows[_TOOL_STARTED] = [row for row in starts if row[8] is None
                                    or prepared.side_tools.get((row[0], row[1])) not in on_main]
+        spawns = rows.get(_SUBAGENT_SPAWNED)
+        if spawns and prepared.side_spawns:
+            # A replay's spawn would move the subagent to the replay's time and run, or, once the
+            # Task's result has given the subagent its own key, spawn it a second time.
+            rows[_SUBAGENT_SPAWNED] = [row for row in spawns if prepared.side_spawns.get(id(row)) not in on_main]
         return added, replaced
 
     def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:

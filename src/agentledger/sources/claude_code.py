@@ -202,7 +202,8 @@ class FileDecoder:
                     facts.append(SubagentSpawned(**base | ids, kind="subagent.spawn", run_id=run_id,
                                                  child_session_key=spawn_key(block["id"]), child_agent_id=AGENT,
                                                  label=text(task.get("description")),
-                                                 mode=text(task.get("subagent_type"))))
+                                                 mode=text(task.get("subagent_type")), branch=branch,
+                                                 message_key=message_key))
         if not sidechain and run_id is not None and msg.get("stop_reason") in _TURN_OVER:
             facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
                                   run_id=run_id, model=model, provider=call.provider,
