@@ -671,17 +671,19 @@ def test_a_reset_session_has_the_same_key_followed_live_as_read_afresh(tmp_path,
         conn.close()
     afresh = tmp_path / "afresh.db"
     ingest(afresh, tmp_path / "state", fmt="oc-transcript")
-
-    def seen(db: Path) -> tuple:
-        _clean(db)
-        cli = [sys.executable, "-m", "agentledger"]
-        sessions, *detail = (orjson.loads(subprocess.run(cli + args, env=cli_env(db), capture_output=True,
-                                                         check=True).stdout)
-                             for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
-                                          ["session", f"agent:main:{old}", "--json"]))
-        return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
-
-    got = seen(followed)
+    got = keys_seen(followed, old)
     assert got[0] == [(f"agent:main:{old}", old, 0.75 if appended else 0.5), ("agent:main:main", new, 1.0)]
     assert got[1][1]["compactions"] != []
-    assert got == seen(afresh)
+    assert got == keys_seen(afresh, old)
+
+
+def keys_seen(db: Path, old: str) -> tuple:
+    """What the CLI shows of a reset's two sessions: every session's key, id and cost, and the detail of
+    ``agent:main:main`` and of the old session's own key."""
+    _clean(db)
+    cli = [sys.executable, "-m", "agentledger"]
+    sessions, *detail = (orjson.loads(subprocess.run(cli + args, env=cli_env(db), capture_output=True,
+                                                     check=True).stdout)
+                         for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
+                                      ["session", f"agent:main:{old}", "--json"]))
+    return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail

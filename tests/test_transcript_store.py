@@ -7,15 +7,17 @@ from pathlib import Path
 
 import apsw
 import orjson
+import pytest
 from conftest import ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
-from test_transcript_sources import _clean, scalar_rows
+from test_transcript_sources import _clean, keys_seen, scalar_rows
 
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.tail import transcript_store
 
 SID = "3c9d7e1a-0000-4000-8000-000000000001"
 
@@ -62,8 +64,8 @@ class Producer:
                 self.seq += 1
 
 
-def _index(state: Path, key: str = "agent:main:main") -> None:
-    (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({key: {"sessionId": SID}}))
+def _index(state: Path, key: str = "agent:main:main", session: str = SID) -> None:
+    (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({key: {"sessionId": session}}))
 
 
 def test_rows_are_indexed_once_across_runs_while_the_producer_keeps_writing(tmp_path, db):
@@ -178,3 +180,39 @@ def test_every_row_is_indexed_exactly_once_however_appends_and_runs_interleave(t
     assert scalar(db, "SELECT count(*) FROM llm_calls") == calls
     assert scalar(db, "SELECT count(*) FROM rejects") == producer.seq - calls
     _clean(db)
+
+
+@pytest.mark.parametrize("reset", ["rows-read-after-it", "nothing-left-to-read", "index-written-last"])
+def test_a_reset_session_only_in_the_store_has_the_same_key_followed_live_as_read_afresh(tmp_path, monkeypatch,
+                                                                                         reset):
+    monkeypatch.setattr(transcript_store, "_QUIET_NS", 0)  # a store read once is not looked at again unchanged
+    new = "3c9d7e1a-0000-4000-8000-0000000000f0"
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2, cost=0.5),
+                 _entry("compaction", "k1", 2, summary="so far", firstKeptEntryId="a1", tokensBefore=5000))
+    followed = tmp_path / "followed.db"
+    conn = open_writer(followed)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.run_once()
+        if reset == "rows-read-after-it":  # written just before the reset
+            producer.add(_user("u2", 3), _assistant("a2", 4, cost=0.25))
+        # A reset: the key names a new session, and the old one is no longer listed.
+        if reset != "index-written-last":
+            _index(state, session=new)
+        producer.add(_header(10) | {"id": new}, _user("u1", 10), _assistant("a1", 11, cost=1.0), session=new)
+        pipeline.catch_up()
+        if reset == "index-written-last":  # the new session's rows were read before the index named it
+            _index(state, session=new)
+            pipeline.catch_up()
+    finally:
+        conn.close()
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, state, fmt="oc-transcript")
+    got = keys_seen(followed, SID)
+    assert got[0] == [(f"agent:main:{SID}", SID, 0.75 if reset == "rows-read-after-it" else 0.5),
+                      ("agent:main:main", new, 1.0)]
+    assert got[1][1]["compactions"] != []
+    assert got == keys_seen(afresh, SID)

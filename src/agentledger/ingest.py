@@ -183,21 +183,34 @@ class Pipeline:
                 tailer.close(opened)
         return stats
 
-    def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
+    def _key_due(self, decode: Decoder) -> tuple[str, str] | None:
         """A decoder that learns its session's key from the files beside it (sources/__init__.py) may
         learn another one than it did before: once archived, a session leaves sessions.json. The
         ledger's key for the session is made the decoder's, whether or not there are lines to read,
-        so a ledger that followed the session and one that reads its archive afresh agree."""
+        so a ledger that followed the session and one that reads it afresh agree. Returns the
+        (session, key) to give the ledger, if it keys the session otherwise."""
         session_id, key = getattr(decode, "session_id", None), getattr(decode, "session_key", None)
         if session_id is None or key is None or self.writer.session_key(session_id) in (None, key):
+            return None
+        return session_id, key
+
+    def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
+        due = self._key_due(decode)
+        if due is None:
             return
         if pending.batches is None:
             pending.batches = self.writer.begin()
-        pending.batches.rekey(session_id, key)
+        pending.batches.rekey(*due)
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
-        """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``)."""
+        """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``);
+        each session it lists is keyed as its file would be (see _key_due) before its rows are read."""
         for chunk, path in store.chunks(self.max_line):
+            if chunk is None:
+                due = self._key_due(opener(path, self.writer.run_at))
+                if due is not None:
+                    self._committed(stats, self.writer.rekey(*due), 0, 0)
+                continue
             batch = self._batch(chunk, opener(path, self.writer.run_at))
             result = self.writer.apply(batch)
             store.advance(chunk)

@@ -906,6 +906,16 @@ class LedgerWriter:
     def begin(self) -> OpenBatches:
         return OpenBatches(self)
 
+    def rekey(self, session_id: str, session_key: str) -> ApplyResult:
+        """Give a session another key (see _rekey_session), in a transaction of its own."""
+        opened = self.begin()
+        try:
+            opened.rekey(session_id, session_key)
+            return opened.commit()
+        except BaseException as exc:
+            opened.abandon(exc)
+            raise
+
     def _apply_batches(self, conn: apsw.Connection, batches: list[Batch], ts: int) -> ApplyResult:
         """The batches' facts in one round of statements, then each file's rejects and checkpoint."""
         refused: list[tuple[Batch, Reject]] = []

@@ -78,16 +78,19 @@ class StoreReader:
         self.read_at: dict[str, tuple] = {}  # store → how its files looked when it was last read to the end
         self.failing: dict[str, str] = {}  # store → why it could not be read last time
 
-    def chunks(self, max_line: int) -> Iterator[tuple[Chunk, str]]:
+    def chunks(self, max_line: int) -> Iterator[tuple[Chunk | None, str]]:
         """(rows not indexed yet as a chunk, the transcript path they decode as); the caller commits each
-        chunk before asking for the next, and calls ``advance`` once it has."""
+        chunk before asking for the next, and calls ``advance`` once it has. Each session the store lists
+        comes first as (None, its path), new rows or not: the key its rows take may have changed."""
         for root in self.roots:
             for store in stores(root):
                 yield from self._store(root, store, max_line)
 
     def _store(self, root: str, store: str, max_line: int) -> Iterator[tuple[Chunk, str]]:
-        # Listing a store's sessions reads its whole index: skipped while neither it nor its WAL changed.
-        look = _signature(store)
+        # Listing a store's sessions reads its whole index: skipped while neither it, its WAL nor what
+        # keys its sessions (the sessions folder beside it, and its sessions.json) changed.
+        sessions_dir = os.path.join(os.path.dirname(os.path.dirname(store)), "sessions")
+        look = _signature(store, sessions_dir)
         if look is None or self.read_at.get(store) == look:
             return
         try:
@@ -100,7 +103,6 @@ class StoreReader:
             except apsw.Error as exc:
                 self._unreadable(store, exc)
                 return
-            sessions_dir = os.path.join(os.path.dirname(os.path.dirname(store)), "sessions")
             transcripts = _transcripts(sessions_dir)
             for session_id, last in sessions:
                 if not isinstance(session_id, str) or not isinstance(last, int):
@@ -108,6 +110,7 @@ class StoreReader:
                 row = self._row(root, store, session_id, look[0])
                 # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
                 path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
+                yield None, path
                 while row.offset <= last:
                     try:
                         page = conn.execute(_PAGE, (session_id, row.offset, max_line, _HEAD,
@@ -148,9 +151,9 @@ class StoreReader:
         chunk.row.size = max(chunk.row.size, chunk.size)
 
 
-def _signature(store: str) -> tuple | None:
+def _signature(store: str, sessions_dir: str) -> tuple | None:
     out = []
-    for path in (store, f"{store}-wal"):
+    for path in (store, f"{store}-wal", sessions_dir, os.path.join(sessions_dir, oc_transcript.INDEX_NAME)):
         try:
             st = os.stat(path)
         except OSError:
