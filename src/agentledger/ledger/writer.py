@@ -1040,26 +1040,26 @@ class LedgerWriter:
         and the call's later lines on that branch do. Either way the row moves to the line's run,
         where the line's own upsert completes it rather than starting a second row of the call (its
         old key joins the batch's tool keys, so the rollups follow the move)."""
-        told: dict[str, tuple] = {}  # call id → (run, source, session key, branch) of its first line
-        for sql, branch in ((_TOOL_STARTED, 8), (_TOOL_ENDED, 14)):
+        told: dict[str, tuple] = {}
+        for sql in (_TOOL_STARTED, _TOOL_ENDED):
             for row in prepared.rows.get(sql, ()):
-                told.setdefault(row[1], (row[0], row[3], row[5], row[branch]))
+                told.setdefault(row[1], row)
         if not told:
             return []
         out = []
         for run_id, call_id, key in conn.execute(_HOOK_ROWS, (orjson.dumps(list(told)).decode(),)):
-            line = told[call_id]
-            if key == line[2]:
-                out.append((run_id, call_id, line[0], line[1]))
+            row = told[call_id]
+            if key == row[5]:
+                out.append((run_id, call_id, row[0], row[3]))
                 prepared.tool_keys.add((run_id, call_id))
-        placed = [call_id for call_id, line in told.items() if line[0] and line[1] == CLAUDE_CODE]
+        placed = [call_id for call_id, row in told.items() if row[0] and row[3] == CLAUDE_CODE]
         if placed:
-            # Only the same branch's lines: a main-branch line of a call a branch replayed leaves the
-            # replay's row to _replayed_tools, which drops it.
+            # Only the same branch's lines (a start's or an end's branch is its row's last value): a
+            # main-branch line of a call a branch replayed leaves the replay's row to _replayed_tools.
             for run_id, call_id, key, branch in conn.execute(_RUNLESS_ROWS, (orjson.dumps(placed).decode(),)):
-                line = told[call_id]
-                if (key, branch) == (line[2], line[3]):
-                    out.append((run_id, call_id, line[0], line[1]))
+                row = told[call_id]
+                if (key, branch) == (row[5], row[-1]):
+                    out.append((run_id, call_id, row[0], row[3]))
                     prepared.tool_keys.add((run_id, call_id))
         return out
 
