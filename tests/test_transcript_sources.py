@@ -134,6 +134,45 @@ def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path
     _clean(db)
 
 
+def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
+    """A replay counted before it is found out leaves the ledger's sum lower than it was: served
+    as it is, Prometheus would read a reset and count the whole counter again."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from serving import Served, wait_for, write_config
+
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    key = ("agentledger_tokens_total", (("model", MODEL), ("provider", "anthropic"), ("token_type", "output")))
+
+    def output_tokens() -> float:
+        with urllib.request.urlopen(served.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return next((s.value for f in text_string_to_metric_families(text) for s in f.samples
+                     if (s.name, tuple(sorted(s.labels.items()))) == key), 0.0)
+
+    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""), tmp_path)
+    try:
+        (sub / "agent-a1b2c3d4.jsonl").write_bytes(
+            cc_assistant("s1", "msg_1", {"type": "text", "text": "hi"}, output=900, second=9, sidechain=True,
+                         request="req_replay"))
+        wait_for(lambda: output_tokens() == 900, what="the replay counted")
+        main = project / f"{SESSION}.jsonl"
+        main.write_bytes(cc_prompt("u1", "hello", 0)
+                         + cc_assistant("a1", "msg_1", {"type": "text", "text": "hi"}, output=120, second=1))
+        wait_for(lambda: usage(tmp_path / "ledger.db")["output_tokens"] == 120, what="the replay found out")
+        assert output_tokens() == 900
+        with main.open("ab") as f:
+            f.write(cc_assistant("a2", "msg_2", {"type": "text", "text": "more"}, output=1000, second=2,
+                                 request="req_2"))
+        wait_for(lambda: usage(tmp_path / "ledger.db")["output_tokens"] == 1120, what="the next call")
+        assert output_tokens() == 1120  # past its highest, the counter is the ledger's sum again
+    finally:
+        served.stop()
+
+
 def _oc_line(obj: dict) -> bytes:
     return orjson.dumps(obj) + b"\n"
 

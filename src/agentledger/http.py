@@ -24,7 +24,7 @@ from agentledger.forecast import Forecaster
 from agentledger.gates import GateKeeper, hot_json
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
-from agentledger.metrics import registry_for
+from agentledger.metrics import CounterFloors, registry_for
 from agentledger.sources import claude_code_hooks
 from agentledger.overview import overview
 from agentledger.timeutil import parse_time
@@ -193,6 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
     keeper: GateKeeper | None
     hooks: claude_code_hooks.HookInbox | None
     top_n: int
+    floors: CounterFloors
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         if "Transfer-Encoding" in self.headers or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
@@ -260,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _metrics(self) -> None:
         try:
             extra = [self.keeper.checks] if self.keeper is not None else []
-            registry = registry_for(self.db, self.top_n, extra)
+            registry = registry_for(self.db, self.top_n, extra, self.floors)
             data, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
         except LedgerError as exc:
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
@@ -322,7 +323,7 @@ class ApiServer:
         host, port = parse_listen(listen)
         self.health = health or Health()
         handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
-                                                "top_n": top_n})
+                                                "top_n": top_n, "floors": CounterFloors()})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})

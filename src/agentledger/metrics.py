@@ -1,7 +1,8 @@
 """Prometheus metrics, read from the ledger at scrape time.
 
 Every counter is a sum over ledger rows (through the rollups), so counters survive
-restarts and never reset while the ledger lives: ``increase()`` sees no false resets. A run
+restarts and never reset while the ledger lives: ``increase()`` sees no false resets (a
+correction that lowers a sum is held, see ``CounterFloors``). A run
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
 No session, run or tool-call id is ever a label; tool and model labels are capped to
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,24 +45,50 @@ class _Capped:
         return value if value in self.kept else OTHER
 
 
+class CounterFloors:
+    """The highest value each counter and histogram sample was served at, for the serving process's life.
+
+    The ledger corrects itself now and then: a side branch's replay is found out after it was
+    counted, a call's line gives way to a better one. A sum over the ledger then goes down, which
+    Prometheus reads as a reset: ``increase()`` counts the whole value again, a false spike in
+    spend. So a sample is served at its highest until the ledger passes it again."""
+
+    def __init__(self) -> None:
+        self._highest: dict[tuple, float] = {}
+        self._lock = threading.Lock()  # scrapes are answered on threads of their own
+
+    def hold(self, families: list[Metric]) -> None:
+        with self._lock:
+            for family in families:
+                if family.type not in ("counter", "histogram"):
+                    continue
+                for i, sample in enumerate(family.samples):
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    highest = self._highest.get(key)
+                    if highest is not None and sample.value < highest:
+                        family.samples[i] = sample._replace(value=highest)
+                    else:
+                        self._highest[key] = sample.value
+
+
 class LedgerCollector(Collector):
-    def __init__(self, db: Path, top_n: int = 20):
+    def __init__(self, db: Path, top_n: int = 20, floors: CounterFloors | None = None):
         self.db = db
         self.top_n = top_n
+        self.floors = floors
 
     def collect(self) -> Iterator[Metric]:
         conn = open_reader(self.db)
         try:
             conn.execute("BEGIN")  # one snapshot for the whole scrape
-            yield from self._llm(conn)
-            yield from self._runs_and_sessions(conn)
-            yield from self._tools(conn)
-            yield from self._ingest(conn)
-            yield from self._gates(conn)
-            yield from self._durations(conn)
+            families = [*self._llm(conn), *self._runs_and_sessions(conn), *self._tools(conn), *self._ingest(conn),
+                        *self._gates(conn), *self._durations(conn)]
             conn.execute("COMMIT")
         finally:
             conn.close()
+        if self.floors is not None:
+            self.floors.hold(families)
+        yield from families
         size = GaugeMetricFamily("agentledger_db_size_bytes", "Size of the ledger database and its WAL.")
         size.add_metric([], sum(os.path.getsize(p) for p in (str(self.db), f"{self.db}-wal") if os.path.exists(p)))
         yield size
@@ -201,10 +229,12 @@ class LedgerCollector(Collector):
         yield decisions
 
 
-def registry_for(db: Path, top_n: int = 20, extra: list[Collector] = ()) -> CollectorRegistry:
-    """The ledger's metrics plus the daemon's own (``extra``: e.g. gate check timings)."""
+def registry_for(db: Path, top_n: int = 20, extra: list[Collector] = (),
+                 floors: CounterFloors | None = None) -> CollectorRegistry:
+    """The ledger's metrics plus the daemon's own (``extra``: e.g. gate check timings); with
+    ``floors``, no counter is served lower than it was before."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(db, top_n))
+    registry.register(LedgerCollector(db, top_n, floors))
     for collector in extra:
         registry.register(collector)
     return registry
