@@ -6,10 +6,9 @@ correction that lowers a sum is held, see ``CounterFloors``). A run
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
 No session, run or tool-call id is ever a label; tool and model labels are capped to
-``top_n`` values each, the rest summed under ``_other``. The values kept are the first seen
-(by day, then name), not the busiest: a value summed under ``_other`` must stay there, or
-``_other`` would drop when it left and Prometheus would read the drop as a counter reset.
-Values seen later only ever push a kept value into ``_other`` (a rise, never a drop).
+``top_n`` values each, the rest summed under ``_other``. The values kept are the first the ledger
+stored, not the busiest: a value summed under ``_other`` must stay there, or ``_other`` would
+drop when it left and Prometheus would read the drop as a counter reset.
 """
 
 from __future__ import annotations

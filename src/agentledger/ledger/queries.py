@@ -1065,7 +1065,7 @@ def ingest_health(conn: apsw.Connection, now_ms: int) -> list[dict]:
     return out
 
 
-# Label dimension → the daily rollup that says when each value was first seen, and which rows count.
+# Label dimension → the daily rollup whose rows say in which order the values came, and which rows count.
 _LABEL_SOURCES = {
     "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0"),
     "tool": ("tool_days", "tool_name", "calls > 0"),
@@ -1073,7 +1073,10 @@ _LABEL_SOURCES = {
 
 
 def first_seen_values(conn: apsw.Connection, dimension: str, limit: int) -> set[str]:
-    """The ``limit`` values of a metric label dimension seen first (by day, then name; "" for none)."""
+    """The first ``limit`` values of a metric label dimension the ledger stored ("" for none).
+
+    In the order they were stored, not by their events' time: logs read late may be older, and a
+    value they date earlier must not overtake one kept already."""
     table, column, counted = _LABEL_SOURCES[dimension]
     return {v for (v,) in conn.execute(f"SELECT coalesce({column}, '') FROM {table} WHERE {counted} "
-                                       "GROUP BY 1 ORDER BY min(slot_ms), 1 LIMIT ?", (limit,))}
+                                       "GROUP BY 1 ORDER BY min(rowid) LIMIT ?", (limit,))}
