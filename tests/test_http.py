@@ -135,6 +135,11 @@ def _exchange(api: str, request: bytes) -> bytes:
     return reply
 
 
+def test_a_request_without_headers_is_answered(api):
+    # HTTP/0.9: no version, no headers; the reply is the body alone.
+    assert json.loads(_exchange(api, b"GET /healthz\r\n\r\n")) == {"status": "ok"}
+
+
 def test_a_post_of_unknown_length_is_answered_once_and_closed(api):
     # Chunked on a keep-alive connection: read as the next request, a chunk's size line got an answer of its own.
     body = b'{"hook_event_name": "SessionStart", "session_id": "s", "padding": "' + b"x" * 40 + b'"}'

@@ -307,7 +307,8 @@ class _Handler(BaseHTTPRequestHandler):
     def end_headers(self) -> None:
         # A keep-alive client must not send its next request down a connection about to close
         # (the stdlib's own error replies say so already).
-        if self.close_connection and not any(h.lower().startswith(b"connection:") for h in self._headers_buffer):
+        told = getattr(self, "_headers_buffer", ())  # none at all for an HTTP/0.9 request, which has no headers
+        if self.close_connection and not any(h.lower().startswith(b"connection:") for h in told):
             self.send_header("Connection", "close")
         super().end_headers()
 
