@@ -15,6 +15,7 @@ import apsw
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, llm_call
+from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
 from watchdog.observers import Observer
 
 from agentledger.daemon import Changes
@@ -172,30 +173,90 @@ def test_a_daemon_killed_outright_leaves_no_demo_writer_running(tmp_path):
             os.kill(pid, signal.SIGTERM)
 
 
-def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):
+def _read_until(daemon: subprocess.Popen, text: str, said: list[str]) -> None:
+    """Reads serve's log into ``said`` up to the first line holding ``text``."""
+    for line in daemon.stderr:
+        said.append(line)
+        if text in line:
+            return
+    raise AssertionError("".join(said))
+
+
+def _serve_awaiting(tmp_path: Path, state: Path) -> tuple[Path, subprocess.Popen]:
     db = tmp_path / "ledger.db"
-    state = tmp_path / "openclaw"
     env = _without_logs(tmp_path) | {"OPENCLAW_STATE_DIR": str(state)}
     # A long rescan interval: once the directory appears, only inotify can make lines show up quickly.
-    daemon = _serve(db, "--no-demo", "--rescan", "60", env=env)
-    started = []
+    return db, _serve(db, "--no-demo", "--rescan", "60", env=env)
+
+
+def _stop(daemon: subprocess.Popen, said: list[str]) -> str:
+    daemon.send_signal(signal.SIGTERM)
+    _, rest = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, "".join(said) + rest
+    return "".join(said) + rest
+
+
+def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):
+    state = tmp_path / "openclaw"
+    db, daemon = _serve_awaiting(tmp_path, state)
+    said: list[str] = []
     try:
-        for line in daemon.stderr:
-            started.append(line)
-            if "caught up" in line:
-                break
-        assert "caught up" in started[-1], "".join(started)
+        _read_until(daemon, "caught up", said)
         logs = LogDir(state)
         logs.append(b"".join(llm_call(n) for n in range(1, 6)))
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 5, timeout=10)
         logs.append(b"".join(llm_call(n) for n in range(6, 9)))
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 8, timeout=10)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, rest = daemon.communicate(timeout=30)
-    err = "".join(started) + rest
-    assert daemon.returncode == 0, err
-    assert f"{state} does not exist yet: waiting for it" in err and f"{state} appeared" in err
+        err = _stop(daemon, said)
+    assert f"{state} does not exist yet: waiting for it" in err
+    assert f"{state} holds OpenClaw telemetry: reading it as oc-telemetry" in err
+
+
+def test_a_state_dir_that_appears_with_transcripts_is_read_as_transcripts(tmp_path):
+    # Every gateway writes transcripts; telemetry only with its extension installed.
+    state = tmp_path / "gateway" / "state"
+    db, daemon = _serve_awaiting(tmp_path, state)
+    said: list[str] = []
+    sid = "0b7bec4a-3902-43fd-bcbe-a4d347d8d807"
+    try:
+        _read_until(daemon, "caught up", said)
+        live = _sessions_dir(tmp_path / "gateway", "agent:main:main", sid) / f"{sid}.jsonl"
+        live.write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 1, timeout=10)
+        with live.open("ab") as f:
+            f.write(oc_user("u2", 3) + oc_assistant("a2", 4))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 2, timeout=10)
+    finally:
+        err = _stop(daemon, said)
+    assert _count(db, "SELECT sum(cost_pico) FROM llm_calls") == 2 * 10**10
+    assert f"{state} holds OpenClaw transcripts: reading it as oc-transcript" in err
+    assert "oc-telemetry" not in err and "appeared: reading it" not in err
+
+
+@pytest.mark.parametrize("made", ["before serve", "after serve"])
+def test_a_state_dir_without_telemetry_or_sessions_yet_is_read_once_telemetry_comes(tmp_path, made):
+    state = tmp_path / "openclaw"
+    agent = state / "agents" / "main" / "agent"  # made by the gateway before any session
+    if made == "before serve":
+        agent.mkdir(parents=True)
+    db, daemon = _serve_awaiting(tmp_path, state)
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        if made == "after serve":
+            agent.mkdir(parents=True)
+            _read_until(daemon, f"{state} appeared", said)
+        logs = LogDir(state)
+        logs.append(b"".join(llm_call(n) for n in range(1, 6)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 5, timeout=10)
+    finally:
+        err = _stop(daemon, said)
+    waiting = {"before serve": f"{state} holds no agent's telemetry or sessions yet: its logs are read once it does",
+               "after serve": f"{state} appeared, holds no agent's telemetry or sessions yet"}
+    assert waiting[made] in err
+    assert f"{state} holds OpenClaw telemetry: reading it as oc-telemetry" in err
+    assert "oc-transcript" not in err and "appeared: reading it" not in err
 
 
 def _newer_ledger(db: Path) -> None:

@@ -63,23 +63,36 @@ def claude_config_dirs() -> list[Path]:
     return [d for d in (home / ".config" / "claude", home / ".claude") if d.is_dir()]
 
 
-def default_sources(awaiting: bool = False) -> list[tuple[str, Path]]:
+def openclaw_format(state: Path) -> str | None:
+    """The format an OpenClaw state dir is read in; None while no agent in it has telemetry or sessions."""
+    agents = list((state / "agents").glob("*"))
+    # Telemetry and transcripts record the same model calls: read one of them, the telemetry
+    # extension's where it is installed (it also sees subagents and messages).
+    if any((agent / "telemetry").is_dir() for agent in agents):
+        return "oc-telemetry"
+    if any((agent / "sessions").is_dir() for agent in agents):
+        return "oc-transcript"
+    return None
+
+
+def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
     """(format, root) for every producer found in its usual place; empty when there is none.
 
-    ``awaiting``: a $OPENCLAW_STATE_DIR that does not exist yet is one of them, for a daemon that
-    starts before the gateway has made it and reads it once it appears."""
-    pairs: list[tuple[str, Path]] = []
+    ``awaiting``: an OpenClaw state dir that cannot tell its format yet (it does not exist, or holds
+    neither telemetry nor sessions) is one of them too, with the format None, for a daemon that starts
+    before the gateway has written there and chooses once it has."""
+    pairs: list[tuple[str | None, Path]] = []
     for state in openclaw_state_dirs():
-        if state.is_dir():
-            # Telemetry and transcripts record the same model calls: read one of them, the
-            # telemetry extension's where it is installed (it also sees subagents and messages).
-            has_telemetry = any((agent / "telemetry").is_dir() for agent in (state / "agents").glob("*"))
-            pairs.append(("oc-telemetry" if has_telemetry else "oc-transcript", state))
-        elif awaiting:
-            # Nothing to tell the format by yet: telemetry, what a service is set up to follow (deploy/).
-            pairs.append(("oc-telemetry", state))
+        fmt = openclaw_format(state)
+        if fmt is None and awaiting:
+            pairs.append((None, state))
+        elif state.is_dir():
+            # Transcripts are what every OpenClaw install writes.
+            pairs.append((fmt or "oc-transcript", state))
     pairs += [("claude-code", d) for d in claude_config_dirs() if d.is_dir()]
     return pairs
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) as a socket address; port 0 picks a free one."""
     host, sep, port = value.rpartition(":")

@@ -34,7 +34,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from agentledger.config import Config, default_sources, demo_dir
+from agentledger.config import Config, default_sources, demo_dir, openclaw_format
 from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
@@ -80,16 +80,17 @@ class Changes(FileSystemEventHandler):
         else:
             self.awaited.append(root)
 
-    def watch_appeared(self, observer: Observer) -> None:
+    def watch_appeared(self, observer: Observer) -> list[str]:
         """Watches the awaited roots that exist now, and has the next pass scan in full for what
-        they already hold: inotify saw none of it."""
-        for root in [r for r in self.awaited if os.path.isdir(r)]:
+        they already hold: inotify saw none of it. Returns them."""
+        appeared = [r for r in self.awaited if os.path.isdir(r)]
+        for root in appeared:
             self.awaited.remove(root)
             self.watch(observer, root)
-            _say(f"{root} appeared: reading it")
             with self.lock:
                 self.full = True
             self.wake.set()
+        return appeared
 
     def on_any_event(self, event) -> None:
         with self.lock:
@@ -110,6 +111,29 @@ class Changes(FileSystemEventHandler):
 def _say(message: str, level: int = logging.INFO) -> None:
     """A line worth knowing: text on a terminal, JSON elsewhere (see logs.py)."""
     log.log(level, message)
+
+
+_HOLDS = {"oc-telemetry": "OpenClaw telemetry", "oc-transcript": "OpenClaw transcripts"}
+_UNTOLD = "holds no agent's telemetry or sessions yet: its logs are read once it does"
+
+
+def _look_for_awaited(changes: Changes, observer: Observer, undecided: list[str]) -> list[tuple[str, str]]:
+    """Watches the awaited roots that appeared, and chooses the format of the OpenClaw state dirs in
+    ``undecided`` that now tell it, as a start would have: (format, root) for each, which leave it."""
+    appeared = changes.watch_appeared(observer) if changes.awaited else []
+    for root in appeared:
+        if root not in undecided:
+            _say(f"{root} appeared: reading it")
+    told = []
+    for root in list(undecided):
+        fmt = openclaw_format(Path(root))
+        if fmt is not None:
+            undecided.remove(root)
+            told.append((fmt, root))
+            _say(f"{root} holds {_HOLDS[fmt]}: reading it as {fmt}")
+        elif root in appeared:
+            _say(f"{root} appeared, {_UNTOLD}")
+    return told
 
 
 def _start_demo(directory: Path) -> subprocess.Popen:
@@ -281,6 +305,11 @@ class _Follower:
     def due(self) -> bool:
         return time.monotonic() >= self.retry_at
 
+    def rebuild(self) -> None:
+        """The next pass starts from the ledger's checkpoints with a new pipeline and scans in full."""
+        self.pipeline = None
+        self.next_full_scan = 0.0
+
     def step(self) -> None:
         try:
             limit_ledger(self.writer.conn)
@@ -291,8 +320,7 @@ class _Follower:
             else:
                 self._catch_up()
         except STALLS as exc:
-            self.pipeline = None
-            self.next_full_scan = 0.0  # what the failed pass was told is gone with it
+            self.rebuild()  # what the failed pass was told is gone with it
             self.delay = min(max(self.delay * 2, BACKOFF_S[0]), BACKOFF_S[1])
             self.retry_at = time.monotonic() + self.delay
             reason = _why(exc)
@@ -349,18 +377,20 @@ class _Follower:
         self.next_reconcile = time.monotonic() + RECONCILE_EVERY_S
 
 
-def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], Path | None] | str:
-    """The sources to follow, and the demo's directory when there are none; or why it cannot start."""
+def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[str], Path | None] | str:
+    """The sources to follow, the OpenClaw state dirs whose format is not known yet, and the demo's
+    directory when there are none; or why it cannot start."""
     if config.sources and not demo:
-        return specs_from_pairs([(s.format, s.root) for s in config.sources]), None
+        return specs_from_pairs([(s.format, s.root) for s in config.sources]), [], None
     found = [] if demo else default_sources(awaiting=True)
     if found:
-        return specs_from_pairs(found), None
+        return (specs_from_pairs([(fmt, root) for fmt, root in found if fmt is not None]),
+                [str(root) for fmt, root in found if fmt is None], None)
     if demo is False:
         return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
                 "pass ROOT, --source FORMAT=ROOT or use --demo")
     root = demo_dir()
-    return specs_from("oc-telemetry", [root]), root
+    return specs_from("oc-telemetry", [root]), [], root
 
 
 def _open_hot(config: Config) -> HotSessions | str:
@@ -406,8 +436,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         _say(found, logging.ERROR)
         os.close(lock)
         return 2
-    specs, demo_root = found
-    where = ", ".join(r for spec in specs for r in spec.roots)
+    specs, undecided, demo_root = found
+    where = ", ".join([r for spec in specs for r in spec.roots] + undecided)
     conn = open_writer(db)
     api = None
     if hot.store.quarantined:
@@ -448,11 +478,17 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         observer = Observer()
         changes = Changes(wake)
-        for spec in specs:
-            for root in spec.roots:
-                changes.watch(observer, root)
+        for root in [r for spec in specs for r in spec.roots] + undecided:
+            changes.watch(observer, root)
         for root in changes.awaited:
-            _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
+            if root in undecided:
+                _say(f"{root} does not exist yet: waiting for it, its logs are read once it holds an agent's "
+                     "telemetry or sessions")
+            else:
+                _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
+        for root in undecided:
+            if root not in changes.awaited:
+                _say(f"{root} {_UNTOLD}")
         observer.start()
         flusher = _Flusher(hot, config.hot.flush_interval_s)
         flusher.start()
@@ -461,8 +497,12 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             while not stop.is_set():
                 notifier.watchdog()
                 api.health.tick()
-                if changes.awaited:
-                    changes.watch_appeared(observer)
+                if changes.awaited or undecided:
+                    told = _look_for_awaited(changes, observer, undecided)
+                    if told:
+                        specs[:] = specs_from_pairs([(spec.format, r) for spec in specs for r in spec.roots] + told)
+                        follower.rebuild()
+                        wake.set()  # found by a look, not by inotify: the pass need not wait for a wake-up
                 if follower.caught_up or not follower.due():
                     # No pause after a wake-up to gather a burst: appends that come during a pass
                     # make up the next one, and waiting only added to every line's latency.
