@@ -196,6 +196,14 @@ def _stop(daemon: subprocess.Popen, said: list[str]) -> str:
     return "".join(said) + rest
 
 
+def test_a_demo_writer_whose_daemon_is_already_gone_stops(tmp_path):
+    # A daemon that died before its writer read its own parent left it nothing to tell by.
+    demo = subprocess.run([sys.executable, "-m", "agentledger.demo", "--parent", "1", str(tmp_path / "demo")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert demo.returncode == 0, demo.stderr
+    assert (tmp_path / "demo" / "agents" / "main" / "telemetry" / "events.jsonl").stat().st_size > 0
+
+
 def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):
     state = tmp_path / "openclaw"
     db, daemon = _serve_awaiting(tmp_path, state)

@@ -138,7 +138,7 @@ def _look_for_awaited(changes: Changes, observer: Observer, undecided: list[str]
 
 def _start_demo(directory: Path) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "agentledger.demo", str(directory)])
+    return subprocess.Popen([sys.executable, "-m", "agentledger.demo", "--parent", str(os.getpid()), str(directory)])
 
 
 RECONCILE_EVERY_S = 60.0
@@ -523,7 +523,11 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     finally:
         if demo_proc is not None:  # first: nothing that fails below may leave it running
             demo_proc.terminate()
-            demo_proc.wait(timeout=10)
+            try:
+                demo_proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # the rest of the shutdown must still run
+                demo_proc.kill()
+                demo_proc.wait()
         if api is not None:
             api.close()
         try:

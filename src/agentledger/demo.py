@@ -60,10 +60,9 @@ class Writer:
         self.fh.close()
 
 
-def run(directory: Path, rate: float, seed: int) -> None:
-    # A daemon killed outright (SIGKILL, OOM) cannot stop its writer: orphaned, it would append
-    # for good. Its new parent (init or a subreaper) says so.
-    parent = os.getppid()
+def run(directory: Path, rate: float, seed: int, parent: int) -> None:
+    """Writes until SIGTERM, or until ``parent`` is no longer this process's parent: a daemon
+    killed outright (SIGKILL, OOM) cannot stop its writer, which would append for good."""
     telemetry = directory / "agents" / "main" / "telemetry"
     fresh = not telemetry.exists()
     writer = Writer(telemetry)
@@ -97,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path, help="demo state dir (gets agents/main/telemetry/)")
     parser.add_argument("--rate", type=float, default=3.0, help="events per second (default 3)")
     parser.add_argument("--seed", type=int, default=int(time.time()), help="random seed")
+    # Named by the daemon: one that died before this process got here has already handed it on.
+    parser.add_argument("--parent", type=int, default=os.getppid(), help="stop once this pid is not the parent")
     args = parser.parse_args(argv)
-    run(args.directory, args.rate, args.seed)
+    run(args.directory, args.rate, args.seed, args.parent)
     return 0
 
 
