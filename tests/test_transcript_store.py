@@ -216,3 +216,37 @@ def test_a_reset_session_only_in_the_store_has_the_same_key_followed_live_as_rea
                       ("agent:main:main", new, 1.0)]
     assert got[1][1]["compactions"] != []
     assert got == keys_seen(afresh, SID)
+
+
+def test_a_write_to_sessions_json_looks_again_only_at_the_sessions_whose_entry_changed(tmp_path, db, monkeypatch):
+    # Every sessions.json write lists the store again; each of its sessions was decoded and its key asked
+    # of the ledger, one statement each, so a turn cost time per session ever stored.
+    monkeypatch.setattr(transcript_store, "_QUIET_NS", 0)
+    state = tmp_path / "state"
+    producer = Producer(state)
+    others = [f"3c9d7e1a-0000-4000-8000-{n:012x}" for n in range(2, 42)]
+    for sid in (SID, *others):
+        producer.add(_header() | {"id": sid}, _user("u1", 1), _assistant("a1", 2), session=sid)
+    index = state / "agents" / "main" / "sessions" / "sessions.json"
+    main = {"agent:main:main": {"sessionId": SID, "updatedAt": 1}}
+    index.write_bytes(orjson.dumps(main))
+    ingest(db, state, fmt="oc-transcript")
+    conn = open_writer(db)
+    try:
+        asked: list[str] = []
+        conn.set_profile(lambda sql, _ns: asked.append(sql) if "FROM sessions" in sql else None)
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.catch_up()  # a restart: every session is looked at once, all in one statement
+        assert len(asked) == 1
+        asked.clear()
+        index.write_bytes(orjson.dumps({"agent:main:main": {"sessionId": SID, "updatedAt": 1000}}))
+        pipeline.run_once()
+        assert asked == []
+        index.write_bytes(orjson.dumps(main | {"agent:main:subagent:abc": {"sessionId": others[0],
+                                                                             "spawnedBy": "agent:main:main"}}))
+        pipeline.run_once()
+    finally:
+        conn.close()
+    assert scalar_rows(db, "SELECT session_key FROM sessions WHERE session_id IN (?, ?) ORDER BY session_key",
+                       (SID, others[0])) == [("agent:main:main",), ("agent:main:subagent:abc",)]
+

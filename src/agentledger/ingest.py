@@ -183,35 +183,42 @@ class Pipeline:
                 tailer.close(opened)
         return stats
 
-    def _key_due(self, decode: Decoder) -> tuple[str, str] | None:
+    def _keys_due(self, decoders: list[Decoder]) -> list[tuple[str, str]]:
         """A decoder that learns its session's key from the files beside it (sources/__init__.py) may
         learn another one than it did before: once archived, a session leaves sessions.json. The
         ledger's key for the session is made the decoder's, whether or not there are lines to read,
         so a ledger that followed the session and one that reads it afresh agree. Returns the
-        (session, key) to give the ledger, if it keys the session otherwise."""
-        session_id, key = getattr(decode, "session_id", None), getattr(decode, "session_key", None)
-        if session_id is None or key is None or self.writer.session_key(session_id) in (None, key):
-            return None
-        return session_id, key
+        (session, key) pairs to give the ledger, the keys it holds looked up in one statement."""
+        told = [d for d in decoders
+                if getattr(d, "session_id", None) is not None and getattr(d, "session_key", None) is not None]
+        if not told:
+            return []
+        held = self.writer.session_keys([d.session_id for d in told])
+        return [(d.session_id, d.session_key) for d in told
+                if held.get(d.session_id, d.session_key) != d.session_key]
 
     def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
-        due = self._key_due(decode)
-        if due is None:
-            return
-        if pending.batches is None:
-            pending.batches = self.writer.begin()
-        pending.batches.rekey(*due)
+        for due in self._keys_due([decode]):
+            if pending.batches is None:
+                pending.batches = self.writer.begin()
+            pending.batches.rekey(*due)
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
         """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``);
-        each session it lists is keyed as its file would be (see _key_due) before its rows are read."""
+        the sessions the store names as due a key are keyed as their files would be (see _keys_due),
+        together, before its rows are read."""
+        due: list[Decoder] = []
+        decode, decoding = None, None
         for chunk, path in store.chunks(self.max_line):
             if chunk is None:
-                due = self._key_due(opener(path, self.writer.run_at))
-                if due is not None:
-                    self._committed(stats, self.writer.rekey(*due), 0, 0)
+                due.append(opener(path, self.writer.run_at))
                 continue
-            batch = self._batch(chunk, opener(path, self.writer.run_at))
+            if due:
+                self._rekey(due, stats)
+                due = []
+            if path != decoding:  # a session's pages come one after another, read as one file's chunks
+                decode, decoding = opener(path, self.writer.run_at), path
+            batch = self._batch(chunk, decode)
             result = self.writer.apply(batch)
             store.advance(chunk)
             rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted
@@ -219,6 +226,13 @@ class Pipeline:
                             sum(len(line) for _, line in rows.lines) + sum(n for _, n, _ in rows.too_long))
             if self.stop.is_set():
                 return
+        if due:
+            self._rekey(due, stats)
+
+    def _rekey(self, decoders: list[Decoder], stats: IngestStats) -> None:
+        keys = self._keys_due(decoders)
+        if keys:
+            self._committed(stats, self.writer.rekey(keys), 0, 0)
 
     def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder, in_order: bool) -> None:
         """``in_order``: the batch is written before the next is decoded (its decoder asks the

@@ -246,6 +246,10 @@ _MOVE_BRANCH_TOOLS = (
 # Tool calls on the side branches whose names start so (one session's, see _replayed_tools).
 _SIDE_TOOLS = "SELECT run_id, tool_call_id FROM tool_calls WHERE branch > ? AND branch < ?"
 _SESSION_KEY = "SELECT session_key, first_ms, last_ms FROM sessions WHERE session_id = ?"
+_SESSION_KEYS = """
+SELECT session_id, session_key FROM sessions
+WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NOT NULL
+"""
 _SESSIONS_OF_KEY = "SELECT session_id FROM sessions WHERE session_key = ?"
 # A session's rows take its new key in place of the old; what has no session id of its own (its
 # compactions and events) is known by its key and its time: a key has one session at a time.
@@ -906,11 +910,12 @@ class LedgerWriter:
     def begin(self) -> OpenBatches:
         return OpenBatches(self)
 
-    def rekey(self, session_id: str, session_key: str) -> ApplyResult:
-        """Give a session another key (see _rekey_session), in a transaction of its own."""
+    def rekey(self, keys: list[tuple[str, str]]) -> ApplyResult:
+        """Give sessions other keys ((session, key) pairs, see _rekey_session), in a transaction of their own."""
         opened = self.begin()
         try:
-            opened.rekey(session_id, session_key)
+            for session_id, session_key in keys:
+                opened.rekey(session_id, session_key)
             return opened.commit()
         except BaseException as exc:
             opened.abandon(exc)
@@ -1178,9 +1183,9 @@ class LedgerWriter:
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
                     result.changed += len(updates)
 
-    def session_key(self, session_id: str) -> str | None:
-        rows = self.conn.execute(_SESSION_KEY, (session_id,)).fetchall()
-        return rows[0][0] if rows else None
+    def session_keys(self, session_ids: list[str]) -> dict[str, str]:
+        """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
+        return dict(self.conn.execute(_SESSION_KEYS, (orjson.dumps(session_ids).decode(),)))
 
     def run_at(self, session_id: str, ts_ms: int | None) -> str | None:
         """The run a session was in at ``ts_ms`` (None: its latest), as far as the ledger knows."""

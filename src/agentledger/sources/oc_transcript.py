@@ -94,7 +94,7 @@ def is_live(name: str) -> bool:
 _INDEX_CACHE: dict[str, tuple[tuple[int, int], dict[str, dict]]] = {}
 
 
-def _index(directory: str) -> dict[str, dict]:
+def index(directory: str) -> dict[str, dict]:
     """sessionId → {"key": sessionKey, "spawnedBy": parent key} from the folder's sessions.json."""
     path = os.path.join(directory, INDEX_NAME)
     try:
@@ -265,7 +265,7 @@ class FileDecoder:
         self.session_id = session_id_of(p.name)
         parts = p.parts
         self.agent_id = parts[-3] if len(parts) >= 4 and parts[-4] == "agents" else None
-        entry = _index(str(p.parent)).get(self.session_id or "", {})
+        entry = index(str(p.parent)).get(self.session_id or "", {})
         self.session_key = entry.get("key")
         if self.session_key is None and self.agent_id and self.session_id:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
@@ -404,7 +404,7 @@ def _sibling_dirs(path: str) -> list[str]:
 
 def _listed_keys(path: str) -> set[str]:
     """Every session key the ``sessions.json`` files beside ``path`` list."""
-    return {entry["key"] for d in _sibling_dirs(path) for entry in _index(d).values()}
+    return {entry["key"] for d in _sibling_dirs(path) for entry in index(d).values()}
 
 
 def _all_text(content: object) -> str:

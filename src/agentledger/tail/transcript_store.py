@@ -77,11 +77,16 @@ class StoreReader:
         self.rows: dict[str, FileRow] = {row.path: row for row in writer.load_files(STORE_SOURCE)}
         self.read_at: dict[str, tuple] = {}  # store → how its files looked when it was last read to the end
         self.failing: dict[str, str] = {}  # store → why it could not be read last time
+        # store → session → (the transcript path it decodes as, its sessions.json entry) when it was last
+        # named as due a key: all its key depends on, but for spawns in files, which the files' reads follow.
+        self.keyed: dict[str, dict[str, tuple]] = {}
 
     def chunks(self, max_line: int) -> Iterator[tuple[Chunk | None, str]]:
         """(rows not indexed yet as a chunk, the transcript path they decode as); the caller commits each
-        chunk before asking for the next, and calls ``advance`` once it has. Each session the store lists
-        comes first as (None, its path), new rows or not: the key its rows take may have changed."""
+        chunk before asking for the next, and calls ``advance`` once it has. A session new to this reader,
+        or whose path or sessions.json entry changed since, comes as (None, its path), new rows or not:
+        the key its rows take may have changed. A store's (None, path) all come before its chunks, so
+        their keys can be looked up together."""
         for root in self.roots:
             for store in stores(root):
                 yield from self._store(root, store, max_line)
@@ -104,13 +109,21 @@ class StoreReader:
                 self._unreadable(store, exc)
                 return
             transcripts = _transcripts(sessions_dir)
+            index = oc_transcript.index(sessions_dir)
+            keyed = self.keyed.setdefault(store, {})
+            listed = []
             for session_id, last in sessions:
                 if not isinstance(session_id, str) or not isinstance(last, int):
                     continue
-                row = self._row(root, store, session_id, look[0])
                 # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
                 path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
-                yield None, path
+                listed.append((session_id, last, path))
+                seen = (path, index.get(session_id))
+                if keyed.get(session_id) != seen:
+                    keyed[session_id] = seen
+                    yield None, path
+            for session_id, last, path in listed:
+                row = self._row(root, store, session_id, look[0])
                 while row.offset <= last:
                     try:
                         page = conn.execute(_PAGE, (session_id, row.offset, max_line, _HEAD,
