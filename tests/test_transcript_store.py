@@ -15,6 +15,7 @@ from ledgerdump import scalar
 from test_transcript_sources import _clean, keys_seen, scalar_rows
 
 from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger import queries
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.tail import transcript_store
@@ -250,3 +251,49 @@ def test_a_write_to_sessions_json_looks_again_only_at_the_sessions_whose_entry_c
     assert scalar_rows(db, "SELECT session_key FROM sessions WHERE session_id IN (?, ?) ORDER BY session_key",
                        (SID, others[0])) == [("agent:main:main",), ("agent:main:subagent:abc",)]
 
+
+@pytest.mark.parametrize("copy", ["store", "file"])
+def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_parent(tmp_path, db, monkeypatch,
+                                                                                      copy):
+    # Once sessions.json no longer listed it, the key guessed for it (agent:main:<id>) replaced the one it was
+    # listed under: its parent's family lost its cost, and the subagent showed $0.
+    monkeypatch.setattr(transcript_store, "_QUIET_NS", 0)
+    child, handed, heir = (f"3c9d7e1a-0000-4000-8000-0000000000c{n}" for n in "123")
+    state = tmp_path / "state"
+    producer = Producer(state)
+    sessions = state / "agents" / "main" / "sessions"
+
+    def write(session: str, start: int, cost: float) -> None:
+        entries = (_header(start) | {"id": session}, _user("u1", start + 1), _assistant("a1", start + 2, cost=cost))
+        if copy == "store":
+            producer.add(*entries, session=session)
+        else:
+            (sessions / f"{session}.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries))
+
+    def listing(**subagents: str) -> None:
+        index = {"agent:main:main": {"sessionId": SID}}
+        for name, session in subagents.items():
+            index[f"agent:main:subagent:{name}"] = {"sessionId": session, "spawnedBy": "agent:main:main"}
+        (sessions / "sessions.json").write_bytes(orjson.dumps(index))
+
+    listing(abc=child, de=handed)
+    write(SID, 0, 0.5)
+    write(child, 3, 2.0)
+    write(handed, 6, 1.0)
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.catch_up()
+        # abc ended and left the index; de now names another session, as a reset would.
+        listing(de=heir)
+        write(heir, 9, 0.25)
+        pipeline.catch_up()
+        detail = queries.session_detail(conn, "agent:main:main")
+    finally:
+        conn.close()
+    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == [
+        (SID, "agent:main:main"), (child, "agent:main:subagent:abc"), (handed, f"agent:main:{handed}"),
+        (heir, "agent:main:subagent:de")]
+    assert detail["family_cost_usd"] == 2.75
+    assert sorted((s["child_session_key"], s["cost_usd"]) for s in detail["subagents"]) == [
+        ("agent:main:subagent:abc", 2.0), ("agent:main:subagent:de", 0.25)]

@@ -187,15 +187,16 @@ class Pipeline:
         """A decoder that learns its session's key from the files beside it (sources/__init__.py) may
         learn another one than it did before: once archived, a session leaves sessions.json. The
         ledger's key for the session is made the decoder's, whether or not there are lines to read,
-        so a ledger that followed the session and one that reads it afresh agree. Returns the
-        (session, key) pairs to give the ledger, the keys it holds looked up in one statement."""
+        so a ledger that followed the session and one that reads it afresh agree, unless the decoder
+        yields to the key the ledger holds. Returns the (session, key) pairs to give the ledger, the
+        keys it holds looked up in one statement."""
         told = [d for d in decoders
                 if getattr(d, "session_id", None) is not None and getattr(d, "session_key", None) is not None]
         if not told:
             return []
         held = self.writer.session_keys([d.session_id for d in told])
         return [(d.session_id, d.session_key) for d in told
-                if held.get(d.session_id, d.session_key) != d.session_key]
+                if held.get(d.session_id, d.session_key) != d.session_key and not d.yields_to(held[d.session_id])]
 
     def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
         for due in self._keys_due([decode]):

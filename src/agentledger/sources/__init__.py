@@ -5,7 +5,8 @@ file's lines, ``decode(line, offset) -> Fact | Reject | list[Fact]``. Transcript
 learn who a file belongs to from its path (and side files), and ask ``lookup`` which run
 a session is in when a read resumes mid-file; decoding itself never writes anything. A
 decoder that learns its file's session key from files beside it says so as ``session_id``
-and ``session_key``: the ledger keeps that session under that key (see Pipeline._keys_due).
+and ``session_key``: the ledger keeps that session under that key, unless ``yields_to`` the
+key it holds (see Pipeline._keys_due).
 """
 
 from __future__ import annotations

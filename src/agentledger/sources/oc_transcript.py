@@ -11,7 +11,9 @@ A session's key is the one ``sessions.json`` lists it under; an archive it no lo
 keeps a key of its own (``agent:<agentId>:<sessionId>``, or the subagent key its parent's
 spawn names). Nothing on disk says what key an archive once had, so a session followed
 while live and then archived takes the archive's key too: a ledger that followed it and
-one that reads the same files afresh agree.
+one that reads the same files afresh agree. A subagent is the exception: the key its
+parent gave it names it better than one guessed once it left sessions.json, so the
+ledger keeps it until sessions.json lists another session under it (``yields_to``).
 
 Each user message starts a run (a turn); each assistant line is one LLM call with the
 producer's own cost estimate; ``toolCall`` blocks pair with ``toolResult`` lines.
@@ -49,6 +51,7 @@ from agentledger.facts import (
     ToolEnded,
     ToolStarted,
 )
+from agentledger.ledger.rollups import is_subagent_key
 from agentledger.sources.common import (
     RunLookup,
     RunTracker,
@@ -265,15 +268,25 @@ class FileDecoder:
         self.session_id = session_id_of(p.name)
         parts = p.parts
         self.agent_id = parts[-3] if len(parts) >= 4 and parts[-4] == "agents" else None
+        self.path = path
         entry = index(str(p.parent)).get(self.session_id or "", {})
         self.session_key = entry.get("key")
+        self.guessed = False
         if self.session_key is None and self.agent_id and self.session_id:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
             found = None if is_live(p.name) else _archived_child_key(path, self.agent_id, _listed_keys(path))
+            self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
         self.spawned_by = entry.get("spawnedBy")
         self.label = entry.get("label")
         self.runs = RunTracker(lookup, self.session_id)
+
+    def yields_to(self, held: str) -> bool:
+        """Whether the key the ledger holds for the session stands against this decoder's. A subagent's
+        key was learnt from sessions.json or its parent's spawn while they named it; a key of its own
+        guessed once sessions.json forgot it, with no spawn to say otherwise, knows less. Only another
+        session listed under that key now takes it away."""
+        return self.guessed and is_subagent_key(held) and held not in _listed_keys(self.path)
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
