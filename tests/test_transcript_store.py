@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import apsw
@@ -297,3 +298,25 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
     assert detail["family_cost_usd"] == 2.75
     assert sorted((s["child_session_key"], s["cost_usd"]) for s in detail["subagents"]) == [
         ("agent:main:subagent:abc", 2.0), ("agent:main:subagent:de", 0.25)]
+
+
+@pytest.mark.parametrize("name", [b"caf\xe9-state", b"state?mode=rw#1%41"])
+def test_a_store_is_read_with_the_files_beside_it_whatever_its_root_is_named(tmp_path, db, name):
+    # The store's name went into its URI as text, which cannot hold such a name: ingest stopped, before the files.
+    # A name holding what a URI gives a meaning to is the store's name all the same.
+    plain, state = tmp_path / "plain", tmp_path / os.fsdecode(name)
+    producer = Producer(plain)
+    _index(plain)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2, cost=0.5))
+    producer.conn.close()
+    other = "3c9d7e1a-0000-4000-8000-0000000000a2"
+    (plain / "agents" / "main" / "sessions" / f"{other}.jsonl").write_bytes(b"".join(
+        orjson.dumps(e) + b"\n" for e in (_header(3) | {"id": other}, _user("u1", 4), _assistant("a1", 5, cost=1.0))))
+    plain.rename(state)
+    assert ingest(db, state, fmt="oc-transcript").lines == 6
+    assert ingest(db, state, fmt="oc-transcript").lines == 0  # each known again by the name it was recorded under
+    assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 15 * 10**11
+    named = str(tmp_path / name.decode("utf-8", "backslashreplace"))
+    assert sorted(scalar_rows(db, "SELECT source, root, path FROM files")) == [
+        ("oc-transcript", named, f"{named}/agents/main/sessions/{other}.jsonl"),
+        ("oc-transcript-sqlite", named, f"{named}/agents/main/agent/openclaw-agent.sqlite#{SID}")]

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import apsw
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
+from agentledger.tail.layouts import ledger_name
 from agentledger.tail.reader import ReadResult
 from agentledger.tail.tailer import Chunk
 
@@ -62,7 +64,9 @@ def stores(root: str) -> list[str]:
 
 
 def _open(path: str) -> apsw.Connection:
-    conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    # The name's own bytes, escaped: a name need not be UTF-8, and a ?, # or % in it is not the URI's.
+    uri = f"file:{urllib.parse.quote(os.fsencode(path))}?mode=ro"
+    conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     conn.setbusytimeout(_BUSY_MS)
     return conn
 
@@ -115,8 +119,9 @@ class StoreReader:
             for session_id, last in sessions:
                 if not isinstance(session_id, str) or not isinstance(last, int):
                     continue
-                # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
-                path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
+                # Decoded as its JSONL file would be (an archive of it included), under the name the tailer
+                # gives that file, so the key it gets agrees.
+                path = ledger_name(transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl"))
                 listed.append((session_id, last, path))
                 seen = (path, index.get(session_id))
                 if keyed.get(session_id) != seen:
@@ -133,7 +138,7 @@ class StoreReader:
                         return
                     if not page:
                         break
-                    yield _chunk(row, store, session_id, page), path
+                    yield _chunk(row, page), path
             # A write in the same clock tick as the last one leaves size and mtime as they were: only a
             # look taken once the files had been quiet a while can vouch for having seen everything.
             if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS:
@@ -150,12 +155,13 @@ class StoreReader:
         self.failing[store] = reason
 
     def _row(self, root: str, store: str, session_id: str, st: tuple[int, int, int, int]) -> FileRow:
-        path = f"{store}#{session_id}"
+        """The session's ``files`` row, named as the tailer names files (see ``ledger_name``)."""
+        path = f"{ledger_name(store)}#{session_id}"
         row = self.rows.get(path)
         if row is None:
             fingerprint = hashlib.blake2b(session_id.encode(), digest_size=16).digest()
-            row = self.rows[path] = self.writer.add_file(STORE_SOURCE, root, path, fingerprint, st[0], st[1], 0,
-                                                         "live")
+            row = self.rows[path] = self.writer.add_file(STORE_SOURCE, ledger_name(root), path, fingerprint, st[0],
+                                                         st[1], 0, "live")
         return row
 
     @staticmethod
@@ -192,7 +198,7 @@ def _transcripts(sessions_dir: str) -> dict[str, str]:
     return out
 
 
-def _chunk(row: FileRow, store: str, session_id: str, page: list[tuple]) -> Chunk:
+def _chunk(row: FileRow, page: list[tuple]) -> Chunk:
     result = ReadResult()
     for seq, body, length, head in page:
         if body is not None or length is None:  # an empty row is rejected as a blank line would be
@@ -200,4 +206,4 @@ def _chunk(row: FileRow, store: str, session_id: str, page: list[tuple]) -> Chun
         else:
             result.too_long.append((seq, length, bytes(head)))
     result.end = page[-1][0] + 1
-    return Chunk(row=row, path=f"{store}#{session_id}", start=row.offset, result=result, size=result.end)
+    return Chunk(row=row, path=row.path, start=row.offset, result=result, size=result.end)
