@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -24,6 +25,7 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources import oc_transcript
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -370,6 +372,102 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     u = orjson.loads(usage.stdout)
     assert (u["sessions"], u["subagent_sessions"]) == (2, 2)
     _clean(db)
+
+
+# What the interpreter opens and lists while a test watches (sys.audit); a hook stays for the process.
+_WATCHED: list[tuple[str, str]] | None = None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WATCHED is not None and event in ("open", "os.scandir") and isinstance(args[0], str):
+        _WATCHED.append((event, args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+def _watch(run) -> tuple[list[str], int]:
+    """(names of the transcripts ``run`` opened, how many times it listed a sessions folder)."""
+    global _WATCHED
+    _WATCHED = []
+    try:
+        run()
+        seen = _WATCHED
+    finally:
+        _WATCHED = None
+    opened = sorted({Path(path).name for event, path in seen
+                     if event == "open" and Path(path).parent.name == "sessions" and ".jsonl" in path})
+    return opened, sum(1 for event, path in seen if event == "os.scandir" and Path(path).name == "sessions")
+
+
+def test_a_pass_over_many_archives_reads_only_the_transcripts_that_changed_and_keys_them_as_a_fresh_read(
+        tmp_path, db):
+    """Each archive is keyed by the spawns in every transcript beside it: a pass looks at the folder once
+    and reads only what grew, not every transcript once per archive."""
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    parent = "7a0c2f4e-0000-4000-8000-000000000001"
+    children = [f"c0ffee00-0000-4000-8000-{n:012d}" for n in range(12)]
+
+    def listing(turn: int) -> None:  # the gateway rewrites sessions.json after each turn
+        sessions.joinpath("sessions.json").write_bytes(
+            orjson.dumps({"agent:main:main": {"sessionId": parent, "updatedAt": turn}}))
+
+    def spawn(n: int) -> bytes:
+        task = f"Review module {n}; report, do not edit."
+        (sessions / f"{children[n]}.jsonl.deleted.2026-10-01T10-00-00.000Z").write_bytes(
+            b"".join(_child(children[n], task, n)))
+        return (_spawn_call(f"p{n}a", f"call_{n}", task, n)
+                + _spawn_result(f"p{n}b", f"call_{n}", f"agent:main:subagent:{n:04d}", n))
+
+    listing(0)
+    (sessions / f"{parent}.jsonl").write_bytes(oc_header(parent) + b"".join(spawn(n) for n in range(11)))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.catch_up()
+        listing(1)
+        assert _watch(pipeline.run_once) == ([], 1)
+        listing(2)
+        with (sessions / f"{parent}.jsonl").open("ab") as f:
+            f.write(spawn(11))
+        grown = sorted([f"{parent}.jsonl", f"{children[11]}.jsonl.deleted.2026-10-01T10-00-00.000Z"])
+        assert _watch(pipeline.run_once) == (grown, 1)
+    finally:
+        conn.close()
+    fresh = tmp_path / "fresh.db"
+    subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-transcript", str(state)],
+                   env=cli_env(fresh), capture_output=True, check=True)
+    keys = "SELECT session_id, session_key FROM sessions ORDER BY session_id"
+    assert scalar_rows(db, keys) == scalar_rows(fresh, keys)
+    assert dict(scalar_rows(db, keys))[children[11]] == "agent:main:subagent:0011"
+    family = ("SELECT child_session_key, parent_session_key FROM subagents ORDER BY 1",
+              "SELECT session_key, count(*), sum(cost_pico) FROM llm_calls GROUP BY 1 ORDER BY 1")
+    for sql in family:
+        assert scalar_rows(db, sql) == scalar_rows(fresh, sql)
+    _clean(db)
+
+
+def test_a_session_archived_during_a_pass_is_not_keyed_by_its_own_spawns(tmp_path):
+    """A pass looks at a folder's spawns once; a session archived after that look still only meets the spawns
+    of the other transcripts, as the folder now holds them."""
+    sessions = tmp_path / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    other, parent = "0dd00000-0000-4000-8000-000000000001", "7a0c2f4e-0000-4000-8000-000000000001"
+    task = "Review src/auth"
+    (sessions / f"{other}.jsonl.reset.2026-10-01T10-00-00.000Z").write_bytes(b"".join(_child(other, "hi", 30)))
+    # Its own first message holds the task it spawned a minute after it started.
+    (sessions / f"{parent}.jsonl").write_bytes(
+        b"".join(_child(parent, task, 10)[:2]) + _spawn_call("p1", "call_a", task, 10)
+        + _spawn_result("p2", "call_a", "agent:main:subagent:aaaa", 10))
+    with oc_transcript.one_look():
+        first = next(sessions.glob("*.reset.*"))
+        assert oc_transcript.FileDecoder(str(first), None).session_key == f"agent:main:{other}"
+        time.sleep(0.05)  # the folder's next change is stamped with a later time
+        archived = sessions / f"{parent}.jsonl.reset.2026-10-01T11-00-00.000Z"
+        (sessions / f"{parent}.jsonl").rename(archived)
+        assert oc_transcript.FileDecoder(str(archived), None).session_key == f"agent:main:{parent}"
 
 
 # -- Task subagents and /btw side questions ------------------------------------------------------

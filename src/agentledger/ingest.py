@@ -13,7 +13,7 @@ from pathlib import Path
 from agentledger.facts import Fact, LlmCall, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
-from agentledger.sources import Decoder, asks_ledger, opener_for
+from agentledger.sources import Decoder, asks_ledger, oc_transcript, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
 from agentledger.tail.transcript_store import StoreReader
@@ -139,6 +139,11 @@ class Pipeline:
         pass over many files costs one commit and one hot-view refresh rather than one per file;
         a transaction holds at most ``batch_lines`` lines (one chunk of a big file), so a backlog
         still commits in bounded pieces."""
+        # Every archived transcript a pass decodes is keyed by the same spawns beside it: looked for once.
+        with oc_transcript.one_look():
+            return self._pass(written)
+
+    def _pass(self, written: set[str] | None) -> IngestStats:
         stats = IngestStats()
         for tailer, opener, store, in_order in self.tailers:
             if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed

@@ -28,9 +28,13 @@ matter.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import mmap
 import os
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -151,13 +155,14 @@ class _Scanned:
 _SPAWN_CACHE: dict[str, _Scanned] = {}
 
 
-def _scan_spawns(entry: os.DirEntry) -> list[_Spawn]:
-    """The answered sessions_spawn calls in one transcript, reading only what was added since the last look."""
+def _scan_spawns(entry: os.DirEntry) -> bool:
+    """Reads what was added to one transcript since the last look for answered sessions_spawn calls;
+    whether there was anything to read."""
     known = _SPAWN_CACHE.get(entry.path)
     try:
         st = entry.stat()
         if known is not None and known.ino == st.st_ino and known.offset == st.st_size:
-            return known.spawns
+            return False
         with open(entry.path, "rb") as f:
             st = os.fstat(f.fileno())
             if known is None or known.ino != st.st_ino or st.st_size < known.offset:
@@ -167,7 +172,7 @@ def _scan_spawns(entry: os.DirEntry) -> list[_Spawn]:
                     _scan_lines(known, data)
     except (OSError, ValueError):  # gone, or emptied since it was looked at
         pass
-    return known.spawns if known is not None else []
+    return True
 
 
 def _scan_lines(known: _Scanned, data: mmap.mmap) -> None:
@@ -204,8 +209,26 @@ def _note_spawn(scanned: _Scanned, line: bytes) -> None:
             scanned.spawns.append(_Spawn(task=task, answered_ms=ts, child_key=child))
 
 
+# path → ((ino, size, mtime_ns), head): an archive is decoded every pass, and its head never moves.
+_HEADS: dict[str, tuple[tuple[int, int, int], tuple[int, str] | None]] = {}
+
+
 def _head(path: str) -> tuple[int, str] | None:
     """(header time, first user message text) of a transcript, from its first lines."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _HEADS.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    head = _read_head(path)
+    _HEADS[path] = (stamp, head)
+    return head
+
+
+def _read_head(path: str) -> tuple[int, str] | None:
     header_ms = None
     try:
         with open(path, "rb") as f:
@@ -227,27 +250,82 @@ def _head(path: str) -> tuple[int, str] | None:
     return None
 
 
+@dataclass(slots=True)
+class _Folder:
+    """The answered spawns of one sessions folder's transcripts, by the time of their answer."""
+
+    stamp: tuple[int, int] | None  # the folder's (inode, mtime_ns) before it was listed
+    paths: list[str]  # its transcripts, in the order they were listed
+    spawns: list[tuple[int, int, str, _Spawn]]  # (answered_ms, place in listing order, transcript, spawn)
+
+
+_FOLDERS: dict[str, _Folder] = {}
+_pass = threading.local()
+
+
+@contextlib.contextmanager
+def one_look() -> Iterator[None]:
+    """Within it, each sessions folder's transcripts are looked at once, however many archives beside
+    them are decoded: every archive asks after the same spawns, and a look stats every transcript."""
+    outer = getattr(_pass, "looked", None)
+    _pass.looked = set() if outer is None else outer
+    try:
+        yield
+    finally:
+        _pass.looked = outer
+
+
+def _folder(sdir: str) -> _Folder:
+    try:
+        st = os.stat(sdir)
+        stamp = (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        stamp = None
+    looked = getattr(_pass, "looked", None)
+    known = _FOLDERS.get(sdir)
+    # Looked at once a pass, and again once a file is named there: a session archived meanwhile must not
+    # meet its own spawns under its former name.
+    if known is not None and looked is not None and sdir in looked and known.stamp == stamp:
+        return known
+    if looked is not None:
+        looked.add(sdir)
+    try:
+        entries = [e for e in os.scandir(sdir) if is_transcript(e.name)]
+    except OSError:
+        entries = []
+    read = [_scan_spawns(e) for e in entries]
+    paths = [e.path for e in entries]
+    if known is not None and not any(read) and paths == known.paths:
+        known.stamp = stamp
+        return known
+    for gone in set(known.paths if known else ()) - set(paths):
+        _SPAWN_CACHE.pop(gone, None)
+        _HEADS.pop(gone, None)
+    listed = [(spawn.answered_ms, path, spawn) for path in paths
+              for spawn in (_SPAWN_CACHE[path].spawns if path in _SPAWN_CACHE else ())]
+    known = _FOLDERS[sdir] = _Folder(stamp, paths, sorted((ms, place, path, spawn)
+                                                          for place, (ms, path, spawn) in enumerate(listed)))
+    return known
+
+
 def _archived_child_key(path: str, agent_id: str | None, listed: set[str]) -> str | None:
     """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
-    whose task is its first message (None: no spawn beside it asked for it)."""
+    whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
+    first listed."""
     head = _head(path)
     if head is None:
         return None
     header_ms, first = head
     best: tuple[int, str] | None = None
     for sdir in _sibling_dirs(path):
-        try:
-            entries = list(os.scandir(sdir))
-        except OSError:
-            continue
-        for entry in entries:
-            if not is_transcript(entry.name) or entry.path == path:
-                continue
-            for spawn in _scan_spawns(entry):
-                gap = abs(header_ms - spawn.answered_ms)
-                if (gap <= _SPAWN_WINDOW_MS and (best is None or gap < best[0]) and spawn.task in first
-                        and spawn.child_key not in listed and agent_from_key(spawn.child_key) == agent_id):
-                    best = (gap, spawn.child_key)
+        spawns = _folder(sdir).spawns
+        lo = bisect.bisect_left(spawns, (header_ms - _SPAWN_WINDOW_MS,))
+        hi = bisect.bisect_left(spawns, (header_ms + _SPAWN_WINDOW_MS + 1,))
+        for _, _, where, spawn in sorted(spawns[lo:hi], key=lambda s: s[1]):
+            gap = abs(header_ms - spawn.answered_ms)
+            if (where != path and (best is None or gap < best[0]) and spawn.task in first
+                    and spawn.child_key not in listed and agent_from_key(spawn.child_key) == agent_id):
+                best = (gap, spawn.child_key)
     return best[1] if best else None
 
 
@@ -415,9 +493,22 @@ def _sibling_dirs(path: str) -> list[str]:
     return [str(p.parent)]
 
 
+# sibling folders → (their indexes, the keys those list): every archive decoded asks, and a union of
+# sessions.json files is as long as they are.
+_LISTED: dict[tuple[str, ...], tuple[list[dict], set[str]]] = {}
+
+
 def _listed_keys(path: str) -> set[str]:
     """Every session key the ``sessions.json`` files beside ``path`` list."""
-    return {entry["key"] for d in _sibling_dirs(path) for entry in index(d).values()}
+    dirs = tuple(_sibling_dirs(path))
+    indexes = [index(d) for d in dirs]
+    cached = _LISTED.get(dirs)
+    # index() hands back the same dict while its sessions.json is unchanged (a new empty one while there is none).
+    if cached is not None and all(a is b or not (a or b) for a, b in zip(cached[0], indexes)):
+        return cached[1]
+    keys = {entry["key"] for by_id in indexes for entry in by_id.values()}
+    _LISTED[dirs] = (indexes, keys)
+    return keys
 
 
 def _all_text(content: object) -> str:
