@@ -308,7 +308,7 @@ def _folder(sdir: str) -> _Folder:
     return known
 
 
-def _archived_child_key(path: str, agent_id: str | None, listed: set[str]) -> str | None:
+def _archived_child_key(path: str, agent_id: str | None, siblings: list[str], listed: set[str]) -> str | None:
     """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
     whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
     first listed."""
@@ -317,7 +317,7 @@ def _archived_child_key(path: str, agent_id: str | None, listed: set[str]) -> st
         return None
     header_ms, first = head
     best: tuple[int, str] | None = None
-    for sdir in _sibling_dirs(path):
+    for sdir in siblings:
         spawns = _folder(sdir).spawns
         lo = bisect.bisect_left(spawns, (header_ms - _SPAWN_WINDOW_MS,))
         hi = bisect.bisect_left(spawns, (header_ms + _SPAWN_WINDOW_MS + 1,))
@@ -352,7 +352,10 @@ class FileDecoder:
         self.guessed = False
         if self.session_key is None and self.agent_id and self.session_id:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
-            found = None if is_live(p.name) else _archived_child_key(path, self.agent_id, _listed_keys(path))
+            found = None
+            if not is_live(p.name):
+                siblings = _sibling_dirs(path)
+                found = _archived_child_key(path, self.agent_id, siblings, _listed_keys(siblings))
             self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
         self.spawned_by = entry.get("spawnedBy")
@@ -364,7 +367,7 @@ class FileDecoder:
         key was learnt from sessions.json or its parent's spawn while they named it; a key of its own
         guessed once sessions.json forgot it, with no spawn to say otherwise, knows less. Only another
         session listed under that key now takes it away."""
-        return self.guessed and is_subagent_key(held) and held not in _listed_keys(self.path)
+        return self.guessed and is_subagent_key(held) and held not in _listed_keys(_sibling_dirs(self.path))
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
@@ -498,9 +501,9 @@ def _sibling_dirs(path: str) -> list[str]:
 _LISTED: dict[tuple[str, ...], tuple[list[dict], set[str]]] = {}
 
 
-def _listed_keys(path: str) -> set[str]:
-    """Every session key the ``sessions.json`` files beside ``path`` list."""
-    dirs = tuple(_sibling_dirs(path))
+def _listed_keys(siblings: list[str]) -> set[str]:
+    """Every session key the ``sessions.json`` files of the sessions folders ``siblings`` list."""
+    dirs = tuple(siblings)
     indexes = [index(d) for d in dirs]
     cached = _LISTED.get(dirs)
     # index() hands back the same dict while its sessions.json is unchanged (a new empty one while there is none).
