@@ -436,6 +436,7 @@ def test_a_pass_over_many_archives_reads_only_the_transcripts_that_changed_and_k
         assert _watch(pipeline.run_once) == (grown, 1)
     finally:
         conn.close()
+    ingest(db, state, fmt="oc-transcript")  # restarted: what was read is not read again
     fresh = tmp_path / "fresh.db"
     subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-transcript", str(state)],
                    env=cli_env(fresh), capture_output=True, check=True)
