@@ -266,3 +266,41 @@ def test_a_dated_override_prices_each_call_at_its_date(tmp_path):
 def test_a_bad_dated_override_is_one_clear_error(tmp_path, body, words):
     with pytest.raises(ValueError, match=words):
         load_overrides(_overrides(tmp_path, body))
+
+
+def test_metrics_after_a_reprice_count_each_call_once(tmp_path):
+    """A call priced by `reprice` moves from the unpriced series to the priced one: a counter held
+    at its highest across the restart (as metric floors kept on disk once did) counted it in both."""
+    import urllib.request
+
+    from logwriter import LogDir, event
+    from prometheus_client.parser import text_string_to_metric_families
+    from serving import Served, write_config
+
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "acme", "model": "acme-unknown-9",
+                                      "delta": {"input": 1000, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 1000}}))
+    config = write_config(tmp_path, logs.root, extra="")
+
+    def calls() -> dict:
+        with urllib.request.urlopen(served.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {s.labels["priced"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "agentledger_llm_calls_total" and s.labels["model"] == "acme-unknown-9"
+                and s.labels["outcome"] == "ok"}
+
+    served = Served(config, tmp_path)
+    try:
+        assert calls() == {"true": 0, "false": 1}
+    finally:
+        served.stop()
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."acme-unknown-9"]\ninput = 1.0\noutput = 1.0\n')
+    subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "reprice", "--prices", str(prices)],
+                   env=cli_env(tmp_path / "ledger.db"), check=True, capture_output=True)
+    served = Served(config, tmp_path)
+    try:
+        assert calls() == {"true": 1, "false": 0}
+    finally:
+        served.stop()

@@ -359,21 +359,6 @@ def test_capped_label_series_never_go_back_as_other_values_grow(tmp_path, db):
             [(key, value, after.get(key)) for key, value in before.items() if after.get(key, 0) < value]
 
 
-def test_metric_floors_kept_in_a_file_that_cannot_be_read_start_from_the_ledger(corpus_db, tmp_path):
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from agentledger.metrics import CounterFloors, registry_for
-
-    path = tmp_path / "metric-floors.json"
-    path.write_bytes(b'{"ledger": "torn')
-    text = generate_latest(registry_for(corpus_db, floors=CounterFloors(path))).decode()
-    served = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
-              if f.type in ("counter", "histogram") for s in f.samples}
-    assert served == metric_counters(corpus_db)  # the ledger's sums, nothing held
-    assert json.loads(path.read_bytes())["samples"]  # and kept anew for the next start
-
-
 def test_timeline_holds_every_model_and_tool_call_of_the_session(corpus_db, oc_expected):
     want = next(s for s in oc_expected["sessions_sample"] if s["tool_calls"] and s["llm_calls"] > 3)
     conn = open_reader(corpus_db)

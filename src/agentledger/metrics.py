@@ -14,14 +14,12 @@ drop when it left and Prometheus would read the drop as a counter reset.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -30,8 +28,6 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS
 from agentledger.units import PICO_PER_USD
-
-log = logging.getLogger(__name__)
 
 OTHER = "_other"
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
@@ -49,61 +45,31 @@ class _Capped:
 
 
 class CounterFloors:
-    """The highest value each counter and histogram sample was served at.
+    """The highest value each counter and histogram sample was served at, for the serving process's life.
 
     The ledger corrects itself now and then: a side branch's replay is found out after it was
     counted, a call's line gives way to a better one. A sum over the ledger then goes down, which
     Prometheus reads as a reset: ``increase()`` counts the whole value again, a false spike in
-    spend. So a sample is served at its highest until the ledger passes it again. Kept in ``path``
-    (when given) so that a restart, which may itself find such a correction, holds them too; a
-    different ledger (rebuilt, replaced) starts afresh, as its counters really do."""
+    spend. So a sample is served at its highest until the ledger passes it again, for the serving
+    process's life only: offline changes (``reprice``, another ``top_n``) move counts from one series
+    to another, and floors kept past a restart would count them in both."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path
-        self._ledger: str | None = None
+    def __init__(self) -> None:
         self._highest: dict[tuple, float] = {}
         self._lock = threading.Lock()  # scrapes are answered on threads of their own
-        if path is not None:
-            try:
-                saved = orjson.loads(path.read_bytes())
-                self._ledger = saved["ledger"]
-                self._highest = {(name, tuple(map(tuple, labels))): value for name, labels, value in saved["samples"]}
-            except FileNotFoundError:
-                pass
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("metric floors in %s not read (%s): counters start from the ledger's sums", path, exc)
 
-    def hold(self, ledger: str, families: list[Metric]) -> None:
+    def hold(self, families: list[Metric]) -> None:
         with self._lock:
-            if ledger != self._ledger:
-                self._ledger, self._highest = ledger, {}
-            raised = False
             for family in families:
                 if family.type not in ("counter", "histogram"):
                     continue
                 for i, sample in enumerate(family.samples):
                     key = (sample.name, tuple(sorted(sample.labels.items())))
                     highest = self._highest.get(key)
-                    if highest is not None and sample.value <= highest:
+                    if highest is not None and sample.value < highest:
                         family.samples[i] = sample._replace(value=highest)
                     else:
                         self._highest[key] = sample.value
-                        raised = True
-            if raised and self.path is not None:
-                self._save()
-
-    def _save(self) -> None:
-        data = orjson.dumps({"ledger": self._ledger,
-                             "samples": [[name, labels, value] for (name, labels), value in self._highest.items()]})
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:  # a scrape still answers; only a restart's hold is lost
-            log.warning("metric floors not kept in %s: %s", self.path, exc.strerror)
 
 
 class LedgerCollector(Collector):
@@ -118,12 +84,11 @@ class LedgerCollector(Collector):
             conn.execute("BEGIN")  # one snapshot for the whole scrape
             families = [*self._llm(conn), *self._runs_and_sessions(conn), *self._tools(conn), *self._ingest(conn),
                         *self._gates(conn), *self._durations(conn)]
-            ledger = queries.ledger_id(conn)
             conn.execute("COMMIT")
         finally:
             conn.close()
         if self.floors is not None:
-            self.floors.hold(ledger, families)
+            self.floors.hold(families)
         yield from families
         size = GaugeMetricFamily("agentledger_db_size_bytes", "Size of the ledger database and its WAL.")
         size.add_metric([], sum(os.path.getsize(p) for p in (str(self.db), f"{self.db}-wal") if os.path.exists(p)))
