@@ -45,7 +45,7 @@ class _Capped:
 
 
 class CounterFloors:
-    """The highest value each counter and histogram sample was served at, for the serving process's life.
+    """The highest value each counter and histogram sample was served at.
 
     The ledger corrects itself now and then: a side branch's replay is found out after it was
     counted, a call's line gives way to a better one. A sum over the ledger then goes down, which
