@@ -104,6 +104,7 @@ def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
         wait_for(lambda: served.get("/readyz")[0] == 200, what="serve caught up")
         # A ledger edited under the daemon: every query of the day rollups now fails in SQLite.
         conn = apsw.Connection(str(served.db))
+        conn.setbusytimeout(10_000)  # the daemon may be writing (its first reconcile, a prune)
         conn.execute("DROP TABLE usage_days")
         conn.close()
         told = "internal error: the daemon's log has the traceback"
