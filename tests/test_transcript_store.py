@@ -285,7 +285,9 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
     try:
         pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
         pipeline.catch_up()
-        # abc ended and left the index; de now names another session, as a reset would.
+        listing()  # both ended and left the index, keeping their keys
+        pipeline.catch_up()
+        # de now names another session, as a reset would.
         listing(de=heir)
         write(heir, 9, 0.25)
         pipeline.catch_up()

@@ -367,7 +367,7 @@ class FileDecoder:
         key was learnt from sessions.json or its parent's spawn while they named it; a key of its own
         guessed once sessions.json forgot it, with no spawn to say otherwise, knows less. Only another
         session listed under that key now takes it away."""
-        return self.guessed and is_subagent_key(held) and held not in _listed_keys(_sibling_dirs(self.path))
+        return self.guessed and is_subagent_key(held) and held not in listed_beside(self.path)
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
@@ -512,6 +512,12 @@ def _listed_keys(siblings: list[str]) -> set[str]:
     keys = {entry["key"] for by_id in indexes for entry in by_id.values()}
     _LISTED[dirs] = (indexes, keys)
     return keys
+
+
+def listed_beside(path: str) -> set[str]:
+    """Every session key the ``sessions.json`` files beside the transcript ``path`` list: whether a
+    key kept by a session they forgot is still its own depends on them."""
+    return _listed_keys(_sibling_dirs(path))
 
 
 def _all_text(content: object) -> str:

@@ -123,7 +123,9 @@ class StoreReader:
                 # gives that file, so the key it gets agrees.
                 path = ledger_name(transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl"))
                 listed.append((session_id, last, path))
-                seen = (path, index.get(session_id))
+                entry = index.get(session_id)
+                # One sessions.json forgot may keep the key it had, until sessions.json lists another under it.
+                seen = (path, entry if entry is not None else frozenset(oc_transcript.listed_beside(path)))
                 if keyed.get(session_id) != seen:
                     keyed[session_id] = seen
                     yield None, path
