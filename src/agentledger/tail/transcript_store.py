@@ -115,6 +115,7 @@ class StoreReader:
             transcripts = _transcripts(sessions_dir)
             index = oc_transcript.index(sessions_dir)
             keyed = self.keyed.setdefault(store, {})
+            listed_keys = None  # beside any of the sessions: they share the folder
             listed = []
             for session_id, last in sessions:
                 if not isinstance(session_id, str) or not isinstance(last, int):
@@ -124,8 +125,10 @@ class StoreReader:
                 path = ledger_name(transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl"))
                 listed.append((session_id, last, path))
                 entry = index.get(session_id)
+                if entry is None and listed_keys is None:
+                    listed_keys = frozenset(oc_transcript.listed_beside(path))
                 # One sessions.json forgot may keep the key it had, until sessions.json lists another under it.
-                seen = (path, entry if entry is not None else frozenset(oc_transcript.listed_beside(path)))
+                seen = (path, entry if entry is not None else listed_keys)
                 if keyed.get(session_id) != seen:
                     keyed[session_id] = seen
                     yield None, path
