@@ -82,8 +82,10 @@ class LedgerCollector(Collector):
         conn = open_reader(self.db)
         try:
             conn.execute("BEGIN")  # one snapshot for the whole scrape
-            families = [*self._llm(conn), *self._runs_and_sessions(conn), *self._tools(conn), *self._ingest(conn),
-                        *self._gates(conn), *self._durations(conn)]
+            # One cap per dimension for the whole scrape: the counters and the histograms share it.
+            models, tools = _Capped(conn, "model", self.top_n), _Capped(conn, "tool", self.top_n)
+            families = [*self._llm(conn, models), *self._runs_and_sessions(conn), *self._tools(conn, tools),
+                        *self._ingest(conn), *self._gates(conn), *self._durations(conn, models, tools)]
             conn.execute("COMMIT")
         finally:
             conn.close()
@@ -97,12 +99,11 @@ class LedgerCollector(Collector):
         info.add_metric([__version__], 1)
         yield info
 
-    def _llm(self, conn) -> Iterator[Metric]:
+    def _llm(self, conn, label: _Capped) -> Iterator[Metric]:
         rows = conn.execute(
             "SELECT model, provider, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
             "sum(cache_read_tokens), sum(cache_write_tokens), sum(cost_pico), sum(unpriced_calls) "
             "FROM usage_days WHERE llm_calls > 0 OR cost_pico > 0 GROUP BY 1, 2").fetchall()
-        label = _Capped(conn, "model", self.top_n)
         tokens = CounterMetricFamily("agentledger_tokens", "Tokens by provider, model and kind (OpenTelemetry "
                                      "gen_ai.token.type naming).", labels=["provider", "model", "token_type"])
         cost = CounterMetricFamily("agentledger_cost_usd", "Spend in USD, by where the cost came from.",
@@ -156,11 +157,10 @@ class LedgerCollector(Collector):
         comp.add_metric([], compactions)
         yield comp
 
-    def _tools(self, conn) -> Iterator[Metric]:
+    def _tools(self, conn, label: _Capped) -> Iterator[Metric]:
         rows = conn.execute("SELECT tool_name, sum(calls), sum(errors) FROM tool_days GROUP BY 1").fetchall()
         unsettled = dict(conn.execute("SELECT tool_name, count(*) FROM tool_calls INDEXED BY tool_calls_unsettled "
                                       "WHERE status IN ('running', 'interrupted') GROUP BY 1").fetchall())
-        label = _Capped(conn, "tool", self.top_n)
         acc: dict[str, list[int]] = {}
         for tool, calls, errors in rows:
             a = acc.setdefault(label[tool], [0, 0])
@@ -195,7 +195,7 @@ class LedgerCollector(Collector):
         yield events
 
 
-    def _durations(self, conn) -> Iterator[Metric]:
+    def _durations(self, conn, models: _Capped, tools: _Capped) -> Iterator[Metric]:
         """The OpenTelemetry GenAI duration histograms, from the bucket rollup (no call is scanned)."""
         rows = conn.execute("SELECT kind, name_a, name_b, bucket, calls, duration_ms FROM duration_buckets "
                             "WHERE calls > 0").fetchall()
@@ -210,7 +210,7 @@ class LedgerCollector(Collector):
         }
         for kind, family in families.items():
             mine = [r for r in rows if r[0] == kind]
-            label = _Capped(conn, "model" if kind == "llm" else "tool", self.top_n)
+            label = models if kind == "llm" else tools
             series: dict[tuple, list] = {}
             for _, a, b, bucket, calls, ms in mine:
                 key = ("chat", a, label[b]) if kind == "llm" else (label[a],)
