@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.verify import LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY
+from agentledger.ledger.verify import LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, UNPRICED
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -544,12 +544,11 @@ def run_detail(conn: apsw.Connection, run_id: str) -> dict:
     out["model_calls"] = [
         {"at": iso(ts), "call_index": idx, "provider": p, "model": m, "input_tokens": i, "output_tokens": o,
          "cache_read_tokens": cr, "cache_write_tokens": cw, "total_tokens": t,
-         "cost_usd": None if c is None else _usd(c), "unpriced_calls": int(c is None and e is None),
-         "duration_ms": d, "error": e}
-        for ts, idx, p, m, i, o, cr, cw, t, c, d, e in conn.execute(
+         "cost_usd": None if c is None else _usd(c), "unpriced_calls": u, "duration_ms": d, "error": e}
+        for ts, idx, p, m, i, o, cr, cw, t, c, u, d, e in conn.execute(
             "SELECT ts_ms, call_index, provider, model, input_tokens, output_tokens, cache_read_tokens, "
-            "cache_write_tokens, total_tokens, cost_pico, duration_ms, error FROM llm_calls WHERE run_id = ? "
-            "ORDER BY ts_ms", (run_id,))]
+            f"cache_write_tokens, total_tokens, cost_pico, {UNPRICED}, duration_ms, error FROM llm_calls "
+            "WHERE run_id = ? ORDER BY ts_ms", (run_id,))]
     return out
 
 
@@ -813,12 +812,11 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
                           "id": r["run_id"], "cost_usd": r["cost_usd"], "unpriced_calls": r["unpriced_calls"]})
     if "llm" in want:
         rows = conn.execute(
-            "SELECT ts_ms, run_id, model, total_tokens, cost_pico, error FROM llm_calls "
+            f"SELECT ts_ms, run_id, model, total_tokens, cost_pico, {UNPRICED} FROM llm_calls "
             "WHERE run_id IN (SELECT value FROM json_each(?))", (_json_list(r["run_id"] for r in detail["runs"]),))
-        for ts, run_id, model, tokens, cost, error in rows:
+        for ts, run_id, model, tokens, cost, unpriced in rows:
             items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
-                          "cost_usd": None if cost is None else _usd(cost),
-                          "unpriced_calls": int(cost is None and error is None)})
+                          "cost_usd": None if cost is None else _usd(cost), "unpriced_calls": unpriced})
     if "tool" in want:
         for t in detail["tool_calls"]:
             items.append({"at": t["started_at"] or t["ended_at"], "kind": "tool",
@@ -1017,8 +1015,7 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
     elif agent is not None:
         params.append(agent)
         llm_cond = tool_cond = " AND agent_id = ?3"
-    llm = conn.execute("SELECT ts_ms, coalesce(cost_pico, 0), total_tokens, cost_pico IS NULL AND error IS NULL "
-                       "FROM llm_calls "
+    llm = conn.execute(f"SELECT ts_ms, coalesce(cost_pico, 0), total_tokens, {UNPRICED} FROM llm_calls "
                        f"WHERE ts_ms BETWEEN ?1 AND ?2{llm_cond} ORDER BY ts_ms", params).fetchall()
     tools = conn.execute(
         "SELECT coalesce(started_ms, ended_ms), status = 'error' FROM tool_calls "

@@ -16,12 +16,14 @@ from agentledger.ledger.rollups import DURATION_BOUNDS_MS
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
-LLM_ROW_SUMS = """count(*) AS llm_calls, coalesce(sum(error IS NOT NULL), 0) AS llm_errors,
+# A call with no known cost: neither the log's nor a price table's (a failed call costs nothing).
+UNPRICED = "cost_pico IS NULL AND error IS NULL"
+LLM_ROW_SUMS = f"""count(*) AS llm_calls, coalesce(sum(error IS NOT NULL), 0) AS llm_errors,
     coalesce(sum(input_tokens), 0) AS input_tokens, coalesce(sum(output_tokens), 0) AS output_tokens,
     coalesce(sum(cache_read_tokens), 0) AS cache_read_tokens,
     coalesce(sum(cache_write_tokens), 0) AS cache_write_tokens, coalesce(sum(total_tokens), 0) AS total_tokens,
     coalesce(sum(coalesce(cost_pico, 0)), 0) AS cost_pico,
-    coalesce(sum(cost_pico IS NULL AND error IS NULL), 0) AS unpriced_calls"""
+    coalesce(sum({UNPRICED}), 0) AS unpriced_calls"""
 RUN_ROW_SUMS = """count(*) AS runs, coalesce(sum(status = 'running'), 0) AS runs_running,
     coalesce(sum(status = 'ok'), 0) AS runs_ok, coalesce(sum(status = 'error'), 0) AS runs_error,
     coalesce(sum(status = 'interrupted'), 0) AS runs_interrupted"""
