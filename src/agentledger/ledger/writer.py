@@ -246,10 +246,6 @@ _MOVE_BRANCH_TOOLS = (
 # Tool calls on the side branches whose names start so (one session's, see _replayed_tools).
 _SIDE_TOOLS = "SELECT run_id, tool_call_id FROM tool_calls WHERE branch > ? AND branch < ?"
 _SESSION_KEY = "SELECT session_key, first_ms, last_ms FROM sessions WHERE session_id = ?"
-_SESSION_KEYS = """
-SELECT session_id, session_key FROM sessions
-WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NOT NULL
-"""
 _SESSIONS_OF_KEY = "SELECT session_id FROM sessions WHERE session_key = ?"
 # A session's rows take its new key in place of the old; what has no session id of its own (its
 # compactions and events) is known by its key and its time: a key has one session at a time.
@@ -1185,7 +1181,8 @@ class LedgerWriter:
 
     def session_keys(self, session_ids: list[str]) -> dict[str, str]:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
-        return dict(self.conn.execute(_SESSION_KEYS, (orjson.dumps(session_ids).decode(),)))
+        return {sid: key for sid, key in self.conn.execute(_NAMED_SESSIONS, (orjson.dumps(session_ids).decode(),))
+                if key is not None}
 
     def run_at(self, session_id: str, ts_ms: int | None) -> str | None:
         """The run a session was in at ``ts_ms`` (None: its latest), as far as the ledger knows."""
