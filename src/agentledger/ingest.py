@@ -214,16 +214,18 @@ class Pipeline:
         the sessions the store names as due a key are keyed as their files would be (see _keys_due),
         together, before its rows are read."""
         due: list[Decoder] = []
+        built: dict[str, Decoder] = {}  # the due sessions' decoders, which read their pages too
         decode, decoding = None, None
         for chunk, path in store.chunks(self.max_line):
             if chunk is None:
-                due.append(opener(path, self.writer.run_at))
+                built[path] = opener(path, self.writer.run_at)
+                due.append(built[path])
                 continue
             if due:
                 self._rekey(due, stats)
                 due = []
             if path != decoding:  # a session's pages come one after another, read as one file's chunks
-                decode, decoding = opener(path, self.writer.run_at), path
+                decode, decoding = built.pop(path, None) or opener(path, self.writer.run_at), path
             batch = self._batch(chunk, decode)
             result = self.writer.apply(batch)
             store.advance(chunk)
