@@ -34,6 +34,11 @@ def amount(metric: str, value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f}"
 
 
+def gate_value(gate: dict) -> str:
+    """What a gate (as the forecast gives it) has counted so far, marked as ``cost`` marks it."""
+    return cost(gate["value"], gate["unpriced_calls"], lambda v: amount(gate["metric"], v))
+
+
 def duration(seconds: float | None) -> str:
     """``45s``, ``12m``, ``3h05m``, ``2d4h``; a dash when there is none."""
     if seconds is None:

@@ -181,8 +181,7 @@ def _gate_cell(g: dict) -> str:
         when = "resets first"
     else:
         when = f"trips in {display.duration(g['trips_in_s'])}"
-    value = display.cost(g["value"], g["unpriced_calls"], lambda v: display.amount(g["metric"], v))
-    text = f"{g['gate']}: {value} of {display.amount(g['metric'], g['limit'])} · {when}"
+    text = f"{g['gate']}: {display.gate_value(g)} of {display.amount(g['metric'], g['limit'])} · {when}"
     return f'<div class="gate">{meter(g["used"], text)} <span>{_e(text)}</span></div>'
 
 

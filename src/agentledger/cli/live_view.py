@@ -90,8 +90,7 @@ def _burn(rate: float) -> str:
 
 
 def _used(g: dict) -> str:
-    value = display.cost(g["value"], g["unpriced_calls"], lambda v: display.amount(g["metric"], v))
-    return f"{value}/{display.amount(g['metric'], g['limit'])}"
+    return f"{display.gate_value(g)}/{display.amount(g['metric'], g['limit'])}"
 
 
 def _urgency(g: dict) -> tuple:
