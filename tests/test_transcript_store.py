@@ -302,6 +302,22 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
         ("agent:main:subagent:abc", 2.0), ("agent:main:subagent:de", 0.25)]
 
 
+def test_transcripts_under_names_that_are_not_utf8_are_keyed_by_the_sessions_json_beside_them(tmp_path, db):
+    # Decoders were given the name the ledger writes (\xNN for such a byte), under which there is no
+    # sessions.json to find: every session got a key guessed from its id.
+    agent = os.fsdecode(b"m\xe4in")
+    sessions = tmp_path / os.fsdecode(b"st\xffate") / "agents" / agent / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "sessions.json").write_bytes(orjson.dumps({"agent:main:telegram:1": {"sessionId": SID}}))
+    (sessions / f"{SID}.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in (
+        _header(), _user("u1", 1), _assistant("a1", 2, cost=0.5))))
+    assert ingest(db, sessions.parents[2], fmt="oc-transcript").lines == 3
+    # The agent is named as the ledger writes names, which SQLite can hold.
+    assert scalar_rows(db, "SELECT session_id, session_key, agent_id FROM sessions") == [
+        (SID, "agent:main:telegram:1", "m\\xe4in")]
+    assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 5 * 10**11
+
+
 @pytest.mark.parametrize("name", [b"caf\xe9-state", b"state?mode=rw#1%41"])
 def test_a_store_is_read_with_the_files_beside_it_whatever_its_root_is_named(tmp_path, db, name):
     # The store's name went into its URI as text, which cannot hold such a name: ingest stopped, before the files.
@@ -318,6 +334,10 @@ def test_a_store_is_read_with_the_files_beside_it_whatever_its_root_is_named(tmp
     assert ingest(db, state, fmt="oc-transcript").lines == 6
     assert ingest(db, state, fmt="oc-transcript").lines == 0  # each known again by the name it was recorded under
     assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 15 * 10**11
+    # Keyed by the sessions.json beside them, not guessed from their ids: their decoders looked for it
+    # under the name the ledger writes, which is no directory when the root's name is not UTF-8.
+    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == sorted(
+        [(SID, "agent:main:main"), (other, f"agent:main:{other}")])
     named = str(tmp_path / name.decode("utf-8", "backslashreplace"))
     assert sorted(scalar_rows(db, "SELECT source, root, path FROM files")) == [
         ("oc-transcript", named, f"{named}/agents/main/sessions/{other}.jsonl"),

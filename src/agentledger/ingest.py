@@ -166,7 +166,7 @@ class Pipeline:
                     if self.stop.is_set():
                         break
                     # Built per read from the path as it is now: a renamed file decodes the same.
-                    decode = opener(p.path, self.writer.run_at)
+                    decode = opener(p.fs_path, self.writer.run_at)
                     self._keep_key(pending, decode)
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:

@@ -68,6 +68,7 @@ from agentledger.sources.common import (
     integer,
     iso_ms,
     json_object,
+    ledger_name,
     line_id,
     reject,
     text,
@@ -134,8 +135,9 @@ class FileDecoder:
         p = PurePath(path)
         self.subagent_file = p.parent.name == "subagents"
         # A main transcript is named after its session; a subagent's sits in a folder named so.
-        self.path_session = p.parents[1].name if self.subagent_file else p.name.removesuffix(".jsonl")
-        self.path_agent = p.name.removeprefix("agent-").removesuffix(".jsonl") if self.subagent_file else None
+        name = ledger_name(p.name)
+        self.path_session = ledger_name(p.parents[1].name) if self.subagent_file else name.removesuffix(".jsonl")
+        self.path_agent = name.removeprefix("agent-").removesuffix(".jsonl") if self.subagent_file else None
         # Side-branch files start no runs: their lines join the run of the session at their time.
         self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 from collections.abc import Callable
 
 import orjson
@@ -68,6 +69,14 @@ def flag(value: object) -> bool:
 def line_id(line: bytes) -> int:
     """A stable signed 64-bit id for a line that carries no usable id of its own."""
     return int.from_bytes(hashlib.blake2b(line, digest_size=8).digest(), "big", signed=True)
+
+
+def ledger_name(path: str) -> str:
+    """A path, or a name taken from one, as the ledger and the logs write it. Their text is UTF-8 and
+    a file name need not be: a byte that does not decode is written ``\\xNN``, so a directory named so
+    is read like any other. Decoders are given the name the file system knows, to find the files
+    beside theirs, and name what they take from it so."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def agent_from_key(session_key: str | None) -> str | None:

@@ -67,6 +67,7 @@ from agentledger.sources.common import (
     integer,
     iso_ms,
     json_object,
+    ledger_name,
     line_id,
     reject,
     text,
@@ -343,9 +344,9 @@ class FileDecoder:
 
     def __init__(self, path: str, lookup: RunLookup):
         p = PurePath(path)
-        self.session_id = session_id_of(p.name)
+        self.session_id = session_id_of(ledger_name(p.name))
         parts = p.parts
-        self.agent_id = parts[-3] if len(parts) >= 4 and parts[-4] == "agents" else None
+        self.agent_id = ledger_name(parts[-3]) if len(parts) >= 4 and parts[-4] == "agents" else None
         self.path = path
         entry = index(str(p.parent)).get(self.session_id or "", {})
         self.session_key = entry.get("key")

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentledger.sources.common import ledger_name
 from agentledger.sources.oc_transcript import is_live, is_transcript
 
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
@@ -54,12 +55,6 @@ def _telemetry_dirs(root: Path) -> list[str]:
     agents = os.path.join(root, "agents")
     dirs.extend(os.path.join(agents, agent, "telemetry") for agent in sorted(_names(agents)))
     return dirs
-
-
-def ledger_name(path: str) -> str:
-    """A path as the ledger and the logs write it. Their text is UTF-8 and a file name need not be:
-    a byte that does not decode is written ``\\xNN``, so a directory named so is read like any other."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _names(directory: str | Path) -> list[str]:

@@ -23,7 +23,8 @@ from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.tail.identity import fingerprint
-from agentledger.tail.layouts import LAYOUTS, Candidate, ledger_name
+from agentledger.sources.common import ledger_name
+from agentledger.tail.layouts import LAYOUTS, Candidate
 from agentledger.tail.reader import ReadResult, read_lines
 
 # Big batches make catch-up cheap (fewer commits); live appends come in small ones anyway.
@@ -36,6 +37,7 @@ class Physical:
     """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
 
     path: str  # as the ledger records it (see ``ledger_name``)
+    fs_path: str  # as the file system knows it: where its decoder looks for the files beside it
     root: str  # as the ledger records it too
     live: bool
     order: tuple
@@ -160,8 +162,8 @@ class Tailer:
             return None
         known = self._unchanged.get((st.st_dev, st.st_ino))
         if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-            return Physical(ledger_name(cand.path), ledger_name(root), cand.live, cand.order, -1, st.st_dev, st.st_ino,
-                            st.st_size, st.st_mtime_ns, known[2])
+            return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, -1, st.st_dev,
+                            st.st_ino, st.st_size, st.st_mtime_ns, known[2])
         try:
             fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -174,8 +176,8 @@ class Tailer:
         except OSError:
             os.close(fd)
             return None
-        return Physical(ledger_name(cand.path), ledger_name(root), cand.live, cand.order, fd, st.st_dev, st.st_ino,
-                        st.st_size, st.st_mtime_ns, fp)
+        return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, fd, st.st_dev,
+                        st.st_ino, st.st_size, st.st_mtime_ns, fp)
 
     def _snapshot(self) -> list[Physical]:
         found = []

@@ -29,7 +29,7 @@ import apsw
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
-from agentledger.tail.layouts import ledger_name
+from agentledger.sources.common import ledger_name
 from agentledger.tail.reader import ReadResult
 from agentledger.tail.tailer import Chunk
 
@@ -120,9 +120,8 @@ class StoreReader:
             for session_id, last in sessions:
                 if not isinstance(session_id, str) or not isinstance(last, int):
                     continue
-                # Decoded as its JSONL file would be (an archive of it included), under the name the tailer
-                # gives that file, so the key it gets agrees.
-                path = ledger_name(transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl"))
+                # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
+                path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
                 listed.append((session_id, last, path))
                 entry = index.get(session_id)
                 if entry is None and listed_keys is None:
