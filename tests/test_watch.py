@@ -120,7 +120,7 @@ def test_watch_marks_costs_that_leave_out_unpriced_calls(tmp_path, env):
     rows = {line.split()[0]: line.split()[1:] for line in lines
             if line.startswith(("agent:main:", "session-cost", "fleet-day"))}
     # $0.50 in the last ten minutes is $3.00 an hour, and more by what the unpriced call cost.
-    assert rows["agent:main:s1"][:2] == ["≥$0.5000*", "≥$3.00*"]
+    assert rows["agent:main:s1"][:2] == ["≥$0.5000*", "≥$3.00/h*"]
     assert rows["agent:main:s2"][:2] == ["—*", "—*"]
     # One priced call gives no pace: with a call of no price beside it, the pace is unknown rather than none.
     assert rows["session-cost"][1:] == ["≥$0.5000*/$5.00", "$4.50", "—*", "—"]

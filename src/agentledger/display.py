@@ -34,6 +34,11 @@ def amount(metric: str, value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f}"
 
 
+def per_hour(metric: str, rate: float | None) -> str:
+    """A rate per hour (``$0.42/h``, ``12/h``); a dash when it is nil, as for a session that spends nothing now."""
+    return f"{amount(metric, rate)}/h" if rate else DASH
+
+
 def gate_value(gate: dict) -> str:
     """What a gate (as the forecast gives it) has counted so far, marked as ``cost`` marks it."""
     return cost(gate["value"], gate["unpriced_calls"], lambda v: amount(gate["metric"], v))

@@ -185,8 +185,8 @@ def _gate_cell(g: dict) -> str:
     return f'<div class="gate">{meter(g["used"], text)} <span>{_e(text)}</span></div>'
 
 
-def _per_hour(rate: float) -> str:
-    return display.usd(rate) + "/h" if rate else display.DASH
+def _per_hour(rate: float | None) -> str:
+    return display.per_hour("cost_usd", rate)
 
 
 def _live_panel(snap: dict) -> str:

@@ -79,14 +79,11 @@ def _when(g: dict) -> str:
 
 
 def _pace(g: dict) -> str:
-    def text(rate: float | None) -> str:
-        return f"{display.amount(g['metric'], rate)}/h" if rate else display.DASH
-
-    return display.cost(g["rate_per_hour"], g["recent_unpriced_calls"], text)
+    return display.cost(g["rate_per_hour"], g["recent_unpriced_calls"], lambda r: display.per_hour(g["metric"], r))
 
 
-def _burn(rate: float) -> str:
-    return display.usd(rate) if rate else display.DASH
+def _burn(rate: float | None) -> str:
+    return display.per_hour("cost_usd", rate)
 
 
 def _used(g: dict) -> str:
@@ -140,7 +137,7 @@ def frame(snap: dict, where: str, height: int) -> Group:
 
     minutes = snap["window_s"] // 60
     columns = [("session", {"ratio": 1, "no_wrap": True, "overflow": "ellipsis", "min_width": 16}),
-               ("cost", {"justify": "right", "no_wrap": True}), ("$/h", {"justify": "right", "no_wrap": True}),
+               ("cost", {"justify": "right", "no_wrap": True}), ("burn", {"justify": "right", "no_wrap": True}),
                ("tok/min", {"justify": "right", "no_wrap": True})]
     if worst:
         columns.append(("next gate", {"no_wrap": True, "overflow": "ellipsis", "max_width": 22}))
