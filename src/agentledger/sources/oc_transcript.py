@@ -36,7 +36,6 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import PurePath
 
 import orjson
 
@@ -343,18 +342,19 @@ class FileDecoder:
     """Decodes the lines of one transcript file; built afresh for each read of the file."""
 
     def __init__(self, path: str, lookup: RunLookup):
-        p = PurePath(path)
-        self.session_id = session_id_of(ledger_name(p.name))
-        parts = p.parts
-        self.agent_id = ledger_name(parts[-3]) if len(parts) >= 4 and parts[-4] == "agents" else None
+        # String operations, not PurePath: every transcript's decoder is built on every full pass.
+        folder, name = os.path.split(path)
+        agents, agent = _agents_dir(folder)
+        self.session_id = session_id_of(ledger_name(name))
+        self.agent_id = ledger_name(agent) if agents is not None else None
         self.path = path
-        entry = index(str(p.parent)).get(self.session_id or "", {})
+        entry = index(folder).get(self.session_id or "", {})
         self.session_key = entry.get("key")
         self.guessed = False
         if self.session_key is None and self.agent_id and self.session_id:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
             found = None
-            if not is_live(p.name):
+            if not is_live(name):
                 siblings = _sibling_dirs(path)
                 found = _archived_child_key(path, self.agent_id, siblings, _listed_keys(siblings))
             self.guessed = found is None
@@ -488,13 +488,23 @@ def _spawned_key(content: object) -> str | None:
 def _sibling_dirs(path: str) -> list[str]:
     """The sessions folders of every agent beside the transcript at ``path`` (a subagent may run
     as another agent than its parent), or its own folder outside an ``agents/`` tree."""
-    p = PurePath(path)
-    if len(p.parts) >= 4 and p.parents[2].name == "agents":
+    folder = os.path.dirname(path)
+    agents, _ = _agents_dir(folder)
+    if agents is not None:
         try:
-            return [os.path.join(p.parents[2], a, "sessions") for a in sorted(os.listdir(p.parents[2]))]
+            return [os.path.join(agents, a, "sessions") for a in sorted(os.listdir(agents))]
         except OSError:
             pass
-    return [str(p.parent)]
+    return [folder]
+
+
+def _agents_dir(folder: str) -> tuple[str | None, str]:
+    """(``<state>/agents``, the agent's name) of a sessions folder ``<state>/agents/<agent>/<folder>``;
+    (None, "") for a folder elsewhere."""
+    agents, agent = os.path.split(os.path.dirname(folder))
+    if agent and os.path.basename(agents) == "agents" and os.path.basename(folder):
+        return agents, agent
+    return None, ""
 
 
 # sibling folders → (their indexes, the keys those list): every archive decoded asks, and a union of

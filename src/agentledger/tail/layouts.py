@@ -103,11 +103,11 @@ def oc_transcript_files(root: Path) -> list[Candidate]:
     An archive is a renamed transcript: listing it as not live makes the rename a rotation
     of the file being followed, never a new file."""
     found = []
-    for sdir in _session_dirs(root):
+    for sdir in map(str, _session_dirs(root)):
         for name in _names(sdir):
             if is_transcript(name):
                 live = is_live(name)
-                found.append(Candidate(str(sdir / name), live, (str(sdir), int(live), name)))
+                found.append(Candidate(os.path.join(sdir, name), live, (sdir, int(live), name)))
     found.sort(key=lambda c: c.order)
     return found
 
