@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -217,6 +218,13 @@ class _HookLog:
                              "delta": {"input": 1, "output": 1, "total": 2}}, key, sid, run)
         self.ev("run.end", {"model": model, "provider": provider}, key, sid, run)
 
+    def snapshot_run(self, key: str, sid: str, run: str, cost: float) -> None:
+        """A run of no model call: it costs what its usage snapshot says."""
+        self.ev("run.start", {"model": "m", "provider": "p"}, key, sid, run)
+        self.ev("usage.snapshot", {"provider": "p", "model": "m", "costUsd": cost,
+                                   "usage": {"input": 1, "output": 1, "total": 2}}, key, sid)
+        self.ev("run.end", {"model": "m", "provider": "p"}, key, sid, run)
+
     def ledger(self, tmp_path: Path) -> Path:
         from logwriter import LogDir
 
@@ -305,6 +313,124 @@ def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out
     assert [(c["cost_usd"], c["unpriced_calls"]) for c in calls] == [(None, 1)]
     (call,) = [line.split() for line in text("run", "R2") if line.startswith("2026-")]
     assert call[1:4] == ["acme-unknown-9", "2", "—*"]
+
+
+_PICO = 10**12
+_ROOT = "agent:main:main"
+
+
+def _family(n: int) -> tuple[_HookLog, dict[str, tuple[int, int]], dict[str, list[str]]]:
+    """A root session with ``n`` subagents: every third spawns two of its own, every fourth is costed by
+    its usage snapshot alone, every fifth also makes a call no price table knows. With each key's own
+    spend (pico-USD, unpriced calls) and its children in spawn order, reckoned as the log is written."""
+    log = _HookLog()
+    own: dict[str, tuple[int, int]] = {}
+    kids: dict[str, list[str]] = {}
+
+    def session(key: str, parent: str | None, i: int) -> None:
+        cost = (i + 1) / 64  # exact in binary: sums compare exactly
+        if parent is not None:
+            log.ev("subagent.spawn", {"childSessionKey": key, "agentId": "main", "label": f"L{i}"}, parent,
+                   run=f"R-{parent}")
+            kids[parent].append(key)
+        kids[key] = []
+        if i % 4 == 3:
+            log.snapshot_run(key, f"S-{key}", f"R-{key}", cost)
+        else:
+            log.call(key, f"S-{key}", f"R-{key}", cost)
+        if i % 5 == 4:
+            log.call(key, f"S-{key}", f"R2-{key}", None)
+        own[key] = (round(cost * _PICO), int(i % 5 == 4))
+
+    session(_ROOT, None, 0)
+    for i in range(1, n + 1):
+        child = f"agent:main:subagent:c{i}"
+        session(child, _ROOT, i)
+        if i % 3 == 0:
+            for j in (1, 2):
+                session(f"{child}:g{j}", child, n + 2 * i + j)
+    return log, own, kids
+
+
+def _subtree(key: str, own: dict[str, tuple[int, int]], kids: dict[str, list[str]]) -> tuple[int, int]:
+    cost, unpriced = own[key]
+    for kid in kids[key]:
+        c, u = _subtree(kid, own, kids)
+        cost, unpriced = cost + c, unpriced + u
+    return cost, unpriced
+
+
+def test_a_large_family_s_costs_add_up_in_subagents_tree_and_session(tmp_path):
+    log, own, kids = _family(30)
+    conn = open_reader(log.ledger(tmp_path))
+    try:
+        rows = queries.subagents(conn, queries.Window())
+        node = queries.tree(conn, _ROOT)
+        d = queries.session_detail(conn, _ROOT)
+    finally:
+        conn.close()
+    assert {r["child_session_key"]: (round(r["cost_usd"] * _PICO), r["unpriced_calls"]) for r in rows} == \
+        {key: spend for key, spend in own.items() if key != _ROOT}
+    assert [r["child_session_key"] for r in rows] == [k for k in reversed(list(own)) if k != _ROOT]
+
+    def check(n: dict) -> None:
+        key = n["session_key"]
+        assert [c["session_key"] for c in n["children"]] == kids[key]
+        assert (round(n["own_cost_usd"] * _PICO), n["own_unpriced_calls"]) == own[key]
+        assert (round(n["cumulative_cost_usd"] * _PICO), n["cumulative_unpriced_calls"]) == _subtree(key, own, kids)
+        for c in n["children"]:
+            check(c)
+
+    check(node)
+    assert len(own) == 51 and sum(u for _, u in own.values()) == 10
+    assert (round(d["family_cost_usd"] * _PICO), d["family_unpriced_calls"]) == _subtree(_ROOT, own, kids)
+    assert (round(d["cost_usd"] * _PICO), d["unpriced_calls"]) == own[_ROOT]
+    assert {s["child_session_key"]: (round(s["cost_usd"] * _PICO), s["unpriced_calls"]) for s in d["subagents"]} == \
+        {key: own[key] for key in kids[_ROOT]}
+
+
+def _statements(db: Path) -> dict[str, int]:
+    """How many statements each family read runs."""
+    conn = open_reader(db)
+    ran: list[str] = []
+    conn.set_profile(lambda sql, _ns: ran.append(sql))
+    counts = {}
+    try:
+        for name, read in (("subagents", lambda: queries.subagents(conn, queries.Window())),
+                           ("tree", lambda: queries.tree(conn, _ROOT)),
+                           ("session", lambda: queries.session_detail(conn, _ROOT))):
+            ran.clear()
+            read()
+            counts[name] = len(ran)
+    finally:
+        conn.close()
+    return counts
+
+
+def test_a_family_is_read_in_as_many_statements_however_many_subagents(tmp_path):
+    small, large = (_statements(_family(n)[0].ledger(tmp_path / str(n))) for n in (10, 30))
+    assert small == large
+
+
+def test_a_subagent_cycle_still_ends_with_finite_totals(tmp_path):
+    log = _HookLog()
+    a, b = "agent:main:subagent:a", "agent:main:subagent:b"
+    log.call(a, "SA", "RA", 0.5)
+    log.ev("subagent.spawn", {"childSessionKey": b, "agentId": "main", "label": "b"}, a, run="RA")
+    log.call(b, "SB", "RB", 0.25)
+    log.call(b, "SB", "RB2", None)
+    log.ev("subagent.spawn", {"childSessionKey": a, "agentId": "main", "label": "a"}, b, run="RB")
+    conn = open_reader(log.ledger(tmp_path))
+    try:
+        node = queries.tree(conn, a)
+        d = queries.session_detail(conn, a)
+        rows = queries.subagents(conn, queries.Window())
+    finally:
+        conn.close()
+    assert [c["session_key"] for c in node["children"]] == [b] and node["children"][0]["children"] == []
+    assert (node["cumulative_cost_usd"], node["cumulative_unpriced_calls"]) == (0.75, 1)
+    assert {r["child_session_key"]: (r["cost_usd"], r["unpriced_calls"]) for r in rows} == {a: (0.5, 0), b: (0.25, 1)}
+    assert math.isfinite(d["family_cost_usd"]) and d["family_unpriced_calls"] == 1
 
 
 def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):

@@ -560,18 +560,57 @@ def _session_ids(conn: apsw.Connection, key: str) -> list[str]:
     return ids
 
 
-def _own_cost(conn: apsw.Connection, session_key: str) -> tuple[int, int]:
-    """Spend of every instance of a session key (or of the session with that id, when it has no key),
-    snapshot fallbacks included, and the unpriced calls it leaves out."""
-    ids = [r[0] for r in conn.execute(
-        "SELECT session_id FROM sessions WHERE session_key = ?1 OR (session_key IS NULL AND session_id = ?1)",
-        (session_key,))]
-    if not ids:
-        return 0, 0
-    cost, unpriced = conn.execute(
-        "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
-        "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
-    return cost + sum(_fallback_cost(conn, Window(), ids).values()), unpriced
+# The instances of each key (every session with that session key, or the keyless session with that
+# id) with their totals. Two joins, not an OR, so each walks its own index; CROSS JOIN walks from the
+# keys, never from every keyless session.
+_KEY_TOTALS = """
+SELECT i.key, i.session_id, coalesce(t.cost_pico, 0), coalesce(t.unpriced_calls, 0) FROM (
+    SELECT j.value AS key, s.session_id FROM json_each(?1) AS j JOIN sessions AS s ON s.session_key = j.value
+    UNION ALL
+    SELECT j.value, s.session_id FROM json_each(?1) AS j CROSS JOIN sessions AS s ON s.session_id = j.value
+    WHERE s.session_key IS NULL
+) AS i LEFT JOIN session_totals AS t ON t.session_id = i.session_id
+"""
+# Who these keys spawned, and whom those spawned, at any depth; UNION walks a key once, so the cycle
+# a malformed log may make ends. CROSS JOIN reads each parent's children by index, never every
+# subagent in spawn order; ties in spawn time keep the order the spawns were stored in.
+_SPAWNED = """
+WITH RECURSIVE fam(k) AS (
+    SELECT value FROM json_each(?)
+    UNION
+    SELECT a.child_session_key FROM fam JOIN subagents AS a ON a.parent_session_key = fam.k
+)
+SELECT a.parent_session_key, a.child_session_key, a.label
+FROM fam CROSS JOIN subagents AS a ON a.parent_session_key = fam.k
+ORDER BY a.spawned_ms, a.rowid
+"""
+_Spawned = dict[str, list[tuple[str, str | None]]]  # parent key → its children's (key, label)
+
+
+def _own_costs(conn: apsw.Connection, keys: list[str]) -> dict[str, tuple[int, int]]:
+    """Spend of every instance of each session key (or of the session with that id, when it has no
+    key), snapshot fallbacks included, and the unpriced calls it leaves out; keys with no session left
+    out. Two statements however many keys: a family of hundreds is read at once."""
+    rows = conn.execute(_KEY_TOTALS, (_json_list(dict.fromkeys(keys)),)).fetchall()
+    fallback = _fallback_cost(conn, Window(), [sid for _, sid, _, _ in rows]) if rows else {}
+    out: dict[str, tuple[int, int]] = {}
+    for key, sid, cost, unpriced in rows:
+        total, left_out = out.get(key, (0, 0))
+        out[key] = (total + cost + fallback.get(sid, 0), left_out + unpriced)
+    return out
+
+
+def _spawned(conn: apsw.Connection, keys: list[str]) -> _Spawned:
+    """The children (key, label) of these session keys and of all their descendants, by parent, in
+    spawn order."""
+    out: _Spawned = {}
+    for parent, child, label in conn.execute(_SPAWNED, (_json_list(keys),)):
+        out.setdefault(parent, []).append((child, label))
+    return out
+
+
+def _family_keys(roots: list[str], spawned: _Spawned) -> list[str]:
+    return [*roots, *(child for children in spawned.values() for child, _ in children)]
 
 
 def session_detail(conn: apsw.Connection, key: str) -> dict:
@@ -595,11 +634,14 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         f"SELECT {_TOOL_COLUMNS} FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id "
         "WHERE r.session_id IN (SELECT value FROM json_each(?)) ORDER BY coalesce(tc.started_ms, tc.ended_ms)",
         (id_list,))]
-    children = subagents(conn, Window(), parent_keys=keys)
+    child_rows = _subagent_rows(conn, Window(), keys)
+    spawned = _spawned(conn, [r[0] for r in child_rows])
+    costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
+    children = _subagent_dicts(child_rows, costs)
     compactions = _compactions(conn, ids, keys)
     own = sum(s["cost_usd"] for s in instances)
     own_unpriced = sum(s["unpriced_calls"] for s in instances)
-    kin = [_family_cost(conn, c["child_session_key"], set()) for c in children]
+    kin = [_family_cost(c["child_session_key"], spawned, costs) for c in children]
     family = own + sum(cost for cost, _ in kin) / PICO_PER_USD
     return {"session_key": keys[0] if keys else None, "instances": instances,
             "cost_usd": round(own, 12), "unpriced_calls": own_unpriced, "family_cost_usd": round(family, 12),
@@ -660,16 +702,19 @@ def _lifecycle(conn: apsw.Connection, ids: list[str]) -> list[dict]:
     return items
 
 
-def _family_cost(conn: apsw.Connection, session_key: str, seen: set[str]) -> tuple[int, int]:
-    """``_own_cost`` of a session key with its subagents', at any depth."""
-    if session_key in seen:  # a malformed log could make a cycle
-        return 0, 0
-    seen.add(session_key)
-    total, unpriced = _own_cost(conn, session_key)
-    for (child,) in conn.execute("SELECT child_session_key FROM subagents WHERE parent_session_key = ?",
-                                 (session_key,)).fetchall():
-        cost, n = _family_cost(conn, child, seen)
+def _family_cost(session_key: str, spawned: _Spawned, costs: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """The own cost of a session key with its subagents', at any depth (``spawned`` and ``costs`` must
+    hold them all)."""
+    seen, todo = {session_key}, [session_key]
+    total = unpriced = 0
+    while todo:
+        key = todo.pop()
+        cost, n = costs.get(key, (0, 0))
         total, unpriced = total + cost, unpriced + n
+        for child, _ in spawned.get(key, ()):
+            if child not in seen:  # a malformed log could make a cycle
+                seen.add(child)
+                todo.append(child)
     return total, unpriced
 
 
@@ -677,13 +722,13 @@ def tree(conn: apsw.Connection, key: str) -> dict:
     """The subagent hierarchy under a session key, each node with its own and cumulative cost."""
     ids = _session_ids(conn, key)
     root = conn.execute("SELECT session_key FROM sessions WHERE session_id = ?", (ids[0],)).fetchall()[0][0] or key
+    spawned = _spawned(conn, [root])
+    costs = _own_costs(conn, _family_keys([root], spawned))
 
     def node(session_key: str, seen: set[str], label: str | None) -> dict:
         seen.add(session_key)
-        own, unpriced = _own_cost(conn, session_key)
-        children = [node(c, seen, lbl) for c, lbl in conn.execute(
-            "SELECT child_session_key, label FROM subagents WHERE parent_session_key = ? ORDER BY spawned_ms",
-            (session_key,)).fetchall() if c not in seen]
+        own, unpriced = costs.get(session_key, (0, 0))
+        children = [node(c, seen, lbl) for c, lbl in spawned.get(session_key, []) if c not in seen]
         cumulative = own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD) for c in children)
         return {"session_key": session_key, "label": label, "own_cost_usd": _usd(own),
                 "own_unpriced_calls": unpriced, "cumulative_cost_usd": _usd(cumulative),
@@ -694,19 +739,28 @@ def tree(conn: apsw.Connection, key: str) -> dict:
 
 
 def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None = None) -> list[dict]:
+    rows = _subagent_rows(conn, w, parent_keys)
+    return _subagent_dicts(rows, _own_costs(conn, [r[0] for r in rows]))
+
+
+def _subagent_rows(conn: apsw.Connection, w: Window, parent_keys: list[str] | None) -> list[tuple]:
+    """Subagents in the window (of these parents), latest first, the child's key first."""
     params: list = []
     cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
     if parent_keys is not None:
         cond += " AND parent_session_key IN (SELECT value FROM json_each(?))"
         params.append(_json_list(parent_keys))
     limit = _limit(w, params)
-    rows = conn.execute(
+    return conn.execute(
         "SELECT child_session_key, parent_session_key, parent_run_id, child_agent_id, label, mode, status, "
         f"spawned_ms, ended_ms, duration_ms, outcome, reason, model FROM subagents WHERE {cond} "
         f"ORDER BY coalesce(spawned_ms, ended_ms) DESC {limit}", params).fetchall()
+
+
+def _subagent_dicts(rows: list[tuple], costs: dict[str, tuple[int, int]]) -> list[dict]:
     out = []
     for c, p, r, a, lbl, mode, st, s, e, d, o, why, m in rows:
-        cost, unpriced = _own_cost(conn, c)
+        cost, unpriced = costs.get(c, (0, 0))
         out.append({"child_session_key": c, "parent_session_key": p, "parent_run_id": r, "agent_id": a,
                     "label": lbl, "mode": mode, "status": st, "spawned_at": iso(s), "ended_at": iso(e),
                     "duration_ms": d, "outcome": o, "reason": why, "model": m, "cost_usd": _usd(cost),
