@@ -641,7 +641,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     compactions = _compactions(conn, ids, keys)
     own = sum(s["cost_usd"] for s in instances)
     own_unpriced = sum(s["unpriced_calls"] for s in instances)
-    kin = [_family_cost(c["child_session_key"], spawned, costs) for c in children]
+    kin = [_family_cost(c["child_session_key"], spawned, costs, set(keys)) for c in children]
     family = own + sum(cost for cost, _ in kin) / PICO_PER_USD
     return {"session_key": keys[0] if keys else None, "instances": instances,
             "cost_usd": round(own, 12), "unpriced_calls": own_unpriced, "family_cost_usd": round(family, 12),
@@ -702,10 +702,11 @@ def _lifecycle(conn: apsw.Connection, ids: list[str]) -> list[dict]:
     return items
 
 
-def _family_cost(session_key: str, spawned: _Spawned, costs: dict[str, tuple[int, int]]) -> tuple[int, int]:
+def _family_cost(session_key: str, spawned: _Spawned, costs: dict[str, tuple[int, int]],
+                 counted: set[str]) -> tuple[int, int]:
     """The own cost of a session key with its subagents', at any depth (``spawned`` and ``costs`` must
-    hold them all)."""
-    seen, todo = {session_key}, [session_key]
+    hold them all), leaving out the ``counted`` keys: a malformed log's cycle back to them."""
+    seen, todo = counted | {session_key}, [session_key]
     total = unpriced = 0
     while todo:
         key = todo.pop()
