@@ -302,6 +302,40 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
         ("agent:main:subagent:abc", 2.0), ("agent:main:subagent:de", 0.25)]
 
 
+def test_a_pass_over_unchanged_transcripts_asks_the_ledger_nothing_and_still_follows_a_new_key(tmp_path, db):
+    # Every full pass (every rescan_s) built a decoder and ran a key query for each transcript, read or not.
+    sessions = tmp_path / "state" / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    ids = [f"3c9d7e1a-0000-4000-8000-{i:012x}" for i in range(1, 31)]
+    index = {f"agent:main:chat:{i}": {"sessionId": sid} for i, sid in enumerate(ids[:10])}
+    (sessions / "sessions.json").write_bytes(orjson.dumps(index))
+    for i, sid in enumerate(ids):  # listed, then live ones sessions.json forgot, then reset archives
+        name = f"{sid}.jsonl" if i < 20 else f"{sid}.jsonl.reset.2026-10-01T09-00-00.000Z"
+        (sessions / name).write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in (
+            _header() | {"id": sid}, _user("u1", 1), _assistant("a1", 2))))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [sessions.parents[2]]))
+        assert pipeline.catch_up().lines == 90
+        asked = []
+        conn.set_profile(lambda sql, ns: asked.append(sql))
+        assert pipeline.run_once().lines == 0
+        assert asked == []
+        # sessions.json gives one of them another key: followed though its transcript did not change.
+        index["agent:main:chat:renamed-3"] = index.pop("agent:main:chat:3")
+        (sessions / "sessions.json").write_bytes(orjson.dumps(index))
+        os.utime(sessions / "sessions.json", ns=(10**18, 10**18))
+        pipeline.run_once()
+        conn.set_profile(None)
+    finally:
+        conn.close()
+    followed = sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions"))
+    assert dict(followed)[ids[3]] == "agent:main:chat:renamed-3"
+    fresh = db.with_name("fresh.db")
+    ingest(fresh, sessions.parents[2], fmt="oc-transcript")
+    assert followed == sorted(scalar_rows(fresh, "SELECT session_id, session_key FROM sessions"))
+
+
 def test_transcripts_under_names_that_are_not_utf8_are_keyed_by_the_sessions_json_beside_them(tmp_path, db):
     # Decoders were given the name the ledger writes (\xNN for such a byte), under which there is no
     # sessions.json to find: every session got a key guessed from its id.

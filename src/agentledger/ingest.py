@@ -13,7 +13,7 @@ from pathlib import Path
 from agentledger.facts import Fact, LlmCall, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
-from agentledger.sources import Decoder, asks_ledger, oc_transcript, opener_for
+from agentledger.sources import KEY_INPUTS, Decoder, asks_ledger, oc_transcript, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
 from agentledger.tail.transcript_store import StoreReader
@@ -62,6 +62,7 @@ class _Pending:
     batches: OpenBatches | None = None
     chunks: list[Chunk] = field(default_factory=list)
     read: list[tuple[FileRow, Physical]] = field(default_factory=list)  # files read to where those chunks end
+    settled: dict[int, tuple] = field(default_factory=dict)  # see Pipeline._settled
     lines: int = 0
     bytes: int = 0
 
@@ -92,9 +93,13 @@ class Pipeline:
             (Tailer(writer, spec.format, list(spec.roots), max_line=max_line, batch_lines=batch_lines),
              opener_for(spec.format),
              StoreReader(writer, list(spec.roots)) if spec.format == "oc-transcript" else None,
-             asks_ledger(spec.format))
+             asks_ledger(spec.format), KEY_INPUTS.get(spec.format))
             for spec in specs
         ]
+        # file id → (the key inputs of its decoder, the writer's rekey count) when the ledger last held its
+        # session as the decoder would: while both are so and it has nothing new, no decoder is built for
+        # it (a full pass looks at every transcript, every rescan_s).
+        self._settled: dict[int, tuple] = {}
 
     def _batch(self, chunk: Chunk, decode: Decoder) -> Batch:
         facts: list[tuple[int, int, Fact]] = []
@@ -145,7 +150,7 @@ class Pipeline:
 
     def _pass(self, written: set[str] | None) -> IngestStats:
         stats = IngestStats()
-        for tailer, opener, store, in_order in self.tailers:
+        for tailer, opener, store, in_order, key_inputs in self.tailers:
             if store is not None:  # before the files: where both copies hold an entry, the store's row is indexed
                 self._read_store(store, opener, stats)
             scanned = tailer.scan_written(written) if written is not None else None
@@ -165,9 +170,16 @@ class Pipeline:
                 for row, p in pairs:
                     if self.stop.is_set():
                         break
+                    settles = None
+                    if not tailer.has_news(row, p):
+                        settles = key_inputs and (key_inputs(p.fs_path), self.writer.rekeys)
+                        if not settles or self._settled.get(row.id) == settles:
+                            pending.read.append((row, p))
+                            continue
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.fs_path, self.writer.run_at)
-                    self._keep_key(pending, decode)
+                    if self._keep_key(pending, decode) and settles:
+                        pending.settled[row.id] = settles
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
                             self._commit(tailer, pending, stats)
@@ -180,6 +192,10 @@ class Pipeline:
                     pending.read.append((row, p))
                 # Now: the next source's scan records new files in transactions of its own.
                 self._commit(tailer, pending, stats)
+                if written is None and not self.stop.is_set():  # a full scan: files not listed are gone
+                    listed = {row.id for row, _ in pairs}
+                    self._settled = {fid: s for fid, s in self._settled.items() if fid in listed
+                                     or fid not in tailer.rows}
             except BaseException as exc:
                 if pending.batches is not None:
                     pending.batches.abandon(exc)
@@ -188,26 +204,31 @@ class Pipeline:
                 tailer.close(opened)
         return stats
 
-    def _keys_due(self, decoders: list[Decoder]) -> list[tuple[str, str]]:
+    def _keys_due(self, decoders: list[Decoder]) -> tuple[list[tuple[str, str]], dict[str, str]]:
         """A decoder that learns its session's key from the files beside it (sources/__init__.py) may
         learn another one than it did before: once archived, a session leaves sessions.json. The
         ledger's key for the session is made the decoder's, whether or not there are lines to read,
         so a ledger that followed the session and one that reads it afresh agree, unless the decoder
-        yields to the key the ledger holds. Returns the (session, key) pairs to give the ledger, the
-        keys it holds looked up in one statement."""
-        told = [d for d in decoders
-                if getattr(d, "session_id", None) is not None and getattr(d, "session_key", None) is not None]
+        yields to the key the ledger holds. Returns the (session, key) pairs to give the ledger, and
+        the keys it holds, looked up in one statement."""
+        told = [d for d in decoders if _claims_key(d)]
         if not told:
-            return []
+            return [], {}
         held = self.writer.session_keys([d.session_id for d in told])
         return [(d.session_id, d.session_key) for d in told
-                if held.get(d.session_id, d.session_key) != d.session_key and not d.yields_to(held[d.session_id])]
+                if held.get(d.session_id, d.session_key) != d.session_key
+                and not d.yields_to(held[d.session_id])], held
 
-    def _keep_key(self, pending: _Pending, decode: Decoder) -> None:
-        for due in self._keys_due([decode]):
+    def _keep_key(self, pending: _Pending, decode: Decoder) -> bool:
+        """Give the ledger the decoder's key when due (see _keys_due); says whether the ledger held the
+        session as the decoder would have it, or the decoder claims no key. A session the ledger does
+        not hold yet is not settled: another file's lines may bring it in under another key."""
+        due, held = self._keys_due([decode])
+        for pair in due:
             if pending.batches is None:
                 pending.batches = self.writer.begin()
-            pending.batches.rekey(*due)
+            pending.batches.rekey(*pair)
+        return not _claims_key(decode) or (not due and decode.session_id in held)
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
         """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``);
@@ -238,7 +259,7 @@ class Pipeline:
             self._rekey(due, stats)
 
     def _rekey(self, decoders: list[Decoder], stats: IngestStats) -> None:
-        keys = self._keys_due(decoders)
+        keys, _ = self._keys_due(decoders)
         if keys:
             self._committed(stats, self.writer.rekey(keys), 0, 0)
 
@@ -265,8 +286,10 @@ class Pipeline:
             self._committed(stats, result, pending.lines, pending.bytes)
         for row, p in pending.read:
             tailer.finished(row, p)
+        self._settled.update(pending.settled)
         pending.chunks.clear()
         pending.read.clear()
+        pending.settled.clear()
         pending.lines = pending.bytes = 0
 
     def _committed(self, stats: IngestStats, result: ApplyResult, lines: int, nbytes: int) -> None:
@@ -290,6 +313,10 @@ class Pipeline:
                 if stats.lines == 0 or self.stop.is_set():
                     break
         return total
+
+
+def _claims_key(decode: Decoder) -> bool:
+    return getattr(decode, "session_id", None) is not None and getattr(decode, "session_key", None) is not None
 
 
 @contextlib.contextmanager

@@ -808,6 +808,7 @@ class OpenBatches:
 
     def rekey(self, session_id: str, session_key: str) -> None:
         """Give a session another key (see _rekey_session), in this transaction."""
+        self.writer.rekeys += 1
         self._write()
         self.result.sessions |= _rekey_session(self.writer.conn, session_id, session_key)
 
@@ -838,6 +839,7 @@ class LedgerWriter:
         self.checkpointer = Checkpointer(conn) if background_checkpoints else None
         self.idle_ms = int(idle_s * 1000)
         self.interrupted = [0, 0, 0]  # committed so far: runs, tool calls, subagents cut off by restarts
+        self.rekeys = 0  # sessions given another key so far (committed or not): what a key was checked against
         self.wal_limit = wal_limit
         self._wal = f"{conn.filename}-wal"
         self._wal_retry_at = 0.0

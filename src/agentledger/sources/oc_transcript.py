@@ -268,11 +268,13 @@ def one_look() -> Iterator[None]:
     """Within it, each sessions folder's transcripts are looked at once, however many archives beside
     them are decoded: every archive asks after the same spawns, and a look stats every transcript."""
     outer = getattr(_pass, "looked", None)
+    outer_keys = getattr(_pass, "keys", None)
     _pass.looked = set() if outer is None else outer
+    _pass.keys = {} if outer_keys is None else outer_keys  # see _folder_keys
     try:
         yield
     finally:
-        _pass.looked = outer
+        _pass.looked, _pass.keys = outer, outer_keys
 
 
 def _folder(sdir: str) -> _Folder:
@@ -338,24 +340,57 @@ def _tokens(usage: object) -> Tokens:
     return t
 
 
+def _identity(path: str) -> tuple[str, str | None, str | None, dict]:
+    """(file name, session id, agent id, sessions.json entry or {}) of the transcript at ``path``.
+    String operations, not PurePath: a full pass asks it of every transcript."""
+    folder, name = os.path.split(path)
+    agents, agent = _agents_dir(folder)
+    session_id = session_id_of(ledger_name(name))
+    agent_id = ledger_name(agent) if agents is not None else None
+    return name, session_id, agent_id, index(folder).get(session_id or "", {})
+
+
+def key_inputs(path: str) -> tuple:
+    """What the key a ``FileDecoder`` of ``path`` claims, and what it yields to, are learnt from besides
+    the path: equal inputs, equal claims. A full pass asks it of every transcript with nothing new to
+    read, and builds no decoder for one whose claim it has settled with these inputs before."""
+    folder, name = os.path.split(path)
+    has_agent, by_id, siblings, listed = _folder_keys(folder)
+    session_id = session_id_of(ledger_name(name))
+    entry = by_id.get(session_id or "")
+    if entry is not None or not (has_agent and session_id):
+        return (entry and entry["key"],)
+    if is_live(name):  # a key guessed from the id, which yields to a key the folders no longer list
+        return (None, siblings, listed)
+    return (None, siblings, listed, [_folder(sdir).spawns for sdir in siblings])
+
+
+def _folder_keys(folder: str) -> tuple[bool, dict[str, dict], list[str], set[str]]:
+    """(whether it is an agent's, its sessions.json by id, the sessions folders beside it, the keys
+    those list) of a sessions folder: looked at once a pass (see ``one_look``), not once a transcript."""
+    memo = getattr(_pass, "keys", None)
+    known = memo.get(folder) if memo is not None else None
+    if known is None:
+        siblings = _sibling_dirs(folder)
+        known = (_agents_dir(folder)[0] is not None, index(folder), siblings, _listed_keys(siblings))
+        if memo is not None:
+            memo[folder] = known
+    return known
+
+
 class FileDecoder:
     """Decodes the lines of one transcript file; built afresh for each read of the file."""
 
     def __init__(self, path: str, lookup: RunLookup):
-        # String operations, not PurePath: every transcript's decoder is built on every full pass.
-        folder, name = os.path.split(path)
-        agents, agent = _agents_dir(folder)
-        self.session_id = session_id_of(ledger_name(name))
-        self.agent_id = ledger_name(agent) if agents is not None else None
+        name, self.session_id, self.agent_id, entry = _identity(path)
         self.path = path
-        entry = index(folder).get(self.session_id or "", {})
         self.session_key = entry.get("key")
         self.guessed = False
         if self.session_key is None and self.agent_id and self.session_id:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
             found = None
             if not is_live(name):
-                siblings = _sibling_dirs(path)
+                siblings = _sibling_dirs(os.path.dirname(path))
                 found = _archived_child_key(path, self.agent_id, siblings, _listed_keys(siblings))
             self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
@@ -485,10 +520,9 @@ def _spawned_key(content: object) -> str | None:
     return text(doc.get("childSessionKey")) if isinstance(doc, dict) else None
 
 
-def _sibling_dirs(path: str) -> list[str]:
-    """The sessions folders of every agent beside the transcript at ``path`` (a subagent may run
-    as another agent than its parent), or its own folder outside an ``agents/`` tree."""
-    folder = os.path.dirname(path)
+def _sibling_dirs(folder: str) -> list[str]:
+    """The sessions folders of every agent beside the sessions ``folder`` (a subagent may run as
+    another agent than its parent), or the folder alone outside an ``agents/`` tree."""
     agents, _ = _agents_dir(folder)
     if agents is not None:
         try:
@@ -528,7 +562,7 @@ def _listed_keys(siblings: list[str]) -> set[str]:
 def listed_beside(path: str) -> set[str]:
     """Every session key the ``sessions.json`` files beside the transcript ``path`` list: whether a
     key kept by a session they forgot is still its own depends on them."""
-    return _listed_keys(_sibling_dirs(path))
+    return _listed_keys(_sibling_dirs(os.path.dirname(path)))
 
 
 def _all_text(content: object) -> str:

@@ -370,10 +370,15 @@ class Tailer:
             report.events.append((event[0], row.path, event[1]))
 
     # -- reading -----------------------------------------------------------------
+    def has_news(self, row: FileRow, p: Physical) -> bool:
+        """Whether ``read`` may find lines: not if the file is unchanged since it was read to its end
+        (``finished`` remembers it), or holds no more than was read."""
+        return p.fd >= 0 and (p.size > row.offset or row.id in self._pending_long)
+
     def read(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of complete lines from the row's offset; call ``advance`` after committing each."""
-        if p.fd < 0 or (p.size <= row.offset and row.id not in self._pending_long):
-            return  # unchanged since it was read to its end (``finished`` remembers it)
+        if not self.has_news(row, p):
+            return
         while True:
             start = row.offset
             res = read_lines(
