@@ -376,3 +376,17 @@ def test_a_store_is_read_with_the_files_beside_it_whatever_its_root_is_named(tmp
     assert sorted(scalar_rows(db, "SELECT source, root, path FROM files")) == [
         ("oc-transcript", named, f"{named}/agents/main/sessions/{other}.jsonl"),
         ("oc-transcript-sqlite", named, f"{named}/agents/main/agent/openclaw-agent.sqlite#{SID}")]
+
+
+def test_a_sessions_json_replaced_at_the_same_size_and_time_is_read_again(tmp_path):
+    # Written whole and renamed into place within one mtime tick, at the same size: the old entries stayed.
+    from agentledger.sources import oc_transcript
+
+    index = tmp_path / "sessions.json"
+    index.write_bytes(orjson.dumps({"agent:main:aaaa": {"sessionId": SID}}))
+    assert oc_transcript.index(str(tmp_path))[SID]["key"] == "agent:main:aaaa"
+    st = index.stat()
+    (tmp_path / "next.json").write_bytes(orjson.dumps({"agent:main:bbbb": {"sessionId": SID}}))
+    os.utime(tmp_path / "next.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp_path / "next.json", index)
+    assert oc_transcript.index(str(tmp_path))[SID]["key"] == "agent:main:bbbb"

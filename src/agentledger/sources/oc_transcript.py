@@ -97,8 +97,9 @@ def is_live(name: str) -> bool:
     return m is not None and m["archive"] is None
 
 
-# sessions.json per directory, reread only when it changes: (mtime_ns, size) → {sessionId: entry}.
-_INDEX_CACHE: dict[str, tuple[tuple[int, int], dict[str, dict]]] = {}
+# sessions.json per directory, reread only when it changes: (inode, mtime_ns, size) → {sessionId: entry}.
+# The inode too: a file written whole and renamed into place may keep its size within one mtime tick.
+_INDEX_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, dict]]] = {}
 
 
 def index(directory: str) -> dict[str, dict]:
@@ -108,7 +109,7 @@ def index(directory: str) -> dict[str, dict]:
         st = os.stat(path)
     except OSError:
         return {}
-    stamp = (st.st_mtime_ns, st.st_size)
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     cached = _INDEX_CACHE.get(directory)
     if cached is not None and cached[0] == stamp:
         return cached[1]
