@@ -485,6 +485,43 @@ def test_capped_label_series_never_go_back_as_other_values_grow(tmp_path, db):
             [(key, value, after.get(key)) for key, value in before.items() if after.get(key, 0) < value]
 
 
+def _served_counters(db, floors, top_n: int = 20) -> dict:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agentledger.metrics import registry_for
+
+    text = generate_latest(registry_for(db, top_n, floors=floors)).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+            if f.type in ("counter", "histogram") for s in f.samples
+            if s.name.endswith(("_total", "_bucket", "_count", "_sum"))}
+
+
+def test_metric_floors_kept_in_a_file_that_cannot_be_read_start_from_the_ledger(corpus_db, tmp_path):
+    from agentledger.metrics import CounterFloors
+
+    path = tmp_path / "metric-floors.json"
+    path.write_bytes(b'{"epoch": "torn')
+    assert _served_counters(corpus_db, CounterFloors(path)) == metric_counters(corpus_db)  # nothing held
+    assert json.loads(path.read_bytes())["samples"]  # and kept anew for the next start
+
+
+def test_metric_floors_stand_only_for_the_label_cap_and_ledger_they_were_served_under(corpus_db, tmp_path):
+    # Another top_n moves counts between a value's series and _other: floors held across it count them twice.
+    from agentledger.metrics import CounterFloors
+
+    path = tmp_path / "metric-floors.json"
+    highest = {key: value * 10 for key, value in _served_counters(corpus_db, CounterFloors(path), top_n=3).items()}
+    saved = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps({**saved, "samples": [[n, [list(kv) for kv in labels], highest[(n, labels)]]
+                                                      for n, labels in highest]}).encode())
+    assert _served_counters(corpus_db, CounterFloors(path), top_n=3) == highest  # held across a restart
+    assert _served_counters(corpus_db, CounterFloors(path), top_n=5) == metric_counters(corpus_db, top_n=5)
+    other = tmp_path / "other.json"
+    other.write_bytes(json.dumps({**saved, "epoch": ["another ledger", 0, 3]}).encode())
+    assert _served_counters(corpus_db, CounterFloors(other), top_n=3) == metric_counters(corpus_db, top_n=3)
+
+
 def test_timeline_holds_every_model_and_tool_call_of_the_session(corpus_db, oc_expected):
     want = next(s for s in oc_expected["sessions_sample"] if s["tool_calls"] and s["llm_calls"] > 3)
     conn = open_reader(corpus_db)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -171,6 +172,19 @@ def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
                                  request="req_2"))
         wait_for(lambda: usage(tmp_path / "ledger.db")["output_tokens"] == 1120, what="the next call")
         assert output_tokens() == 1120  # past its highest, the counter is the ledger's sum again
+        with (sub / "agent-a1b2c3d4.jsonl").open("ab") as f:
+            f.write(cc_assistant("s2", "msg_3", {"type": "text", "text": "again"}, output=500, second=19,
+                                 sidechain=True, request="req_replay_3"))
+        wait_for(lambda: output_tokens() == 1620, what="the second replay counted")
+    finally:
+        served.stop(signal.SIGKILL)
+    # Found out while the daemon is down: the restart's catch-up lowers the sum, and the counter holds.
+    with main.open("ab") as f:
+        f.write(cc_assistant("a3", "msg_3", {"type": "text", "text": "again"}, output=20, second=3, request="req_3"))
+    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""), tmp_path)
+    try:
+        assert usage(tmp_path / "ledger.db")["output_tokens"] == 1140
+        assert output_tokens() == 1620
     finally:
         served.stop()
 

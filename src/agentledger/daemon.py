@@ -44,6 +44,7 @@ from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lo
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.retention import Pruner
 from agentledger.ledger.writer import LedgerWriter, now_ms
+from agentledger.metrics import FLOORS_FILE, CounterFloors
 from agentledger.notify import Notifier
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code_hooks import HookInbox
@@ -456,7 +457,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
             demo_proc = _start_demo(demo_root)
         try:
-            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks)
+            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
+                            floors=CounterFloors(config.state_dir / FLOORS_FILE))
         except OSError as exc:
             _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
             return 2

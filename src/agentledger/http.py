@@ -320,11 +320,12 @@ class ApiServer:
     """Serves in a background thread until ``close``."""
 
     def __init__(self, db: Path, listen: str, health: Health | None = None, keeper: GateKeeper | None = None,
-                 top_n: int = 20, hooks: claude_code_hooks.HookInbox | None = None):
+                 top_n: int = 20, hooks: claude_code_hooks.HookInbox | None = None,
+                 floors: CounterFloors | None = None):
         host, port = parse_listen(listen)
         self.health = health or Health()
         handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
-                                                "top_n": top_n, "floors": CounterFloors()})
+                                                "top_n": top_n, "floors": floors or CounterFloors()})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})

@@ -14,12 +14,14 @@ drop when it left and Prometheus would read the drop as a counter reset.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -28,6 +30,9 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS
 from agentledger.units import PICO_PER_USD
+
+log = logging.getLogger("agentledger.metrics")
+FLOORS_FILE = "metric-floors.json"  # in the state dir, see CounterFloors
 
 OTHER = "_other"
 _TOKEN_TYPES = ("input", "output", "cache_read", "cache_write")
@@ -50,26 +55,62 @@ class CounterFloors:
     The ledger corrects itself now and then: a side branch's replay is found out after it was
     counted, a call's line gives way to a better one. A sum over the ledger then goes down, which
     Prometheus reads as a reset: ``increase()`` counts the whole value again, a false spike in
-    spend. So a sample is served at its highest until the ledger passes it again, for the serving
-    process's life only: offline changes (``reprice``, another ``top_n``) move counts from one series
-    to another, and floors kept past a restart would count them in both."""
+    spend. So a sample is served at its highest until the ledger passes it again, and kept in
+    ``path`` (when given): a restart's catch-up finds such corrections too.
 
-    def __init__(self) -> None:
+    The floors stand for one epoch (see ``hold``): another ledger starts afresh, as its counters
+    really do, and so does a ``reprice`` or another ``top_n``, which move counts from one series to
+    another: floors held past them would count those calls in both."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._epoch: list | None = None
         self._highest: dict[tuple, float] = {}
         self._lock = threading.Lock()  # scrapes are answered on threads of their own
+        if path is None:
+            return
+        try:
+            saved = orjson.loads(path.read_bytes())
+            self._epoch = saved["epoch"]
+            self._highest = {(name, tuple(map(tuple, labels))): value for name, labels, value in saved["samples"]}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("metric floors in %s not read (%s): counters start from the ledger's sums", path, exc)
+            self._epoch, self._highest = None, {}
 
-    def hold(self, families: list[Metric]) -> None:
+    def hold(self, epoch: list, families: list[Metric]) -> None:
+        """``epoch``: what the families' values stand on (the ledger, its repricings, the label cap)."""
         with self._lock:
+            if epoch != self._epoch:
+                self._epoch, self._highest = epoch, {}
+            raised = False
             for family in families:
                 if family.type not in ("counter", "histogram"):
                     continue
                 for i, sample in enumerate(family.samples):
                     key = (sample.name, tuple(sorted(sample.labels.items())))
                     highest = self._highest.get(key)
-                    if highest is not None and sample.value < highest:
+                    if highest is not None and sample.value <= highest:
                         family.samples[i] = sample._replace(value=highest)
                     else:
                         self._highest[key] = sample.value
+                        raised = True
+            if raised and self.path is not None:
+                self._save()
+
+    def _save(self) -> None:
+        data = orjson.dumps({"epoch": self._epoch,
+                             "samples": [[name, labels, value] for (name, labels), value in self._highest.items()]})
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the scrape is still answered; only a restart's hold is lost
+            log.warning("metric floors not kept in %s: %s", self.path, exc.strerror)
 
 
 class LedgerCollector(Collector):
@@ -86,11 +127,12 @@ class LedgerCollector(Collector):
             models, tools = _Capped(conn, "model", self.top_n), _Capped(conn, "tool", self.top_n)
             families = [*self._llm(conn, models), *self._runs_and_sessions(conn), *self._tools(conn, tools),
                         *self._ingest(conn), *self._gates(conn), *self._durations(conn, models, tools)]
+            epoch = [*queries.series_epoch(conn), self.top_n]
             conn.execute("COMMIT")
         finally:
             conn.close()
         if self.floors is not None:
-            self.floors.hold(families)
+            self.floors.hold(epoch, families)
         yield from families
         size = GaugeMetricFamily("agentledger_db_size_bytes", "Size of the ledger database and its WAL.")
         size.add_metric([], sum(os.path.getsize(p) for p in (str(self.db), f"{self.db}-wal") if os.path.exists(p)))

@@ -955,6 +955,12 @@ def ledger_id(conn: apsw.Connection) -> str:
     return conn.execute("SELECT ledger_id FROM ledger_identity WHERE id = 1").fetchall()[0][0]
 
 
+def series_epoch(conn: apsw.Connection) -> tuple[str, int]:
+    """What metric series' values stand on: the ledger, and how many repricings moved calls between
+    series in it."""
+    return conn.execute("SELECT ledger_id, repricings FROM ledger_identity, ledger_position").fetchall()[0]
+
+
 def hot_session(conn: apsw.Connection, key: str) -> dict | None:
     """What gates measure of a session: its current instance (a reset starts a new one), alone
     and with the subagents spawned since that instance began; None when the ledger has no such

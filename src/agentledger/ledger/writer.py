@@ -270,6 +270,7 @@ _REPRICEABLE = (
     "AND id > ? ORDER BY id LIMIT ?"
 )
 _SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
+_REPRICED = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
 _RUN_AT = (
     "SELECT run_id FROM runs WHERE session_id = ? AND started_ms <= ? ORDER BY started_ms DESC LIMIT 1"
 )
@@ -1158,6 +1159,8 @@ class LedgerWriter:
             with self.transaction() as conn:
                 rows = conn.execute(_REPRICEABLE, (last, batch)).fetchall()
                 if not rows:
+                    if result.changed:
+                        conn.execute(_REPRICED)
                     return result
                 last = rows[-1][0]
                 old_rows, new_rows, updates = [], [], []
