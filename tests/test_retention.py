@@ -298,6 +298,14 @@ def test_prune_refuses_while_another_process_writes(ledger: Path):
     assert agentledger(ledger, "prune", "--dry-run").returncode == 0  # reading needs no lock
 
 
+def test_prune_without_a_config_keeps_the_built_in_thirty_days(ledger: Path, monkeypatch):
+    # The tests' own setting (raw_days = 0) hid it: the built-in default crashed prune with a traceback.
+    monkeypatch.delenv("AGENTLEDGER_RETENTION_RAW_DAYS")
+    out = agentledger(ledger, "prune", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["older_than_days"] == 30
+
+
 def test_a_bad_age_or_a_missing_ledger_is_one_line(ledger: Path, tmp_path: Path):
     out = agentledger(ledger, "prune", "--older-than", "0")
     assert out.returncode == 2 and "--older-than" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -59,7 +59,8 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
                 click.echo("raw rows are kept for ever ([retention] raw_days = 0): nothing pruned; "
                            "pass --older-than DAYS to prune anyway")
             return
-        days = int(configured) if configured.is_integer() else configured
+        # The built-in default is an int, a config file's value a float: int has no is_integer() in 3.11.
+        days = int(configured) if configured == int(configured) else configured
     horizon = retention.horizon(now_ms(), days)
     before = _size(obj.db)
     if dry_run:
