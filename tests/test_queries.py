@@ -618,3 +618,16 @@ def test_an_argument_that_is_not_utf8_finds_nothing(corpus_db, args, code, say):
     assert out.returncode == code, out.stderr
     text = (out.stderr if code else out.stdout).decode()
     assert text.count("\n") == 1 and text.startswith(say)
+
+
+def test_a_date_until_takes_in_that_day_as_a_date_since_does(corpus_db, oc_expected):
+    # A date read as its first millisecond left the day out: --since D --until D was always empty.
+    day = oc_expected["per_day"]["2026-10-02"]
+    out = _cli(corpus_db, "usage", "--since", "2026-10-02", "--until", "2026-10-02", "--json")
+    got = json.loads(out.stdout)
+    assert (got["llm_calls"], round(got["cost_usd"], 8)) == (day["llm_calls"], round(day["cost_usd"], 8))
+    two = json.loads(_cli(corpus_db, "usage", "--since", "2026-10-02", "--until", "2026-10-03", "--json").stdout)
+    assert two["llm_calls"] == day["llm_calls"] + oc_expected["per_day"]["2026-10-03"]["llm_calls"]
+    # An exact time stays exact.
+    edge = json.loads(_cli(corpus_db, "usage", "--until", "2026-10-02T00:00:00Z", "--json").stdout)
+    assert edge["llm_calls"] == oc_expected["per_day"]["2026-10-01"]["llm_calls"]

@@ -67,7 +67,7 @@ class Health:
 def _time(params: dict[str, list[str]], name: str) -> int | None:
     value = _one(params, name)
     try:
-        return parse_time(value) if value else None
+        return parse_time(value, end=name == "until") if value else None
     except ValueError as exc:
         raise BadRequest(f"{name}: {exc}") from None
 

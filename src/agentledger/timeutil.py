@@ -7,6 +7,8 @@ import re
 import time
 
 _RELATIVE = re.compile(r"^(\d+)([smhdw])$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DAY_MS = 86_400_000
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 # The ledger holds no time before 1970 (event times are checked at decoding) and Python's dates
 # end with 9999: a bound outside is the same bound as these, and cannot overflow a query's integers.
@@ -14,9 +16,11 @@ EARLIEST_MS = 0
 LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
-def parse_time(value: str, *, now_ms: int | None = None) -> int:
+def parse_time(value: str, *, now_ms: int | None = None, end: bool = False) -> int:
     """``2026-11-01``, an ISO 8601 time (naive means UTC), or ``7d``/``24h``/``30m`` ago → ms,
-    held within [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event)."""
+    held within [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event). ``end``: the
+    time is where an inclusive range ends, so a date means its last millisecond: ``--until
+    2026-11-01`` takes in that day, as ``--since 2026-11-01`` does."""
     value = value.strip()
     m = _RELATIVE.match(value)
     if m and len(m[1]) > 15:  # older than 1970 in any unit, and too long for int() past 4300 digits
@@ -33,7 +37,10 @@ def parse_time(value: str, *, now_ms: int | None = None) -> int:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return min(max(int(parsed.timestamp() * 1000), EARLIEST_MS), LATEST_MS)
+    ms = int(parsed.timestamp() * 1000)
+    if end and _DATE.match(value):
+        ms += _DAY_MS - 1
+    return min(max(ms, EARLIEST_MS), LATEST_MS)
 
 
 def iso(ms: int | None) -> str | None:

@@ -21,7 +21,7 @@ def _time(ctx, param, value):
     if value is None:
         return None
     try:
-        return parse_time(value)
+        return parse_time(value, end=param.name == "until")
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
