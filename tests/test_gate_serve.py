@@ -108,6 +108,11 @@ def test_gates_answer_live_over_http_and_from_the_command(daemon):
     decision = daemon.gate()
     assert decision["reason"] == "session agent:main:s1 spent $2.25 of its $2.00 budget (gate session-cost)"
     assert decision["block"] is True and decision["blockReason"] == decision["reason"]
+    # A misspelt or missing parameter is an error, not an allow; a tool whose name is not known is measured.
+    for query in ("", "?session_key=agent:main:s1", "?session_key=agent:main:s1&tool_name=exec", "?tool=exec"):
+        status, body = daemon.get(f"/v1/gate{query}")
+        assert status == 400 and "session_key and tool" in body["error"], query
+    assert daemon.get("/v1/gate?session_key=agent:main:s1&tool=")[1]["decision"] == "block"
 
     hot = daemon.get("/v1/sessions/agent:main:s1/hot")[1]
     assert (hot["llm_calls"], hot["total_tokens"], hot["cost_usd"]) == (3, 30, 2.25)
@@ -180,6 +185,12 @@ def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
     bad = _gate_cmd("--fail", "sideways", env=env)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "--fail open or --fail closed" in bad.stderr
+    # A timeout no socket can wait for failed open with a made-up reason, or (inf) crashed with exit 1,
+    # which Claude Code takes as "go ahead" even with --fail closed.
+    for timeout in ("-1", "0", "nan", "inf", "1e999"):
+        bad = _gate_cmd("--hook", "claude-code", "--url", url, "--fail", "closed", "--timeout", timeout,
+                        stdin=json.dumps(PRE_TOOL_USE), env=env)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--timeout" in bad.stderr, timeout
 
 
 def test_hot_views_survive_kill_9_and_stay_private(daemon):

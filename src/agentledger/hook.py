@@ -16,12 +16,14 @@ the exit code is 0 for allow or warn and 1 for block.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
 from urllib.parse import quote
 
 DEFAULT_URL = "http://127.0.0.1:9464"
+MAX_TIMEOUT_S = 600  # Claude Code gives a hook 60 s by default; past ten minutes nobody waits for a tool
 USAGE = """Usage: agentledger gate [--hook claude-code] [--session KEY] [--tool NAME]
                         [--url URL] [--fail open|closed] [--timeout SECONDS]
 
@@ -62,9 +64,12 @@ def _parse(argv: list[str]) -> dict:
     if opts["fail"] not in ("open", "closed"):
         raise UsageError(f"--fail {opts['fail']!r}: use --fail open or --fail closed")
     try:
-        opts["timeout"] = float(opts["timeout"])
+        timeout = float(opts["timeout"])
     except ValueError:
-        raise UsageError(f"--timeout {opts['timeout']!r} is not a number of seconds") from None
+        timeout = math.nan
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {opts['timeout']!r}: give a number of seconds above 0, at most {MAX_TIMEOUT_S}")
+    opts["timeout"] = timeout
     if not opts["url"].startswith("http://"):
         raise UsageError(f"--url {opts['url']!r}: give http://HOST:PORT")
     return opts

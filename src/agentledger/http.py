@@ -84,8 +84,9 @@ def _error(text: str) -> bytes:
 
 
 def _one(params: dict[str, list[str]], name: str) -> str | None:
+    """The parameter's last value; None when it is not given or blank."""
     values = params.get(name)
-    return values[-1] if values else None
+    return values[-1] or None if values else None
 
 
 def _hot(keeper: GateKeeper | None, key: str) -> tuple[int, object]:
@@ -103,6 +104,10 @@ def _gate(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple[int,
         return 503, {"error": "gates are answered by `agentledger serve` only"}
     key = _one(params, "session_key") or _one(params, "sessionKey") or _one(params, "session_id")
     tool = _one(params, "tool") or _one(params, "toolName")
+    # A misspelt parameter must not turn every gate into an allow: both are asked for, the tool
+    # possibly blank (a caller that does not know the tool's name still has its session measured).
+    if key is None or ("tool" not in params and "toolName" not in params):
+        raise BadRequest("a gate decision needs session_key and tool: GET /v1/gate?session_key=KEY&tool=NAME")
     return 200, keeper.decide(key, tool).as_json()
 
 
@@ -205,7 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path in ("/ui", "/ui/"):
             self._ui(parse_qs(url.query))
             return
-        self._answer(lambda: _route(self.db, self.health, self.keeper, url.path, parse_qs(url.query)))
+        # Blank values kept: a gate asked for a tool whose name is not known sends tool= (see _gate).
+        self._answer(lambda: _route(self.db, self.health, self.keeper, url.path,
+                                    parse_qs(url.query, keep_blank_values=True)))
 
     def do_POST(self) -> None:  # noqa: N802
         url = urlsplit(self.path)
