@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from conftest import cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar, usage
+from ledgerdump import dump, scalar, usage
 
 from agentledger.config import GateConfig
 from agentledger.gates import GateKeeper
@@ -686,20 +687,71 @@ def test_a_subagent_replaying_a_parent_tool_call_leaves_the_call_in_the_parent(t
 @given(data=st.data())
 def test_a_subagents_tool_call_is_one_row_whatever_part_of_it_is_read_before_its_sessions_prompt(
         tmp_path_factory, data):
-    """The subagent's file may be read, in part, before its session's first prompt is: its Grep's start
-    then finds no run, and its end one."""
+    """The subagent's file may be read, in part, before its session's first prompt is: its Grep's start,
+    end or both then find no run, and its model calls neither. They are the prompt's run's all the same."""
     root = tmp_path_factory.mktemp("prompt-later")
     project = root / "claude" / "projects" / "-home-dev-src-app"
     parent, child, _ = _task_lines()
     _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent,
                                    project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child})
     db = root / "l.db"
-    assert sorted(scalar_rows(db, "SELECT tool_call_id, session_id, status, started_ms % 60000, ended_ms % 60000 "
-                                  "FROM tool_calls")) == [("toolu_grep", CHILD_ID, "ok", 3_000, 4_000),
-                                                          ("toolu_task", SESSION, "ok", 1_000, 20_000)]
+    assert sorted(scalar_rows(db, "SELECT tool_call_id, run_id, session_id, status, started_ms % 60000, "
+                                  "ended_ms % 60000 FROM tool_calls")) == [
+        ("toolu_grep", "u1", CHILD_ID, "ok", 3_000, 4_000), ("toolu_task", "u1", SESSION, "ok", 1_000, 20_000)]
+    assert scalar_rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 4)]
     assert _own(db) == {SESSION: (2, 140, 1), CHILD_ID: (2, 340, 1)}
     assert scalar_rows(db, "SELECT tool_name, sum(calls) FROM tool_days GROUP BY 1 ORDER BY 1") == [
         ("Grep", 1), ("Task", 1)]
+
+
+# What a read leaves, whatever its order: every row and every run-level table beside them. Events are
+# left out: an event keeps the key its line was read under (a branch's model call read before the branch
+# was named keeps its session's key), which no total reads.
+_SAME_ROWS = ("sessions", "runs", "llm_calls", "usage_snapshots", "tool_calls", "subagents", "compactions",
+              "messages", "rejects", "checkpoints", "session_ids", "compaction_pairs")
+_RUN_TABLES = ("run_activity", "run_tool_totals", "run_llm_totals", "runs_without_calls", "session_totals")
+
+
+def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]]) -> dict:
+    """A fresh ledger read in ``steps`` (the files each step writes, then a read); what it holds."""
+    shutil.rmtree(root, ignore_errors=True)
+    for files in steps:
+        for path, lines in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"".join(lines))
+        ingest(root / "l.db", root / "claude", fmt="claude-code")
+    db = root / "l.db"
+    _clean(db)
+    conn = open_reader(db)
+    try:
+        runs = {run_id: queries.run_detail(conn, run_id) for (run_id,) in conn.execute("SELECT run_id FROM runs")}
+    finally:
+        conn.close()
+    # Each of these tables is keyed by its first column; a row emptied by a move is no row (as verify says).
+    return dump(db, _SAME_ROWS) | {t: sorted((row for row in scalar_rows(db, f"SELECT * FROM {t}") if any(row[1:])),
+                                             key=repr) for t in _RUN_TABLES} | {"run detail": runs}
+
+
+@pytest.mark.parametrize("order", ["subagent-first", "in-one-read", "subagent-first-mid-turn"])
+def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_prompt_starts(tmp_path, order):
+    """A subagent's file read whole before its session's: its Grep (start and end) and model calls found
+    no run. Once the prompt is read they are in its run, as a read of the session first puts them."""
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    parent, child, _ = _task_lines()
+    # A later turn: the subagent's calls are in the run of their time, not the session's latest.
+    parent += [cc_prompt("u2", "and the tests?", 40),
+               cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=41,
+                            request="req_p3", stop="end_turn")]
+    if order.endswith("mid-turn"):  # read up to the Task call: the run's activity since is the subagent's
+        parent = parent[:2]
+    session = {project / f"{SESSION}.jsonl": parent}
+    subagent = {project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child}
+    want = _read_in_steps(root, [session, subagent])
+    u1 = want["run detail"]["u1"]
+    assert (u1["tool_calls"], u1["llm_calls"]) == ((2, 3) if order.endswith("mid-turn") else (2, 4))
+    got = _read_in_steps(root, [session | subagent] if order == "in-one-read" else [subagent, session])
+    assert got == want
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

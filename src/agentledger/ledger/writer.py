@@ -271,9 +271,23 @@ _REPRICEABLE = (
 )
 _SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
 _REPRICED = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
-_RUN_AT = (
-    "SELECT run_id FROM runs WHERE session_id = ? AND started_ms <= ? ORDER BY started_ms DESC LIMIT 1"
-)
+# The run a session was in at a time: the latest begun by then.
+_RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
+_RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
+# Rows of these sessions' side branches ([session, lowest, highest branch] each) stored under no run,
+# with the run their session was in at their time (None: none the ledger knows).
+_RUNLESS_TOOLS = f"""
+SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "coalesce(tc.started_ms, tc.ended_ms)")}), tc.tool_call_id,
+       tc.started_ms, tc.ended_ms
+FROM json_each(?) AS j
+JOIN tool_calls AS tc ON tc.run_id = '' AND tc.branch > j.value ->> 1 AND tc.branch < j.value ->> 2
+"""
+_RUNLESS_CALLS = f"""
+SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}), l.id, {LLM_CALL_COLUMNS}
+FROM json_each(?) AS j
+JOIN llm_calls AS l ON l.run_id IS NULL AND l.branch > j.value ->> 1 AND l.branch < j.value ->> 2
+"""
+_SET_CALL_RUN = "UPDATE llm_calls SET run_id = ? WHERE id = ?"
 _LATEST_RUN = (
     "SELECT run_id FROM runs WHERE session_id = ? ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT 1"
 )
@@ -738,11 +752,48 @@ def _replayed_tools(conn: apsw.Connection, facts: list[Fact]) -> list[tuple[str,
             told[f.session_id][f.tool_call_id].add(f.run_id or "")
     out = []
     for session_id, calls in told.items():
-        prefix = child_session_id(session_id, "")
-        for run_id, call_id in conn.execute(_SIDE_TOOLS, (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))):
+        for run_id, call_id in conn.execute(_SIDE_TOOLS, _branch_bounds(session_id)):
             if call_id in calls and run_id not in calls[call_id]:
                 out.append((run_id, call_id))
     return out
+
+
+def _branch_bounds(session_id: str) -> tuple[str, str]:
+    """Bounds, both excluded, of the names of a session's side branches."""
+    prefix = child_session_id(session_id, "")
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _runless_into_runs(conn: apsw.Connection, session_ids: set[str]) -> set[str]:
+    """Rows of these sessions' side branches stored under no run join the run of their time, now that
+    the ledger knows it: their lines were read before their session's prompt (a subagent's file read
+    first), and a read of the prompt first puts every line of theirs in its run. The rollups and the
+    run's activity follow. Returns the sessions whose totals moved."""
+    if not session_ids:
+        return set()
+    bounds = orjson.dumps([(sid, *_branch_bounds(sid)) for sid in sorted(session_ids)]).decode()
+    tools = [row for row in conn.execute(_RUNLESS_TOOLS, (bounds,)) if row[0] is not None]
+    calls = [row for row in conn.execute(_RUNLESS_CALLS, (bounds,)) if row[0] is not None]
+    if not tools and not calls:
+        return set()
+    times = [(run_id, ts) for run_id, _, started, ended in tools for ts in (started, ended) if ts is not None]
+    times += [(call[0], call[3]) for call in calls]  # (run, id, event_id, ts_ms, ...)
+    spans: dict[str, list[int]] = {}
+    for run_id, ts in times:
+        span = spans.setdefault(run_id, [ts, ts])
+        span[0], span[1] = min(span[0], ts), max(span[1], ts)
+    moved = {(run_id, call_id) for run_id, call_id, _, _ in tools}
+    tracker = rollups.Tracker(conn, set(spans), moved | {("", call_id) for _, call_id in moved}, set(), set())
+    tracker.before()
+    for run_id, call_id in moved:
+        # A line of the call read since the prompt may have started a row there: this one fills its gaps.
+        conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, "", call_id))
+        conn.execute(_DROP_TOOL_ROW, ("", call_id))
+    conn.executemany(_SET_CALL_RUN, [(run_id, rid) for run_id, rid, *_ in calls])
+    conn.executemany(_RUN_ACTIVITY, [(run_id, a, b) for run_id, (a, b) in spans.items()])
+    old = [tuple(row) for _, _, *row in calls]
+    tracker.after([(*row[:6], run_id, *row[7:]) for (run_id, *_), row in zip(calls, old)], [], old)
+    return tracker.touched
 
 
 def _rekey_session(conn: apsw.Connection, session_id: str, key: str) -> set[str]:
@@ -1030,6 +1081,9 @@ class LedgerWriter:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
+        if branching:
+            moved |= _runless_into_runs(conn, {row[2] for row in prepared.rows.get(_RUN_STARTED, ())
+                                               if row[4] == CLAUDE_CODE})
         changed = lifecycle.after(tracker)
         new = len(lifecycle.facts)
         return ApplyResult(new_facts=new, duplicate_facts=len(facts) - new, rejects=0,
