@@ -673,9 +673,11 @@ def test_a_subagent_replaying_a_parent_tool_call_leaves_the_call_in_the_parent(t
     parent, child, _ = _task_lines()
     parent = [parent[0], cc_assistant("a0", "msg_p0", bash, output=30, second=1, request="req_p0", stop="tool_use"),
               cc_result("r0", "toolu_bash", 1), *parent[1:]]
-    # The subagent's transcript opens with a copy of the parent's Bash call, under a request of its own.
+    # The subagent's transcript opens with a copy of the parent's Bash call, under a request of its own, and
+    # of its result.
     child = [_side(TASK_AGENT, cc_assistant("c_", "msg_p0", bash, output=30, second=2, request="req_copy",
-                                            stop="tool_use")), *child]
+                                            stop="tool_use")), _side(TASK_AGENT, cc_result("c_r", "toolu_bash", 2)),
+             *child]
     subagent = project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
     _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent, subagent: child})
     # The parent's Bash and Task are its own; the subagent made one Grep call, and two model calls.
@@ -760,18 +762,68 @@ def test_a_side_branch_replaying_a_task_call_leaves_the_subagent_as_the_session_
     root = tmp_path_factory.mktemp("task-replay")
     project = root / "claude" / "projects" / "-home-dev-src-app"
     parent, child, btw = _task_lines()
-    # The side question's transcript opens with a copy of the parent's Task call, under a request of its own.
+    # The side question's transcript opens with a copy of the parent's Task call and of its result, the
+    # call under a request of its own.
     copy = orjson.loads(parent[1]) | {"uuid": "b_", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
+    result = orjson.loads(parent[2]) | {"uuid": "b_r", "timestamp": "2026-10-01T10:00:29.500Z"}
     _read_interleaved(data, root, {
         project / f"{SESSION}.jsonl": parent,
         project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child,
-        project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [_side(BTW_AGENT, _line(copy)), *btw]})
+        project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [_side(BTW_AGENT, _line(copy)),
+                                                                       _side(BTW_AGENT, _line(result)), *btw]})
     db = root / "l.db"
     assert scalar_rows(db, "SELECT child_session_key, parent_session_key, parent_run_id, label, mode, status, outcome, "
-                           "spawned_ms % 60000 FROM subagents") == [
-        (CHILD_KEY, PARENT_KEY, "u1", "Find callers", "general-purpose", "ended", "completed", 1_000)]
+                           "spawned_ms % 60000, ended_ms % 60000 FROM subagents") == [
+        (CHILD_KEY, PARENT_KEY, "u1", "Find callers", "general-purpose", "ended", "completed", 1_000, 20_000)]
+    assert scalar_rows(db, "SELECT run_id, session_id, branch, status, started_ms % 60000, ended_ms % 60000 "
+                           "FROM tool_calls WHERE tool_call_id = 'toolu_task'") == [
+        ("u1", SESSION, None, "ok", 1_000, 20_000)]
     assert _own(db) == {SESSION: (3, 165, 1), CHILD_ID: (2, 340, 1)}
-    assert usage(db)["subagents"] == 1
+    u = usage(db)
+    assert (u["subagents"], u["rejected_lines"]) == (1, 0)
+
+
+@pytest.mark.parametrize("order", ["session-first", "replay-before-the-tasks-result", "in-one-read",
+                                   "replay-first", "replay-first-then-the-task-before-its-result"])
+def test_a_side_branch_replaying_a_task_calls_result_changes_nothing_of_the_call(tmp_path, order):
+    """A side branch that copies the session's Task call copies its result too: a line with no response
+    id, the subagent's id in its outcome, in a later turn than the call.
+
+    Read before the session's own lines, the copy cannot be told from a result of the branch's own yet:
+    the call, the subagent and every total still end up as the session's lines set them, but the child
+    session's end and last activity keep the copy's time (a session's span only ever widens)."""
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    parent, child, btw = _task_lines()
+    parent += [cc_prompt("u2", "and the tests?", 25),
+               cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=26,
+                            request="req_p3", stop="end_turn")]
+    call = orjson.loads(parent[1]) | {"uuid": "b_1", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
+    result = orjson.loads(parent[2]) | {"uuid": "b_2", "timestamp": "2026-10-01T10:00:29.500Z"}
+    replay = [_side(BTW_AGENT, _line(call)), _side(BTW_AGENT, _line(result))]
+    session, subagents = project / f"{SESSION}.jsonl", project / SESSION / "subagents"
+    task, side = subagents / f"agent-{TASK_AGENT}.jsonl", subagents / f"agent-{BTW_AGENT}.jsonl"
+
+    def read(side_lines: list[bytes]) -> dict:
+        whole = {session: parent, task: child, side: side_lines}
+        steps = {"session-first": [{session: parent}, {task: child}, {side: side_lines}],
+                 "replay-before-the-tasks-result": [{session: parent[:2]}, {side: side_lines}, {session: parent},
+                                                    {task: child}],
+                 "in-one-read": [whole],
+                 "replay-first": [{side: side_lines}, {session: parent}, {task: child}],
+                 "replay-first-then-the-task-before-its-result": [{side: side_lines}, {session: parent[:2]},
+                                                                  {session: parent}, {task: child}]}[order]
+        picture = _read_in_steps(root, steps)
+        del picture["checkpoints"]  # the side branch's file is another
+        if order.startswith("replay-first"):
+            picture["sessions"] = [row[:6] + row[7:11] + row[12:] if row[0] == CHILD_ID else row
+                                   for row in picture["sessions"]]
+        picture["usage"] = usage(root / "l.db")
+        return picture
+
+    want = read(btw)
+    assert (want["usage"]["tool_calls"], want["usage"]["subagents"], want["usage"]["rejected_lines"]) == (2, 1, 0)
+    assert read(replay + btw) == want
 
 
 def test_a_call_stored_under_its_response_alone_is_the_call_its_later_lines_name_with_a_request(tmp_path, db):

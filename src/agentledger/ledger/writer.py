@@ -24,6 +24,7 @@ from agentledger.facts import (
     Compaction,
     Fact,
     LlmCall,
+    Marker,
     Message,
     RawEvent,
     Reject,
@@ -264,6 +265,21 @@ _REKEY_SESSION = (
     "AND parent_run_id IN (SELECT run_id FROM runs WHERE session_id = :session)",
 )
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
+_SUBAGENT_KEYS = "SELECT child_session_key FROM subagents WHERE child_session_key IN (SELECT value FROM json_each(?))"
+# What a spawn sets on its subagent's row (see _SUBAGENT_SPAWNED), from the row of the spawn key ?2 onto
+# the child's ?1.
+_MERGE_SPAWN = """
+UPDATE subagents SET (parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms) = (
+    SELECT parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms FROM subagents
+    WHERE child_session_key = ?2)
+WHERE child_session_key = ?1
+"""
+_DROP_SUBAGENT = "DELETE FROM subagents WHERE child_session_key = ?"
+# Which of these (branch, call) pairs a side branch's own start put on that branch.
+_BRANCH_ROWS = (
+    "SELECT tc.branch, tc.tool_call_id FROM json_each(?) AS j "
+    "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1"
+)
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
     f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
@@ -675,17 +691,80 @@ def _prepare(parts: list[_Part]) -> _Prepared:
     return out
 
 
-def _rename_subagents(conn: apsw.Connection, facts: list[Fact]) -> None:
+def _replayed_results(conn: apsw.Connection, parts: list[_Part]) -> dict[tuple[int, int], str | None]:
+    """The batch's side-branch tool_result lines that copy another branch's, by (file id, offset), with
+    their session: a branch's result of a call it did not start. Such a line names no response to tell
+    it by, as a copied tool_use line does. A branch's file holds a call's start before its result, so
+    the branch's own start is in the batch or stored on the branch, unless that start was a copy too
+    (its response is the main branch's, see _keyed_calls) or a main-branch line took the call back."""
+    ends, starts, main = [], {}, set()
+    for file_id, _, items in parts:
+        for off, _, f in items:
+            t = type(f)
+            if t is ToolEnded and f.branch is not None:
+                ends.append((file_id, off, (f.branch, f.tool_call_id), f.session_id))
+            elif t is ToolStarted and f.branch is not None:
+                starts[(f.branch, f.tool_call_id)] = f.message_key
+            elif t is LlmCall and not f.sidechain and f.message_key is not None:
+                main.add(f.message_key)
+    if not ends:
+        return {}
+    asked = sorted({call for _, _, call, _ in ends if call not in starts})
+    own = {tuple(row) for row in conn.execute(_BRANCH_ROWS, (orjson.dumps(asked).decode(),))} if asked else set()
+    responses = sorted({starts[call] for _, _, call, _ in ends if call in starts} - main - {None})
+    if responses:
+        main |= {response for response, *row in conn.execute(_RESPONSE_CALLS, (orjson.dumps(responses).decode(),))
+                 if not row[20]}
+    return {(file_id, off): session_id for file_id, off, call, session_id in ends
+            if (starts[call] in main if call in starts else call not in own)}
+
+
+def _as_events(parts: list[_Part], lines: dict[tuple[int, int], str | None]) -> list[_Part]:
+    """The facts of these lines as bare events: a copy is indexed, but says nothing of the call, the
+    subagent or the child session it repeats. It stays a line of its own session's run at its time, as
+    it is when read before what it copies."""
+    return [(file_id, path, [(off, n, _bare(f, lines[(file_id, off)]) if (file_id, off) in lines else f)
+                             for off, n, f in items])
+            for file_id, path, items in parts]
+
+
+def _bare(f: Fact, session_id: str | None) -> Marker:
+    own = f.session_id == session_id
+    return Marker(event_id=f.event_id, ts_ms=f.ts_ms, kind=f.kind, source=f.source, agent_id=f.agent_id,
+                  session_key=f.session_key, session_id=session_id if own else None, run_id=f.run_id if own else None)
+
+
+def _rename_subagents(conn: apsw.Connection, facts: list[Fact]) -> set[str]:
     """A subagent spawned under a provisional key takes the child's key once an end names both.
 
-    The row's contribution to every rollup stays as it was; the batch's own spawns take the key too."""
+    The row's contribution to every rollup stays as it was; the batch's own spawns take the key too.
+    Where the child's key has a row already, the spawn's goes into it (see _merge_spawns). Returns the
+    sessions whose totals moved."""
     renames = {f.spawn_key: f.child_session_key for f in facts if type(f) is SubagentEnded and f.spawn_key}
     if not renames:
-        return
+        return set()
     for f in facts:
         if type(f) is SubagentSpawned and f.child_session_key in renames:
             f.child_session_key = renames[f.child_session_key]
-    conn.executemany(_RENAME_SUBAGENT, [(new, old) for old, new in renames.items()])
+    keys = orjson.dumps(sorted({*renames, *renames.values()})).decode()
+    stored = {key for (key,) in conn.execute(_SUBAGENT_KEYS, (keys,))}
+    conn.executemany(_RENAME_SUBAGENT, [(new, old) for old, new in renames.items() if new not in stored])
+    return _merge_spawns(conn, [(new, old) for old, new in renames.items() if {old, new} <= stored])
+
+
+def _merge_spawns(conn: apsw.Connection, merges: list[tuple[str, str]]) -> set[str]:
+    """(child key, spawn key) pairs that both have a row: an end read before the session's spawn (a side
+    branch's copy of the Task's result) gave the child its row, and the spawn read since made one under
+    the spawn key. The spawn's account goes onto the child's row, as the spawn's own upsert would have
+    put it there, and the spawn key's row goes; the rollups follow. Returns the sessions whose totals moved."""
+    if not merges:
+        return set()
+    tracker = rollups.Tracker(conn, set(), set(), set(), {key for pair in merges for key in pair})
+    tracker.before()
+    conn.executemany(_MERGE_SPAWN, merges)
+    conn.executemany(_DROP_SUBAGENT, [(old,) for _, old in merges])
+    tracker.after([], [])
+    return tracker.touched
 
 
 def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, list], set[str]]:
@@ -1022,11 +1101,15 @@ class LedgerWriter:
 
     def _apply_facts(self, conn: apsw.Connection, parts: list[_Part]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
-        fresh = parts
         facts = [item[2] for _, _, items in parts for item in items]
-        _rename_subagents(conn, facts)
-        # Only Claude Code sessions have side branches: other batches skip both lookups of them.
+        # Only Claude Code sessions have side branches: other batches skip every lookup of them.
         branching = any(f.source == CLAUDE_CODE for f in facts)
+        replayed = _replayed_results(conn, parts) if branching else {}
+        if replayed:
+            parts = _as_events(parts, replayed)
+            facts = [item[2] for _, _, items in parts for item in items]
+        fresh = parts
+        renamed = _rename_subagents(conn, facts)
         spans, moved = _side_branches(conn, facts) if branching else ({}, set())
         prepared = _prepare(parts)
         conn.execute("SAVEPOINT events")
@@ -1087,7 +1170,8 @@ class LedgerWriter:
         changed = lifecycle.after(tracker)
         new = len(lifecycle.facts)
         return ApplyResult(new_facts=new, duplicate_facts=len(facts) - new, rejects=0,
-                           sessions=tracker.touched | changed | moved, interrupted=tuple(lifecycle.interrupted))
+                           sessions=tracker.touched | changed | moved | renamed,
+                           interrupted=tuple(lifecycle.interrupted))
 
     @staticmethod
     def _rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:

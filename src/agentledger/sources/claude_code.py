@@ -28,8 +28,9 @@ does not name a call: a gateway may give two requests the same one. A side branc
 a main-branch response does so under a new request id, so each line also names its response
 (``<sessionId>:<message.id>``): a side-branch call whose response a main-branch call gave is
 that call's replay, never counted, nor are the tool calls it repeats, whichever line is read
-first (see ledger/writer.py). A line without a request id names its call by the response alone,
-as ledgers written before request ids counted did.
+first (see ledger/writer.py). A copied tool_result line names no response: the ledger knows it
+as a branch's result of a call the branch did not start. A line without a request id names its
+call by the response alone, as ledgers written before request ids counted did.
 
 A run is one main-chain prompt's turn, whether the prompt is a string or blocks (text with a
 pasted image, say). It ends where the transcript says so (a stop reason
