@@ -113,7 +113,7 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
               help="Ledger database (default: config `db`, $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
-              help="Least severe log lines shown on stderr [default: warning, or info with -v].")
+              help="Least severe log lines shown on stderr [default: warning (info for serve), or info with -v].")
 @click.option("--log-format", type=click.Choice(("auto", "text", "json")), default="auto", show_default=True,
               help="Log lines as text or one JSON object each; auto: text on a terminal, else JSON.")
 @click.pass_context
