@@ -129,6 +129,18 @@ def test_gates_answer_live_over_http_and_from_the_command(daemon):
     assert [(s["session_key"], s["cost_usd"]) for s in json.loads(live.stdout)] == [("agent:main:s1", 2.25)]
 
 
+def test_the_gate_histogram_is_served_without_a_family_of_its_own_for_its_start(daemon):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    daemon.gate()
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as r:
+        families = {f.name: f.type for f in text_string_to_metric_families(r.read().decode())}
+    assert families["agentledger_gate_check_duration_seconds"] == "histogram"
+    assert [name for name in families if name.endswith("_created")] == []
+
+
 def test_unpriced_calls_show_in_hot_views_and_gate_answers(daemon):
     daemon.logs.append(event(2, "llm.call", {"callIndex": 2, "provider": "acme", "model": "acme-unknown-9",
                                              "delta": {"input": 5, "output": 5, "cacheRead": 0, "cacheWrite": 0,

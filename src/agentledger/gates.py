@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from prometheus_client import Histogram
+from prometheus_client import Histogram, disable_created_metrics
 
 from agentledger.config import GateConfig
 from agentledger.hot.sessions import HotSession, HotSessions, Totals
@@ -30,6 +30,10 @@ from agentledger.units import PICO_PER_USD
 
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
+
+# The histogram's start time would be served, in Prometheus' text format, as a gauge family of its own
+# (agentledger_gate_check_duration_seconds_created) that no dashboard asks for.
+disable_created_metrics()
 
 
 @dataclass(frozen=True, slots=True)

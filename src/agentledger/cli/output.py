@@ -50,7 +50,8 @@ def _cell(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    return str(value)
+    # One line a row: an error text may be a whole pretty-printed JSON object.
+    return " ".join(str(value).split())
 
 
 def cost_cell(cost: float | None, unpriced: int | None) -> str:
