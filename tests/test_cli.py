@@ -242,6 +242,7 @@ def test_a_table_keeps_each_row_on_one_line_whatever_its_text_holds(capsys):
     # A tool error may be a whole pretty-printed JSON object: it broke the `errors` table over several lines.
     from agentledger.cli.output import emit_table
 
-    emit_table([{"tool": "exec", "error": '{\n  "status": "error",\n  "code": 1\n}'}], [("tool", "TOOL"), ("error", "ERROR")])
+    emit_table([{"tool": "exec", "error": '{\n  "status": "error",\n  "code": 1\n}'}],
+               [("tool", "TOOL"), ("error", "ERROR")])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1].endswith('{ "status": "error", "code": 1 }')

@@ -631,3 +631,14 @@ def test_a_date_until_takes_in_that_day_as_a_date_since_does(corpus_db, oc_expec
     # An exact time stays exact.
     edge = json.loads(_cli(corpus_db, "usage", "--until", "2026-10-02T00:00:00Z", "--json").stdout)
     assert edge["llm_calls"] == oc_expected["per_day"]["2026-10-01"]["llm_calls"]
+
+
+def test_costs_and_top_by_session_tell_instances_of_one_key_apart(corpus_db):
+    # A key reset several times has several rows: with no id column they read as one session repeated.
+    for args in (("costs", "--group-by", "session"), ("top", "sessions")):
+        out = _cli(corpus_db, *args)
+        assert out.returncode == 0, out.stderr
+        header, *rows = out.stdout.splitlines()
+        assert header.split()[:2] == ["session", "id"]
+        keyed = [row.split()[:2] for row in rows if not row.startswith("TOTAL")]
+        assert len({key for key, _ in keyed}) < len(keyed) == len({sid for _, sid in keyed})

@@ -215,8 +215,10 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
              "cost_usd": round(sum(r["cost_usd"] for r in every), 12),
              "unpriced_calls": sum(r["unpriced_calls"] for r in every)}
     latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
-    emit_table(rows + [total], [(label, group_by), ("llm_calls", "llm calls"), ("total_tokens", "tokens"),
-                                ("cost_usd", "cost $")] + latency_columns)
+    # A row is a session instance: a key reset several times has several, told apart by their ids.
+    instance = [("session_id", "id")] if group_by == "session" else []
+    emit_table(rows + [total], [(label, group_by), *instance, ("llm_calls", "llm calls"),
+                                ("total_tokens", "tokens"), ("cost_usd", "cost $")] + latency_columns)
 
 
 def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz: str) -> None:
@@ -424,7 +426,8 @@ def top(conn, w, fmt, what):
     columns = {"runs": _RUN_TABLE,
                "tools": [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("p95_ms", "p95 ms")],
                "models": [("model", "model"), ("llm_calls", "llm calls"), ("cost_usd", "cost $")],
-               "sessions": [("session_key", "session"), ("llm_calls", "llm calls"), ("cost_usd", "cost $")]}[what]
+               "sessions": [("session_key", "session"), ("session_id", "id"), ("llm_calls", "llm calls"),
+                            ("cost_usd", "cost $")]}[what]
     _emit_rows(rows, fmt, f"no {what} in this window", columns)
 
 
