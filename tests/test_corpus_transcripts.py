@@ -262,3 +262,36 @@ def test_claude_code_skips_file_snapshots_without_an_event(claude_db, claude_cor
     want = _expected(claude_corpus)
     assert scalar(claude_db, "SELECT count(*) FROM events WHERE kind = 'file-history-snapshot'") == 0
     assert scalar(claude_db, "SELECT sum(lines) FROM files") == want["lines"]["physical"]
+
+
+def _asked_paths(root: Path, block_type: str, field: str) -> list[str]:
+    """Every file path the corpus's tool calls were asked to touch, read from the raw lines (one per
+    call however many lines repeat it: streamed and side-branch copies)."""
+    import orjson
+
+    paths: dict[str, str] = {}
+    for path in root.rglob("*.jsonl*"):
+        for line in path.read_bytes().splitlines():
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            content = (obj.get("message") or {}).get("content") if isinstance(obj, dict) else None
+            for block in content if isinstance(content, list) else ():
+                args = block.get(field) if isinstance(block, dict) and block.get("type") == block_type else None
+                target = next((args[f] for f in ("file_path", "notebook_path", "path")
+                               if isinstance(args, dict) and isinstance(args.get(f), str) and args[f]), None)
+                if target is not None:
+                    paths[block["id"]] = target
+    return sorted(paths.values())
+
+
+@pytest.mark.parametrize("fmt", ["oc-transcript", "claude-code"])
+def test_files_lists_what_transcript_tool_calls_were_asked_to_touch(request, fmt):
+    # Only telemetry (tool.end's filePath) and hooks named files: `files` was empty for transcripts.
+    db, root = ((request.getfixturevalue("transcript_db"), request.getfixturevalue("transcript_corpus"))
+                if fmt == "oc-transcript" else
+                (request.getfixturevalue("claude_db"), request.getfixturevalue("claude_corpus")))
+    block, field = ("toolCall", "arguments") if fmt == "oc-transcript" else ("tool_use", "input")
+    listed = _read(db, queries.files, queries.Window(limit=queries.MAX_LIMIT))
+    assert sorted(r["file_path"] for r in listed) == _asked_paths(root, block, field)

@@ -107,6 +107,8 @@ class UsageSnapshot(Fact):
 class ToolStarted(Fact):
     tool_name: str | None = None
     tool_call_id: str
+    file_path: str | None = None  # what the call was asked to touch or run, where its start says so
+    exec_command: str | None = None
     branch: str | None = None  # as LlmCall.branch: the call is that session's once an event names it
     message_key: str | None = None  # as LlmCall.message_key: a replay's tool calls are the main branch's
 

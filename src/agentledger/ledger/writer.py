@@ -319,15 +319,18 @@ _TOOL_BRANCH = """
                       coalesce(excluded.session_id, tool_calls.session_id),
                       coalesce(tool_calls.session_id, excluded.session_id)),
     branch      = excluded.branch"""
+# A start names the file or command a call was asked for (transcripts do); what its end says wins.
 _TOOL_STARTED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status, started_ms,
-                        session_id, branch)
-VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)
+                        file_path, exec_command, session_id, branch)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-    tool_name   = coalesce(tool_calls.tool_name, excluded.tool_name),
-    agent_id    = coalesce(tool_calls.agent_id, excluded.agent_id),
-    session_key = coalesce(tool_calls.session_key, excluded.session_key),
-    started_ms  = excluded.started_ms,{_TOOL_BRANCH}
+    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
+    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
+    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
+    started_ms   = excluded.started_ms,
+    file_path    = coalesce(tool_calls.file_path, excluded.file_path),
+    exec_command = coalesce(tool_calls.exec_command, excluded.exec_command),{_TOOL_BRANCH}
 """
 # What an end sets on the row of its call, alone or with its start (_TOOL_STARTED_ENDED).
 _END_SETS = f"""
@@ -492,8 +495,8 @@ def _rivals(a: tuple, b: tuple, response: str) -> bool:
 
 
 def _tool_started(f: ToolStarted) -> tuple:
-    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms, f.session_id,
-            f.branch)
+    return (f.run_id or "", f.tool_call_id, f.tool_name, f.source, f.agent_id, f.session_key, f.ts_ms, f.file_path,
+            f.exec_command, f.session_id, f.branch)
 
 
 def _tool_ended(f: ToolEnded) -> tuple:
@@ -528,15 +531,15 @@ def _pair_tools(rows: dict[str, list[tuple]], branched: set[str]) -> None:
         if key in start_of:
             end_of[key] = None if key in end_of else row
     pairs = {key: (start, end) for key, end in end_of.items()
-             if end is not None and (start := start_of[key]) is not None and start[8] == end[14]
-             and (start[7] is not None or key[1] not in branched)}
+             if end is not None and (start := start_of[key]) is not None and start[10] == end[14]
+             and (start[9] is not None or key[1] not in branched)}
     if not pairs:
         return
     rows[_TOOL_STARTED] = [row for row in starts if (row[0], row[1]) not in pairs]
     rows[_TOOL_ENDED] = [row for row in ends if (row[0], row[1]) not in pairs]
     rows[_TOOL_STARTED_ENDED] = [
         (e[0], e[1], _first(s[2], e[2]), s[3], _first(s[4], e[4]), _first(s[5], e[5]), e[6], s[6], e[7], e[8], e[9],
-         e[10], e[11], e[12], _first(s[7], e[13]), e[14])
+         _first(e[10], s[7]), _first(e[11], s[8]), e[12], _first(s[9], e[13]), e[14])
         for s, e in pairs.values()
     ]
 
@@ -1280,7 +1283,7 @@ class LedgerWriter:
         on_main = {response for response, group in kept.items() if any(not row[20] for row in group)}
         starts = rows.get(_TOOL_STARTED)
         if starts and prepared.side_tools:
-            rows[_TOOL_STARTED] = [row for row in starts if row[8] is None
+            rows[_TOOL_STARTED] = [row for row in starts if row[10] is None
                                    or prepared.side_tools.get((row[0], row[1])) not in on_main]
         spawns = rows.get(_SUBAGENT_SPAWNED)
         if spawns and prepared.side_spawns:

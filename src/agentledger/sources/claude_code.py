@@ -73,6 +73,7 @@ from agentledger.sources.common import (
     line_id,
     reject,
     text,
+    tool_target,
 )
 
 SOURCE = "claude-code"
@@ -196,9 +197,10 @@ class FileDecoder:
                 if not (isinstance(block, dict) and block.get("type") == "tool_use" and text(block.get("id"))):
                     continue
                 ids = {"event_id": derived_id(base["event_id"], len(facts))}
+                path, command = tool_target(block.get("input"))
                 facts.append(ToolStarted(**base | ids, kind="tool.start", run_id=run_id,
                                          tool_name=text(block.get("name")), tool_call_id=block["id"], branch=branch,
-                                         message_key=message_key))
+                                         message_key=message_key, file_path=path, exec_command=command))
                 if block.get("name") in _TASK_TOOLS:
                     task = block.get("input") if isinstance(block.get("input"), dict) else {}
                     ids = {"event_id": derived_id(base["event_id"], len(facts))}

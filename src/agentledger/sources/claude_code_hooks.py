@@ -29,14 +29,12 @@ import orjson
 
 from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, ToolObserved
 from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
-from agentledger.sources.common import duration, error_text, line_id, text
+from agentledger.sources.common import duration, error_text, line_id, text, tool_target
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 SUBAGENT_EVENTS = frozenset({"SubagentStart", "SubagentStop"})
 # SessionStart's ``source``: these begin a conversation; "resume" and "compact" continue one.
 _NEW_SESSION = frozenset({"startup", "clear"})
-# Where tools name the file they touch, and the command a shell runs.
-_PATH_FIELDS = ("file_path", "notebook_path", "path")
 
 
 class BadHook(ValueError):
@@ -66,8 +64,7 @@ def event_id(name: str, session_id: str, payload: dict) -> int:
 
 
 def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObserved:
-    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
-    path = next((tool_input[f] for f in _PATH_FIELDS if text(tool_input.get(f))), None)
+    path, command = tool_target(payload.get("tool_input"))
     status, error = "running", None
     if blocked is not None:  # a gate denied it: it will never run
         status, error = "error", blocked
@@ -77,7 +74,7 @@ def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObse
         status, error = "error", error_text(payload.get("error")) or "tool failed"
     return ToolObserved(**base, tool_name=text(payload.get("tool_name")), tool_call_id=payload["tool_use_id"],
                         status=status, error=error, duration_ms=duration(payload.get("duration_ms")),
-                        file_path=path, exec_command=text(tool_input.get("command")))
+                        file_path=path, exec_command=command)
 
 
 def decode(payload: object, received_ms: int, blocked: str | None = None) -> HookEvent:

@@ -62,6 +62,21 @@ def duration(value: object) -> int | None:
     return n if n is not None and 0 <= n <= MAX_DURATION_MS else None
 
 
+# Where a tool call's input names the file it touches (Claude Code's Read/Edit/Write/NotebookEdit,
+# OpenClaw's read/write/edit), and the command a shell runs; a command is kept to this many characters.
+_PATH_FIELDS = ("file_path", "notebook_path", "path")
+MAX_COMMAND = 2000
+
+
+def tool_target(arguments: object) -> tuple[str | None, str | None]:
+    """(file path, shell command) a tool call's input names, each None when it names none."""
+    if not isinstance(arguments, dict):
+        return None, None
+    path = next((arguments[f] for f in _PATH_FIELDS if text(arguments.get(f))), None)
+    command = text(arguments.get("command"))
+    return path, command[:MAX_COMMAND] if command else None
+
+
 def flag(value: object) -> bool:
     return value is True
 

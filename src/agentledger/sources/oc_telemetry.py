@@ -22,6 +22,7 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.sources.common import (
+    MAX_COMMAND,
     agent_from_key,
     cost_pico,
     count,
@@ -163,7 +164,7 @@ def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
         duration_ms=duration(data.get("durationMs")),
         error=_error(env, data),
         file_path=text(data.get("filePath")),
-        exec_command=exec_command[:2000] if exec_command else None,
+        exec_command=exec_command[:MAX_COMMAND] if exec_command else None,
     )
 
 

@@ -70,6 +70,7 @@ from agentledger.sources.common import (
     line_id,
     reject,
     text,
+    tool_target,
 )
 
 SOURCE = "oc-transcript"
@@ -499,9 +500,10 @@ class FileDecoder:
         if isinstance(content, list):
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "toolCall" and text(block.get("id")):
+                    path, command = tool_target(block.get("arguments"))
                     facts.append(ToolStarted(**base | {"event_id": derived_id(base["event_id"], len(facts))},
                                              kind="tool.start", run_id=run_id, tool_name=text(block.get("name")),
-                                             tool_call_id=block["id"]))
+                                             tool_call_id=block["id"], file_path=path, exec_command=command))
         if stop in _FINAL and run_id is not None:
             facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
                                   run_id=run_id, model=call.model, provider=call.provider, stop_reason=stop,
