@@ -336,6 +336,66 @@ def test_a_pass_over_unchanged_transcripts_asks_the_ledger_nothing_and_still_fol
     assert followed == sorted(scalar_rows(fresh, "SELECT session_id, session_key FROM sessions"))
 
 
+def _one_transcript(sessions: Path) -> None:
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / f"{SID}.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in (
+        _header(), _user("u1", 1), _assistant("a1", 2))))
+
+
+def _list_as(sessions: Path, key: str, tick: list[int]) -> None:
+    (sessions / "sessions.json").write_bytes(orjson.dumps({key: {"sessionId": SID}}))
+    tick[0] += 10**9
+    os.utime(sessions / "sessions.json", ns=(tick[0], tick[0]))
+
+
+def test_a_settled_transcript_moved_to_another_agent_is_keyed_as_that_agents(tmp_path, db):
+    # A rename keeps the file's row: what its key was settled with must name the path, which gives the agent.
+    state = tmp_path / "state"
+    _one_transcript(state / "agents" / "main" / "sessions")
+    (state / "agents" / "work" / "sessions").mkdir(parents=True)
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.run_once()
+        pipeline.run_once()
+        os.rename(state / "agents" / "main" / "sessions" / f"{SID}.jsonl",
+                  state / "agents" / "work" / "sessions" / f"{SID}.jsonl")
+        pipeline.run_once()
+    finally:
+        conn.close()
+    assert scalar(db, "SELECT session_key FROM sessions") == f"agent:work:{SID}"
+
+
+def test_a_sessions_json_written_during_a_pass_never_leaves_a_stale_key_settled(tmp_path, db):
+    # The pass looked at the folder, then the gateway wrote sessions.json before the decoder read it: the
+    # key was settled with what the pass saw but checked against what the decoder saw, and when the
+    # listing came back to what the pass saw, the ledger kept the other key for good.
+    sessions, tick = tmp_path / "state" / "agents" / "main" / "sessions", [1_900_000_000 * 10**9]
+    _one_transcript(sessions)
+    _list_as(sessions, "agent:main:chat:2", tick)
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [sessions.parents[2]]))
+        pipeline.run_once()
+        pipeline.run_once()
+        _list_as(sessions, "agent:main:chat:1", tick)
+        tailer, opener, *rest = pipeline.tailers[0]
+
+        def racing(path, lookup):
+            _list_as(sessions, "agent:main:chat:2", tick)
+            return opener(path, lookup)
+
+        pipeline.tailers[0] = (tailer, racing, *rest)
+        pipeline.run_once()
+        pipeline.tailers[0] = (tailer, opener, *rest)
+        _list_as(sessions, "agent:main:chat:1", tick)
+        for _ in range(2):
+            pipeline.run_once()
+    finally:
+        conn.close()
+    assert scalar(db, "SELECT session_key FROM sessions") == "agent:main:chat:1"
+
+
 def test_transcripts_under_names_that_are_not_utf8_are_keyed_by_the_sessions_json_beside_them(tmp_path, db):
     # Decoders were given the name the ledger writes (\xNN for such a byte), under which there is no
     # sessions.json to find: every session got a key guessed from its id.

@@ -96,9 +96,9 @@ class Pipeline:
              asks_ledger(spec.format), KEY_INPUTS.get(spec.format))
             for spec in specs
         ]
-        # file id → (the key inputs of its decoder, the writer's rekey count) when the ledger last held its
-        # session as the decoder would: while both are so and it has nothing new, no decoder is built for
-        # it (a full pass looks at every transcript, every rescan_s).
+        # file id → (what its decoder learnt its key from, the writer's rekey count then) when the ledger
+        # last held its session as the decoder would: while both are so and it has nothing new, no decoder
+        # is built for it (a full pass looks at every transcript, every rescan_s).
         self._settled: dict[int, tuple] = {}
 
     def _batch(self, chunk: Chunk, decode: Decoder) -> Batch:
@@ -170,16 +170,16 @@ class Pipeline:
                 for row, p in pairs:
                     if self.stop.is_set():
                         break
-                    settles = None
-                    if not tailer.has_news(row, p):
-                        settles = key_inputs and (key_inputs(p.fs_path), self.writer.rekeys)
-                        if not settles or self._settled.get(row.id) == settles:
-                            pending.read.append((row, p))
-                            continue
+                    quiet = not tailer.has_news(row, p)
+                    if quiet and (key_inputs is None  # its decoder would claim no key: nothing to do
+                                  or self._settled.get(row.id) == (key_inputs(p.fs_path), self.writer.rekeys)):
+                        pending.read.append((row, p))
+                        continue
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.fs_path, self.writer.run_at)
-                    if self._keep_key(pending, decode) and settles:
-                        pending.settled[row.id] = settles
+                    rekeys = self.writer.rekeys
+                    if self._settle_key(pending, decode) and quiet:
+                        pending.settled[row.id] = (decode.inputs, rekeys)
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
                             self._commit(tailer, pending, stats)
@@ -192,10 +192,10 @@ class Pipeline:
                     pending.read.append((row, p))
                 # Now: the next source's scan records new files in transactions of its own.
                 self._commit(tailer, pending, stats)
-                if written is None and not self.stop.is_set():  # a full scan: files not listed are gone
+                if written is None and not self.stop.is_set():  # a full scan: its files not listed are gone
                     listed = {row.id for row, _ in pairs}
-                    self._settled = {fid: s for fid, s in self._settled.items() if fid in listed
-                                     or fid not in tailer.rows}
+                    self._settled = {fid: s for fid, s in self._settled.items()
+                                     if fid in listed or fid not in tailer.rows}  # other sources' kept
             except BaseException as exc:
                 if pending.batches is not None:
                     pending.batches.abandon(exc)
@@ -219,7 +219,7 @@ class Pipeline:
                 if held.get(d.session_id, d.session_key) != d.session_key
                 and not d.yields_to(held[d.session_id])], held
 
-    def _keep_key(self, pending: _Pending, decode: Decoder) -> bool:
+    def _settle_key(self, pending: _Pending, decode: Decoder) -> bool:
         """Give the ledger the decoder's key when due (see _keys_due); says whether the ledger held the
         session as the decoder would have it, or the decoder claims no key. A session the ledger does
         not hold yet is not settled: another file's lines may bring it in under another key."""

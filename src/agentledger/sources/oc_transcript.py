@@ -211,7 +211,8 @@ def _note_spawn(scanned: _Scanned, line: bytes) -> None:
             scanned.spawns.append(_Spawn(task=task, answered_ms=ts, child_key=child))
 
 
-# path → ((ino, size, mtime_ns), head): an archive is decoded every pass, and its head never moves.
+# path → ((ino, size, mtime_ns), head): an archive's key is looked for again whenever the folders beside
+# it change, and its head never moves.
 _HEADS: dict[str, tuple[tuple[int, int, int], tuple[int, str] | None]] = {}
 
 
@@ -312,17 +313,16 @@ def _folder(sdir: str) -> _Folder:
     return known
 
 
-def _archived_child_key(path: str, agent_id: str | None, siblings: list[str], listed: set[str]) -> str | None:
+def _archived_child_key(path: str, agent_id: str | None, folders: tuple, listed: set[str]) -> str | None:
     """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
     whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
-    first listed."""
+    first listed. ``folders``: the answered spawns of each sessions folder beside it (_Folder.spawns)."""
     head = _head(path)
     if head is None:
         return None
     header_ms, first = head
     best: tuple[int, str] | None = None
-    for sdir in siblings:
-        spawns = _folder(sdir).spawns
+    for spawns in folders:
         lo = bisect.bisect_left(spawns, (header_ms - _SPAWN_WINDOW_MS,))
         hi = bisect.bisect_left(spawns, (header_ms + _SPAWN_WINDOW_MS + 1,))
         for _, _, where, spawn in sorted(spawns[lo:hi], key=lambda s: s[1]):
@@ -342,39 +342,53 @@ def _tokens(usage: object) -> Tokens:
     return t
 
 
-def _identity(path: str) -> tuple[str, str | None, str | None, dict]:
-    """(file name, session id, agent id, sessions.json entry or {}) of the transcript at ``path``.
-    String operations, not PurePath: a full pass asks it of every transcript."""
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What the key a ``FileDecoder`` claims for its transcript, and what that key yields to, are learnt
+    from: the path, and what the files beside it said at one look (see ``_folder_keys``)."""
+
+    path: str  # as the file system knows it; a renamed file keeps its ledger row, not its identity
+    session_id: str | None
+    agent_id: str | None
+    entry: dict  # its sessions.json entry, {} when it lists none
+    # Unlisted, an agent's transcript guesses its key (an archive may find it in a spawn beside it), and
+    # the folders beside it are inputs too:
+    guesses: bool = False
+    listed: set[str] = frozenset()  # every key the sessions.json files beside it list: what a guess yields to
+    spawns: tuple = ()  # the answered spawns of the folders beside an archive, which may name its key
+
+
+def _identity(path: str) -> _Identity:
+    """The transcript at ``path``'s identity (string operations, not PurePath: a full pass asks it of
+    every transcript with nothing new to read, see ``key_inputs``)."""
     folder, name = os.path.split(path)
-    agents, agent = _agents_dir(folder)
-    session_id = session_id_of(ledger_name(name))
-    agent_id = ledger_name(agent) if agents is not None else None
-    return name, session_id, agent_id, index(folder).get(session_id or "", {})
+    agent_id, by_id, siblings, listed = _folder_keys(folder)
+    m = _NAME.match(ledger_name(name))
+    session_id = m["id"] if m else None
+    entry = by_id.get(session_id or "", {})
+    if entry or agent_id is None or session_id is None:
+        return _Identity(path, session_id, agent_id, entry)
+    spawns = () if m["archive"] is None else tuple(_folder(sdir).spawns for sdir in siblings)
+    return _Identity(path, session_id, agent_id, entry, True, listed, spawns)
 
 
-def key_inputs(path: str) -> tuple:
-    """What the key a ``FileDecoder`` of ``path`` claims, and what it yields to, are learnt from besides
-    the path: equal inputs, equal claims. A full pass asks it of every transcript with nothing new to
-    read, and builds no decoder for one whose claim it has settled with these inputs before."""
-    folder, name = os.path.split(path)
-    has_agent, by_id, siblings, listed = _folder_keys(folder)
-    session_id = session_id_of(ledger_name(name))
-    entry = by_id.get(session_id or "")
-    if entry is not None or not (has_agent and session_id):
-        return (entry and entry["key"],)
-    if is_live(name):  # a key guessed from the id, which yields to a key the folders no longer list
-        return (None, siblings, listed)
-    return (None, siblings, listed, [_folder(sdir).spawns for sdir in siblings])
+def key_inputs(path: str) -> _Identity:
+    """What a ``FileDecoder`` of ``path`` would learn its key from: equal inputs, equal claims. A full
+    pass builds no decoder for a transcript with nothing new to read whose claim it has settled with
+    equal inputs before (the decoder's own, ``FileDecoder.inputs``)."""
+    return _identity(path)
 
 
-def _folder_keys(folder: str) -> tuple[bool, dict[str, dict], list[str], set[str]]:
-    """(whether it is an agent's, its sessions.json by id, the sessions folders beside it, the keys
-    those list) of a sessions folder: looked at once a pass (see ``one_look``), not once a transcript."""
+def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], set[str]]:
+    """(its agent, None outside an ``agents/`` tree; its sessions.json by id; the sessions folders beside
+    it; the keys those list) of a sessions folder: looked at once a pass (see ``one_look``), not once a
+    transcript, so what a decoder learns its key from is what the pass recorded of it."""
     memo = getattr(_pass, "keys", None)
     known = memo.get(folder) if memo is not None else None
     if known is None:
         siblings = _sibling_dirs(folder)
-        known = (_agents_dir(folder)[0] is not None, index(folder), siblings, _listed_keys(siblings))
+        agents, agent = _agents_dir(folder)
+        known = (ledger_name(agent) if agents is not None else None, index(folder), siblings, _listed_keys(siblings))
         if memo is not None:
             memo[folder] = known
     return known
@@ -384,20 +398,17 @@ class FileDecoder:
     """Decodes the lines of one transcript file; built afresh for each read of the file."""
 
     def __init__(self, path: str, lookup: RunLookup):
-        name, self.session_id, self.agent_id, entry = _identity(path)
-        self.path = path
-        self.session_key = entry.get("key")
+        self.inputs = me = _identity(path)
+        self.path, self.session_id, self.agent_id = path, me.session_id, me.agent_id
+        self.session_key = me.entry.get("key")
         self.guessed = False
-        if self.session_key is None and self.agent_id and self.session_id:
+        if me.guesses:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
-            found = None
-            if not is_live(name):
-                siblings = _sibling_dirs(os.path.dirname(path))
-                found = _archived_child_key(path, self.agent_id, siblings, _listed_keys(siblings))
+            found = _archived_child_key(path, me.agent_id, me.spawns, me.listed) if me.spawns else None
             self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
-        self.spawned_by = entry.get("spawnedBy")
-        self.label = entry.get("label")
+        self.spawned_by = me.entry.get("spawnedBy")
+        self.label = me.entry.get("label")
         self.runs = RunTracker(lookup, self.session_id)
 
     def yields_to(self, held: str) -> bool:
@@ -405,7 +416,7 @@ class FileDecoder:
         key was learnt from sessions.json or its parent's spawn while they named it; a key of its own
         guessed once sessions.json forgot it, with no spawn to say otherwise, knows less. Only another
         session listed under that key now takes it away."""
-        return self.guessed and is_subagent_key(held) and held not in listed_beside(self.path)
+        return self.guessed and is_subagent_key(held) and held not in self.inputs.listed
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
