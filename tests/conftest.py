@@ -91,3 +91,14 @@ def cli_env(db: Path) -> dict:
     env["AGENTLEDGER_DB"] = str(db)
     env.pop("OPENCLAW_STATE_DIR", None)
     return env
+
+
+def cli_json(db: Path, *args: str):
+    """A query command's ``--json`` answer, run in this process: a corpus test asks for many."""
+    from click.testing import CliRunner
+
+    from agentledger.cli import cli
+
+    out = CliRunner().invoke(cli, ["--db", str(db), *args, "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, (args, out.output)
+    return json.loads(out.stdout)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli_env, ingest
+from conftest import CORPUS, cli_env, cli_json, ingest
 from ledgerdump import dump, scalar, usage
 
 from agentledger.ledger import queries
@@ -190,3 +190,35 @@ def test_cli_usage_and_sessions_json(corpus_db, oc_expected):
                 "llm_calls", "tool_calls", "tool_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                 "cache_write_tokens", "cost_usd"):
         assert key in rows[0]
+
+
+def test_a_session_id_shows_that_instance_and_the_subagents_it_spawned(corpus_db, oc_expected):
+    # A reset starts a new instance of a session key: asked by its id, a session is that instance, its
+    # family the subagents spawned while it was the key's current one (what cost_including_children counts).
+    for want in oc_expected["sessions_sample"]:
+        sid = want["sessionId"]
+        d = cli_json(corpus_db, "session", sid)
+        assert [i["session_id"] for i in d["instances"]] == [sid]
+        assert round(d["cost_usd"] * 10**12) == want["cost_pico_usd"]
+        assert d["family_cost_usd"] == pytest.approx(want["cost_including_children"], abs=1e-9), sid
+        children = sorted(c["sessionKey"] for c in want["children"])
+        assert sorted(c["child_session_key"] for c in d["subagents"]) == children, sid
+        node = cli_json(corpus_db, "tree", sid)
+        assert round(node["own_cost_usd"] * 10**12) == want["cost_pico_usd"]
+        assert node["cumulative_cost_usd"] == pytest.approx(want["cost_including_children"], abs=1e-9), sid
+        assert sorted(c["session_key"] for c in node["children"]) == children
+        spawns = cli_json(corpus_db, "timeline", sid, "--kinds", "subagent")
+        assert sorted(i["id"] for i in spawns) == children
+
+
+def test_a_session_key_shows_every_instance_and_their_subagents(corpus_db, oc_expected):
+    for key, want in oc_expected["session_key_totals_for_sampled_main_keys"].items():
+        d = cli_json(corpus_db, "session", key)
+        assert len(d["instances"]) == want["sessions"]
+        assert round(d["cost_usd"] * 10**12) == want["cost_pico_usd"]
+        # The key's instances share its subagents out, each to the one that spawned it.
+        parts = [cli_json(corpus_db, "session", i["session_id"]) for i in d["instances"]]
+        assert sorted(c["child_session_key"] for c in d["subagents"]) == sorted(
+            c["child_session_key"] for p in parts for c in p["subagents"])
+        assert d["family_cost_usd"] == pytest.approx(sum(p["family_cost_usd"] for p in parts), abs=1e-9)
+        assert cli_json(corpus_db, "tree", key)["cumulative_cost_usd"] == pytest.approx(d["family_cost_usd"], abs=1e-9)

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ingest
+from conftest import cli_json, ingest
 from ledgerdump import dump, scalar
 
 from agentledger.ledger import queries
@@ -157,6 +157,25 @@ def test_transcript_sessions_sample(transcript_db, transcript_corpus):
         assert (got["input_tokens"], got["output_tokens"]) == (want["tokens"]["input"], want["tokens"]["output"])
 
 
+def _assert_instance_family(db: Path, sid: str, family_usd: float, children: list[str]) -> None:
+    """``session``, ``tree`` and ``timeline`` of a session id: that instance alone, with the subagents it
+    spawned and their cost (a reset starts a new instance of the key; the others' are not its)."""
+    d = cli_json(db, "session", sid)
+    assert [i["session_id"] for i in d["instances"]] == [sid]
+    assert d["family_cost_usd"] == pytest.approx(family_usd, abs=1e-6), sid
+    assert sorted(c["child_session_key"] for c in d["subagents"]) == sorted(children), sid
+    node = cli_json(db, "tree", sid)
+    assert node["cumulative_cost_usd"] == pytest.approx(family_usd, abs=1e-6), sid
+    assert sorted(c["session_key"] for c in node["children"]) == sorted(children)
+    assert sorted(i["id"] for i in cli_json(db, "timeline", sid, "--kinds", "subagent")) == sorted(children)
+
+
+def test_transcript_session_id_family_is_that_instance_s(transcript_db, transcript_corpus):
+    for want in _expected(transcript_corpus)["sessions_sample"]:
+        _assert_instance_family(transcript_db, want["sessionId"], want["cost_including_children"],
+                                [c["sessionKey"] for c in want["children"]])
+
+
 def test_transcript_reingest_and_copy_change_nothing(tmp_path, transcript_corpus):
     db = tmp_path / "ledger.db"
     ingest(db, transcript_corpus, fmt="oc-transcript")
@@ -295,3 +314,10 @@ def test_files_lists_what_transcript_tool_calls_were_asked_to_touch(request, fmt
     block, field = ("toolCall", "arguments") if fmt == "oc-transcript" else ("tool_use", "input")
     listed = _read(db, queries.files, queries.Window(limit=queries.MAX_LIMIT))
     assert sorted(r["file_path"] for r in listed) == _asked_paths(root, block, field)
+
+
+def test_claude_code_session_id_family_is_that_session_s(claude_db, claude_corpus):
+    for want in _expected(claude_corpus)["sessions_sample"]:
+        sid = want["sessionId"]
+        _assert_instance_family(claude_db, sid, want["reference_cost_usd_including_children"],
+                                [f"agent:claude-code:subagent:{sid}/{c['agentId']}" for c in want["children"]])

@@ -258,6 +258,37 @@ def test_three_level_subagent_tree_family_totals(tmp_path):
     assert d["family_cost_usd"] == node["cumulative_cost_usd"]
 
 
+def test_a_session_id_is_one_instance_of_its_key_with_the_subagents_it_spawned(tmp_path):
+    log = _HookLog()
+    key, a, b = "agent:main:main", "agent:main:subagent:a", "agent:main:subagent:b"
+    log.call(key, "S1", "R1", 1.0)
+    log.ev("subagent.spawn", {"childSessionKey": a, "agentId": "main", "label": "a"}, key, run="R1")
+    log.call(a, "SA", "RA", 0.25)
+    log.call(key, "S2", "R2", 2.0)  # a reset: the key's next instance, current from here on
+    log.ev("subagent.spawn", {"childSessionKey": b, "agentId": "main", "label": "b"}, key, run="R2")
+    log.call(b, "SB", "RB", 0.5)
+    db = log.ledger(tmp_path)
+    conn = open_reader(db)
+    try:
+        scopes = {name: (queries.session_detail(conn, name), queries.tree(conn, name),
+                         queries.timeline(conn, name, ["subagent"])) for name in ("S1", "S2", key)}
+    finally:
+        conn.close()
+    for name, instances, own, family, kids in (("S1", ["S1"], 1.0, 1.25, [a]), ("S2", ["S2"], 2.0, 2.5, [b]),
+                                               (key, ["S1", "S2"], 3.0, 3.75, [a, b])):
+        d, node, spawns = scopes[name]
+        assert sorted(i["session_id"] for i in d["instances"]) == instances
+        assert (d["cost_usd"], d["family_cost_usd"]) == (own, family), name
+        assert sorted(c["child_session_key"] for c in d["subagents"]) == kids, name
+        assert (node["own_cost_usd"], node["cumulative_cost_usd"]) == (own, family), name
+        assert [c["session_key"] for c in node["children"]] == kids, name
+        assert sorted(i["id"] for i in spawns) == kids, name
+    lines = _cli(db, "tree", "S1").stdout.splitlines()
+    assert lines[0] == f"{key} (session S1)  own $1.0000  total $1.2500"
+    assert [line.strip() for line in lines[1:]] == [f"{a} [a]  own $0.2500  total $0.2500"]
+    assert _cli(db, "tree", key).stdout.splitlines()[0] == f"{key}  own $3.0000  total $3.7500"
+
+
 def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out(tmp_path):
     log = _HookLog()
     root, part, blind = "agent:main:main", "agent:main:subagent:part", "agent:main:subagent:blind"

@@ -302,7 +302,8 @@ def _emit_detail(detail: dict, fmt: str | None, sections: list[tuple[str, str, l
 @query_options(default_limit=None, one=True)
 @click.argument("key", type=TEXT)
 def session(conn, w, fmt, key):
-    """One session (by session key or session id): instances, cost by model, runs, tools, subagents."""
+    """One session: instances, cost by model, runs, tools, subagents. A session key shows all its
+    instances; a session id, that instance and the subagents it spawned."""
     d = queries.session_detail(conn, key)
     first = d["instances"][0]
     _emit_detail(d, fmt, [
@@ -385,9 +386,9 @@ def _dollars(value: float) -> str:
     return f"${value:.4f}"
 
 
-def _tree_lines(node: dict, depth: int = 0) -> list[str]:
+def _tree_lines(node: dict, depth: int = 0, name: str | None = None) -> list[str]:
     label = f" [{node['label']}]" if node["label"] else ""
-    lines = [f"{'  ' * depth}{node['session_key']}{label}  "
+    lines = [f"{'  ' * depth}{name or node['session_key']}{label}  "
              f"own {display.cost(node['own_cost_usd'], node['own_unpriced_calls'], _dollars)}  "
              f"total {display.cost(node['cumulative_cost_usd'], node['cumulative_unpriced_calls'], _dollars)}"]
     for child in node["children"]:
@@ -404,7 +405,9 @@ def tree(conn, w, fmt, key):
     if fmt == "json":
         emit_json(root)
     else:
-        for line in _tree_lines(root):
+        # Asked by a session id, the root is that one instance of its key: say which.
+        name = f"{root['session_key']} (session {key})" if key != root["session_key"] else None
+        for line in _tree_lines(root, name=name):
             click.echo(line)
         note_unpriced(root["cumulative_unpriced_calls"])
 

@@ -552,12 +552,16 @@ def run_detail(conn: apsw.Connection, run_id: str) -> dict:
     return out
 
 
-def _session_ids(conn: apsw.Connection, key: str) -> list[str]:
-    ids = [r[0] for r in conn.execute(
-        "SELECT session_id FROM sessions WHERE session_key = ? OR session_id = ? ORDER BY first_ms", (key, key))]
-    if not ids:
-        raise NotFound(f"no session {key!r} (give a session key or a session id)")
-    return ids
+def _session_ids(conn: apsw.Connection, key: str) -> tuple[list[str], bool]:
+    """The session instances ``key`` names, and whether it named a whole key: a session key names
+    every instance of it (each reset starts one), a session id that one instance alone."""
+    ids = [r[0] for r in conn.execute("SELECT session_id FROM sessions WHERE session_key = ? ORDER BY first_ms",
+                                      (key,))]
+    if ids:
+        return ids, True
+    if conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (key,)).fetchall():
+        return [key], False
+    raise NotFound(f"no session {key!r} (give a session key or a session id)")
 
 
 # The instances of each key (every session with that session key, or the keyless session with that
@@ -600,6 +604,14 @@ def _own_costs(conn: apsw.Connection, keys: list[str]) -> dict[str, tuple[int, i
     return out
 
 
+def _instances_cost(conn: apsw.Connection, ids: list[str]) -> tuple[int, int]:
+    """Spend of these session instances, snapshot fallbacks included, and the unpriced calls it leaves out."""
+    cost, unpriced = conn.execute(
+        "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
+        "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
+    return cost + sum(_fallback_cost(conn, Window(), ids).values()), unpriced
+
+
 def _spawned(conn: apsw.Connection, keys: list[str]) -> _Spawned:
     """The children (key, label) of these session keys and of all their descendants, by parent, in
     spawn order."""
@@ -614,7 +626,9 @@ def _family_keys(roots: list[str], spawned: _Spawned) -> list[str]:
 
 
 def session_detail(conn: apsw.Connection, key: str) -> dict:
-    ids = _session_ids(conn, key)
+    """A session key's instances, or the one instance a session id names, with what they spent and
+    did, and their subagents: a key's all, an instance's those it spawned (see ``_subagent_rows``)."""
+    ids, whole_key = _session_ids(conn, key)
     id_list = _json_list(ids)
     instances = sessions(conn, Window(), session_ids=ids)
     keys = sorted({s["session_key"] for s in instances if s["session_key"]})
@@ -634,7 +648,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         f"SELECT {_TOOL_COLUMNS} FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id "
         "WHERE r.session_id IN (SELECT value FROM json_each(?)) ORDER BY coalesce(tc.started_ms, tc.ended_ms)",
         (id_list,))]
-    child_rows = _subagent_rows(conn, Window(), keys)
+    child_rows = _subagent_rows(conn, Window(), keys, None if whole_key else ids)
     spawned = _spawned(conn, [r[0] for r in child_rows])
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
     children = _subagent_dicts(child_rows, costs)
@@ -720,11 +734,16 @@ def _family_cost(session_key: str, spawned: _Spawned, costs: dict[str, tuple[int
 
 
 def tree(conn: apsw.Connection, key: str) -> dict:
-    """The subagent hierarchy under a session key, each node with its own and cumulative cost."""
-    ids = _session_ids(conn, key)
+    """The subagent hierarchy under a session key (or under the one instance a session id names),
+    each node with its own and cumulative cost."""
+    ids, whole_key = _session_ids(conn, key)
     root = conn.execute("SELECT session_key FROM sessions WHERE session_id = ?", (ids[0],)).fetchall()[0][0] or key
     spawned = _spawned(conn, [root])
+    if not whole_key:
+        mine = {r[0] for r in _subagent_rows(conn, Window(), [root], ids)}
+        spawned[root] = [c for c in spawned.get(root, []) if c[0] in mine]
     costs = _own_costs(conn, _family_keys([root], spawned))
+    costs[root] = _instances_cost(conn, ids)  # the instance's alone when an id was given
 
     def node(session_key: str, seen: set[str], label: str | None) -> dict:
         seen.add(session_key)
@@ -744,13 +763,29 @@ def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None
     return _subagent_dicts(rows, _own_costs(conn, [r[0] for r in rows]))
 
 
-def _subagent_rows(conn: apsw.Connection, w: Window, parent_keys: list[str] | None) -> list[tuple]:
-    """Subagents in the window (of these parents), latest first, the child's key first."""
+# A subagent belongs to the instance of its parent's key that was current when it was spawned: the
+# one whose validity window (session_ids) holds the spawn, as the hot views' families count it
+# (_FAMILIES). One spawned before the key's first known instance (say by a reset transcript the
+# ledger keys apart) belongs to none of them.
+_SPAWNED_BY_INSTANCE = """EXISTS (
+    SELECT 1 FROM session_ids AS m WHERE m.session_id IN (SELECT value FROM json_each(?))
+    AND m.session_key = subagents.parent_session_key
+    AND coalesce(subagents.spawned_ms, subagents.ended_ms, 0) >= m.valid_from_ms
+    AND (m.valid_until_ms IS NULL OR coalesce(subagents.spawned_ms, subagents.ended_ms, 0) < m.valid_until_ms))"""
+
+
+def _subagent_rows(conn: apsw.Connection, w: Window, parent_keys: list[str] | None,
+                   parent_ids: list[str] | None = None) -> list[tuple]:
+    """Subagents in the window (of these parent keys; of those, spawned by these parent instances),
+    latest first, the child's key first."""
     params: list = []
     cond = _between("coalesce(spawned_ms, ended_ms)", w.since, w.until, params) + _agent("child_agent_id", w, params)
     if parent_keys is not None:
         cond += " AND parent_session_key IN (SELECT value FROM json_each(?))"
         params.append(_json_list(parent_keys))
+    if parent_ids is not None:
+        cond += f" AND {_SPAWNED_BY_INSTANCE}"
+        params.append(_json_list(parent_ids))
     limit = _limit(w, params)
     return conn.execute(
         "SELECT child_session_key, parent_session_key, parent_run_id, child_agent_id, label, mode, status, "
