@@ -102,3 +102,25 @@ def cli_json(db: Path, *args: str):
     out = CliRunner().invoke(cli, ["--db", str(db), *args, "--json"], catch_exceptions=False)
     assert out.exit_code == 0, (args, out.output)
     return json.loads(out.stdout)
+
+
+def listed_as_counted(conn) -> list[tuple]:
+    """Sessions whose ``session`` and ``timeline`` do not list exactly the model and tool calls ``sessions``
+    counts in them, each with what was listed and what was counted (empty when all do)."""
+    from agentledger.ledger import queries
+
+    totals = dict(conn.execute("SELECT session_id, cost_pico FROM session_totals").fetchall())
+    wrong = []
+    for row in queries.sessions(conn, queries.Window()):
+        sid = row["session_id"]
+        tools = queries.session_detail(conn, sid)["tool_calls"]
+        items = queries.timeline(conn, sid, ["llm", "tool"])
+        llm = [i for i in items if i["kind"] == "llm"]
+        cost = round(sum(i["cost_usd"] or 0 for i in llm) * 10**12, -3)  # float sums: to the nano-dollar
+        listed = (len(llm), cost, len(tools), sum(t["status"] == "error" for t in tools),
+                  sum(i["kind"] == "tool" for i in items))
+        counted = (row["llm_calls"] + row["llm_errors"], round(totals.get(sid, 0), -3), row["tool_calls"],
+                   row["tool_errors"], row["tool_calls"])
+        if listed != counted:
+            wrong.append((sid, listed, counted))
+    return wrong

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli_env, cli_json, ingest
+from conftest import CORPUS, cli_env, cli_json, ingest, listed_as_counted
 from ledgerdump import dump, scalar, usage
 
 from agentledger.ledger import queries
@@ -128,6 +128,14 @@ def test_sessions_sample(corpus_db, oc_expected):
             # a session's activity ends with its last event that names it.
             lag = parse_time(sess["last_ts"]) - parse_time(got["last_activity_at"])
             assert 0 <= lag < 5000, (sess["sessionId"], lag)
+
+
+def test_sessions_list_the_calls_they_count(corpus_db):
+    conn = open_reader(corpus_db)
+    try:
+        assert listed_as_counted(conn) == []
+    finally:
+        conn.close()
 
 
 def test_big_line_is_indexed(corpus_db, oc_expected):

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli_json, ingest
+from conftest import cli_json, ingest, listed_as_counted
 from ledgerdump import dump, scalar
 
 from agentledger.ledger import queries
@@ -176,6 +176,10 @@ def test_transcript_session_id_family_is_that_instance_s(transcript_db, transcri
                                 [c["sessionKey"] for c in want["children"]])
 
 
+def test_transcript_sessions_list_the_calls_they_count(transcript_db):
+    assert _read(transcript_db, listed_as_counted) == []
+
+
 def test_transcript_reingest_and_copy_change_nothing(tmp_path, transcript_corpus):
     db = tmp_path / "ledger.db"
     ingest(db, transcript_corpus, fmt="oc-transcript")
@@ -321,3 +325,18 @@ def test_claude_code_session_id_family_is_that_session_s(claude_db, claude_corpu
         sid = want["sessionId"]
         _assert_instance_family(claude_db, sid, want["reference_cost_usd_including_children"],
                                 [f"agent:claude-code:subagent:{sid}/{c['agentId']}" for c in want["children"]])
+
+
+def test_claude_code_sessions_list_the_calls_they_count(claude_db, claude_corpus):
+    assert _read(claude_db, listed_as_counted) == []
+    # A Task subagent's calls name its parent's turn, but are the subagent's: listed there, not in the parent.
+    parent = next(w for w in _expected(claude_corpus)["sessions_sample"] if w["children"])
+    own = {s["session_id"]: s for s in _read(claude_db, queries.sessions, queries.Window())}
+    items = cli_json(claude_db, "timeline", parent["sessionId"])
+    assert sum(i["cost_usd"] for i in items if i["kind"] == "llm") == pytest.approx(
+        own[parent["sessionId"]]["cost_usd"], abs=1e-9)
+    for child in parent["children"]:
+        sid = f"{parent['sessionId']}/{child['agentId']}"
+        kinds = [i["kind"] for i in cli_json(claude_db, "timeline", sid)]
+        assert (kinds.count("llm"), kinds.count("tool")) == (child["llm_calls"], child["tool_calls"]), sid
+        assert len(cli_json(claude_db, "session", sid)["tool_calls"]) == child["tool_calls"]

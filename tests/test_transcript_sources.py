@@ -519,8 +519,11 @@ def _task_outcome(db: Path) -> dict:
         own = {s["session_id"]: (s["session_key"], s["is_subagent"], s["llm_calls"], s["output_tokens"], s["runs"],
                                  s["tool_calls"]) for s in queries.sessions(conn, queries.Window())}
         detail = queries.session_detail(conn, PARENT_KEY)
+        listed = {sid: ([i["kind"] for i in queries.timeline(conn, sid, ["llm", "tool"])].count("llm"),
+                        len(queries.session_detail(conn, sid)["tool_calls"])) for sid in own}
         return {"counts": (u["sessions"], u["subagent_sessions"], u["subagents"], u["runs"], u["llm_calls"],
                            u["output_tokens"], u["tool_calls"]),
+                "listed": listed,
                 "own": own, "family_is_all": detail["family_cost_usd"] == pytest.approx(u["cost_usd"], abs=1e-9),
                 "subagents": [(c["child_session_key"], c["parent_session_key"], c["label"], c["status"], c["outcome"])
                               for c in detail["subagents"]]}
@@ -533,6 +536,8 @@ WANT_TASK_OUTCOME = {
     # The /btw question (25 output tokens) stays in the session; the Task subagent's calls, model and
     # tool alike, are the child's (the session's one tool call is the Task itself).
     "own": {SESSION: (PARENT_KEY, False, 3, 165, 1, 1), CHILD_ID: (CHILD_KEY, True, 2, 340, 0, 1)},
+    # `timeline` and `session` list those calls where they are counted: (model calls, tool calls).
+    "listed": {SESSION: (3, 1), CHILD_ID: (2, 1)},
     "family_is_all": True,
     "subagents": [(CHILD_KEY, PARENT_KEY, "Find callers", "ended", "completed")],
 }

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.verify import LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, UNPRICED
+from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, TOOL_SESSION,
+                                      UNPRICED)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -644,10 +645,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     run_rows = [_run_dict(r) for r in conn.execute(
         f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
         "ORDER BY coalesce(r.started_ms, r.ended_ms)", (id_list,))]
-    tools = [_tool_dict(r) for r in conn.execute(
-        f"SELECT {_TOOL_COLUMNS} FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id "
-        "WHERE r.session_id IN (SELECT value FROM json_each(?)) ORDER BY coalesce(tc.started_ms, tc.ended_ms)",
-        (id_list,))]
+    tools = [_tool_dict(r) for r in conn.execute(_SESSION_TOOL_CALLS, (id_list,))]
     child_rows = _subagent_rows(conn, Window(), keys, None if whole_key else ids)
     spawned = _spawned(conn, [r[0] for r in child_rows])
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
@@ -661,6 +659,34 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
             "cost_usd": round(own, 12), "unpriced_calls": own_unpriced, "family_cost_usd": round(family, 12),
             "family_unpriced_calls": own_unpriced + sum(n for _, n in kin), "cost_by_model": by_model,
             "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
+
+
+# A session lists the calls its totals count, where they count them: a model call in the session it
+# names (llm_calls.session_id), a tool call in its own, else its run's (TOOL_SESSION). They are found
+# by index through the session's runs, the side branches it became and, for model calls, those read
+# before any run of theirs was, then kept where they count: a Claude Code Task subagent's calls name
+# the parent's run, but are the subagent's.
+_SESSION_LLM_CALLS = f"""
+WITH mine(session_id) AS (SELECT value FROM json_each(?1)),
+found(id) AS (
+    SELECT l.id FROM runs AS r JOIN llm_calls AS l ON l.run_id = r.run_id WHERE r.session_id IN mine
+    UNION SELECT id FROM llm_calls WHERE branch IN mine
+    UNION SELECT id FROM llm_calls WHERE run_id IS NULL AND session_id IN mine
+)
+SELECT l.ts_ms, l.run_id, l.model, l.total_tokens, l.cost_pico, {UNPRICED}
+FROM found JOIN llm_calls AS l ON l.id = found.id WHERE l.session_id IN mine ORDER BY l.ts_ms
+"""
+_SESSION_TOOL_CALLS = f"""
+WITH mine(session_id) AS (SELECT value FROM json_each(?1)),
+found(run_id, tool_call_id) AS (
+    SELECT tc.run_id, tc.tool_call_id FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id
+    WHERE r.session_id IN mine
+    UNION SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN mine
+)
+SELECT {_TOOL_COLUMNS} FROM found JOIN tool_calls AS tc USING (run_id, tool_call_id)
+LEFT JOIN runs AS r ON r.run_id = tc.run_id
+WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
+"""
 
 
 def _ratio(before: int | None, after: int | None) -> float | None:
@@ -901,9 +927,7 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
             items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
                           "id": r["run_id"], "cost_usd": r["cost_usd"], "unpriced_calls": r["unpriced_calls"]})
     if "llm" in want:
-        rows = conn.execute(
-            f"SELECT ts_ms, run_id, model, total_tokens, cost_pico, {UNPRICED} FROM llm_calls "
-            "WHERE run_id IN (SELECT value FROM json_each(?))", (_json_list(r["run_id"] for r in detail["runs"]),))
+        rows = conn.execute(_SESSION_LLM_CALLS, (_json_list(i["session_id"] for i in detail["instances"]),))
         for ts, run_id, model, tokens, cost, unpriced in rows:
             items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
                           "cost_usd": None if cost is None else _usd(cost), "unpriced_calls": unpriced})
