@@ -124,3 +124,12 @@ def listed_as_counted(conn) -> list[tuple]:
         if listed != counted:
             wrong.append((sid, listed, counted))
     return wrong
+
+
+def forbid_call_scans(monkeypatch) -> None:
+    """Make ``session`` and ``timeline`` fail if they fall back to scanning every call: the indexes must
+    find a session's calls unless one names the session under another session's run."""
+    from agentledger.ledger import queries
+
+    for name in ("_EVERY_LLM_CALL_OF", "_EVERY_TOOL_CALL_OF"):
+        monkeypatch.setattr(queries, name, "SELECT * FROM a_scan_of_every_call_was_not_expected")

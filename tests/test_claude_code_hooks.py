@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, REPO, cli_env, ingest
+from conftest import CORPUS, REPO, cli_env, cli_json, forbid_call_scans, ingest, listed_as_counted
 from serving import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,7 +126,9 @@ def test_hooks_before_any_transcript_line_are_moved_to_the_run_the_transcript_te
     ingest(db, root, fmt="claude-code")
     (search,) = tool_rows(db, SEARCH)
     assert search[:2] == (FIRST_RUN, "claude-code") and search[5] == 1840
-    assert len(session_tools(db)) == TRANSCRIPT_TOOLS  # the hooks-only Bash call has no run of the session
+    # The hooks-only Bash call has no run of the session, but names it: the session counts it, and lists it.
+    counts = session_tools(db)
+    assert counts[BASH] == 1 and len(counts) == TRANSCRIPT_TOOLS + 1
     assert scalar(db, "SELECT count(*) FROM tool_calls") == TRANSCRIPT_TOOLS + 1
     conn = open_reader(db)
     assert queries.usage(conn, queries.Window())["tool_calls"] == TRANSCRIPT_TOOLS + 1
@@ -144,6 +146,30 @@ def test_hooks_after_the_transcript_fill_in_and_never_override(db, tmp_path, pay
     (bash,) = tool_rows(db, BASH)
     assert bash[0].startswith(SECOND_RUN)  # the run its session was in when the hook arrived
     assert len(session_tools(db)) == TRANSCRIPT_TOOLS + 1
+
+
+@pytest.mark.parametrize("order", ["hooks-alone", "hooks-first", "transcripts-first"])
+def test_hooked_tool_calls_are_listed_where_they_are_counted_run_or_no_run(db, tmp_path, payloads, claude_corpus,
+                                                                           order, monkeypatch):
+    forbid_call_scans(monkeypatch)  # calls with no run are found by index too
+    root = tmp_path / "claude"
+    if order != "hooks-alone":
+        shutil.copytree(claude_corpus / "projects", root / "projects")
+    if order == "transcripts-first":
+        ingest(db, root, fmt="claude-code")
+    post(db, payloads)
+    if order == "hooks-first":
+        ingest(db, root, fmt="claude-code")
+    d = cli_json(db, "session", SESSION)
+    assert [t["tool_call_id"] for t in d["tool_calls"]].count(BASH) == 1
+    assert len(d["tool_calls"]) == d["instances"][0]["tool_calls"] == (2 if order == "hooks-alone"
+                                                                        else TRANSCRIPT_TOOLS + 1)
+    assert len(cli_json(db, "timeline", SESSION, "--kinds", "tool")) == len(d["tool_calls"])
+    conn = open_reader(db)
+    try:
+        assert listed_as_counted(conn) == []
+    finally:
+        conn.close()
 
 
 def test_a_hook_event_sent_again_changes_nothing_even_after_a_restart(db, payloads):

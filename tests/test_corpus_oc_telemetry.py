@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, cli_env, cli_json, ingest, listed_as_counted
+from conftest import CORPUS, cli_env, cli_json, forbid_call_scans, ingest, listed_as_counted
 from ledgerdump import dump, scalar, usage
 
 from agentledger.ledger import queries
@@ -130,7 +130,8 @@ def test_sessions_sample(corpus_db, oc_expected):
             assert 0 <= lag < 5000, (sess["sessionId"], lag)
 
 
-def test_sessions_list_the_calls_they_count(corpus_db):
+def test_sessions_list_the_calls_they_count(corpus_db, monkeypatch):
+    forbid_call_scans(monkeypatch)
     conn = open_reader(corpus_db)
     try:
         assert listed_as_counted(conn) == []

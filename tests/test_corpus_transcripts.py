@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli_json, ingest, listed_as_counted
+from conftest import cli_json, forbid_call_scans, ingest, listed_as_counted
 from ledgerdump import dump, scalar
 
 from agentledger.ledger import queries
@@ -176,7 +176,8 @@ def test_transcript_session_id_family_is_that_instance_s(transcript_db, transcri
                                 [c["sessionKey"] for c in want["children"]])
 
 
-def test_transcript_sessions_list_the_calls_they_count(transcript_db):
+def test_transcript_sessions_list_the_calls_they_count(transcript_db, monkeypatch):
+    forbid_call_scans(monkeypatch)
     assert _read(transcript_db, listed_as_counted) == []
 
 
@@ -327,7 +328,8 @@ def test_claude_code_session_id_family_is_that_session_s(claude_db, claude_corpu
                                 [f"agent:claude-code:subagent:{sid}/{c['agentId']}" for c in want["children"]])
 
 
-def test_claude_code_sessions_list_the_calls_they_count(claude_db, claude_corpus):
+def test_claude_code_sessions_list_the_calls_they_count(claude_db, claude_corpus, monkeypatch):
+    forbid_call_scans(monkeypatch)
     assert _read(claude_db, listed_as_counted) == []
     # A Task subagent's calls name its parent's turn, but are the subagent's: listed there, not in the parent.
     parent = next(w for w in _expected(claude_corpus)["sessions_sample"] if w["children"])

@@ -289,6 +289,29 @@ def test_a_session_id_is_one_instance_of_its_key_with_the_subagents_it_spawned(t
     assert _cli(db, "tree", key).stdout.splitlines()[0] == f"{key}  own $3.0000  total $3.7500"
 
 
+def test_calls_naming_another_session_than_their_run_s_are_listed_where_they_count(tmp_path):
+    from conftest import listed_as_counted
+
+    log = _HookLog()
+    key = "agent:main:main"
+    log.call(key, "S1", "R1", 1.0)
+    # The run goes on across a reset: its next calls name the key's new instance, which counts them.
+    log.ev("llm.call", {"callIndex": 1, "provider": "p", "model": "m", "costUsd": 0.5,
+                        "delta": {"input": 1, "output": 1, "total": 2}}, key, "S2", "R1")
+    log.ev("tool.start", {"toolName": "read", "toolCallId": "T1"}, key, "S2", "R1")
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1"}, key, "S2", "R1")
+    conn = open_reader(log.ledger(tmp_path))
+    try:
+        assert listed_as_counted(conn) == []
+        listed = {sid: [(i["kind"], i["cost_usd"]) for i in queries.timeline(conn, sid, ["llm", "tool"])]
+                  for sid in ("S1", "S2")}
+        tools = [t["tool_call_id"] for t in queries.session_detail(conn, "S2")["tool_calls"]]
+    finally:
+        conn.close()
+    assert listed == {"S1": [("llm", 1.0)], "S2": [("llm", 0.5), ("tool", None)]}
+    assert tools == ["T1"]
+
+
 def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out(tmp_path):
     log = _HookLog()
     root, part, blind = "agent:main:main", "agent:main:subagent:part", "agent:main:subagent:blind"

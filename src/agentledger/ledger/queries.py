@@ -645,7 +645,8 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     run_rows = [_run_dict(r) for r in conn.execute(
         f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
         "ORDER BY coalesce(r.started_ms, r.ended_ms)", (id_list,))]
-    tools = [_tool_dict(r) for r in conn.execute(_SESSION_TOOL_CALLS, (id_list,))]
+    tools = [_tool_dict(r) for r in _calls_of(conn, ids, sum(s["tool_calls"] for s in instances),
+                                                _SESSION_TOOL_CALLS, _EVERY_TOOL_CALL_OF)]
     child_rows = _subagent_rows(conn, Window(), keys, None if whole_key else ids)
     spawned = _spawned(conn, [r[0] for r in child_rows])
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
@@ -663,30 +664,43 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
 
 # A session lists the calls its totals count, where they count them: a model call in the session it
 # names (llm_calls.session_id), a tool call in its own, else its run's (TOOL_SESSION). They are found
-# by index through the session's runs, the side branches it became and, for model calls, those read
-# before any run of theirs was, then kept where they count: a Claude Code Task subagent's calls name
-# the parent's run, but are the subagent's.
+# by index through the session's runs, the side branches it became and the calls no run of theirs is
+# known for (read before it, or told by a hook alone: run_id ''), then kept where they count: a Claude
+# Code Task subagent's calls name the parent's run, but are the subagent's.
+_MINE = "mine(session_id) AS (SELECT value FROM json_each(?1))"
+_LLM_LISTED = f"SELECT l.ts_ms, l.run_id, l.model, l.total_tokens, l.cost_pico, {UNPRICED}"
 _SESSION_LLM_CALLS = f"""
-WITH mine(session_id) AS (SELECT value FROM json_each(?1)),
-found(id) AS (
+WITH {_MINE}, found(id) AS (
     SELECT l.id FROM runs AS r JOIN llm_calls AS l ON l.run_id = r.run_id WHERE r.session_id IN mine
     UNION SELECT id FROM llm_calls WHERE branch IN mine
     UNION SELECT id FROM llm_calls WHERE run_id IS NULL AND session_id IN mine
 )
-SELECT l.ts_ms, l.run_id, l.model, l.total_tokens, l.cost_pico, {UNPRICED}
-FROM found JOIN llm_calls AS l ON l.id = found.id WHERE l.session_id IN mine ORDER BY l.ts_ms
+{_LLM_LISTED} FROM found JOIN llm_calls AS l ON l.id = found.id WHERE l.session_id IN mine ORDER BY l.ts_ms
 """
+_EVERY_LLM_CALL_OF = f"WITH {_MINE} {_LLM_LISTED} FROM llm_calls AS l WHERE l.session_id IN mine ORDER BY l.ts_ms"
 _SESSION_TOOL_CALLS = f"""
-WITH mine(session_id) AS (SELECT value FROM json_each(?1)),
-found(run_id, tool_call_id) AS (
+WITH {_MINE}, found(run_id, tool_call_id) AS (
     SELECT tc.run_id, tc.tool_call_id FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id
     WHERE r.session_id IN mine
     UNION SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN mine
+    UNION SELECT run_id, tool_call_id FROM tool_calls WHERE run_id = '' AND session_id IN mine
 )
 SELECT {_TOOL_COLUMNS} FROM found JOIN tool_calls AS tc USING (run_id, tool_call_id)
 LEFT JOIN runs AS r ON r.run_id = tc.run_id
 WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
 """
+_EVERY_TOOL_CALL_OF = f"""
+WITH {_MINE} SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc LEFT JOIN runs AS r ON r.run_id = tc.run_id
+WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
+"""
+
+
+def _calls_of(conn: apsw.Connection, ids: list[str], counted: int, indexed: str, every: str) -> list[tuple]:
+    """The calls of these session instances, by index; when that finds fewer than their totals count (a
+    call naming the session under another session's run, as a run going on across a reset leaves), by a
+    scan of every call: what is listed is always what is counted."""
+    rows = conn.execute(indexed, (_json_list(ids),)).fetchall()
+    return rows if len(rows) == counted else conn.execute(every, (_json_list(ids),)).fetchall()
 
 
 def _ratio(before: int | None, after: int | None) -> float | None:
@@ -927,7 +941,10 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
             items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
                           "id": r["run_id"], "cost_usd": r["cost_usd"], "unpriced_calls": r["unpriced_calls"]})
     if "llm" in want:
-        rows = conn.execute(_SESSION_LLM_CALLS, (_json_list(i["session_id"] for i in detail["instances"]),))
+        instances = detail["instances"]
+        counted = sum(i["llm_calls"] + i["llm_errors"] for i in instances)  # failed calls are listed too
+        rows = _calls_of(conn, [i["session_id"] for i in instances], counted, _SESSION_LLM_CALLS,
+                         _EVERY_LLM_CALL_OF)
         for ts, run_id, model, tokens, cost, unpriced in rows:
             items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
                           "cost_usd": None if cost is None else _usd(cost), "unpriced_calls": unpriced})
