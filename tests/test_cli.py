@@ -149,6 +149,40 @@ def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
     assert db.read_text() == "garbage\n"
 
 
+def _foreign_database(path: Path) -> None:
+    """Another program's SQLite database: tables, and no schema version of its own."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("args", [["ingest", "."], ["serve", "--no-demo", "--listen", "127.0.0.1:0", "."],
+                                  ["reprice"], ["prune", "--older-than", "1"], ["prune", "--dry-run"], ["usage"],
+                                  ["verify"]])
+def test_another_programs_database_is_refused_untouched(tmp_path, args):
+    db = tmp_path / "app.db"
+    _foreign_database(db)
+    before = db.read_bytes()
+    # Not "run ingest to migrate": migrating writes the ledger's tables into the other program's file.
+    line = _one_line(run(*args, db=db), 2, f"{db} is not a ledger", "other tables", "--db")
+    assert "migrate" not in line
+    assert db.read_bytes() == before
+    assert not Path(f"{db}-wal").exists()
+
+
+def test_an_empty_file_becomes_a_ledger(tmp_path, oc_corpus):
+    db = tmp_path / "empty.db"
+    db.touch()
+    assert run("ingest", str(oc_corpus), db=db).returncode == 0
+    out = run("usage", "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["sessions"] == 40
+
+
 def test_reprice_of_a_missing_ledger_is_one_line_and_creates_nothing(tmp_path):
     typo = tmp_path / "typo" / "ledgr.db"
     _one_line(run("reprice", db=typo), 2, "no ledger at", str(typo))

@@ -94,8 +94,19 @@ def _make_parent(path: Path) -> None:
         raise _unwritable(path, exc) from None
 
 
-def _not_a_ledger(path: Path) -> LedgerError:
-    return LedgerError(f"{path} is not a ledger (not a SQLite database): pass --db with a ledger, or a new path")
+def _not_a_ledger(path: Path, what: str = "not a SQLite database") -> LedgerError:
+    return LedgerError(f"{path} is not a ledger ({what}): pass --db with a ledger, or a new path")
+
+
+def _schema_version(conn: apsw.Connection, path: Path) -> int:
+    """The ledger's schema version; refuses (and closes) a database of something else. A ledger's
+    first migration sets the version in the transaction that makes its tables, so tables at version
+    0 are another program's: migrating would write the ledger's tables into them and VACUUM them."""
+    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
+        conn.close()
+        raise _not_a_ledger(path, "a SQLite database with other tables")
+    return version
 
 
 def _pragmas(conn: apsw.Connection) -> None:
@@ -111,6 +122,7 @@ def open_writer(path: str | Path) -> apsw.Connection:
     try:
         conn = apsw.Connection(str(path))
         _pragmas(conn)
+        _schema_version(conn, path)  # before the journal mode, which another program's file must keep
         # Takes effect only on a new file, before its first table; older ledgers switch below.
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
@@ -156,7 +168,7 @@ def open_reader(path: str | Path) -> apsw.Connection:
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         _pragmas(conn)
         conn.execute("PRAGMA query_only = ON")
-        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        version = _schema_version(conn, path)
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
