@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,6 +85,24 @@ def metric_counters(db: Path, top_n: int = 20) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
             if f.type in ("counter", "histogram") for s in f.samples
             if s.name.endswith(("_total", "_bucket", "_count", "_sum"))}
+
+
+@pytest.fixture(scope="session")
+def unprivileged(tmp_path_factory) -> list[str]:
+    """A command prefix under which a file's mode stops reads, as it does for any user: none when not
+    root; for root, setpriv without the capabilities that override modes. Skips where there is none."""
+    if os.geteuid() != 0:
+        return []
+    probe = tmp_path_factory.mktemp("modes") / "probe"
+    probe.write_text("x")
+    probe.chmod(0)
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    try:
+        if subprocess.run(prefix + ["cat", str(probe)], capture_output=True, timeout=30).returncode != 0:
+            return prefix
+    except FileNotFoundError:
+        pass
+    pytest.skip("root reads whatever the modes say, and setpriv cannot take that away here")
 
 
 def cli_env(db: Path) -> dict:

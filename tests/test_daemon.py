@@ -43,9 +43,9 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def _serve(db: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen", "127.0.0.1:0",
-                             *args],
+def _serve(db: Path, *args: str, env: dict | None = None, prefix: list[str] = ()) -> subprocess.Popen:
+    return subprocess.Popen([*prefix, sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen",
+                             "127.0.0.1:0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env=env)
 
@@ -72,6 +72,39 @@ def test_serve_catches_up_follows_live_and_stops_on_sigterm(tmp_path, oc_corpus)
     assert daemon.returncode == 0, err
     assert "caught up" in err and "stopped" in err
     assert _count(db, "SELECT count(*) FROM llm_calls") == 397 + 60
+
+
+def test_an_unreadable_log_is_told_once_while_serving_and_read_once_it_can_be(tmp_path, unprivileged):
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(llm_call(n) for n in range(1, 4)))
+    logs.live.chmod(0)
+    db = tmp_path / "ledger.db"
+    # A pass every 0.05 s looks at the file again and again: it is told of once.
+    daemon = _serve(db, "--rescan", "0.05", str(logs.root), prefix=unprivileged)
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 1)
+        time.sleep(1)
+        logs.live.chmod(0o644)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 3, timeout=10)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 0, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert err.count(f"cannot read file {logs.live}: Permission denied") == 1, err
+    assert "holds no" not in err
+
+
+def test_a_root_with_nothing_in_its_format_is_told_once_caught_up(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    daemon = _serve(tmp_path / "ledger.db", "--rescan", "0.05", "--format", "claude-code", str(logs.root))
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    time.sleep(0.5)
+    err = _stop(daemon, said)
+    assert err.count(f"{logs.root} holds no claude-code files yet: they are read once they appear; it holds "
+                     "oc-telemetry files: read it as oc-telemetry") == 1, err
 
 
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):

@@ -375,6 +375,98 @@ def inputs(db: Path) -> dict[str, dict]:
         conn.close()
 
 
+def _ingest_as(prefix: list[str], db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(prefix + [sys.executable, "-m", "agentledger", "--db", str(db), "--log-format", "text",
+                                    "ingest", "--json", *args], capture_output=True, text=True, env=cli_env(db),
+                          timeout=60)
+
+
+def test_an_unreadable_file_is_told_counted_listed_and_read_once_it_can_be(tmp_path, db, unprivileged):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 4)))
+    ingest(db, logs.root)
+    logs.append(lines(range(4, 6)))
+    rotated = logs.rotate()  # followed, with two lines unread
+    logs.append(lines(range(6, 8)))  # new
+    for path in (rotated, logs.live):
+        path.chmod(0)
+    out = _ingest_as(unprivileged, db, str(logs.root))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    # Its bytes are still there: not lost, and read from its checkpoint once they can be.
+    assert (summary["unreadable_files"], summary["lost_files"], summary["events"]) == (2, 0, 0)
+    for path in (rotated, logs.live):
+        assert out.stderr.count(f"cannot read file {path}: Permission denied") == 1, out.stderr
+        assert (inputs(db)[str(path)]["status"], inputs(db)[str(path)]["reason"]) == ("unreadable", "Permission denied")
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "inputs"], capture_output=True,
+                           text=True, env=cli_env(db), timeout=60).stdout.splitlines()
+    assert [line.split()[2:] for line in shown if str(rotated) in line] == [
+        ["unreadable", "-", "-", "-", "-", "Permission", "denied"]]
+    for path in (rotated, logs.live):
+        path.chmod(0o644)
+    stats = ingest(db, logs.root)
+    assert (stats.events, stats.lost_files, stats.unreadable_files) == (4, 0, 0)
+    assert ids(db) == want(range(1, 8))
+    assert {row["status"] for row in inputs(db).values()} == {"live", "rotated"}
+
+
+def test_an_unreadable_directory_is_told_and_its_followed_files_are_not_lost(tmp_path, db, unprivileged):
+    main, work = LogDir(tmp_path / "state"), LogDir(tmp_path / "state", agent="work")
+    main.append(lines(range(1, 3)))
+    work.append(lines(range(100, 103), session="w"))
+    ingest(db, main.root)
+    work.append(lines(range(103, 105), session="w"))
+    work.dir.chmod(0)
+    try:
+        out = _ingest_as(unprivileged, db, str(main.root))
+    finally:
+        work.dir.chmod(0o755)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["unreadable_dirs"], summary["files"], summary["lost_files"]) == (1, 1, 0)
+    assert out.stderr.count(f"cannot list directory {work.dir}: Permission denied") == 1, out.stderr
+    assert inputs(db)[str(work.dir)]["status"] == "unreadable"
+    assert inputs(db)[str(work.live)]["status"] == "live"
+    assert ingest(db, main.root).events == 2
+    assert ids(db) == want(range(1, 3), range(100, 105))
+    assert str(work.dir) not in inputs(db)
+
+
+def test_a_followed_directory_turned_into_a_symlink_loop_is_not_lost(tmp_path, db):
+    # A symlink loop cannot be listed by root either: what the directory held is not taken for gone.
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 3)))
+    ingest(db, logs.root)
+    logs.append(lines(range(3, 5)))
+    aside = logs.dir.with_name("aside")
+    logs.dir.rename(aside)
+    logs.dir.symlink_to(logs.dir.name)
+    stats = ingest(db, logs.root)
+    assert (stats.unreadable_dirs, stats.lost_files, stats.events) == (1, 0, 0)
+    assert inputs(db)[str(logs.dir)]["reason"] == "Too many levels of symbolic links"
+    logs.dir.unlink()
+    aside.rename(logs.dir)
+    stats = ingest(db, logs.root)
+    assert (stats.unreadable_dirs, stats.lost_files, stats.events) == (0, 0, 2)
+    assert ids(db) == want(range(1, 5))
+    assert str(logs.dir) not in inputs(db)
+
+
+def test_a_root_with_nothing_in_its_format_says_so(tmp_path, db):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 3)))
+    out = _ingest_as([], db, "--format", "claude-code", str(logs.root))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["files"] == 0
+    warned = [line for line in out.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and warned[0].endswith(
+        f"{logs.root} holds no claude-code files; it holds oc-telemetry files: read it as oc-telemetry"), out.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = _ingest_as([], db, str(empty))
+    assert out.stderr.strip().endswith(f"{empty} holds no oc-telemetry files"), out.stderr
+
+
 def test_a_restore_in_place_is_read_again_and_reported_as_the_file_now_is(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     backup = llm_call(1) + b'{"bad": \n' + llm_call(2)

@@ -39,7 +39,7 @@ from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import ApiServer, Health
-from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs
+from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.retention import Pruner
@@ -286,8 +286,9 @@ class _Follower:
     and waits longer after each failure (BACKOFF_S)."""
 
     def __init__(self, writer: LedgerWriter, live: LiveState, config: Config, pipeline, health: Health,
-                 hooks: HookInbox, changes: Changes):
+                 hooks: HookInbox, changes: Changes, demo: bool):
         self.writer = writer
+        self.demo = demo  # its writer fills the directory as the daemon starts: nothing to warn of
         self.changes = changes
         self.next_full_scan = 0.0
         self.next_chores = 0.0
@@ -337,6 +338,8 @@ class _Follower:
     def _catch_up(self) -> None:
         started = time.monotonic()
         stats = self.pipeline.catch_up()
+        if not self.demo:
+            warn_empty_roots(self.pipeline, waiting=True)
         self.live.caught_up()
         # What is alive now stays for the daemon's life; left in the collector, every full
         # collection would walk it while a gate question waits for the interpreter lock.
@@ -494,7 +497,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         observer.start()
         flusher = _Flusher(hot, config.hot.flush_interval_s)
         flusher.start()
-        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes)
+        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
         try:
             while not stop.is_set():
                 notifier.watchdog()

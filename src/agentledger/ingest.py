@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,8 +16,9 @@ from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter,
 from agentledger.pricing import Pricer
 from agentledger.sources import KEY_INPUTS, Decoder, asks_ledger, oc_transcript, opener_for
 from agentledger.sources.common import HEAD_BYTES
+from agentledger.tail.layouts import LAYOUTS
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
-from agentledger.tail.transcript_store import StoreReader
+from agentledger.tail.transcript_store import StoreReader, stores
 
 log = logging.getLogger("agentledger.ingest")
 
@@ -39,19 +41,24 @@ class IngestStats:
     truncated: int = 0
     lost_files: int = 0
     lost_bytes: int = 0
+    unreadable_files: int = 0
+    unreadable_dirs: int = 0
 
     def add(self, other: IngestStats) -> None:
         for name in ("lines", "bytes", "events", "duplicates", "rejects", "rotated", "truncated",
                      "lost_files", "lost_bytes"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.files = max(self.files, other.files)
+        # Every pass sees the same files again: how many there are, not a sum.
+        for name in ("files", "unreadable_files", "unreadable_dirs"):
+            setattr(self, name, max(getattr(self, name), getattr(other, name)))
 
     def as_dict(self) -> dict:
         return {
             "lines": self.lines, "bytes": self.bytes, "events": self.events,
             "duplicates": self.duplicates, "rejected_lines": self.rejects, "files": self.files,
             "rotations": self.rotated, "truncations": self.truncated, "lost_files": self.lost_files,
-            "lost_bytes": self.lost_bytes,
+            "lost_bytes": self.lost_bytes, "unreadable_files": self.unreadable_files,
+            "unreadable_dirs": self.unreadable_dirs,
         }
 
 
@@ -162,6 +169,8 @@ class Pipeline:
                 stats.truncated += report.truncated
                 stats.lost_files += report.lost
                 stats.lost_bytes += report.lost_bytes
+                stats.unreadable_files += report.unreadable_files
+                stats.unreadable_dirs += report.unreadable_dirs
                 for name, path, nbytes in report.events:
                     level = logging.WARNING if name in ("lost", "truncate") else logging.INFO
                     log.log(level, "file %s: %s%s", name, path, f" ({nbytes} bytes unread)" if nbytes else "")
@@ -303,6 +312,12 @@ class Pipeline:
         if self.on_progress:
             self.on_progress(nbytes)
 
+    def empty_roots(self) -> list[tuple[str, str]]:
+        """(format, root) for every root whose last full scan found nothing of its format, readable or
+        not (a transcript store counts): most likely a root given in the wrong format, or none yet."""
+        return [(tailer.source, root) for tailer, _, store, _, _ in self.tailers for root in tailer.empty_roots
+                if store is None or not stores(root)]
+
     def catch_up(self, max_passes: int = 5) -> IngestStats:
         """Read until a pass finds nothing new (what was appended or rotated meanwhile too)."""
         total = IngestStats()
@@ -331,6 +346,18 @@ def _rare_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+def warn_empty_roots(pipeline: Pipeline, *, waiting: bool = False) -> None:
+    """One line per root that holds nothing in its format, naming a format it does hold. ``waiting``: a
+    daemon's, which reads what comes later, and tells of a root that does not exist yet on its own."""
+    for fmt, root in pipeline.empty_roots():
+        if waiting and not os.path.isdir(root):
+            continue
+        held = [other for other, layout in LAYOUTS.items() if other != fmt and layout(Path(root), {})]
+        hint = f"; it holds {held[0]} files: read it as {held[0]}" if held else ""
+        log.warning("%s holds no %s files%s%s", root, fmt, " yet: they are read once they appear" if waiting else "",
+                    hint)
 
 
 def specs_from(fmt: str, roots: list[str | Path]) -> list[SourceSpec]:

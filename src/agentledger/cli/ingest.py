@@ -12,7 +12,7 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources
 from agentledger.defaults import FORMATS, MAX_WAIT_S
-from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs
+from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
@@ -118,7 +118,9 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
             with progress:
                 stats = pipeline.catch_up()
         else:
-            stats = Pipeline(writer, specs, max_line=max_line, pricer=pricer).catch_up()
+            pipeline = Pipeline(writer, specs, max_line=max_line, pricer=pricer)
+            stats = pipeline.catch_up()
+        warn_empty_roots(pipeline)
         interrupted = reconcile(writer, now_ms(), grace)
     finally:
         writer.close()

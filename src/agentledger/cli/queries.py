@@ -259,7 +259,7 @@ def rejects(conn, w, fmt):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def inputs(obj, as_json):
-    """Tailed log files: where each one is read up to, and any that were lost."""
+    """Tailed log files: where each one is read up to, any that were lost, and any that cannot be read."""
     conn = open_reader(obj.db)
     try:
         rows = queries.file_status(conn)
@@ -270,8 +270,11 @@ def inputs(obj, as_json):
     elif not rows:
         click.echo("no files tailed yet")
     else:
-        emit_table(rows, [("source", "source"), ("path", "file"), ("status", "status"), ("offset", "offset"),
-                          ("size", "size"), ("lines", "lines"), ("lost_bytes", "lost bytes")])
+        columns = [("source", "source"), ("path", "file"), ("status", "status"), ("offset", "offset"),
+                   ("size", "size"), ("lines", "lines"), ("lost_bytes", "lost bytes")]
+        if any(row["reason"] for row in rows):  # else a column of dashes
+            columns.append(("reason", "reason"))
+        emit_table(rows, columns)
 
 
 _RUN_TABLE = [("run_id", "run"), ("session_key", "session"), ("model", "model"), ("status", "status"),

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
 import orjson
@@ -108,6 +109,14 @@ class FileRow:
     # it was rewritten since. 0: unknown, a line end is all there is to go by.
     tail_len: int = 0
     tail_hash: bytes | None = None
+
+
+class Unreadable(NamedTuple):
+    """A file or directory under a root that could not be read, by path (as the ledger names it)."""
+
+    root: str
+    kind: str  # file | directory
+    reason: str  # as the operating system gave it
 
 
 @dataclass(slots=True)
@@ -1343,6 +1352,23 @@ class LedgerWriter:
         return [FileRow(*row) for row in self.conn.execute(
             "SELECT id, source, root, path, fingerprint, dev, ino, offset, lines, size, status, lost_bytes, tail_len, "
             "tail_hash FROM files WHERE source = ? ORDER BY id", (source,))]
+
+    def unreadable_inputs(self, source: str) -> dict[str, Unreadable]:
+        return {path: Unreadable(root, kind, reason) for path, root, kind, reason in self.conn.execute(
+            "SELECT path, root, kind, reason FROM unreadable_inputs WHERE source = ?", (source,))}
+
+    def record_unreadable(self, source: str, roots: Iterable[str], found: dict[str, Unreadable]) -> None:
+        """What under ``roots`` could not be read at the last look: ``found``, and nothing else. A path
+        that stays so keeps the time it was first found so."""
+        ts = now_ms()
+        with self.transaction() as conn:
+            since = dict(conn.execute("SELECT path, since_ms FROM unreadable_inputs WHERE source = ?", (source,)))
+            conn.executemany("DELETE FROM unreadable_inputs WHERE source = ? AND root = ?",
+                             [(source, root) for root in roots])
+            conn.executemany(
+                "INSERT OR REPLACE INTO unreadable_inputs (source, root, path, kind, reason, since_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(source, u.root, path, u.kind, u.reason, since.get(path, ts)) for path, u in found.items()])
 
     def add_file(self, source: str, root: str, path: str, fingerprint: bytes, dev: int, ino: int,
                  size: int, status: str) -> FileRow:

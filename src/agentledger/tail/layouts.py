@@ -1,23 +1,23 @@
-"""Where each producer keeps its files, and which of them is still being written."""
+"""Where each producer keeps its files, and which of them is still being written.
+
+Each layout lists the files of one root, and puts in ``unreadable`` (path -> the OS's reason) every
+directory it could not look into: the files there are neither found nor gone, and the tailer says so.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import errno
-import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentledger.sources.common import ledger_name
 from agentledger.sources.oc_transcript import is_live, is_transcript
 
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
 _ROTATED_WEEK = re.compile(r"^events\.(\d{4})-W(\d{2})\.jsonl$")
 LIVE_NAME = "events.jsonl"
-log = logging.getLogger("agentledger.tail")
-_unlistable: set[str] = set()  # already warned about: every pass lists every directory again
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,41 +43,41 @@ def _rotated_order(name: str) -> tuple | None:
     return None
 
 
-def _telemetry_dirs(root: Path) -> list[str]:
+def _telemetry_dirs(root: Path, unreadable: dict[str, str]) -> list[str]:
     """A state dir (``<root>/agents/*/telemetry``) or a telemetry dir itself."""
     dirs = []
-    if (root / LIVE_NAME).exists() or root.name == "telemetry" or any(
-        _rotated_order(p) is not None for p in _names(root)
+    # os.path.exists: a root that cannot be searched is found unreadable by its listing, not raised here.
+    if os.path.exists(root / LIVE_NAME) or root.name == "telemetry" or any(
+        _rotated_order(p) is not None for p in _names(root, unreadable)
     ):
         dirs.append(str(root))
     # Plain strings, and no is_dir() per agent (listing a missing directory finds nothing): the
     # daemon lists every agent's directory on every pass.
     agents = os.path.join(root, "agents")
-    dirs.extend(os.path.join(agents, agent, "telemetry") for agent in sorted(_names(agents)))
+    dirs.extend(os.path.join(agents, agent, "telemetry") for agent in sorted(_names(agents, unreadable)))
     return dirs
 
 
-def _names(directory: str | Path) -> list[str]:
+def _names(directory: str | Path, unreadable: dict[str, str]) -> list[str]:
     try:
         return os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+    except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
-        # A symlink loop stays one: skipping it lets the other agents be read. Any other error
-        # (I/O, no descriptors) may pass, and taking the directory for empty would settle its
-        # files as lost, so it stops the pass instead.
-        if exc.errno != errno.ELOOP:
+        # Its mode, or a symlink loop, stays so: skipping it lets the other directories be read,
+        # and the tailer neither takes the files in it for gone nor stays silent about them. Any
+        # other error (I/O, no descriptors) may pass, and taking the directory for empty would
+        # settle its files as lost, so it stops the pass instead.
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.ELOOP):
             raise
-        if str(directory) not in _unlistable:
-            _unlistable.add(str(directory))
-            log.warning("skipping %s: %s", ledger_name(str(directory)), exc.strerror)
+        unreadable[str(directory)] = exc.strerror
         return []
 
 
-def oc_telemetry_files(root: Path) -> list[Candidate]:
+def oc_telemetry_files(root: Path, unreadable: dict[str, str]) -> list[Candidate]:
     found = []
-    for tdir in _telemetry_dirs(root):
-        for name in _names(tdir):
+    for tdir in _telemetry_dirs(root, unreadable):
+        for name in _names(tdir, unreadable):
             if name == LIVE_NAME:
                 # The live file always sorts after every rotated one of its directory.
                 found.append(Candidate(os.path.join(tdir, name), True, (tdir, 1, 0, name)))
@@ -89,22 +89,23 @@ def oc_telemetry_files(root: Path) -> list[Candidate]:
     return found
 
 
-def _session_dirs(root: Path) -> list[Path]:
+def _session_dirs(root: Path, unreadable: dict[str, str]) -> list[Path]:
     """A state dir (``<root>/agents/*/sessions``) or a sessions dir itself."""
-    if root.name == "sessions" or any(is_transcript(n) for n in _names(root)):
+    if root.name == "sessions" or any(is_transcript(n) for n in _names(root, unreadable)):
         return [root]
     agents = root / "agents"
-    return [agents / a / "sessions" for a in sorted(_names(agents)) if (agents / a / "sessions").is_dir()]
+    # No is_dir(): it raises in an agent's directory that cannot be searched, which listing tells.
+    return [agents / a / "sessions" for a in sorted(_names(agents, unreadable))]
 
 
-def oc_transcript_files(root: Path) -> list[Candidate]:
+def oc_transcript_files(root: Path, unreadable: dict[str, str]) -> list[Candidate]:
     """Transcripts and their reset/deleted archives, which hold history of their own.
 
     An archive is a renamed transcript: listing it as not live makes the rename a rotation
     of the file being followed, never a new file."""
     found = []
-    for sdir in map(str, _session_dirs(root)):
-        for name in _names(sdir):
+    for sdir in map(str, _session_dirs(root, unreadable)):
+        for name in _names(sdir, unreadable):
             if is_transcript(name):
                 live = is_live(name)
                 found.append(Candidate(os.path.join(sdir, name), live, (sdir, int(live), name)))
@@ -112,25 +113,28 @@ def oc_transcript_files(root: Path) -> list[Candidate]:
     return found
 
 
-def _project_dirs(root: Path) -> list[Path]:
+def _project_dirs(root: Path, unreadable: dict[str, str]) -> list[Path]:
     """A config dir (``<root>/projects/*``), a projects dir, or one project's dir."""
-    if (root / "projects").is_dir():
+    # os.path.isdir, and no is_dir() per project (listing a file finds nothing): is_dir() raises
+    # where a directory cannot be searched, which listing tells.
+    if os.path.isdir(root / "projects"):
         root = root / "projects"
-    if any(n.endswith(".jsonl") for n in _names(root)):
+    names = _names(root, unreadable)
+    if any(n.endswith(".jsonl") for n in names):
         return [root]
-    return [root / n for n in sorted(_names(root)) if (root / n).is_dir()]
+    return [root / n for n in sorted(names)]
 
 
-def claude_code_files(root: Path) -> list[Candidate]:
+def claude_code_files(root: Path, unreadable: dict[str, str]) -> list[Candidate]:
     """Session transcripts, then their subagents' (whose lines join a run the session started)."""
     found = []
-    for pdir in _project_dirs(root):
-        for name in _names(pdir):
+    for pdir in _project_dirs(root, unreadable):
+        for name in _names(pdir, unreadable):
             if name.endswith(".jsonl"):
                 found.append(Candidate(str(pdir / name), True, (str(pdir), 0, name)))
             elif not name.startswith("."):
                 sub = pdir / name / "subagents"
-                for child in _names(sub):
+                for child in _names(sub, unreadable):
                     if child.startswith("agent-") and child.endswith(".jsonl"):
                         found.append(Candidate(str(sub / child), True, (str(pdir), 1, name, child)))
     found.sort(key=lambda c: c.order)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import resource
 import stat
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
-from agentledger.ledger.writer import FileRow, LedgerWriter
+from agentledger.ledger.writer import FileRow, LedgerWriter, Unreadable
 from agentledger.tail.identity import fingerprint
 from agentledger.sources.common import ledger_name
 from agentledger.tail.layouts import LAYOUTS, Candidate
@@ -30,6 +31,12 @@ from agentledger.tail.reader import ReadResult, read_lines
 # Big batches make catch-up cheap (fewer commits); live appends come in small ones anyway.
 DEFAULT_BATCH_LINES = 20_000
 ACTIVE = ("live", "rotated")
+log = logging.getLogger("agentledger.tail")
+# path -> the reason last warned of, for what this process could not read: every pass looks at every
+# path again, and a pipeline built anew after a stall would otherwise warn again.
+_TOLD: dict[str, str] = {}
+# What opening a listed file can fail with because it is no longer there: a race with a rename or a delete.
+_GONE = (errno.ENOENT, errno.ENOTDIR)
 
 
 @dataclass(slots=True)
@@ -78,6 +85,8 @@ class ScanReport:
     truncated: int = 0
     lost: int = 0
     lost_bytes: int = 0
+    unreadable_files: int = 0
+    unreadable_dirs: int = 0
     events: list[tuple[str, str, int | None]] = field(default_factory=list)  # (event, path, bytes)
 
 
@@ -146,17 +155,40 @@ class Tailer:
         # (dev, ino) -> (size, mtime_ns, fp) of files already read to their end.
         self._unchanged: dict[tuple[int, int], tuple[int, int, bytes]] = {}
         self._listed: dict[str, tuple[str, Candidate]] = {}  # path -> (root, candidate) at the last listing
+        self._recorded = writer.unreadable_inputs(source)  # as the ledger lists them
+        # What the scan under way could not read (by path as the ledger names it), and the inodes of those
+        # files that could be told: a followed file among them is neither gone nor lost.
+        self._unreadable: dict[str, Unreadable] = {}
+        self._unread_inodes: set[tuple[int, int]] = set()
+        self.empty_roots: list[str] = []  # roots whose last listing found nothing, readable or not
 
     # -- scanning ----------------------------------------------------------------
     def _list(self) -> list[tuple[str, Candidate]]:
-        found = [(root, c) for root in self.roots for c in self.layout(Path(root))]
+        found = []
+        self.empty_roots = []
+        for root in self.roots:
+            unlistable: dict[str, str] = {}
+            listed = self.layout(Path(root), unlistable)
+            if not listed and not unlistable:
+                self.empty_roots.append(root)
+            found.extend((root, c) for c in listed)
+            for path, why in unlistable.items():
+                self._unreadable[ledger_name(path)] = Unreadable(ledger_name(root), "directory", why)
         self._listed = {c.path: (root, c) for root, c in found}
         return found
+
+    def _cannot_read(self, root: str, cand: Candidate, exc: OSError, st: os.stat_result | None = None) -> None:
+        """A listed file that is there and cannot be read (its mode, an I/O error): kept for the scan to tell."""
+        self._unreadable[ledger_name(cand.path)] = Unreadable(ledger_name(root), "file", exc.strerror or str(exc))
+        if st is not None:
+            self._unread_inodes.add((st.st_dev, st.st_ino))
 
     def _open(self, root: str, cand: Candidate) -> Physical | None:
         try:
             st = os.stat(cand.path)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                self._cannot_read(root, cand, exc)
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
@@ -169,12 +201,15 @@ class Tailer:
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise  # the file is there: taking it for gone would settle it as lost
+            if exc.errno not in _GONE:
+                self._cannot_read(root, cand, exc, st)
             return None
         try:
             st = os.fstat(fd)
             fp = fingerprint(fd)
-        except OSError:
+        except OSError as exc:
             os.close(fd)
+            self._cannot_read(root, cand, exc, st)
             return None
         return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, fd, st.st_dev,
                         st.st_ino, st.st_size, st.st_mtime_ns, fp)
@@ -203,6 +238,7 @@ class Tailer:
         The caller reads the pairs, then passes the opened files to ``close``.
         """
         report = ScanReport()
+        self._unreadable, self._unread_inodes = {}, set()
         physicals = self._snapshot()
         claimed: dict[int, Physical] = {}
         unmatched: list[Physical] = []
@@ -231,8 +267,8 @@ class Tailer:
             pairs.append((row, p))
         for p in new:
             pairs.append((self._new_file(p, report), p))
-        missing = [r for r in self.rows.values()
-                   if r.status in ACTIVE and r.root in self._ledger_roots and r.id not in claimed]
+        missing = [r for r in self.rows.values() if r.status in ACTIVE and r.root in self._ledger_roots
+                   and r.id not in claimed and not self._unread(r)]
         if missing:
             # A rename racing the directory listing can hide a file for one listing: look again,
             # one file at a time (every file of the first look is still open).
@@ -247,8 +283,37 @@ class Tailer:
                     self._vanished(row, physicals, report)
         self._first_scan = False
         report.files = len(pairs)
+        self._tell_unreadable(report)
         pairs.sort(key=lambda rp: rp[1].order)
         return pairs, physicals, report
+
+    def _unread(self, row: FileRow) -> bool:
+        """Whether a followed file the listing did not find may be one that could not be read: its
+        inode or its path, or a directory above it. Its bytes are still there, to be read from its
+        checkpoint once they can be: neither gone nor lost."""
+        return ((row.dev, row.ino) in self._unread_inodes or row.path in self._unreadable
+                or any(row.path.startswith(path + os.sep) for path, u in self._unreadable.items()
+                       if u.kind == "directory"))
+
+    def _tell_unreadable(self, report: ScanReport) -> None:
+        """Count what the scan could not read, warn of each path once per reason, and have the ledger
+        list it (``inputs``): written only when it changed, as a pass looks at every path again."""
+        for path, u in self._unreadable.items():
+            if u.kind == "file":
+                report.unreadable_files += 1
+            else:
+                report.unreadable_dirs += 1
+            if _TOLD.get(path) != u.reason:
+                _TOLD[path] = u.reason
+                what = "read file" if u.kind == "file" else "list directory"
+                log.warning("cannot %s %s: %s; what is in it is indexed once it can be read", what, path, u.reason)
+        mine = {path: u for path, u in self._recorded.items() if u.root in self._ledger_roots}
+        for path in mine.keys() - self._unreadable.keys():
+            _TOLD.pop(path, None)
+            log.info("%s can be read again, or is gone", path)
+        if mine != self._unreadable:
+            self.writer.record_unreadable(self.source, self._ledger_roots, self._unreadable)
+            self._recorded = {path: u for path, u in self._recorded.items() if path not in mine} | self._unreadable
 
     def scan_written(self, paths: set[str]) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport] | None:
         """Like ``scan``, over only the files inotify saw written to since the last pass, when each
