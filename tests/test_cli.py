@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import cli_env, ingest
+from conftest import REPO, cli_env, ingest
 
 from agentledger.cli import cli
 
@@ -280,3 +280,18 @@ def test_a_table_keeps_each_row_on_one_line_whatever_its_text_holds(capsys):
                [("tool", "TOOL"), ("error", "ERROR")])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1].endswith('{ "status": "error", "code": 1 }')
+
+
+def test_a_default_config_place_the_user_cannot_look_into_is_no_config(tmp_path, unprivileged):
+    # HOME left pointing at another user's home: looking for the config there raised PermissionError.
+    closed = tmp_path / "closed"
+    (closed / "agentledger").mkdir(parents=True)
+    closed.chmod(0)
+    env = cli_env(tmp_path / "ledger.db") | {"XDG_CONFIG_HOME": str(closed)}
+    try:
+        out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "config", "show", "--json"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    finally:
+        closed.chmod(0o755)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr

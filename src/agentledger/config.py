@@ -272,7 +272,9 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
     path, required = config_file(explicit, env)
     doc: dict = {}
     origins: dict[tuple, str] = {}
-    if path is not None and (required or path.exists()):
+    # os.path.exists, not Path.exists: a default place the user may not even look into (HOME left
+    # pointing at another user's) holds no config of theirs, where Path.exists raised.
+    if path is not None and (required or os.path.exists(path)):
         try:
             doc = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
