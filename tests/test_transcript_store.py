@@ -450,3 +450,25 @@ def test_a_sessions_json_replaced_at_the_same_size_and_time_is_read_again(tmp_pa
     os.utime(tmp_path / "next.json", ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(tmp_path / "next.json", index)
     assert oc_transcript.index(str(tmp_path))[SID]["key"] == "agent:main:bbbb"
+
+
+def test_a_store_that_cannot_be_opened_is_told_not_skipped_silently(tmp_path, db, unprivileged):
+    import subprocess
+    import sys
+
+    from conftest import REPO, cli_env
+
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2))
+    producer.conn.close()
+    producer.path.chmod(0)
+    try:
+        out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--db", str(db), "ingest",
+                              "--format", "oc-transcript", str(state)], capture_output=True, text=True,
+                             env=cli_env(db), cwd=REPO, timeout=120)
+    finally:
+        producer.path.chmod(0o644)
+    assert out.returncode == 0, out.stderr
+    assert f"transcript store {producer.path} cannot be read" in out.stderr

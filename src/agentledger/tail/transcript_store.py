@@ -104,8 +104,9 @@ class StoreReader:
             return
         try:
             conn = _open(store)
-        except apsw.Error:
-            return  # not a database (yet), or unreadable: looked at again next pass
+        except apsw.Error as exc:  # unreadable (its mode, say): told once, looked at again next pass
+            self._unreadable(store, exc)
+            return
         try:
             try:
                 sessions = conn.execute(_SESSIONS).fetchall()
