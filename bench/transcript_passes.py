@@ -2,13 +2,14 @@
 
     python bench/transcript_passes.py [--sessions 2000] [--workdir DIR] [--json]
 
-Builds two state dirs of ``--sessions`` sessions each, kept in the transcript store
-(``openclaw-agent.sqlite``): one with nothing else (the baseline), one where every session was
-also reset into a ``<sid>.jsonl.reset.<ts>`` archive. For each it times the catch-up, a pass
-with nothing new, and a pass after a sessions.json write (what the gateway does every turn),
-and prints the archived folder's cost as a ratio of the baseline's. The goal: a pass after a
-write stays within 100 ms per 1,000 archives, and grows with what changed, not with archives x
-transcripts. Figures are printed, never asserted.
+Builds three state dirs of ``--sessions`` sessions each: two kept in the transcript store
+(``openclaw-agent.sqlite``), one with nothing else (the baseline) and one where every session was
+also reset into a ``<sid>.jsonl.reset.<ts>`` archive, and a third where every session is a live
+``<sid>.jsonl`` file (a gateway without the store). For each it times the catch-up, a pass with
+nothing new (the daemon makes one every rescan_s), and a pass after a sessions.json write (what
+the gateway does every turn), and prints the archived folder's cost as a ratio of the baseline's.
+The goals: a pass after a write stays within 100 ms per 1,000 archives, and grows with what
+changed, not with archives x transcripts. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _session(sid: str) -> list[dict]:
     ]
 
 
-def _state(root: Path, sessions: int, archives: bool) -> tuple[Path, list[str]]:
+def _state(root: Path, sessions: int, layout: str) -> tuple[Path, list[str]]:
+    """``layout``: "store", "archives" (the store, and an archive of each) or "files" (live files only)."""
     state = root / "state"
     folder = state / "agents" / "main" / "sessions"
     agent = state / "agents" / "main" / "agent"
@@ -62,11 +64,12 @@ def _state(root: Path, sessions: int, archives: bool) -> tuple[Path, list[str]]:
     with store:
         for sid in ids:
             lines = _session(sid)
-            store.executemany("INSERT INTO transcript_events VALUES (?, ?, ?, 0)",
-                              [(sid, seq, orjson.dumps(line).decode()) for seq, line in enumerate(lines)])
-            if archives:
-                (folder / f"{sid}.jsonl.reset.2026-10-01T09-00-00.000Z").write_bytes(
-                    b"".join(orjson.dumps(line) + b"\n" for line in lines))
+            if layout != "files":
+                store.executemany("INSERT INTO transcript_events VALUES (?, ?, ?, 0)",
+                                  [(sid, seq, orjson.dumps(line).decode()) for seq, line in enumerate(lines)])
+            if layout != "store":
+                name = f"{sid}.jsonl" if layout == "files" else f"{sid}.jsonl.reset.2026-10-01T09-00-00.000Z"
+                (folder / name).write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
     store.close()
     return state, ids
 
@@ -76,8 +79,8 @@ def _write_index(state: Path, live: str, turn: int) -> None:
         orjson.dumps({"agent:main:main": {"sessionId": live, "updatedAt": turn}}))
 
 
-def measure(root: Path, sessions: int, archives: bool) -> dict:
-    state, ids = _state(root, sessions, archives)
+def measure(root: Path, sessions: int, layout: str) -> dict:
+    state, ids = _state(root, sessions, layout)
     _write_index(state, ids[-1], 0)
     conn = open_writer(root / "ledger.db")
     try:
@@ -110,21 +113,23 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentledger-bench-t-"))
     try:
-        plain = measure(workdir / "plain", args.sessions, archives=False)
-        archived = measure(workdir / "archived", args.sessions, archives=True)
+        plain = measure(workdir / "plain", args.sessions, "store")
+        archived = measure(workdir / "archived", args.sessions, "archives")
+        files = measure(workdir / "files", args.sessions, "files")
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     per_thousand = archived["pass_after_write_ms"] / (args.sessions / 1000)
-    print(f"{args.sessions:,} sessions in the transcript store        catch-up   idle pass   pass after a write")
-    for name, m in (("store only (baseline)", plain), ("store + one archive each", archived)):
+    print(f"{args.sessions:,} sessions                                catch-up   idle pass   pass after a write")
+    for name, m in (("store only (baseline)", plain), ("store + one archive each", archived),
+                    ("live JSONL files, no store", files)):
         print(f"  {name:<40} {m['catch_up_s']:7.2f} s {m['idle_pass_ms']:8.1f} ms {m['pass_after_write_ms']:10.1f} ms")
     print(f"ratio archived/baseline: catch-up {archived['catch_up_s'] / plain['catch_up_s']:.1f}x, "
           f"pass after a write {archived['pass_after_write_ms'] / max(plain['pass_after_write_ms'], 1e-3):.1f}x")
     met = "met" if per_thousand <= 100 else "NOT met"
     print(f"pass after a write: {per_thousand:.1f} ms per 1,000 archives (goal <= 100: {met})")
     if args.json:
-        print(json.dumps({"sessions": args.sessions, "baseline": plain, "archived": archived,
+        print(json.dumps({"sessions": args.sessions, "baseline": plain, "archived": archived, "files": files,
                           "ms_per_1000_archives": per_thousand}))
     return 0
 

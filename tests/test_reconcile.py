@@ -309,6 +309,8 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("ALTER TABLE files DROP COLUMN tail_len")
     conn.execute("ALTER TABLE files DROP COLUMN tail_hash")
     conn.execute("DROP TABLE ledger_identity")
+    conn.execute("ALTER TABLE ledger_position DROP COLUMN repricings")
+    conn.execute("DROP TABLE unreadable_inputs")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:
