@@ -24,8 +24,9 @@ from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
+from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
@@ -372,6 +373,80 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
                            capture_output=True, check=True)
     u = orjson.loads(usage.stdout)
     assert (u["sessions"], u["subagent_sessions"]) == (2, 2)
+    _clean(db)
+
+
+def _settle(db: Path) -> None:
+    """What ``agentledger ingest`` does last: the corpus is long finished, so what is open was cut off."""
+    conn = open_writer(db)
+    try:
+        reconcile(LedgerWriter(conn), now_ms())
+    finally:
+        conn.close()
+
+
+def _subagent_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
+    """(the subagent's status, outcome and end; its child session's status and end reason)."""
+    return (scalar_rows(db, "SELECT status, outcome, ended_ms FROM subagents WHERE child_session_key = ?",
+                        (child_key,)),
+            scalar_rows(db, "SELECT status, end_reason FROM sessions WHERE session_key = ?", (child_key,)))
+
+
+@pytest.mark.parametrize("parent_agent", ["work", "alpha"], ids=["child-first", "parent-first"])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_a_subagent_ends_when_its_childs_run_does_whichever_transcript_is_read_first(tmp_path, db, parent_agent,
+                                                                                     passes):
+    # Transcripts carry no subagent.end: every subagent stayed running, reconcile then called it interrupted,
+    # and its child's session stayed active, though the child's run had ended with stopReason "stop".
+    state = tmp_path / "state"
+    parent_dir = state / "agents" / parent_agent / "sessions"
+    child_dir = state / "agents" / "main" / "sessions"
+    parent_dir.mkdir(parents=True)
+    child_dir.mkdir(parents=True)
+    parent, child = "7a0c2f4e-0000-4000-8000-000000000001", "c0ffee00-0000-4000-8000-000000000001"
+    key = "agent:main:subagent:aaaa"
+    (parent_dir / "sessions.json").write_bytes(orjson.dumps({f"agent:{parent_agent}:main": {"sessionId": parent}}))
+    task = "Review src/auth for missing checks; report, do not edit."
+    parent_lines = [oc_header(parent) + oc_user("p0", 1), _spawn_call("p1", "call_a", task, 10),
+                    _spawn_result("p2", "call_a", key, 10)]
+    child_lines = _child(child, task, 10)
+    parent_path = parent_dir / f"{parent}.jsonl"
+    child_path = child_dir / f"{child}.jsonl.deleted.2026-10-01T10-00-00.000Z"
+    cut = (2, 2) if passes == 2 else (3, 3)  # the second pass reads the spawn's answer and the child's end
+    parent_path.write_bytes(b"".join(parent_lines[:cut[0]]))
+    child_path.write_bytes(b"".join(child_lines[:cut[1]]))
+    ingest(db, state, fmt="oc-transcript")
+    with parent_path.open("ab") as p, child_path.open("ab") as c:
+        p.write(b"".join(parent_lines[cut[0]:]))
+        c.write(b"".join(child_lines[cut[1]:]))
+    ingest(db, state, fmt="oc-transcript")
+    _settle(db)
+    end = scalar(db, "SELECT ended_ms FROM runs WHERE session_id = ?", (child,))
+    assert _subagent_end(db, key) == ([("ended", "ok", end)], [("ended", "subagent")])
+    assert scalar_rows(db, "SELECT parent_session_key, parent_run_id FROM subagents") == [
+        (f"agent:{parent_agent}:main", f"{parent}:p0")]
+    _clean(db)
+
+
+@pytest.mark.parametrize(("stop", "outcome"), [("stop", "ok"), ("error", "error"), ("aborted", "killed")])
+def test_a_subagents_end_read_after_reconcile_cut_it_off_still_wins(tmp_path, db, stop, outcome):
+    sdir = _sessions_dir(tmp_path, "agent:main:main", SESSION)
+    child = "c0ffee00-0000-4000-8000-000000000002"
+    key = "agent:main:subagent:bbbb"
+    (sdir / "sessions.json").write_bytes(orjson.dumps({
+        "agent:main:main": {"sessionId": SESSION},
+        key: {"sessionId": child, "spawnedBy": "agent:main:main", "label": "review"}}))
+    head, task, answer = _child(child, "Review src/auth", 10)
+    (sdir / f"{child}.jsonl").write_bytes(head + task)
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    _settle(db)
+    assert _subagent_end(db, key) == ([("interrupted", None, None)], [("active", None)])
+    with (sdir / f"{child}.jsonl").open("ab") as f:
+        f.write(answer.replace(b'"stopReason":"stop"', f'"stopReason":"{stop}"'.encode()))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    _settle(db)
+    assert _subagent_end(db, key) == ([("ended", outcome, scalar(db, "SELECT max(ts_ms) FROM llm_calls"))],
+                                      [("ended", "subagent")])
     _clean(db)
 
 

@@ -13,7 +13,7 @@ from conftest import ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
-from test_transcript_sources import _clean, keys_seen, scalar_rows
+from test_transcript_sources import _clean, _settle, _subagent_end, keys_seen, scalar_rows
 
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
@@ -300,6 +300,39 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
     assert detail["family_cost_usd"] == 2.75
     assert sorted((s["child_session_key"], s["cost_usd"]) for s in detail["subagents"]) == [
         ("agent:main:subagent:abc", 2.0), ("agent:main:subagent:de", 0.25)]
+
+
+def _spawned(key: str) -> tuple[dict, dict]:
+    """A sessions_spawn call and its answer naming the child ``key``."""
+    call = _entry("message", "a1", 2, message={
+        "role": "assistant", "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "toolUse",
+        "content": [{"type": "toolCall", "id": "call_1", "name": "sessions_spawn", "arguments": {"task": "Review"}}],
+        "usage": {"input": 5, "output": 7, "cost": {"total": 0.01}}})
+    body = orjson.dumps({"status": "accepted", "childSessionKey": key}).decode()
+    answer = _entry("message", "t1", 3, message={"role": "toolResult", "toolCallId": "call_1",
+                                                  "toolName": "sessions_spawn", "isError": False,
+                                                  "content": [{"type": "text", "text": body}]})
+    return call, answer
+
+
+@pytest.mark.parametrize("first", ["parent", "child"])
+def test_a_subagent_only_in_the_store_ends_with_its_childs_run_whichever_session_is_read_first(tmp_path, db,
+                                                                                                first):
+    child, key = "3c9d7e1a-0000-4000-8000-0000000000c1", "agent:main:subagent:abc"
+    state = tmp_path / "state"
+    producer = Producer(state)
+    (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({
+        "agent:main:main": {"sessionId": SID}, key: {"sessionId": child, "spawnedBy": "agent:main:main"}}))
+    rows = {"parent": (SID, (_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))),
+            "child": (child, (_header(2) | {"id": child}, _user("c1", 3), _assistant("c2", 9)))}
+    for name in sorted(rows, key=lambda name: name != first):  # each read by a process of its own
+        session, entries = rows[name]
+        producer.add(*entries, session=session)
+        ingest(db, state, fmt="oc-transcript")
+    _settle(db)
+    assert _subagent_end(db, key) == ([("ended", "ok", 1790841609000)], [("ended", "subagent")])
+    assert scalar_rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
+    _clean(db)
 
 
 def test_a_pass_over_unchanged_transcripts_asks_the_ledger_nothing_and_still_follows_a_new_key(tmp_path, db):

@@ -23,7 +23,8 @@ still names it is its parent's ``sessions_spawn`` call (the task, when it was as
 result (the child's session key). The child's first user message is that task, and its
 header was written while the spawn was being answered: the decoder matches the two by
 reading the transcripts beside it on disk, so which file the ledger reads first does not
-matter.
+matter. Nothing writes that a subagent ended either: the end of its turn (a final stop reason
+in its own transcript) is its end.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from agentledger.facts import (
     RunEnded,
     RunStarted,
     SessionStarted,
+    SubagentEnded,
     SubagentSpawned,
     Tokens,
     ToolEnded,
@@ -78,8 +80,9 @@ INDEX_NAME = "sessions.json"
 SPAWN_TOOL = "sessions_spawn"
 # <sessionId>[-topic-<id>].jsonl, optionally archived as .reset.<ts> / .deleted.<ts>
 _NAME = re.compile(r"^(?P<id>.+?)(?:-topic-[^.]+)?\.jsonl(?:\.(?P<archive>reset|deleted)\..+)?$")
-# Stop reasons after which the turn is over (toolUse continues it with the tools' results).
-_FINAL = frozenset({"stop", "length", "error", "aborted"})
+# Stop reasons after which the turn is over (toolUse continues it with the tools' results), and the
+# outcome each gives a subagent whose turn it is, in the words of telemetry's subagent.end.
+_OUTCOMES = {"stop": "ok", "length": "ok", "error": "error", "aborted": "killed"}
 _MARKERS = frozenset({"model_change", "thinking_level_change", "custom", "branch_summary", "label",
                       "session_info", "custom_message"})
 
@@ -515,10 +518,16 @@ class FileDecoder:
                     facts.append(ToolStarted(**base | {"event_id": derived_id(base["event_id"], len(facts))},
                                              kind="tool.start", run_id=run_id, tool_name=text(block.get("name")),
                                              tool_call_id=block["id"], file_path=path, exec_command=command))
-        if stop in _FINAL and run_id is not None:
+        if stop in _OUTCOMES and run_id is not None:
             facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
                                   run_id=run_id, model=call.model, provider=call.provider, stop_reason=stop,
                                   error=error))
+            if is_subagent_key(self.session_key):
+                # A transcript writes no subagent.end: a subagent is the task its first message gave it, so
+                # its turn's end is its own, and ends its session too, as subagent.end would.
+                facts.append(SubagentEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))},
+                                           kind="subagent.end", run_id=run_id, child_session_key=self.session_key,
+                                           outcome=_OUTCOMES[stop], reason=stop, model=call.model))
         return facts[0] if len(facts) == 1 else facts
 
 
