@@ -220,6 +220,14 @@ def oc_result(entry: str, second: int, tool: str, exit_code: int = 0) -> bytes:
                                  "details": {"exitCode": exit_code}}})
 
 
+def oc_refused(entry: str, second: int) -> bytes:
+    """The line of a call the provider refused: no usage, stopReason error."""
+    return _oc_line({"type": "message", "id": entry, "timestamp": f"2026-10-01T08:00:{second:02d}.000Z",
+                     "message": {"role": "assistant", "content": [], "provider": "openai", "model": "gpt-5",
+                                 "stopReason": "error", "errorMessage": "429 rate limit reached",
+                                 "usage": {"input": 0, "output": 0, "totalTokens": 0, "cost": {"total": 0}}}})
+
+
 def _sessions_dir(tmp_path: Path, key: str, session_id: str) -> Path:
     sdir = tmp_path / "state" / "agents" / "main" / "sessions"
     sdir.mkdir(parents=True)
@@ -267,6 +275,35 @@ def test_a_read_resumed_after_a_restart_pairs_tools_with_the_run_they_belong_to(
     assert scalar_rows(db, "SELECT run_id, status, exit_code FROM tool_calls") == [(f"{sid}:u1", "ok", 2)]
     assert scalar_rows(db, "SELECT run_id, status FROM runs") == [(f"{sid}:u1", "ok")]
     assert scalar_rows(db, "SELECT llm_calls, tool_calls, tool_errors FROM session_totals") == [(2, 1, 0)]
+    _clean(db)
+
+
+@pytest.mark.parametrize(("retry", "status"), [("left-waiting-on-its-tools", "interrupted"), ("answered", "ok"),
+                                               ("none", "error")])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_a_refused_call_retried_within_its_turn_is_not_how_the_turn_ended(tmp_path, db, retry, status, passes):
+    # OpenClaw retries a call the provider refused (a 429) within the same turn. The refusal's line ended the
+    # turn in error, and a retry whose tool calls never got results left it there, stale 429 and all, where
+    # an orphaned turn is interrupted.
+    sid = "807d602d-0000-4000-8000-000000000001"
+    path = _sessions_dir(tmp_path, "agent:main:main", sid) / f"{sid}.jsonl"
+    retried = {"left-waiting-on-its-tools": [oc_assistant("a2", 3, tool="call_1")],
+               "answered": [oc_assistant("a2", 3, tool="call_1"), oc_result("t1", 4, "call_1"), oc_assistant("a3", 5)],
+               "none": []}[retry]
+    lines = [oc_header(sid), oc_user("u1", 1), oc_refused("a1", 2), *retried]
+    cut = 3 if passes == 2 else len(lines)
+    path.write_bytes(b"".join(lines[:cut]))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    _settle(db)
+    with path.open("ab") as f:
+        f.write(b"".join(lines[cut:]))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    _settle(db)
+    assert scalar_rows(db, "SELECT status, error FROM runs") == [
+        (status, "429 rate limit reached" if status == "error" else None)]
+    u = usage(db)
+    assert (u["interrupted_runs"], u["failed_runs"], u["open_runs"]) == (
+        status == "interrupted", status == "error", 0)
     _clean(db)
 
 

@@ -50,6 +50,7 @@ from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import child_session_id
+from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
@@ -220,6 +221,17 @@ ON CONFLICT (run_id) DO UPDATE SET
     total_tokens       = excluded.total_tokens,
     end_rank           = excluded.end_rank
 WHERE excluded.end_rank >= runs.end_rank
+"""
+# A transcript's failed call is one attempt (FORMATS.md §2: one line per LLM call), and OpenClaw retries
+# a refused one (a 429) within the same turn: an end in error that a successful call of the run came
+# after did not end it. The run is open again, as the retry left it: a later end ends it, and reconcile
+# interrupts it if its tools never answer.
+_RETRIED_RUNS = """
+UPDATE runs SET status = 'running', ended_ms = NULL, duration_ms = NULL, stop_reason = NULL, error = NULL,
+                end_rank = 0
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND stop_reason = 'error'
+  AND EXISTS (SELECT 1 FROM llm_calls AS c WHERE c.run_id = runs.run_id AND c.error IS NULL
+                                             AND c.ts_ms > runs.ended_ms)
 """
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
@@ -887,6 +899,16 @@ def _runless_into_runs(conn: apsw.Connection, session_ids: set[str]) -> set[str]
     return tracker.touched
 
 
+def _reopen_retried(conn: apsw.Connection, facts: list[Fact]) -> None:
+    """Open again the transcript runs whose end in error a successful call of theirs came after (see
+    _RETRIED_RUNS): the batch's own ends, and the stored ends of runs the batch has calls of. Their runs
+    are the batch's, so the rollups follow."""
+    runs = {f.run_id for f in facts if f.source == OC_TRANSCRIPT and f.run_id is not None
+            and (type(f) is LlmCall or type(f) is RunEnded)}
+    if runs:
+        conn.execute(_RETRIED_RUNS, (orjson.dumps(sorted(runs)).decode(), OC_TRANSCRIPT))
+
+
 def _rekey_session(conn: apsw.Connection, session_id: str, key: str) -> set[str]:
     """The session, and every row that names it by key, under ``key``; the rollups and the tables
     derived per key follow. Returns the sessions whose views changed: this one, and the old key's."""
@@ -1174,6 +1196,7 @@ class LedgerWriter:
                 conn.executemany(sql, rows)
         if branch_tools:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
+        _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         if branching:
