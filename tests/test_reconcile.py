@@ -311,6 +311,7 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("DROP TABLE ledger_identity")
     conn.execute("ALTER TABLE ledger_position DROP COLUMN repricings")
     conn.execute("DROP TABLE unreadable_inputs")
+    conn.execute("ALTER TABLE subagents DROP COLUMN told_by_child")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

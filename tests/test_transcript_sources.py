@@ -487,6 +487,53 @@ def test_a_subagents_end_read_after_reconcile_cut_it_off_still_wins(tmp_path, db
     _clean(db)
 
 
+SPAWNER, SPAWNED = "7a0c2f4e-0000-4000-8000-0000000000a1", "c0ffee00-0000-4000-8000-0000000000a1"
+SPAWNED_KEY = "agent:main:subagent:feed"
+# (parent key, parent run, child agent, label, mode, spawned at): the parent's result of its spawn call says
+# its run and when the spawn was answered (09:10:02), the child's header its label from sessions.json.
+SPAWN_ROW = ("agent:main:main", f"{SPAWNER}:p0", "main", "review", None, 1790845802000)
+
+
+def write_spawn_index(sessions: Path) -> None:
+    """sessions.json listing the spawning session and its child, with the child's parent and label."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / "sessions.json").write_bytes(orjson.dumps({
+        "agent:main:main": {"sessionId": SPAWNER},
+        SPAWNED_KEY: {"sessionId": SPAWNED, "spawnedBy": "agent:main:main", "label": "review"}}))
+
+
+def spawn_transcripts() -> dict[str, list[bytes]]:
+    """The lines of the spawning session and of its child, by session id."""
+    task = "Review src/auth for missing checks; report, do not edit."
+    return {SPAWNER: [oc_header(SPAWNER), oc_user("p0", 1), _spawn_call("p1", "call_a", task, 10),
+                      _spawn_result("p2", "call_a", SPAWNED_KEY, 10)],
+            SPAWNED: _child(SPAWNED, task, 10)}
+
+
+def spawn_row(db: Path) -> list[tuple]:
+    return scalar_rows(db, "SELECT parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms "
+                           "FROM subagents WHERE child_session_key = ?", (SPAWNED_KEY,))
+
+
+@pytest.mark.parametrize("reads", [[SPAWNER, SPAWNED], [SPAWNED, SPAWNER], [f"{SPAWNER} {SPAWNED}"]],
+                         ids=["parent-first", "child-first", "one-pass"])
+def test_a_subagents_spawn_row_holds_what_its_parent_and_its_child_said_whichever_is_read_first(tmp_path, db,
+                                                                                                reads):
+    # Each spawn line overwrote the row: read last, the child's header left no parent run and the header's
+    # time, the parent's result no label.
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    write_spawn_index(sessions)
+    lines = spawn_transcripts()
+    for read in reads:  # each read by a process of its own: the others are not there yet
+        for session in read.split():
+            (sessions / f"{session}.jsonl").write_bytes(b"".join(lines[session]))
+        ingest(db, state, fmt="oc-transcript")
+    assert spawn_row(db) == [SPAWN_ROW]
+    assert usage(db)["subagents"] == 1
+    _clean(db)
+
+
 # What the interpreter opens and lists while a test watches (sys.audit); a hook stays for the process.
 _WATCHED: list[tuple[str, str]] | None = None
 

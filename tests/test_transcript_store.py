@@ -13,7 +13,19 @@ from conftest import ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
-from test_transcript_sources import _clean, _settle, _subagent_end, keys_seen, scalar_rows
+from test_transcript_sources import (
+    SPAWN_ROW,
+    SPAWNED,
+    SPAWNER,
+    _clean,
+    _settle,
+    _subagent_end,
+    keys_seen,
+    scalar_rows,
+    spawn_row,
+    spawn_transcripts,
+    write_spawn_index,
+)
 
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
@@ -332,6 +344,21 @@ def test_a_subagent_only_in_the_store_ends_with_its_childs_run_whichever_session
     _settle(db)
     assert _subagent_end(db, key) == ([("ended", "ok", 1790841609000)], [("ended", "subagent")])
     assert scalar_rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
+    _clean(db)
+
+
+@pytest.mark.parametrize("first", ["parent", "child"])
+def test_a_subagents_spawn_row_from_the_store_holds_what_its_parent_and_its_child_said(tmp_path, db, first):
+    """The store's rows of the spawning session and of its child give the subagent row their files give."""
+    state = tmp_path / "state"
+    producer = Producer(state)
+    write_spawn_index(state / "agents" / "main" / "sessions")
+    lines = spawn_transcripts()
+    order = [SPAWNER, SPAWNED] if first == "parent" else [SPAWNED, SPAWNER]
+    for session in order:  # each read by a process of its own
+        producer.add(*(line.decode().strip() for line in lines[session]), session=session)
+        ingest(db, state, fmt="oc-transcript")
+    assert spawn_row(db) == [SPAWN_ROW]
     _clean(db)
 
 

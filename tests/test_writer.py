@@ -147,6 +147,46 @@ def test_a_subagents_two_ends_merge_alike_whatever_their_order(tmp_path_factory,
     assert verify(db) == []
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(4)), cuts=st.sets(st.integers(1, 3)))
+def test_a_subagents_spawn_lines_merge_alike_whatever_their_order(tmp_path_factory, order, cuts):
+    """Who spawned a subagent and when is the earliest line naming the parent's run; what it is, the child's
+    own word before its parent's (the lesser of two alike); what a line leaves out never erases another's."""
+    from agentledger.facts import SubagentEnded, SubagentSpawned
+
+    def spawn(n: int, ts: int, run: str | None, **fields) -> SubagentSpawned:
+        return SubagentSpawned(event_id=n, ts_ms=ts, kind="subagent.spawn", source="oc-transcript", run_id=run,
+                               child_session_key=_CHILD, **fields)
+
+    facts = [
+        spawn(1, 1_000, "R", session_key="agent:main:main", child_agent_id="main", label="asked", mode="run"),
+        spawn(2, 990, None, session_key="agent:main:main", child_agent_id="work", label="review", by_child=True),
+        spawn(3, 1_500, "R2", session_key="agent:main:other", child_agent_id="main", label="later", mode="session"),
+        SubagentEnded(event_id=4, ts_ms=2_000, kind="subagent.end", source="oc-transcript", run_id="C",
+                      child_session_key=_CHILD, outcome="ok"),
+    ]
+    db = tmp_path_factory.mktemp("spawns") / "l.db"
+    conn = open_writer(db)
+    try:
+        writer = LedgerWriter(conn)
+        fid = _file(writer)
+        batches, batch = [], []
+        for i, n in enumerate(order):
+            if i in cuts:
+                batches.append(batch)
+                batch = []
+            batch.append((i, 1, facts[n]))
+        for items in [*batches, batch]:
+            start = items[0][0]
+            writer.apply(Batch(fid, "/r/events.jsonl", start, start + len(items), len(items), 4, items))
+        row = conn.execute("SELECT parent_session_key, parent_run_id, spawned_ms, child_agent_id, label, mode, "
+                           "status FROM subagents").fetchall()
+    finally:
+        conn.close()
+    assert row == [("agent:main:main", "R", 1_000, "work", "review", "run", "ended")]
+    assert verify(db) == []
+
+
 def test_batches_of_several_files_commit_together_each_with_its_checkpoint(writer, db):
     a, b = _file(writer, "a.jsonl"), _file(writer, "b.jsonl")
     before = scalar(db, "SELECT seq FROM ledger_position")

@@ -150,6 +150,9 @@ class SubagentSpawned(Fact):
     mode: str | None = None
     branch: str | None = None  # as ToolStarted.branch
     message_key: str | None = None  # as ToolStarted.message_key: a replay's spawn is the main branch's
+    # The child's own account of its spawn (its transcript's header), not its parent's: the ledger takes
+    # what the subagent is from the child's word before its parent's (see the writer's _SUBAGENT_SPAWNED).
+    by_child: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -287,14 +287,6 @@ _REKEY_SESSION = (
 )
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 _SUBAGENT_KEYS = "SELECT child_session_key FROM subagents WHERE child_session_key IN (SELECT value FROM json_each(?))"
-# What a spawn sets on its subagent's row (see _SUBAGENT_SPAWNED), from the row of the spawn key ?2 onto
-# the child's ?1.
-_MERGE_SPAWN = """
-UPDATE subagents SET (parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms) = (
-    SELECT parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms FROM subagents
-    WHERE child_session_key = ?2)
-WHERE child_session_key = ?1
-"""
 _DROP_SUBAGENT = "DELETE FROM subagents WHERE child_session_key = ?"
 # Which of these (branch, call) pairs a side branch's own start put on that branch.
 _BRANCH_ROWS = (
@@ -431,17 +423,62 @@ _DROP_TOOL_ROW = "DELETE FROM tool_calls WHERE run_id = ? AND tool_call_id = ?"
 _HOOK_EVENT = "INSERT OR IGNORE INTO hook_events (id, ts_ms, session_id, event) VALUES (?, ?, ?, ?)"
 HOOK_FILE_ID = 0  # events.file_id of what arrived through the hook endpoint rather than a file
 HOOK_LOG = "<claude-code hooks>/events"  # the "log" lifecycle keeps a clock for; hooks carry no counter
-_SUBAGENT_SPAWNED = """
+# A subagent's spawn may be told by several lines: OpenClaw's by its parent's sessions_spawn result and by
+# its own transcript's header, a Task's by the call and by a side branch's replay of it read first. Its row
+# is what they all say, whatever order they come in: a field one line leaves empty never erases what another
+# said, and where two say something the surer account picks.
+# - Who spawned it and when (parent key, run, time) come together from one line: the one that names the
+#   parent's run, then the earliest. Only the parent's own record of the spawn knows the run, and it is
+#   written as the spawn is answered; a child's header knows only its parent's key (from sessions.json) and
+#   when the child began. A later line of the same kind repeats the spawn (a replay is written after the
+#   call it copies). Ties of time go to the lesser run, then key.
+# - What it is (agent, label, mode), field by field: the child's own word (SubagentSpawned.by_child) over
+#   its parent's, for it runs as that agent and sessions.json lists it under that label; of two words alike,
+#   the lesser value. told_by_child keeps which fields hold the child's word (_CHILD_WORDS).
+_CHILD_WORDS = (("child_agent_id", 1), ("label", 2), ("mode", 4))
+
+
+def _spawner_rank(row: str) -> str:
+    """Of the lines that say who spawned a subagent, the least by this decides (see above)."""
+    return (f"({row}.parent_run_id IS NULL, {row}.spawned_ms, coalesce({row}.parent_run_id, ''), "
+            f"coalesce({row}.parent_session_key, ''))")
+
+
+def _word_rank(row: str, column: str, bit: int) -> str:
+    """Of the words on what a subagent is, the least by this stays: any before none, the child's first."""
+    return f"({row}.{column} IS NULL, ({row}.told_by_child & {bit}) = 0, {row}.{column})"
+
+
+def _spawn_sets() -> str:
+    """What a spawn line (excluded) and its subagent's row say together. A row no spawn was read for yet
+    (its end made it) has no spawn time."""
+    spawner = f"subagents.spawned_ms IS NULL OR {_spawner_rank('excluded')} < {_spawner_rank('subagents')}"
+    sets = [f"{c} = iif({spawner}, coalesce(excluded.{c}, subagents.{c}), coalesce(subagents.{c}, excluded.{c}))"
+            for c in ("parent_session_key", "parent_run_id", "spawned_ms")]
+    words = {c: f"{_word_rank('excluded', c, bit)} < {_word_rank('subagents', c, bit)}" for c, bit in _CHILD_WORDS}
+    sets += [f"{c} = iif({words[c]}, excluded.{c}, subagents.{c})" for c, _ in _CHILD_WORDS]
+    told = " | ".join(f"(iif({words[c]}, excluded.told_by_child, subagents.told_by_child) & {bit})"
+                      for c, bit in _CHILD_WORDS)
+    return ",\n    ".join([*sets, f"told_by_child = {told}"])
+
+
+_SUBAGENT_SPAWNED = f"""
 INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
-                       label, mode, status, spawned_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)
+                       label, mode, status, spawned_ms, told_by_child)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)
 ON CONFLICT (child_session_key) DO UPDATE SET
-    parent_session_key = excluded.parent_session_key,
-    parent_run_id      = excluded.parent_run_id,
-    child_agent_id     = excluded.child_agent_id,
-    label              = excluded.label,
-    mode               = excluded.mode,
-    spawned_ms         = excluded.spawned_ms
+    {_spawn_sets()}
+"""
+# The row of the spawn key ?2 into the child's ?1 (both are there, see _merge_spawns), as the spawn's own
+# upsert would have put it there: the child's row holds what both say.
+_MERGE_SPAWN = f"""
+INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
+                       label, mode, status, spawned_ms, told_by_child)
+SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, status, spawned_ms,
+       told_by_child
+FROM subagents WHERE child_session_key = ?2
+ON CONFLICT (child_session_key) DO UPDATE SET
+    {_spawn_sets()}
 """
 # Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order.
 _SUBAGENT_ENDED = """
@@ -605,7 +642,15 @@ def _session_ended(f: SessionEnded) -> tuple | None:
 
 
 def _subagent_spawned(f: SubagentSpawned) -> tuple:
-    return (f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label, f.mode, f.ts_ms)
+    return (f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label, f.mode, f.ts_ms,
+            _told_by_child(f))
+
+
+def _told_by_child(f: SubagentSpawned) -> int:
+    """The told_by_child bits of the fields a child's own spawn line gives; a parent's line gives none."""
+    if not f.by_child:
+        return 0
+    return sum(bit for column, bit in _CHILD_WORDS if getattr(f, column) is not None)
 
 
 def _subagent_ended(f: SubagentEnded) -> tuple:

@@ -456,11 +456,12 @@ class FileDecoder:
         if not (self.spawned_by and self.session_key):
             return started
         # A subagent's own transcript is where its spawn is certain (its parent's tool call
-        # only asks for one), so the spawn is recorded with the child's first line.
+        # only asks for one), so the spawn is recorded with the child's first line. It knows no parent run:
+        # the parent's result of its spawn call, if read, tells that (the ledger keeps what both say).
         spawn = SubagentSpawned(**base | {"event_id": derived_id(base["event_id"], 1),
                                           "session_key": self.spawned_by, "session_id": None},
                                 kind="subagent.spawn", child_session_key=self.session_key,
-                                child_agent_id=self.agent_id, label=self.label)
+                                child_agent_id=self.agent_id, label=self.label, by_child=True)
         return [started, spawn]
 
     def _message(self, base: dict, obj: dict, msg: dict, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
