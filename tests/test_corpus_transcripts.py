@@ -194,6 +194,35 @@ def test_transcript_reingest_and_copy_change_nothing(tmp_path, transcript_corpus
     assert dump(db) == before
 
 
+def _copy_missing(src: Path, dst: Path) -> None:
+    """Every file under ``src`` not at ``dst`` yet, copied there (a file already there is left as read)."""
+    for path in src.rglob("*"):
+        target = dst / path.relative_to(src)
+        if path.is_file() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
+def test_transcript_subagents_are_the_same_whichever_transcripts_are_read_first(tmp_path, transcript_db,
+                                                                                 transcript_corpus):
+    # A subagent listed in sessions.json is spawned by its own header and by its parent's sessions_spawn
+    # result: whichever was read last decided its parent run, label and spawn time.
+    copy = tmp_path / "corpus"
+    for index in transcript_corpus.glob("agents/*/sessions/sessions.json"):
+        children = [e["sessionId"] for e in json.loads(index.read_bytes()).values() if e.get("spawnedBy")]
+        for path in [index, *(index.parent / f"{sid}.jsonl" for sid in children)]:
+            if path.exists():
+                (copy / index.parent.relative_to(transcript_corpus)).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, copy / path.relative_to(transcript_corpus))
+    db = tmp_path / "ledger.db"
+    ingest(db, copy, fmt="oc-transcript")  # the subagents' own transcripts first, then the rest
+    _copy_missing(transcript_corpus, copy)
+    _ingest_settled(db, copy, "oc-transcript")
+    rows = "SELECT * FROM subagents ORDER BY child_session_key"
+    assert _rows(db, rows) == _rows(transcript_db, rows)
+    assert _read(db, check_rollups) == []
+
+
 # -- claude-code -----------------------------------------------------------------------------------
 
 def test_claude_code_totals(claude_db, claude_corpus):
