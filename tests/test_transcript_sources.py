@@ -920,21 +920,24 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     assert got == want
 
 
+def _copied_task(parent: list[bytes]) -> list[bytes]:
+    """A side question's copy of the parent's Task call (under a request of its own) and of its result."""
+    call = orjson.loads(parent[1]) | {"uuid": "b_1", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
+    result = orjson.loads(parent[2]) | {"uuid": "b_2", "timestamp": "2026-10-01T10:00:29.500Z"}
+    return [_side(BTW_AGENT, _line(call)), _side(BTW_AGENT, _line(result))]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_side_branch_replaying_a_task_call_leaves_the_subagent_as_the_session_spawned_it(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("task-replay")
     project = root / "claude" / "projects" / "-home-dev-src-app"
     parent, child, btw = _task_lines()
-    # The side question's transcript opens with a copy of the parent's Task call and of its result, the
-    # call under a request of its own.
-    copy = orjson.loads(parent[1]) | {"uuid": "b_", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
-    result = orjson.loads(parent[2]) | {"uuid": "b_r", "timestamp": "2026-10-01T10:00:29.500Z"}
+    # The side question's transcript opens with a copy of the parent's Task call and of its result.
     _read_interleaved(data, root, {
         project / f"{SESSION}.jsonl": parent,
         project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child,
-        project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [_side(BTW_AGENT, _line(copy)),
-                                                                       _side(BTW_AGENT, _line(result)), *btw]})
+        project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [*_copied_task(parent), *btw]})
     db = root / "l.db"
     assert scalar_rows(db, "SELECT child_session_key, parent_session_key, parent_run_id, label, mode, status, outcome, "
                            "spawned_ms % 60000, ended_ms % 60000 FROM subagents") == [
@@ -962,9 +965,7 @@ def test_a_side_branch_replaying_a_task_calls_result_changes_nothing_of_the_call
     parent += [cc_prompt("u2", "and the tests?", 25),
                cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=26,
                             request="req_p3", stop="end_turn")]
-    call = orjson.loads(parent[1]) | {"uuid": "b_1", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
-    result = orjson.loads(parent[2]) | {"uuid": "b_2", "timestamp": "2026-10-01T10:00:29.500Z"}
-    replay = [_side(BTW_AGENT, _line(call)), _side(BTW_AGENT, _line(result))]
+    replay = _copied_task(parent)
     session, subagents = project / f"{SESSION}.jsonl", project / SESSION / "subagents"
     task, side = subagents / f"agent-{TASK_AGENT}.jsonl", subagents / f"agent-{BTW_AGENT}.jsonl"
 

@@ -111,6 +111,20 @@ def test_the_dearest_calls_the_decoder_takes_sum_exactly_and_verify_reports(tmp_
 _CHILD = "agent:main:subagent:c1"
 
 
+def _apply_in_batches(writer: LedgerWriter, facts: list, cuts: set[int]) -> None:
+    """``facts`` as lines of one file, applied in batches that end before each index in ``cuts``."""
+    fid = _file(writer)
+    batches, batch = [], []
+    for i, fact in enumerate(facts):
+        if i in cuts:
+            batches.append(batch)
+            batch = []
+        batch.append((i, 1, fact))
+    for items in [*batches, batch]:
+        start = items[0][0]
+        writer.apply(Batch(fid, "/r/events.jsonl", start, start + len(items), len(items), len(facts), items))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(3)), cuts=st.sets(st.integers(1, 2)))
 def test_a_subagents_two_ends_merge_alike_whatever_their_order(tmp_path_factory, order, cuts):
@@ -129,17 +143,7 @@ def test_a_subagents_two_ends_merge_alike_whatever_their_order(tmp_path_factory,
     db = tmp_path_factory.mktemp("ends") / "l.db"
     conn = open_writer(db)
     try:
-        writer = LedgerWriter(conn)
-        fid = _file(writer)
-        batches, batch = [], []
-        for i, n in enumerate(order):
-            if i in cuts:
-                batches.append(batch)
-                batch = []
-            batch.append((i, 1, facts[n]))
-        for i, items in enumerate([*batches, batch]):
-            start = items[0][0]
-            writer.apply(Batch(fid, "/r/events.jsonl", start, start + len(items), len(items), 3, items))
+        _apply_in_batches(LedgerWriter(conn), [facts[n] for n in order], cuts)
         row = conn.execute("SELECT status, ended_ms, duration_ms, outcome, reason, model FROM subagents").fetchall()
     finally:
         conn.close()
@@ -168,17 +172,7 @@ def test_a_subagents_spawn_lines_merge_alike_whatever_their_order(tmp_path_facto
     db = tmp_path_factory.mktemp("spawns") / "l.db"
     conn = open_writer(db)
     try:
-        writer = LedgerWriter(conn)
-        fid = _file(writer)
-        batches, batch = [], []
-        for i, n in enumerate(order):
-            if i in cuts:
-                batches.append(batch)
-                batch = []
-            batch.append((i, 1, facts[n]))
-        for items in [*batches, batch]:
-            start = items[0][0]
-            writer.apply(Batch(fid, "/r/events.jsonl", start, start + len(items), len(items), 4, items))
+        _apply_in_batches(LedgerWriter(conn), [facts[n] for n in order], cuts)
         row = conn.execute("SELECT parent_session_key, parent_run_id, spawned_ms, child_agent_id, label, mode, "
                            "status FROM subagents").fetchall()
     finally:
