@@ -898,6 +898,20 @@ def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]]) -> dict:
                                              key=repr) for t in _RUN_TABLES} | {"run detail": runs}
 
 
+def _later_turn(second: int) -> list[bytes]:
+    """The session's next prompt, at ``second``, and its answer a second later."""
+    return [cc_prompt("u2", "and the tests?", second),
+            cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=second + 1,
+                         request="req_p3", stop="end_turn")]
+
+
+def _copied_task(parent: list[bytes]) -> list[bytes]:
+    """A side question's copy of the parent's Task call (under a request of its own) and of its result."""
+    call = orjson.loads(parent[1]) | {"uuid": "b_1", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
+    result = orjson.loads(parent[2]) | {"uuid": "b_2", "timestamp": "2026-10-01T10:00:29.500Z"}
+    return [_side(BTW_AGENT, _line(call)), _side(BTW_AGENT, _line(result))]
+
+
 @pytest.mark.parametrize("order", ["subagent-first", "in-one-read", "subagent-first-mid-turn"])
 def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_prompt_starts(tmp_path, order):
     """A subagent's file read whole before its session's: its Grep (start and end) and model calls found
@@ -906,9 +920,7 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     project = root / "claude" / "projects" / "-home-dev-src-app"
     parent, child, _ = _task_lines()
     # A later turn: the subagent's calls are in the run of their time, not the session's latest.
-    parent += [cc_prompt("u2", "and the tests?", 40),
-               cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=41,
-                            request="req_p3", stop="end_turn")]
+    parent += _later_turn(40)
     if order.endswith("mid-turn"):  # read up to the Task call: the run's activity since is the subagent's
         parent = parent[:2]
     session = {project / f"{SESSION}.jsonl": parent}
@@ -918,13 +930,6 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     assert (u1["tool_calls"], u1["llm_calls"]) == ((2, 3) if order.endswith("mid-turn") else (2, 4))
     got = _read_in_steps(root, [session | subagent] if order == "in-one-read" else [subagent, session])
     assert got == want
-
-
-def _copied_task(parent: list[bytes]) -> list[bytes]:
-    """A side question's copy of the parent's Task call (under a request of its own) and of its result."""
-    call = orjson.loads(parent[1]) | {"uuid": "b_1", "timestamp": "2026-10-01T10:00:29.000Z", "requestId": "req_copy"}
-    result = orjson.loads(parent[2]) | {"uuid": "b_2", "timestamp": "2026-10-01T10:00:29.500Z"}
-    return [_side(BTW_AGENT, _line(call)), _side(BTW_AGENT, _line(result))]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -962,9 +967,7 @@ def test_a_side_branch_replaying_a_task_calls_result_changes_nothing_of_the_call
     root = tmp_path / "claude-root"
     project = root / "claude" / "projects" / "-home-dev-src-app"
     parent, child, btw = _task_lines()
-    parent += [cc_prompt("u2", "and the tests?", 25),
-               cc_assistant("a3", "msg_p3", {"type": "text", "text": "None."}, output=9, second=26,
-                            request="req_p3", stop="end_turn")]
+    parent += _later_turn(25)
     replay = _copied_task(parent)
     session, subagents = project / f"{SESSION}.jsonl", project / SESSION / "subagents"
     task, side = subagents / f"agent-{TASK_AGENT}.jsonl", subagents / f"agent-{BTW_AGENT}.jsonl"
