@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -283,6 +284,33 @@ def test_max_line_is_configurable(tmp_path, db, max_line):
     logs.append(llm_call(1) + llm_call(2, pad=10_000) + llm_call(3))
     stats = ingest(db, logs.root, max_line=max_line)
     assert stats.events == 2 and stats.rejects == 1
+
+
+def test_a_copytruncate_seen_between_its_copy_and_its_truncate_leaves_no_stale_checkpoint(tmp_path, db):
+    # logrotate's copy of a big file takes a while: a pass that saw the copy beside the still-full original
+    # followed the copy as a file of its own, and once the original was truncated its row stayed live at
+    # the old offset for good (`verify`: "checkpoint … is past the end of the file"; files counted twice).
+    from agentledger.ledger.verify import check_checkpoints
+
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 11)))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+        pipeline.run_once()
+        copy = logs.rotated_name()
+        shutil.copyfile(logs.live, copy)
+        pipeline.run_once()  # the copy, beside an original that still holds the same lines
+        logs.truncate()
+        pipeline.run_once()
+        logs.append(lines(range(11, 16)))
+        pipeline.run_once()
+        assert check_checkpoints(conn) == []
+    finally:
+        conn.close()
+    assert ids(db) == want(range(1, 16))
+    status = {path: row["status"] for path, row in inputs(db).items()}
+    assert list(status.values()).count("live") == 1 and status[str(copy)] == "rotated"
 
 
 def test_copytruncate_does_not_record_a_bad_line_twice(tmp_path, db):

@@ -271,12 +271,16 @@ class Tailer:
                    and r.id not in claimed and not self._unread(r)]
         if missing:
             # A rename racing the directory listing can hide a file for one listing: look again,
-            # one file at a time (every file of the first look is still open).
+            # one file at a time (every file of the first look is still open). A copy another row
+            # follows is no such file: a copy taken before its original was truncated (logrotate's
+            # copytruncate, seen between the two) is a file of its own, and the original is gone.
+            followed = {(p.dev, p.ino) for p in claimed.values()}
             seen_again = set()
             for root, cand in self._list():
                 p = self._open(root, cand)
                 if p is not None:
-                    seen_again.add(p.fp)
+                    if (p.dev, p.ino) not in followed:
+                        seen_again.add(p.fp)
                     self.close([p])
             for row in missing:
                 if row.fingerprint not in seen_again:
