@@ -107,6 +107,19 @@ def test_a_root_with_nothing_in_its_format_is_told_once_caught_up(tmp_path):
                      "oc-telemetry files: read it as oc-telemetry") == 1, err
 
 
+def test_a_closed_terminal_stops_serve_as_cleanly_as_sigterm(tmp_path):
+    # SIGHUP killed it at once: no "stopped", no last flush of the hot views.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    daemon = _serve(tmp_path / "ledger.db", "--no-demo", str(logs.root))
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    daemon.send_signal(signal.SIGHUP)
+    _, rest = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, "".join(said) + rest
+    assert "stopped" in rest
+
+
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
     logs = LogDir(tmp_path / "state")
     with open(logs.live, "wb") as f:

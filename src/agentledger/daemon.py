@@ -426,8 +426,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         stop.set()
         wake.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP too: closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     db = config.db
     try:
         lock = writer_lock(db)
