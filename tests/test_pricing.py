@@ -106,7 +106,8 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     prices = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1000\n')
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
                          env=env, capture_output=True, check=True)
-    assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0}
+    assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0,
+                                        "unmatched_overrides": []}
     after = usage()
     assert after["unpriced_calls"] == 0
     # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
@@ -253,6 +254,59 @@ def test_a_dated_override_prices_each_call_at_its_date(tmp_path):
     assert pricer.price("anthropic", SONNET, t, nov_1_noon) == 2 * 10**11
     # Before the first entry the bundled history applies: $3 per million in September 2026.
     assert pricer.price("anthropic", SONNET, t, OCT_2026 - 1) == 3 * 10**11
+
+
+def test_an_override_for_the_undated_id_prices_its_dated_ids(tmp_path):
+    """Claude Code records the dated id; a price written for the model's name must reach it, as
+    the bundled table's does, without pricing another model whose id merely starts the same."""
+    pricer = Pricer.from_file(_overrides(tmp_path, '[prices."Claude-Sonnet-4-5"]\ninput = 1\noutput = 1\n'
+                                                   '[prices."gpt-4o"]\ninput = 1\noutput = 1\n'
+                                                   '[prices."claude-sonnet-4"]\ninput = 7\noutput = 7\n'))
+    t = Tokens(input=100_000)
+    for model in (SONNET, "claude-sonnet-4-5", "claude-sonnet-4-5@20250929", "gpt-4o-2024-08-06"):
+        assert pricer.price(None, model, t, OCT_2026) == 1 * 10**11, model
+    # Not a dated claude-sonnet-4, nor a dated gpt-4o: the bundled prices stay.
+    assert pricer.price(None, "claude-sonnet-4-5-thinking", t, OCT_2026) == 3 * 10**11
+    assert pricer.price(None, "gpt-4o-mini-2024-07-18", t, OCT_2026) == Pricer().price(
+        None, "gpt-4o-mini-2024-07-18", t, OCT_2026)
+
+
+def test_the_longest_override_in_force_wins(tmp_path):
+    pricer = Pricer.from_file(_overrides(tmp_path, f'[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 1\n'
+                                                   f'[[prices."{SONNET}"]]\nfrom = 2026-11-01\ninput = 2\n'
+                                                   f'output = 2\n'))
+    t = Tokens(input=100_000)
+    nov_2026 = OCT_2026 + 31 * 86_400_000
+    assert pricer.price("anthropic", SONNET, t, nov_2026) == 2 * 10**11  # the exact id over its alias
+    # Before the exact id's first price the alias applies, not the bundled history.
+    assert pricer.price("anthropic", SONNET, t, nov_2026 - 1) == 1 * 10**11
+    assert pricer.price("anthropic", "claude-sonnet-4-5-20991231", t, nov_2026) == 1 * 10**11
+
+
+def test_an_undated_override_prices_dated_calls_at_ingest_and_at_reprice_and_a_stray_one_is_reported(tmp_path, db):
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=10**6, second=1))
+    prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 30\noutput = 150\n')
+    overridden = 10 * 30 + 10**6 * 150 + 1000 * 0 + 100 * 30 + 200 * 60  # pico-USD: USD per million × tokens
+    ingest(db, tmp_path / "claude", fmt="claude-code", pricer=Pricer.from_file(prices))
+    assert scalar(db, "SELECT cost_pico FROM llm_calls") == overridden * 10**6
+
+    fresh = tmp_path / "fresh.db"
+    ingest(fresh, tmp_path / "claude", fmt="claude-code", pricer=Pricer())
+    assert scalar(fresh, "SELECT cost_pico FROM llm_calls") != overridden * 10**6
+    both = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 30\noutput = 150\n'
+                                '[prices."claude-sonet-4-5"]\ninput = 1\noutput = 1\n')
+    out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(both)],
+                         env=cli_env(fresh), capture_output=True, check=True)
+    assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
+                                        "unmatched_overrides": ["claude-sonet-4-5"]}
+    assert scalar(fresh, "SELECT cost_pico FROM llm_calls") == overridden * 10**6
+    text = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--prices", str(both)],
+                          env=cli_env(fresh), capture_output=True, check=True, text=True)
+    assert [line for line in text.stderr.splitlines() if "claude-sonet-4-5" in line] == [
+        'agentledger: price override "claude-sonet-4-5" matched no call to price']
+    assert "claude-sonnet-4-5\"" not in text.stderr
 
 
 @pytest.mark.parametrize("body, words", [

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +28,8 @@ from agentledger.units import PICO_PER_USD
 PRICED = "priced"
 _PER_MTOK_TO_PICO = PICO_PER_USD // 10**6  # USD per million tokens → pico-USD per token
 _RATE_KEYS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+# A release date after a model's name: Anthropic's -20250929, Vertex's @20250929, OpenAI's -2024-08-06.
+_RELEASE_DATE = re.compile(r"[-@](?:19|20)\d\d-?[01]\d-?[0-3]\d(?!\d)")
 
 
 def exclusive(tokens: Tokens) -> Tokens:
@@ -81,8 +85,8 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     """``[prices."model-name"]`` tables with per-million ``input``, ``output``, ``cache_read``,
     ``cache_write`` (and optionally ``cache_write_1h``); or, for a model whose price changed,
     ``[[prices."model-name"]]`` entries each with the ``from`` date it applies from. A call
-    dated before a model's first ``from`` is priced from the bundled history. A bad file is
-    one clear error."""
+    dated before a model's first ``from`` is priced from the bundled history. A model's name
+    also prices its dated ids (see ``_matches``). A bad file is one clear error."""
     try:
         doc = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -137,11 +141,17 @@ def _since_ms(value: object, where: str) -> int:
 
 
 class Pricer:
-    """Prices calls: the override file wins, then the bundled price history, else unpriced."""
+    """Prices calls: the override file wins, then the bundled price history, else unpriced.
+
+    Of the overrides that match a model, the longest with a price in force at the call's date
+    wins: the exact id over the model's name, and the name still over the bundled history
+    before the exact id's first ``from``."""
 
     def __init__(self, overrides: dict[str, list[Override]] | None = None):
         self.overrides = overrides or {}
         self._bundled = _Bundled()
+        self._keys: dict[str, tuple[str, ...]] = {}  # model id → the override keys that match it, longest first
+        self._matched: set[str] = set()
 
     @classmethod
     def from_file(cls, path: Path | None) -> Pricer:
@@ -156,12 +166,25 @@ class Pricer:
         """pico-USD for one call, or None when no price is known for the model."""
         if not model:
             return None
-        rates = _in_force(self.overrides.get(model.lower()), ts_ms)
-        if rates is not None:
-            return rates.pico(tokens)
+        for key in self._override_keys(model):
+            rates = _in_force(self.overrides[key], ts_ms)
+            if rates is not None:
+                return rates.pico(tokens)
         # None: a model the history does not know (remembered there), or usage its price cannot split.
         usd = self._bundled.usd(provider, model, tokens, ts_ms)
         return None if usd is None else round(usd * PICO_PER_USD)
+
+    def unmatched(self) -> list[str]:
+        """The override keys no model priced so far matched: most likely a typo, which would
+        otherwise leave the bundled price in place without a word."""
+        return sorted(set(self.overrides) - self._matched)
+
+    def _override_keys(self, model: str) -> tuple[str, ...]:
+        keys = self._keys.get(model)
+        if keys is None:
+            keys = self._keys[model] = _matches(model.lower(), self.overrides)
+            self._matched.update(keys)
+        return keys
 
     def apply(self, fact: LlmCall) -> None:
         """Price a call that came without a cost; failed calls cost nothing and are not priced."""
@@ -173,10 +196,20 @@ class Pricer:
             fact.cost_source = PRICED
 
 
-def _in_force(entries: list[Override] | None, ts_ms: int) -> Rates | None:
+def _matches(model: str, keys: Iterable[str]) -> tuple[str, ...]:
+    """The keys that price ``model``, longest (the most specific) first: the id itself, and the
+    model's name without the release date the producer wrote after it. The bundled table prices
+    dated ids as their model too (its Anthropic names match any id they start), but a bare prefix
+    would let ``claude-sonnet-4`` price ``claude-sonnet-4-5``: only a date may follow the key."""
+    found = [key for key in keys
+             if key == model or (model.startswith(key) and _RELEASE_DATE.match(model, len(key)))]
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _in_force(entries: list[Override], ts_ms: int) -> Rates | None:
     """The override that applies at ``ts_ms``: the latest to start by then."""
     found = None
-    for entry in entries or ():
+    for entry in entries:
         if entry.since_ms is not None and entry.since_ms > ts_ms:
             break
         found = entry.rates

@@ -158,7 +158,11 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
         conn.close()
         os.close(lock)
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced}
+    unmatched = pricer.unmatched()
+    # A mistyped model id otherwise just leaves the old price, with "calls changed 0" as the only sign.
+    for key in unmatched:
+        click.echo(f'agentledger: price override "{key}" matched no call to price', err=True)
     if as_json:
-        emit_json(summary)
+        emit_json(summary | {"unmatched_overrides": unmatched})
     else:
         emit_pairs([(k.replace("_", " "), v) for k, v in summary.items()])
