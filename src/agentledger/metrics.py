@@ -216,8 +216,8 @@ class LedgerCollector(Collector):
         yield family
 
     def _ingest(self, conn) -> Iterator[Metric]:
-        lines = CounterMetricFamily("agentledger_ingest_lines", "Log lines read, by source and result.",
-                                    labels=["source", "result"])
+        lines = CounterMetricFamily("agentledger_ingest_lines", "Log lines read, by source and result (indexed: "
+                                    "accepted, repeats of events indexed before included).", labels=["source", "result"])
         tailed = GaugeMetricFamily("agentledger_files_tailed", "Log files being followed.", labels=["source"])
         lag = GaugeMetricFamily("agentledger_ingest_lag_seconds",
                                 "Seconds since the newest event indexed from each source.", labels=["source"])
