@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
 from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, TASK_AGENT, WANT_TASK_OUTCOME, _task_lines,
-                                     _task_outcome)
+                                     _task_outcome, scalar_rows)
 from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
@@ -146,6 +146,18 @@ def test_hooks_after_the_transcript_fill_in_and_never_override(db, tmp_path, pay
     (bash,) = tool_rows(db, BASH)
     assert bash[0].startswith(SECOND_RUN)  # the run its session was in when the hook arrived
     assert len(session_tools(db)) == TRANSCRIPT_TOOLS + 1
+
+
+def test_a_late_session_start_hook_never_starts_a_session_after_its_first_line(db, tmp_path, payloads, claude_corpus):
+    # A startup hook sent again after the transcript was read (a replay, a retry) moved the start to its
+    # arrival: later than the session's first activity, and its duration ran to some 50 days.
+    root = tmp_path / "claude"
+    shutil.copytree(claude_corpus / "projects", root / "projects")
+    ingest(db, root, fmt="claude-code")
+    assert any(p.get("hook_event_name") == "SessionStart" and p.get("session_id") == SESSION for p in payloads)
+    post(db, payloads)
+    started, first = scalar_rows(db, "SELECT started_ms, first_ms FROM sessions WHERE session_id = ?", (SESSION,))[0]
+    assert started is not None and started <= first < RECEIVED_MS
 
 
 @pytest.mark.parametrize("order", ["hooks-alone", "hooks-first", "transcripts-first"])

@@ -172,8 +172,11 @@ ON CONFLICT (run_id) DO UPDATE SET
     first_ms = min(run_activity.first_ms, excluded.first_ms),
     last_ms  = max(run_activity.last_ms, excluded.last_ms)
 """
+# ?4: the start is dated by its arrival (a Claude Code hook's), so one sent again late is no later than the
+# session's first line; a log's own start is when it says.
 _SESSION_STARTED = (
-    "UPDATE sessions SET started_ms = ?, resumed_from = coalesce(?, resumed_from) WHERE session_id = ?"
+    "UPDATE sessions SET started_ms = iif(?4, min(?1, coalesce(first_ms, ?1)), ?1), "
+    "resumed_from = coalesce(?2, resumed_from) WHERE session_id = ?3"
 )
 _SESSION_ENDED = (
     "UPDATE sessions SET ended_ms = ?, message_count = ?, duration_ms = ?, status = 'ended' WHERE session_id = ?"
@@ -634,7 +637,7 @@ def _usage_snapshot(f: UsageSnapshot) -> tuple:
 
 
 def _session_started(f: SessionStarted) -> tuple | None:
-    return (f.ts_ms, f.resumed_from, f.session_id) if f.session_id else None
+    return (f.ts_ms, f.resumed_from, f.session_id, f.source == CLAUDE_CODE) if f.session_id else None
 
 
 def _session_ended(f: SessionEnded) -> tuple | None:
