@@ -1184,8 +1184,9 @@ class LedgerWriter:
     def _apply_facts(self, conn: apsw.Connection, parts: list[_Part]) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new."""
         facts = [item[2] for _, _, items in parts for item in items]
+        sources = {f.source for f in facts}
         # Only Claude Code sessions have side branches: other batches skip every lookup of them.
-        branching = any(f.source == CLAUDE_CODE for f in facts)
+        branching = CLAUDE_CODE in sources
         replayed = _replayed_results(conn, parts) if branching else {}
         if replayed:
             parts = _as_events(parts, replayed)
@@ -1244,7 +1245,8 @@ class LedgerWriter:
                 conn.executemany(sql, rows)
         if branch_tools:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
-        _reopen_retried(conn, lifecycle.facts)
+        if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
+            _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         if branching:
