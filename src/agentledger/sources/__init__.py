@@ -36,7 +36,7 @@ OPENERS: dict[str, Opener] = {
 
 # What a format's decoder of a path learns its session's key from (see oc_transcript.key_inputs); the
 # other formats' decoders claim no keys.
-KEY_INPUTS: dict[str, Callable[[str], tuple]] = {"oc-transcript": oc_transcript.key_inputs}
+KEY_INPUTS: dict[str, Callable[[str], object]] = {"oc-transcript": oc_transcript.key_inputs}
 
 
 def asks_ledger(fmt: str) -> bool:

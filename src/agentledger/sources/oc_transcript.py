@@ -361,9 +361,10 @@ class _Identity:
     spawns: tuple = ()  # the answered spawns of the folders beside an archive, which may name its key
 
 
-def _identity(path: str) -> _Identity:
-    """The transcript at ``path``'s identity (string operations, not PurePath: a full pass asks it of
-    every transcript with nothing new to read, see ``key_inputs``)."""
+def key_inputs(path: str) -> _Identity:
+    """What a ``FileDecoder`` of ``path`` learns its key from: equal inputs, equal claims. A full pass
+    builds no decoder for a transcript with nothing new to read whose claim it has settled with equal
+    inputs before (the decoder's own, ``FileDecoder.inputs``): string operations, not PurePath."""
     folder, name = os.path.split(path)
     agent_id, by_id, siblings, listed = _folder_keys(folder)
     m = _NAME.match(ledger_name(name))
@@ -373,13 +374,6 @@ def _identity(path: str) -> _Identity:
         return _Identity(path, session_id, agent_id, entry)
     spawns = () if m["archive"] is None else tuple(_folder(sdir).spawns for sdir in siblings)
     return _Identity(path, session_id, agent_id, entry, True, listed, spawns)
-
-
-def key_inputs(path: str) -> _Identity:
-    """What a ``FileDecoder`` of ``path`` would learn its key from: equal inputs, equal claims. A full
-    pass builds no decoder for a transcript with nothing new to read whose claim it has settled with
-    equal inputs before (the decoder's own, ``FileDecoder.inputs``)."""
-    return _identity(path)
 
 
 def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], set[str]]:
@@ -401,7 +395,7 @@ class FileDecoder:
     """Decodes the lines of one transcript file; built afresh for each read of the file."""
 
     def __init__(self, path: str, lookup: RunLookup):
-        self.inputs = me = _identity(path)
+        self.inputs = me = key_inputs(path)
         self.path, self.session_id, self.agent_id = path, me.session_id, me.agent_id
         self.session_key = me.entry.get("key")
         self.guessed = False
