@@ -358,3 +358,34 @@ def test_metrics_after_a_reprice_count_each_call_once(tmp_path):
         assert calls() == {"true": 1, "false": 0}
     finally:
         served.stop()
+
+
+def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
+    # The repricing count was bumped in the last transaction, the one that finds nothing left: a reprice
+    # stopped after its first committed batch had moved calls between series under the same epoch.
+    from agentledger.ledger.db import open_writer
+    from agentledger.ledger.writer import LedgerWriter
+
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + b"".join(
+        cc_assistant(f"a{n}", f"msg_{n}", {"type": "text", "text": "x"}, output=10, second=n).replace(
+            b"claude-sonnet-4-5-20250929", b"in-house-llm") for n in range(1, 4)))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    priced = Pricer(load_overrides(_overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1\n')))
+    calls = []
+
+    class Stops:
+        def price(self, *args):
+            calls.append(args)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+            return priced.price(*args)
+
+    conn = open_writer(db)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            LedgerWriter(conn).reprice(Stops(), batch=1)
+    finally:
+        conn.close()
+    assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_pico IS NOT NULL") == 1
+    assert scalar(db, "SELECT repricings FROM ledger_position") == 1

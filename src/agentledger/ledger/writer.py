@@ -452,9 +452,10 @@ def _word_rank(row: str, column: str, bit: int) -> str:
     return f"({row}.{column} IS NULL, ({row}.told_by_child & {bit}) = 0, {row}.{column})"
 
 
-def _spawn_sets() -> str:
-    """What a spawn line (excluded) and its subagent's row say together. A row no spawn was read for yet
-    (its end made it) has no spawn time."""
+def _spawn_upsert(values: str) -> str:
+    """An upsert of a subagent's spawn from ``values`` (a VALUES or a SELECT of its columns): what the spawn
+    line (excluded) and the subagent's row say together. A row no spawn was read for yet (its end made
+    it) has no spawn time."""
     spawner = f"subagents.spawned_ms IS NULL OR {_spawner_rank('excluded')} < {_spawner_rank('subagents')}"
     sets = [f"{c} = iif({spawner}, coalesce(excluded.{c}, subagents.{c}), coalesce(subagents.{c}, excluded.{c}))"
             for c in ("parent_session_key", "parent_run_id", "spawned_ms")]
@@ -462,27 +463,21 @@ def _spawn_sets() -> str:
     sets += [f"{c} = iif({words[c]}, excluded.{c}, subagents.{c})" for c, _ in _CHILD_WORDS]
     told = " | ".join(f"(iif({words[c]}, excluded.told_by_child, subagents.told_by_child) & {bit})"
                       for c, bit in _CHILD_WORDS)
-    return ",\n    ".join([*sets, f"told_by_child = {told}"])
-
-
-_SUBAGENT_SPAWNED = f"""
+    sets = ",\n    ".join([*sets, f"told_by_child = {told}"])
+    return f"""
 INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
                        label, mode, status, spawned_ms, told_by_child)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)
+{values}
 ON CONFLICT (child_session_key) DO UPDATE SET
-    {_spawn_sets()}
+    {sets}
 """
+
+
+_SUBAGENT_SPAWNED = _spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)")
 # The row of the spawn key ?2 into the child's ?1 (both are there, see _merge_spawns), as the spawn's own
 # upsert would have put it there: the child's row holds what both say.
-_MERGE_SPAWN = f"""
-INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
-                       label, mode, status, spawned_ms, told_by_child)
-SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, status, spawned_ms,
-       told_by_child
-FROM subagents WHERE child_session_key = ?2
-ON CONFLICT (child_session_key) DO UPDATE SET
-    {_spawn_sets()}
-"""
+_MERGE_SPAWN = _spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, "
+                             "status, spawned_ms, told_by_child FROM subagents WHERE child_session_key = ?2")
 # Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order.
 _SUBAGENT_ENDED = """
 INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model, end_rank)
@@ -1021,9 +1016,11 @@ class OpenBatches:
 
     def rekey(self, session_id: str, session_key: str) -> None:
         """Give a session another key (see _rekey_session), in this transaction."""
-        self.writer.rekeys += 1
         self._write()
-        self.result.sessions |= _rekey_session(self.writer.conn, session_id, session_key)
+        touched = _rekey_session(self.writer.conn, session_id, session_key)
+        if touched:  # a key unchanged, or a session not held, leaves every settled claim as it was
+            self.writer.rekeys += 1
+        self.result.sessions |= touched
 
     def commit(self) -> ApplyResult:
         """Commit; the result sums every batch's, with the union of the sessions they changed."""
@@ -1382,8 +1379,6 @@ class LedgerWriter:
             with self.transaction() as conn:
                 rows = conn.execute(_REPRICEABLE, (last, batch)).fetchall()
                 if not rows:
-                    if result.changed:
-                        conn.execute(_REPRICED)
                     return result
                 last = rows[-1][0]
                 old_rows, new_rows, updates = [], [], []
@@ -1403,6 +1398,8 @@ class LedgerWriter:
                     new_rows.append(tuple(row))
                     updates.append((cost, source, rid))
                 if updates:
+                    if not result.changed:  # in the first change's own commit: a run cut short moved calls too
+                        conn.execute(_REPRICED)
                     conn.executemany(_SET_COST, updates)
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
                     result.changed += len(updates)
