@@ -707,9 +707,10 @@ WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
 def _calls_of(conn: apsw.Connection, ids: list[str], counted: int, indexed: str, every: str) -> list[tuple]:
     """The calls of these session instances, by index; when that finds fewer than their totals count (a
     call naming the session under another session's run, as a run going on across a reset leaves), by a
-    scan of every call: what is listed is always what is counted."""
+    scan of every call: what is listed is always what is counted. More than counted is no reason to scan:
+    the totals were read in an earlier statement, and the daemon may have added calls since."""
     rows = conn.execute(indexed, (_json_list(ids),)).fetchall()
-    return rows if len(rows) == counted else conn.execute(every, (_json_list(ids),)).fetchall()
+    return rows if len(rows) >= counted else conn.execute(every, (_json_list(ids),)).fetchall()
 
 
 def _ratio(before: int | None, after: int | None) -> float | None:
