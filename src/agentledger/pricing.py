@@ -151,7 +151,6 @@ class Pricer:
         self.overrides = overrides or {}
         self._bundled = _Bundled()
         self._keys: dict[str, tuple[str, ...]] = {}  # model id → the override keys that match it, longest first
-        self._matched: set[str] = set()
 
     @classmethod
     def from_file(cls, path: Path | None) -> Pricer:
@@ -177,13 +176,12 @@ class Pricer:
     def unmatched(self) -> list[str]:
         """The override keys no model priced so far matched: most likely a typo, which would
         otherwise leave the bundled price in place without a word."""
-        return sorted(set(self.overrides) - self._matched)
+        return sorted(set(self.overrides).difference(*self._keys.values()))
 
     def _override_keys(self, model: str) -> tuple[str, ...]:
         keys = self._keys.get(model)
         if keys is None:
             keys = self._keys[model] = _matches(model.lower(), self.overrides)
-            self._matched.update(keys)
         return keys
 
     def apply(self, fact: LlmCall) -> None:

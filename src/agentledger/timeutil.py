@@ -8,7 +8,6 @@ import time
 
 _RELATIVE = re.compile(r"^(\d+)([smhdw])$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_DAY_MS = 86_400_000
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 # The ledger holds no time before 1970 (event times are checked at decoding) and Python's dates
 # end with 9999: a bound outside is the same bound as these, and cannot overflow a query's integers.
@@ -39,7 +38,7 @@ def parse_time(value: str, *, now_ms: int | None = None, end: bool = False) -> i
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
     ms = int(parsed.timestamp() * 1000)
     if end and _DATE.match(value):
-        ms += _DAY_MS - 1
+        ms += _UNIT_MS["d"] - 1
     return min(max(ms, EARLIEST_MS), LATEST_MS)
 
 

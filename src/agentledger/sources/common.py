@@ -73,8 +73,13 @@ def tool_target(arguments: object) -> tuple[str | None, str | None]:
     if not isinstance(arguments, dict):
         return None, None
     path = next((arguments[f] for f in _PATH_FIELDS if text(arguments.get(f))), None)
-    command = text(arguments.get("command"))
-    return path, command[:MAX_COMMAND] if command else None
+    return path, command(arguments.get("command"))
+
+
+def command(value: object) -> str | None:
+    """A shell command as the ledger keeps it: text, cut at MAX_COMMAND characters."""
+    found = text(value)
+    return found[:MAX_COMMAND] if found else None
 
 
 def flag(value: object) -> bool:

@@ -22,8 +22,8 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.sources.common import (
-    MAX_COMMAND,
     agent_from_key,
+    command,
     cost_pico,
     count,
     duration,
@@ -155,7 +155,6 @@ def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
     call_id = _tool_call_id(data)
     if call_id is None:
         return None
-    exec_command = text(data.get("execCommand"))
     return ToolEnded(
         **base,
         tool_name=text(data.get("toolName")),
@@ -164,7 +163,7 @@ def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
         duration_ms=duration(data.get("durationMs")),
         error=_error(env, data),
         file_path=text(data.get("filePath")),
-        exec_command=exec_command[:MAX_COMMAND] if exec_command else None,
+        exec_command=command(data.get("execCommand")),
     )
 
 

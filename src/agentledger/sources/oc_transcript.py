@@ -396,7 +396,7 @@ class FileDecoder:
 
     def __init__(self, path: str, lookup: RunLookup):
         self.inputs = me = key_inputs(path)
-        self.path, self.session_id, self.agent_id = path, me.session_id, me.agent_id
+        self.session_id, self.agent_id = me.session_id, me.agent_id
         self.session_key = me.entry.get("key")
         self.guessed = False
         if me.guesses:
@@ -580,7 +580,7 @@ def _listed_keys(siblings: list[str]) -> set[str]:
 def listed_beside(path: str) -> set[str]:
     """Every session key the ``sessions.json`` files beside the transcript ``path`` list: whether a
     key kept by a session they forgot is still its own depends on them."""
-    return _listed_keys(_sibling_dirs(os.path.dirname(path)))
+    return _folder_keys(os.path.dirname(path))[3]
 
 
 def _all_text(content: object) -> str:
