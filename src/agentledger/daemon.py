@@ -442,7 +442,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         os.close(lock)
         return 2
     specs, undecided, demo_root = found
-    where = ", ".join([r for spec in specs for r in spec.roots] + undecided)
+    roots = [r for spec in specs for r in spec.roots] + undecided
+    where = ", ".join(roots)
     conn = open_writer(db)
     api = None
     if hot.store.quarantined:
@@ -484,7 +485,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         observer = Observer()
         changes = Changes(wake)
-        for root in [r for spec in specs for r in spec.roots] + undecided:
+        for root in roots:
             changes.watch(observer, root)
         for root in changes.awaited:
             if root in undecided:

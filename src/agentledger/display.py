@@ -39,6 +39,11 @@ def per_hour(metric: str, rate: float | None) -> str:
     return f"{amount(metric, rate)}/h" if rate else DASH
 
 
+def burn(session: dict) -> str:
+    """A session's spend per hour now (as the hot views and the overview give it), marked as ``cost`` marks it."""
+    return cost(session["burn_usd_per_hour"], session["recent_unpriced_calls"], lambda r: per_hour("cost_usd", r))
+
+
 def gate_value(gate: dict) -> str:
     """What a gate (as the forecast gives it) has counted so far, marked as ``cost`` marks it."""
     return cost(gate["value"], gate["unpriced_calls"], lambda v: amount(gate["metric"], v))

@@ -185,21 +185,17 @@ def _gate_cell(g: dict) -> str:
     return f'<div class="gate">{meter(g["used"], text)} <span>{_e(text)}</span></div>'
 
 
-def _per_hour(rate: float | None) -> str:
-    return display.per_hour("cost_usd", rate)
-
-
 def _live_panel(snap: dict) -> str:
     sessions = snap["sessions"]
     chart = hbars([(s["session_key"] or s["session_id"], s["burn_usd_per_hour"],
-                    display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _per_hour))
+                    display.burn(s))
                    for s in sessions if s["burn_usd_per_hour"]],
                   "burn rate per session", f"no spend in the last {snap['window_s'] // 60} minutes",
                   color=PALETTE[3])
     rows = []
     for s in sessions:
         gates = "".join(_gate_cell(g) for g in s["gates"]) or '<span class="muted">no gates configured</span>'
-        burn = display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _per_hour)
+        burn = display.burn(s)
         pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
         who = f'{_e(s["session_key"] or s["session_id"])}<br><small class="muted">{_e(s["agent_id"] or "-")}</small>'
         rows.append(_tr([who, _e(display.cost(s["cost_usd"], s["unpriced_calls"])), _e(burn), _e(pace)], {1, 2, 3}) +

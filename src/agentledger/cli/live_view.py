@@ -82,10 +82,6 @@ def _pace(g: dict) -> str:
     return display.cost(g["rate_per_hour"], g["recent_unpriced_calls"], lambda r: display.per_hour(g["metric"], r))
 
 
-def _burn(rate: float | None) -> str:
-    return display.per_hour("cost_usd", rate)
-
-
 def _used(g: dict) -> str:
     return f"{display.gate_value(g)}/{display.amount(g['metric'], g['limit'])}"
 
@@ -144,7 +140,7 @@ def frame(snap: dict, where: str, height: int) -> Group:
     table = _table(f"sessions, latest first (rates over {minutes} min)", columns)
     for s in sessions[:n_sessions]:
         g = _nearest(s["gates"])
-        burn = display.cost(s["burn_usd_per_hour"], s["recent_unpriced_calls"], _burn)
+        burn = display.burn(s)
         pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
         cells = [s["session_key"] or s["session_id"], display.cost(s["cost_usd"], s["unpriced_calls"]), burn, pace]
         if worst:
