@@ -635,6 +635,19 @@ def _family_keys(roots: list[str], spawned: _Spawned) -> list[str]:
     return [*roots, *(child for children in spawned.values() for child, _ in children)]
 
 
+def _reachable(root: str, spawned: _Spawned, outside: set[str] = frozenset()) -> list[str]:
+    """The keys ``spawned`` holds under ``root`` at any depth, neither the root nor ``outside`` (a
+    malformed log's cycle back to them ends there)."""
+    seen, todo, found = {root, *outside}, [root], []
+    while todo:
+        for child, _ in spawned.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+                found.append(child)
+    return found
+
+
 def session_detail(conn: apsw.Connection, key: str) -> dict:
     """A session key's instances, or the one instance a session id names, with what they spent and
     did, and their subagents: a key's all, an instance's those it spawned (see ``_subagent_rows``)."""
@@ -770,16 +783,10 @@ def _family_cost(session_key: str, spawned: _Spawned, costs: dict[str, tuple[int
                  counted: set[str]) -> tuple[int, int]:
     """The own cost of a session key with its subagents', at any depth (``spawned`` and ``costs`` must
     hold them all), leaving out the ``counted`` keys: a malformed log's cycle back to them."""
-    seen, todo = counted | {session_key}, [session_key]
     total = unpriced = 0
-    while todo:
-        key = todo.pop()
+    for key in [session_key, *_reachable(session_key, spawned, counted)]:
         cost, n = costs.get(key, (0, 0))
         total, unpriced = total + cost, unpriced + n
-        for child, _ in spawned.get(key, ()):
-            if child not in seen:  # a malformed log could make a cycle
-                seen.add(child)
-                todo.append(child)
     return total, unpriced
 
 
@@ -789,11 +796,12 @@ def tree(conn: apsw.Connection, key: str) -> dict:
     ids, whole_key = _session_ids(conn, key)
     root = conn.execute("SELECT session_key FROM sessions WHERE session_id = ?", (ids[0],)).fetchall()[0][0] or key
     spawned = _spawned(conn, [root])
-    if not whole_key:
+    if whole_key:
+        costs = _own_costs(conn, _family_keys([root], spawned))
+    else:  # the instance's own cost and subagents, and theirs: not its key's other instances'
         mine = {r[0] for r in _subagent_rows(conn, Window(), [root], ids)}
         spawned[root] = [c for c in spawned.get(root, []) if c[0] in mine]
-    costs = _own_costs(conn, _family_keys([root], spawned))
-    costs[root] = _instances_cost(conn, ids)  # the instance's alone when an id was given
+        costs = _own_costs(conn, _reachable(root, spawned)) | {root: _instances_cost(conn, ids)}
 
     def node(session_key: str, seen: set[str], label: str | None) -> dict:
         seen.add(session_key)
