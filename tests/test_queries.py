@@ -217,6 +217,10 @@ class _HookLog:
                              "delta": {"input": 1, "output": 1, "total": 2}}, key, sid, run)
         self.ev("run.end", {"model": model, "provider": provider}, key, sid, run)
 
+    def spawn(self, parent: str, run: str, child: str, label: str | None = None) -> None:
+        data = {"childSessionKey": child, "agentId": "main"} | ({"label": label} if label else {})
+        self.ev("subagent.spawn", data, parent, run=run)
+
     def snapshot_run(self, key: str, sid: str, run: str, cost: float) -> None:
         """A run of no model call: it costs what its usage snapshot says."""
         self.ev("run.start", {"model": "m", "provider": "p"}, key, sid, run)
@@ -238,12 +242,11 @@ def test_three_level_subagent_tree_family_totals(tmp_path):
     log = _HookLog()
     root, child, grandchild = "agent:main:main", "agent:main:subagent:c1", "agent:main:subagent:g1"
     log.call(root, "S0", "R0", 1.0)
-    log.ev("subagent.spawn", {"childSessionKey": child, "agentId": "main", "label": "child"}, root, run="R0")
+    log.spawn(root, "R0", child, "child")
     log.call(child, "S1", "R1", 0.25)
-    log.ev("subagent.spawn", {"childSessionKey": grandchild, "agentId": "main", "label": "grandchild"}, child,
-           run="R1")
+    log.spawn(child, "R1", grandchild, "grandchild")
     log.call(grandchild, "S2", "R2", 0.125)
-    log.ev("subagent.spawn", {"childSessionKey": "agent:main:subagent:c2", "agentId": "main"}, root, run="R0")
+    log.spawn(root, "R0", "agent:main:subagent:c2")
     log.call("agent:main:subagent:c2", "S3", "R3", 0.0625)
     conn = open_reader(log.ledger(tmp_path))
     try:
@@ -262,10 +265,10 @@ def test_a_session_id_is_one_instance_of_its_key_with_the_subagents_it_spawned(t
     log = _HookLog()
     key, a, b = "agent:main:main", "agent:main:subagent:a", "agent:main:subagent:b"
     log.call(key, "S1", "R1", 1.0)
-    log.ev("subagent.spawn", {"childSessionKey": a, "agentId": "main", "label": "a"}, key, run="R1")
+    log.spawn(key, "R1", a, "a")
     log.call(a, "SA", "RA", 0.25)
     log.call(key, "S2", "R2", 2.0)  # a reset: the key's next instance, current from here on
-    log.ev("subagent.spawn", {"childSessionKey": b, "agentId": "main", "label": "b"}, key, run="R2")
+    log.spawn(key, "R2", b, "b")
     log.call(b, "SB", "RB", 0.5)
     db = log.ledger(tmp_path)
     conn = open_reader(db)
@@ -316,10 +319,10 @@ def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out
     log = _HookLog()
     root, part, blind = "agent:main:main", "agent:main:subagent:part", "agent:main:subagent:blind"
     log.call(root, "S0", "R0", 1.0)
-    log.ev("subagent.spawn", {"childSessionKey": part, "agentId": "main", "label": "part"}, root, run="R0")
+    log.spawn(root, "R0", part, "part")
     log.call(part, "S1", "R1", 0.25)
     log.call(part, "S1", "R2", None)
-    log.ev("subagent.spawn", {"childSessionKey": blind, "agentId": "main", "label": "blind"}, root, run="R0")
+    log.spawn(root, "R0", blind, "blind")
     log.call(blind, "S2", "R3", None)
     db = log.ledger(tmp_path)
 
@@ -383,8 +386,7 @@ def _family(n: int) -> tuple[_HookLog, dict[str, tuple[int, int]], dict[str, lis
     def session(key: str, parent: str | None, i: int) -> None:
         cost = (i + 1) / 64  # exact in binary: sums compare exactly
         if parent is not None:
-            log.ev("subagent.spawn", {"childSessionKey": key, "agentId": "main", "label": f"L{i}"}, parent,
-                   run=f"R-{parent}")
+            log.spawn(parent, f"R-{parent}", key, f"L{i}")
             kids[parent].append(key)
         kids[key] = []
         if i % 4 == 3:
@@ -469,10 +471,10 @@ def test_a_subagent_cycle_still_ends_with_finite_totals(tmp_path):
     log = _HookLog()
     a, b = "agent:main:subagent:a", "agent:main:subagent:b"
     log.call(a, "SA", "RA", 0.5)
-    log.ev("subagent.spawn", {"childSessionKey": b, "agentId": "main", "label": "b"}, a, run="RA")
+    log.spawn(a, "RA", b, "b")
     log.call(b, "SB", "RB", 0.25)
     log.call(b, "SB", "RB2", None)
-    log.ev("subagent.spawn", {"childSessionKey": a, "agentId": "main", "label": "a"}, b, run="RB")
+    log.spawn(b, "RB", a, "a")
     conn = open_reader(log.ledger(tmp_path))
     try:
         node = queries.tree(conn, a)
