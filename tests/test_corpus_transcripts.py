@@ -121,6 +121,17 @@ def test_transcript_totals(transcript_db, transcript_corpus):
     assert _read(transcript_db, check_rollups) == []
 
 
+@pytest.mark.parametrize("fixture", ["transcript_db", "claude_db"])
+def test_runs_count_model_calls_as_usage_does(request, fixture):
+    """A failed call (an error turn, a synthetic API-error line) is a run's llm_error, not one of its llm_calls."""
+    db = request.getfixturevalue(fixture)
+    u = _read(db, queries.usage, queries.Window())
+    runs = _read(db, queries.runs, queries.Window())
+    assert u["llm_errors"] > 0
+    assert sum(r["llm_calls"] for r in runs) == u["llm_calls"]
+    assert sum(r["llm_errors"] for r in runs) == u["llm_errors"]
+
+
 def test_transcript_traps_are_avoided(transcript_db, transcript_corpus):
     traps = _expected(transcript_corpus)["detail"]["traps"]
     u = _read(transcript_db, queries.usage, queries.Window())

@@ -59,6 +59,26 @@ def test_snapshot_cost_only_for_runs_without_calls(tmp_path, db, order):
     assert u["llm_calls"] == 2 and u["runs"] == 2
 
 
+def test_runs_cost_what_they_count_in_every_total(tmp_path, db):
+    """A run without model calls costs its snapshot in the runs list, one run, top runs and a session's runs,
+    as it does in usage: the runs' costs add up to usage's."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(run(10, "R1", calls=[0.25, 0.5], snap=0.75) + run(30, "R2", calls=[], snap=2.0))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        w = queries.Window()
+        by_id = {r["run_id"]: r["cost_usd"] for r in queries.runs(conn, w)}
+        assert by_id == {"R1": pytest.approx(0.75), "R2": pytest.approx(2.0)}
+        assert sum(by_id.values()) == pytest.approx(queries.usage(conn, w)["cost_usd"])
+        assert queries.run_detail(conn, "R2")["cost_usd"] == pytest.approx(2.0)
+        assert [r["run_id"] for r in queries.top(conn, w, "runs")] == ["R2", "R1"]
+        detail = queries.session_detail(conn, "agent:main:main")
+        assert {r["run_id"]: r["cost_usd"] for r in detail["runs"]} == by_id
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize(("first", "second", "want"), [
     ({"calls": [], "snap": 1.0}, {"calls": [], "snap": 2.0}, 3.0),
     ({"calls": [], "snap": 1.0}, {"calls": [5.0], "snap": 5.0}, 6.0),

@@ -500,21 +500,25 @@ def _llm_dict(vals) -> dict:
             "unpriced_calls": unpriced}
 
 
-_RUN_COLUMNS = """r.run_id, r.session_key, r.session_id, r.agent_id, r.model, r.provider, r.status, r.started_ms,
+# A run without model calls costs what its usage snapshot says, as it does in every total (_SNAPSHOT_FALLBACK).
+_RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, r.model, r.provider, r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
-    coalesce(l.llm_calls, 0), coalesce(l.total_tokens, 0), coalesce(l.cost_pico, 0), coalesce(l.unpriced_calls, 0)"""
+    coalesce(l.llm_calls, 0), coalesce(l.llm_errors, 0), coalesce(l.total_tokens, 0),
+    iif(EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = r.run_id),
+        (SELECT max(u.cost_pico) FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN}),
+        l.cost_pico) AS run_cost, coalesce(l.unpriced_calls, 0)"""
 _RUN_FROM = """runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
     LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id"""
 
 
 def _run_dict(row) -> dict:
     (rid, key, sid, agent, model, provider, status, started, ended, duration, stop, error, tools, tool_err,
-     llm, tokens, cost, unpriced) = row
+     llm, llm_err, tokens, cost, unpriced) = row
     return {"run_id": rid, "session_key": key, "session_id": sid, "agent_id": agent, "model": model,
             "provider": provider, "status": status, "started_at": iso(started), "ended_at": iso(ended),
             "duration_ms": duration, "stop_reason": stop, "error": error, "tool_calls": tools,
-            "tool_errors": tool_err, "llm_calls": llm, "total_tokens": tokens, "cost_usd": _usd(cost),
-            "unpriced_calls": unpriced}
+            "tool_errors": tool_err, "llm_calls": llm - llm_err, "llm_errors": llm_err, "total_tokens": tokens,
+            "cost_usd": _usd(cost), "unpriced_calls": unpriced}
 
 
 def runs(conn: apsw.Connection, w: Window, *, status: str | None = None) -> list[dict]:
@@ -913,7 +917,7 @@ def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
                                                                                                   params)
         params.append(limit)
         return [_run_dict(row) for row in conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE {cond} ORDER BY l.cost_pico DESC LIMIT ?", params)]
+            f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE {cond} ORDER BY run_cost DESC LIMIT ?", params)]
     raise ValueError(f"cannot rank {what!r}: choose one of {', '.join(TOP)}")
 
 
