@@ -9,7 +9,9 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,71 @@ def test_claude_code_hooks_over_http_and_through_the_command(daemon):
     rows = conn.execute("SELECT DISTINCT gate, decision, asked_via FROM gate_decisions").fetchall()
     assert rows == [("fleet-day", "block", "claude-code")]
     conn.close()
+
+
+def _served_with(tmp_path: Path, gates: str) -> Served:
+    root = tmp_path / "logs"
+    LogDir(root).append(llm(1, 0.5))
+    return Served(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + gates), tmp_path)
+
+
+def _pre_tool_uses(served: Served, calls: list[tuple[str, str]]) -> list[bool]:
+    """(session id, tool_use_id) asked all at once, as Claude Code asks about a turn's parallel tool calls;
+    whether each was allowed."""
+    barrier = threading.Barrier(len(calls))
+
+    def ask(call: tuple[str, str]) -> bool:
+        barrier.wait()
+        answer = served.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "session_id": call[0], "tool_use_id": call[1]})
+        return answer == (200, {})
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(ask, calls))
+
+
+def test_a_tool_call_gate_counts_parallel_claude_code_calls_before_the_ledger_has_them(tmp_path):
+    served = _served_with(tmp_path, '''
+[[gates]]
+name = "session-tools"
+scope = "session"
+metric = "tool_calls"
+limit = 4
+''')
+    try:
+        sid = PRE_TOOL_USE["session_id"]
+        assert _pre_tool_uses(served, [(sid, "toolu_first")]) == [True]
+        wait_for(lambda: served.get(f"/v1/sessions/{sid}/hot")[1].get("tool_calls") == 1)
+        for round in range(3):  # the answers must not depend on when the writer commits
+            allowed = _pre_tool_uses(served, [(sid, f"toolu_{round}_{i}") for i in range(8)])
+            assert allowed.count(True) == (3 if round == 0 else 0), round
+        # Every call was recorded, the denied ones as failed: the ledger agrees with what was counted.
+        wait_for(lambda: served.get(f"/v1/sessions/{sid}/hot")[1].get("tool_calls") == 25)
+        assert served.get(f"/v1/sessions/{sid}/hot")[1]["tool_errors"] == 21
+    finally:
+        served.stop()
+
+
+def test_an_agent_day_gate_applies_to_sessions_the_ledger_does_not_know_yet(tmp_path):
+    served = _served_with(tmp_path, '''
+[[gates]]
+name = "claude-day"
+scope = "agent-day"
+metric = "tool_calls"
+limit = 3
+''')
+    try:
+        allowed = _pre_tool_uses(served, [(f"0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a{i:02d}", f"toolu_{i}")
+                                          for i in range(6)])
+        assert allowed.count(True) == 3
+        status, answer = served.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "session_id": "new-session",
+                                                               "tool_use_id": "toolu_late"})
+        assert "agent claude-code used 6 tool calls of its 3 limit today" in \
+            answer["hookSpecificOutput"]["permissionDecisionReason"]
+        # An OpenClaw session asked about before the ledger holds it is its key's agent's.
+        assert served.get("/v1/gate?session_key=agent:claude-code:fresh&tool=exec")[1]["decision"] == "block"
+        assert served.get("/v1/gate?session_key=agent:main:fresh&tool=exec")[1]["decision"] == "allow"
+    finally:
+        served.stop()
 
 
 def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):

@@ -25,11 +25,15 @@ from agentledger.config import GateConfig
 from agentledger.hot.sessions import HotSession, HotSessions, Totals
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool
+from agentledger.sources.common import agent_from_key
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
+# How long a tool call answered here may take to reach the ledger before its count is let go (a stalled writer
+# holds it back longer than any live one would).
+_FLOOR_S = 300.0
 
 # The histogram's start time would be served, in Prometheus' text format, as a gauge family of its own
 # (agentledger_gate_check_duration_seconds_created) that no dashboard asks for.
@@ -170,6 +174,11 @@ class GateKeeper:
         self._applicable: dict[tuple[str, str], tuple[GateConfig, ...]] = {}  # (tool, agent) → its gates
         self._pending: list[Decision] = []
         self._counts: Counter[tuple[str, str]] = Counter()
+        # A tool call this process answered counts from its answer on, not from when the ledger has it: what
+        # a measure is known to be at least, by (who, day): (tool calls, tool errors, when). A floor, not a
+        # sum, so a call the ledger already has (its transcript read first) is never counted twice.
+        self._floors: dict[tuple[str, int], tuple[int, int, float]] = {}
+        self._calls = threading.Lock()  # one tool call's question and its count at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
 
@@ -179,18 +188,35 @@ class GateKeeper:
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def _decide(self, session_key: str | None, tool: str | None, via: str) -> Decision:
+    def decide_call(self, session_key: str, tool: str, agent: str) -> Decision:
+        """The decision on a tool call this process records itself (a Claude Code hook's), counted at once:
+        Claude Code runs a turn's tool calls in parallel, and each asks before the ledger holds the others.
+        ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of."""
+        started = time.perf_counter()
+        with self._calls:
+            decision = self._decide(session_key, tool, "claude-code", agent, count=True)
+        self.checks.observe(time.perf_counter() - started)
+        return decision
+
+    def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
+                count: bool = False) -> Decision:
         now_ms = int(self.clock() * 1000)
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
-            agent = (state.agent_id if state else None) or ""
-            applicable = self._gates_for(tool or "", agent)
+            if state is not None:
+                agent = state.agent_id
+            elif agent is None:
+                agent = agent_from_key(session_key)
+            applicable = self._gates_for(tool or "", agent or "")
+            # A call counted here counts in what every gate measures, those of other tools too.
+            measured = {gate: self._totals(conn, gate, state, agent, now_ms)
+                        for gate in (self.gates if count else applicable)}
             tripped, unpriced = [], []
             for gate in applicable:
-                totals, who = self._totals(conn, gate, state, now_ms)
+                totals, who, day = measured[gate]
                 if totals is None:
                     continue
-                value = exact(totals, gate.metric)
+                value = self._at_least(who, day, gate.metric, exact(totals, gate.metric))
                 unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
                 if value >= self._thresholds[gate]:
                     tripped.append((gate, shown(gate.metric, value), who, unknown))
@@ -214,7 +240,33 @@ class GateKeeper:
             self._counts[(decision.gate or "", decision.decision)] += 1
             if decision.decision != "allow":
                 self._pending.append(decision)
+            if count:  # a denied call is recorded too, as a failed one
+                self._count_call(measured.values(), decision.decision == "block")
         return decision
+
+    def _floor(self, who: str, day: int, now: float) -> tuple[int, int, float] | None:
+        floor = self._floors.get((who, day))
+        return floor if floor is not None and now - floor[2] < _FLOOR_S else None
+
+    def _at_least(self, who: str, day: int, metric: str, value: int) -> int:
+        floor = self._floor(who, day, time.monotonic()) if metric in ("tool_calls", "tool_errors") else None
+        if floor is None:
+            return value
+        return max(value, floor[0] if metric == "tool_calls" else floor[1])
+
+    def _count_call(self, measured, failed: bool) -> None:
+        """Raise the floors of every measure one more call counts in (caller holds ``_lock``). ``measured``:
+        (totals, who, day) of each gate, totals None where the gate does not apply."""
+        now = time.monotonic()
+        if len(self._floors) > 4096:  # calls long recorded, days gone
+            self._floors = {k: f for k, f in self._floors.items() if now - f[2] < _FLOOR_S}
+        for totals, who, day in {(who, day): (totals, who, day) for totals, who, day in measured
+                                 if totals is not None}.values():
+            calls, errors = exact(totals, "tool_calls"), exact(totals, "tool_errors")
+            floor = self._floor(who, day, now)
+            if floor is not None:
+                calls, errors = max(calls, floor[0]), max(errors, floor[1])
+            self._floors[(who, day)] = (calls + 1, errors + failed, now)
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))
@@ -238,21 +290,23 @@ class GateKeeper:
             self._pending, self._counts = [], Counter()
         return pending, counts
 
-    def _totals(self, conn, gate: GateConfig, state: HotSession | None,
-                now_ms: int) -> tuple[Totals | dict | None, str]:
-        """What ``gate`` measures, and who spent it; None when the gate does not apply."""
+    def _totals(self, conn, gate: GateConfig, state: HotSession | None, agent: str | None,
+                now_ms: int) -> tuple[Totals | dict | None, str, int]:
+        """What ``gate`` measures, who spent it and the day it counts (0: no day); None when the gate does not
+        apply. ``agent``: the session's, known to a session the ledger does not hold yet from its key."""
         if gate.scope == "session":
-            return (None, "") if state is None else (state.own, f"session {state.session_key}")
+            return (None, "", 0) if state is None else (state.own, f"session {state.session_key}", 0)
         if gate.scope == "session-family":
             if state is None:
-                return None, ""
-            return state.family, f"session {state.session_key} with its subagents"
-        agent = None
+                return None, "", 0
+            return state.family, f"session {state.session_key} with its subagents", 0
         if gate.scope == "agent-day":
-            if state is None or not state.agent_id:
-                return None, ""
-            agent = state.agent_id
-        return self._day(conn, agent, now_ms), (f"agent {agent}" if agent else "all agents together")
+            if not agent:
+                return None, "", 0
+        else:
+            agent = None
+        return (self._day(conn, agent, now_ms), f"agent {agent}" if agent else "all agents together",
+                self._day_bounds(now_ms)[0])
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
         start, end = self._day_bounds(now_ms)
