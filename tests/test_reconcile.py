@@ -312,6 +312,9 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("ALTER TABLE ledger_position DROP COLUMN repricings")
     conn.execute("DROP TABLE unreadable_inputs")
     conn.execute("ALTER TABLE subagents DROP COLUMN told_by_child")
+    conn.execute("DROP INDEX run_activity_by_session")
+    conn.execute("ALTER TABLE run_activity DROP COLUMN session_id")
+    conn.execute("ALTER TABLE run_activity DROP COLUMN session_ms")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

@@ -12,7 +12,7 @@ import apsw
 import orjson
 import pytest
 from conftest import REPO, ingest
-from ledgerdump import verify
+from ledgerdump import dump, usage, verify
 from logwriter import LogDir, event, llm_call
 
 from agentledger.ledger import queries
@@ -137,3 +137,110 @@ def test_a_tool_call_without_a_run_counts_in_the_session_its_line_names(tmp_path
         conn.close()
     assert (s1["session_id"], s1["runs"], s1["tool_calls"], s1["tool_errors"]) == ("sid-s1", 0, 1, 1)
     assert (u["tool_calls"], u["tool_errors"]) == (1, 1)
+
+
+def _killed_run(n: int, kind: str, data: dict, session_id: str = "S5") -> bytes:
+    """A line of run r5 of session S5 (agent:main:main); tool lines name no session (FORMATS §1)."""
+    return event(n, kind, data, session="main", run="r5", session_id=session_id)
+
+
+_SESSION_START = _killed_run(1, "session.start", {"sessionId": "S5"})
+_CALL = _killed_run(2, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                    "delta": {"input": 1, "output": 2, "total": 3}, "costUsd": 0.01})
+_TOOL_LINES = [_killed_run(3, "tool.start", {"toolName": "exec", "toolCallId": "call-1"}, "unknown"),
+               _killed_run(4, "tool.end", {"toolName": "exec", "toolCallId": "call-1", "isError": True}, "unknown")]
+_RUN_END = _killed_run(5, "run.end", {"provider": "anthropic", "model": "claude-sonnet-4-5", "durationMs": 4,
+                                      "usage": {"input": 1, "output": 2, "total": 3}, "toolCallCount": 1,
+                                      "stopReason": "stop"})
+
+
+def _session_view(db: Path) -> tuple:
+    """What ``sessions`` and ``session agent:main:main`` show of S5's tool calls, and its activity span."""
+    conn = open_reader(db)
+    try:
+        (s5,) = queries.sessions(conn, queries.Window())
+        detail = queries.session_detail(conn, "agent:main:main")
+    finally:
+        conn.close()
+    return (s5["session_id"], s5["tool_calls"], s5["tool_errors"],
+            [(t["tool_call_id"], t["status"]) for t in detail["tool_calls"]],
+            s5["first_activity_at"], s5["last_activity_at"])
+
+
+@pytest.mark.parametrize("order", ["as written", "tools before the call", "tools first of all"])
+def test_a_tool_call_of_a_run_known_only_by_its_model_calls_counts_in_their_session(tmp_path, order):
+    """A log that begins mid-run, the run then killed: no run.start or run.end says whose run r5 is, but its
+    llm.call does, and the tool lines (which name no session) reach S5 through their run."""
+    lines = {"as written": [_SESSION_START, _CALL, *_TOOL_LINES],
+             "tools before the call": [_SESSION_START, *_TOOL_LINES, _CALL],
+             "tools first of all": [*_TOOL_LINES, _SESSION_START, _CALL]}[order]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root, batch_lines=1)  # a batch per line: each line finds only what came before it
+    assert verify(db) == []
+    sid, tool_calls, tool_errors, listed, _, last = _session_view(db)
+    assert (sid, tool_calls, tool_errors, listed) == ("S5", 1, 1, [("call-1", "error")])
+    assert last.endswith(":20.004Z")  # the session's activity reaches its run's last tool line
+    u = usage(db)
+    assert (u["runs"], u["tool_calls"], u["tool_errors"]) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("reads", [
+    ([_SESSION_START, _CALL, *_TOOL_LINES], [_RUN_END]),
+    ([*_TOOL_LINES, _SESSION_START, _CALL], [_RUN_END]),
+    ([*_TOOL_LINES], [_SESSION_START, _CALL]),
+    ([_SESSION_START, *_TOOL_LINES], [_CALL, _RUN_END]),
+], ids=["run end later", "tools first, run end later", "call later", "call and run end later"])
+def test_a_run_told_over_two_reads_leaves_the_ledger_as_one_read_of_it_all(tmp_path, reads):
+    """What says whose run r5 is (its llm.call, its run.end) arrives in a later read than its tool lines, or
+    earlier: the session counts the tool call once, as one read of the whole log does."""
+    steps = tmp_path / "steps"
+    logs = LogDir(steps / "state")
+    for lines in reads:
+        logs.append(b"".join(lines))
+        ingest(steps / "l.db", logs.root)
+        assert verify(steps / "l.db") == []
+    whole = tmp_path / "whole"
+    once = LogDir(whole / "state")
+    once.append(b"".join(line for lines in reads for line in lines))
+    ingest(whole / "l.db", once.root)
+    for db in (steps / "l.db", whole / "l.db"):
+        assert verify(db) == []
+        assert _session_view(db)[:4] == ("S5", 1, 1, [("call-1", "error")])
+        assert usage(db)["runs"] == (_RUN_END in reads[1])
+    assert _session_view(steps / "l.db") == _session_view(whole / "l.db")
+    tables = ("sessions", "runs", "llm_calls", "tool_calls", "session_ids")
+    assert dump(steps / "l.db", tables) == dump(whole / "l.db", tables)
+    assert _session_totals(steps / "l.db") == _session_totals(whole / "l.db")
+
+
+def _session_totals(db: Path) -> list[tuple]:
+    conn = open_reader(db)
+    try:
+        return conn.execute("SELECT * FROM session_totals ORDER BY session_id").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_ledger_from_before_run_sessions_counts_such_tool_calls_once_migrated(tmp_path):
+    """A ledger written before run_activity said whose a run is: the migration learns it from the runs and
+    model calls it holds, and the session's totals, tool list and span follow."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join([_SESSION_START, _CALL, *_TOOL_LINES]))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    # As the ledger was before: the tool call reached no session, nor did its time.
+    conn = apsw.Connection(str(db))
+    conn.execute("DROP INDEX run_activity_by_session")
+    conn.execute("ALTER TABLE run_activity DROP COLUMN session_id")
+    conn.execute("ALTER TABLE run_activity DROP COLUMN session_ms")
+    conn.execute("UPDATE session_totals SET tool_calls = 0, tool_errors = 0")
+    conn.execute("UPDATE sessions SET last_ms = (SELECT ts_ms FROM llm_calls)")
+    conn.execute("PRAGMA user_version = 22")
+    conn.close()
+    open_writer(db).close()
+    assert verify(db) == []
+    sid, tool_calls, tool_errors, listed, _, last = _session_view(db)
+    assert (sid, tool_calls, tool_errors, listed) == ("S5", 1, 1, [("call-1", "error")])
+    assert last.endswith(":20.004Z")

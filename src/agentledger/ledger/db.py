@@ -30,7 +30,9 @@ WAL_LIMIT_BYTES = 64 * 2**20
 # Migrations after which rollups are recomputed from the rows (None: every rollup there is).
 REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage_days"),
                                              9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",),
-                                             14: ("session_totals",)}
+                                             14: ("session_totals",),
+                                             23: ("session_totals", "usage_slots", "usage_days", "session_ids",
+                                                  "compaction_pairs")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, TOOL_SESSION,
-                                      UNPRICED)
+from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, TOOL_RUNS,
+                                      TOOL_SESSION, UNPRICED)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -690,9 +690,10 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
 
 # A session lists the calls its totals count, where they count them: a model call in the session it
 # names (llm_calls.session_id), a tool call in its own, else its run's (TOOL_SESSION). They are found
-# by index through the session's runs, the side branches it became and the calls no run of theirs is
-# known for (read before it, or told by a hook alone: run_id ''), then kept where they count: a Claude
-# Code Task subagent's calls name the parent's run, but are the subagent's.
+# by index through the session's runs (runs rows, and runs only their events tell, run_activity), the
+# side branches it became and the calls no run of theirs is known for (read before it, or told by a hook
+# alone: run_id ''), then kept where they count: a Claude Code Task subagent's calls name the parent's
+# run, but are the subagent's.
 _MINE = "mine(session_id) AS (SELECT value FROM json_each(?1))"
 _LLM_LISTED = f"SELECT l.ts_ms, l.run_id, l.model, l.total_tokens, l.cost_pico, {UNPRICED}"
 _SESSION_LLM_CALLS = f"""
@@ -708,15 +709,16 @@ _SESSION_TOOL_CALLS = f"""
 WITH {_MINE}, found(run_id, tool_call_id) AS (
     SELECT tc.run_id, tc.tool_call_id FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id
     WHERE r.session_id IN mine
+    UNION SELECT tc.run_id, tc.tool_call_id FROM run_activity AS a JOIN tool_calls AS tc ON tc.run_id = a.run_id
+    WHERE a.session_id IN mine
     UNION SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN mine
     UNION SELECT run_id, tool_call_id FROM tool_calls WHERE run_id = '' AND session_id IN mine
 )
-SELECT {_TOOL_COLUMNS} FROM found JOIN tool_calls AS tc USING (run_id, tool_call_id)
-LEFT JOIN runs AS r ON r.run_id = tc.run_id
+SELECT {_TOOL_COLUMNS} FROM found JOIN tool_calls AS tc USING (run_id, tool_call_id) {TOOL_RUNS}
 WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
 """
 _EVERY_TOOL_CALL_OF = f"""
-WITH {_MINE} SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc LEFT JOIN runs AS r ON r.run_id = tc.run_id
+WITH {_MINE} SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc {TOOL_RUNS}
 WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
 """
 
@@ -1170,7 +1172,8 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
         llm_cond = " AND session_id IN (SELECT value FROM json_each(?3))"
         # Listed through their runs (what the session's turns did, its Task subagents' tools included);
         # the session totals count each call in its own session instead (verify.TOOL_SESSION).
-        tool_cond = " AND run_id IN (SELECT run_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?3)))"
+        tool_cond = (" AND run_id IN (SELECT run_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?3)) "
+                     "UNION SELECT run_id FROM run_activity WHERE session_id IN (SELECT value FROM json_each(?3)))")
     elif agent is not None:
         params.append(agent)
         llm_cond = tool_cond = " AND agent_id = ?3"

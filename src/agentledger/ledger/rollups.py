@@ -15,6 +15,9 @@ from collections import defaultdict
 import apsw
 import orjson
 
+# The session of a run (the runs row r, its events' run_activity row a): the runs row's, else the one its
+# events name (see the writer's _RUN_ACTIVITY). Its tool calls that name none count there (verify.TOOL_SESSION).
+RUN_SESSION = "coalesce(r.session_id, a.session_id)"
 SLOT_MS = 900_000  # 15 minutes: every real UTC offset is a multiple of it
 DAY_MS = 86_400_000
 _SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
@@ -24,15 +27,17 @@ _USAGE_COLUMNS = _SESSION_COLUMNS[:10] + ("runs_running", "runs_ok", "runs_error
                                           "subagent_sessions", "compactions", "subagents")
 _RUN_STATUSES = ("running", "ok", "error", "interrupted")
 
-# A run brings its session the tool calls that name no session of their own (see verify.py).
-_READ_RUNS = """
-SELECT r.run_id, r.session_id, r.agent_id, r.provider, r.model, coalesce(r.started_ms, r.ended_ms), r.status,
-       coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), a.first_ms, a.last_ms
-FROM json_each(?1) AS j JOIN runs AS r ON r.run_id = j.value
+# A run brings its session the tool calls that name no session of their own, and its span (see
+# verify.TOOL_SESSION): a run is a runs row, or only its events' (run_activity), which may say whose it is.
+_READ_RUNS = f"""
+SELECT j.value, r.session_id, r.agent_id, r.provider, r.model, coalesce(r.started_ms, r.ended_ms), r.status,
+       coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0), a.first_ms, a.last_ms, {RUN_SESSION}
+FROM json_each(?1) AS j LEFT JOIN runs AS r ON r.run_id = j.value
+LEFT JOIN run_activity AS a ON a.run_id = j.value
 LEFT JOIN (SELECT run_id, count(*) AS tool_calls, sum(status = 'error') AS tool_errors FROM tool_calls
            WHERE run_id IN (SELECT value FROM json_each(?1)) AND session_id IS NULL GROUP BY run_id) AS t
-       ON t.run_id = r.run_id
-LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+       ON t.run_id = j.value
+WHERE r.run_id IS NOT NULL OR a.run_id IS NOT NULL
 """
 _READ_SESSIONS = """
 SELECT s.session_id, coalesce(s.started_ms, s.first_ms), s.agent_id, s.session_key
@@ -163,10 +168,12 @@ class Deltas:
             acc[1] += sign * duration
 
     def run(self, row: tuple, sign: int) -> None:
-        _, session_id, agent, provider, model, ts, status, tools, tool_errors, _, _ = row
-        if session_id is not None:
-            acc = self.session[session_id]
-            acc[9] += sign
+        """A runs row counts in its session (``session_id``); its tool calls that name no session count in
+        the run's (``run_session``), which a run without a runs row may have too."""
+        _, session_id, agent, provider, model, ts, status, tools, tool_errors, _, _, run_session = row
+        if run_session is not None and (session_id is not None or tools):
+            acc = self.session[run_session]
+            acc[9] += sign * (session_id is not None)
             acc[10] += sign * tools
             acc[11] += sign * tool_errors
         if ts is not None:
@@ -267,7 +274,7 @@ class Tracker:
         self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys, 2)
         self.old_runs = _read(self.conn, _READ_RUNS, self.run_ids)
         # The sessions of these runs may widen their span (and so move slot) below.
-        self.session_ids |= {row[1] for row in self.old_runs.values() if row[1] is not None}
+        self.session_ids |= {row[11] for row in self.old_runs.values() if row[11] is not None}
         self.session_ids = sorted(self.session_ids)
         self.old_sessions = _read(self.conn, _READ_SESSIONS, self.session_ids)
         self.old_subagents = _read(self.conn, _READ_SUBAGENTS, self.subagent_keys)
@@ -286,10 +293,11 @@ class Tracker:
         new_runs = []
         for run_id, row in _read(self.conn, _READ_RUNS, self.run_ids).items():
             d.run(row, +1)
-            if run_id not in self.old_runs:
+            old = self.old_runs.get(run_id)
+            if row[6] is not None and (old is None or old[6] is None):  # a runs row (its status) new to the batch
                 new_runs.append(run_id)
-            if row[1] is not None and row[9] is not None:
-                spans.append((row[9], row[10], row[1]))
+            if row[11] is not None and row[9] is not None:
+                spans.append((row[9], row[10], row[11]))
         if spans:
             self.conn.executemany(_SESSION_SPAN, spans)
         for row in self.old_sessions.values():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.rollups import DURATION_BOUNDS_MS
+from agentledger.ledger.rollups import DURATION_BOUNDS_MS, RUN_SESSION
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
@@ -32,8 +32,10 @@ LLM_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cach
 RUN_COLUMNS = ("runs", "runs_running", "runs_ok", "runs_error", "runs_interrupted")
 _COUNT_COLUMNS = ("sessions", "subagent_sessions", "compactions", "subagents")
 SUBAGENT_KEY = "(coalesce(session_key, '') LIKE 'agent:%:subagent:%')"
-# The session a tool call (tc) counts in: its own (a side branch's, once named), else its run's (r).
-TOOL_SESSION = "coalesce(tc.session_id, r.session_id)"
+# The session a tool call (tc) counts in: its own (a side branch's, once named), else its run's: the runs
+# row's (r), else the one the run's events name (a), as for a run no run.start or run.end told.
+TOOL_SESSION = f"coalesce(tc.session_id, {RUN_SESSION})"
+TOOL_RUNS = "LEFT JOIN runs AS r ON r.run_id = tc.run_id LEFT JOIN run_activity AS a ON a.run_id = tc.run_id"
 
 
 def _z(alias: str, columns: tuple[str, ...]) -> str:
@@ -85,7 +87,7 @@ _BASE_ROLLUPS = (
         WITH l AS (SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE session_id IS NOT NULL GROUP BY session_id),
         r AS (SELECT session_id, count(*) AS runs FROM runs WHERE session_id IS NOT NULL GROUP BY session_id),
         t AS (SELECT {TOOL_SESSION} AS session_id, count(*) AS tool_calls, sum(tc.status = 'error') AS tool_errors
-              FROM tool_calls AS tc LEFT JOIN runs AS r ON r.run_id = tc.run_id
+              FROM tool_calls AS tc {TOOL_RUNS}
               WHERE {TOOL_SESSION} IS NOT NULL GROUP BY 1),
         k AS (SELECT session_id FROM l UNION SELECT session_id FROM r UNION SELECT session_id FROM t)
         SELECT k.session_id, {_z("l", LLM_COLUMNS)}, {_z("r", ("runs",))}, {_z("t", ("tool_calls", "tool_errors"))}

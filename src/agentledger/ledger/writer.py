@@ -166,11 +166,18 @@ ON CONFLICT (session_id) DO UPDATE SET
     first_ms    = min(sessions.first_ms, excluded.first_ms),
     last_ms     = max(sessions.last_ms, excluded.last_ms)
 """
-_RUN_ACTIVITY = """
-INSERT INTO run_activity (run_id, first_ms, last_ms) VALUES (?, ?, ?)
+# A run's session is what the earliest of its events that names one says (of two at once, the lesser id),
+# whatever order they are read in: a tool call naming no session counts in it when no runs row says whose
+# the run is (see verify.TOOL_SESSION).
+_EARLIER_SESSION = ("excluded.session_id IS NOT NULL AND (run_activity.session_id IS NULL OR "
+                    "(excluded.session_ms, excluded.session_id) < (run_activity.session_ms, run_activity.session_id))")
+_RUN_ACTIVITY = f"""
+INSERT INTO run_activity (run_id, first_ms, last_ms, session_ms, session_id) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
-    first_ms = min(run_activity.first_ms, excluded.first_ms),
-    last_ms  = max(run_activity.last_ms, excluded.last_ms)
+    first_ms   = min(run_activity.first_ms, excluded.first_ms),
+    last_ms    = max(run_activity.last_ms, excluded.last_ms),
+    session_ms = iif({_EARLIER_SESSION}, excluded.session_ms, run_activity.session_ms),
+    session_id = iif({_EARLIER_SESSION}, excluded.session_id, run_activity.session_id)
 """
 # ?4: the start is dated by its arrival (a Claude Code hook's), so one sent again late is no later than the
 # session's first line; a log's own start is when it says.
@@ -280,8 +287,8 @@ _REKEY_SESSION = (
     "UPDATE llm_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session) "
     "AND session_id = :session AND session_key = :old",
     "UPDATE llm_calls SET session_key = :key WHERE run_id IS NULL AND session_id = :session AND session_key = :old",
-    "UPDATE tool_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session) "
-    "AND session_key = :old",
+    "UPDATE tool_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session "
+    "UNION SELECT run_id FROM run_activity WHERE session_id = :session) AND session_key = :old",
     "UPDATE usage_snapshots SET session_key = :key WHERE session_id = :session AND session_key = :old",
     "UPDATE compactions SET session_key = :key WHERE session_key = :old AND ts_ms BETWEEN :first AND :last",
     "UPDATE events SET session_key = :key WHERE ts_ms BETWEEN :first AND :last AND session_key = :old",
@@ -699,7 +706,8 @@ class _Prepared:
     events: list[tuple] = field(default_factory=list)
     rows: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
-    runs: dict[str, list[int]] = field(default_factory=dict)  # run id → [first, last] of this batch's facts
+    # run id → [first, last, session time, session] of this batch's facts (see _RUN_ACTIVITY)
+    runs: dict[str, list] = field(default_factory=dict)
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
     responses: dict[str, str] = field(default_factory=dict)  # call key → LlmCall.message_key
     side_tools: dict[tuple[str, str], str] = field(default_factory=dict)  # side-branch tool starts' responses
@@ -750,11 +758,14 @@ def _prepare(parts: list[_Part]) -> _Prepared:
             if rid is not None:
                 span = runs.get(rid)
                 if span is None:
-                    runs[rid] = [ts, ts]
-                elif ts < span[0]:
-                    span[0] = ts
-                elif ts > span[1]:
-                    span[1] = ts
+                    runs[rid] = [ts, ts, ts if sid is not None else None, sid]
+                else:
+                    if ts < span[0]:
+                        span[0] = ts
+                    elif ts > span[1]:
+                        span[1] = ts
+                    if sid is not None and (span[3] is None or (ts, sid) < (span[2], span[3])):
+                        span[2], span[3] = ts, sid
     return out
 
 
@@ -936,7 +947,7 @@ def _runless_into_runs(conn: apsw.Connection, session_ids: set[str]) -> set[str]
         conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, "", call_id))
         conn.execute(_DROP_TOOL_ROW, ("", call_id))
     conn.executemany(_SET_CALL_RUN, [(run_id, rid) for run_id, rid, *_ in calls])
-    conn.executemany(_RUN_ACTIVITY, [(run_id, a, b) for run_id, (a, b) in spans.items()])
+    conn.executemany(_RUN_ACTIVITY, [(run_id, a, b, None, None) for run_id, (a, b) in spans.items()])
     old = [tuple(row) for _, _, *row in calls]
     tracker.after([(*row[:6], run_id, *row[7:]) for (run_id, *_), row in zip(calls, old)], [], old)
     return tracker.touched
@@ -1233,7 +1244,7 @@ class LedgerWriter:
                 conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
         conn.executemany(_DROP_TOOL_ROW, replays)
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
-        conn.executemany(_RUN_ACTIVITY, [(rid, a, b) for rid, (a, b) in prepared.runs.items()])
+        conn.executemany(_RUN_ACTIVITY, [(rid, *span) for rid, span in prepared.runs.items()])
         # Only now: the hook takeover above reads each line's own row.
         _pair_tools(prepared.rows, {row[1] for row in tracker.old_tools.values() if row[8] is not None})
         for sql in _ORDER:
