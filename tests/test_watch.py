@@ -3,14 +3,16 @@ cost, follows new lines, and quits with exit code 0."""
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 import time
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import REPO, cli_env, ingest
-from logwriter import event, partly_priced_log
+from logwriter import LogDir, event, partly_priced_log
 from serving import Served, copy_logs, write_config
 from terminal import Terminal, needs_tmux
 
@@ -126,3 +128,26 @@ def test_watch_marks_costs_that_leave_out_unpriced_calls(tmp_path, env):
     assert rows["session-cost"][1:] == ["≥$0.5000*/$5.00", "$4.50", "—*", "—"]
     assert rows["fleet-day"][-4:] == ["≥$0.5000*/$50.00", "$49.50", "—*", "—"]
     assert sum(line.startswith("* leaves out model calls with no price") for line in lines) == 1
+
+
+def test_watch_shows_the_time_on_the_clock_of_the_zone_it_names(tmp_path, env):
+    # The header and the failures were drawn at UTC's time beside the configured zone's name.
+    zone = ZoneInfo("America/New_York")  # never UTC's offset, in summer or winter
+    logs = LogDir(tmp_path / "logs")
+    failed_ms = time.time_ns() // 1_000_000 - 3_600_000
+    logs.append(event(1, "tool.end", {"toolCallId": "call-1", "toolName": "exec", "isError": True}, ts=failed_ms))
+    ingest(tmp_path / "ledger.db", logs.root)
+    config = write_config(tmp_path, logs.root)
+    config.write_text('timezone = "America/New_York"\n' + config.read_text())
+    before = dt.datetime.now(zone).replace(microsecond=0)
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "watch", "--once", "--url",
+                          "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
+    after = dt.datetime.now(zone)
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    seconds = range(int((after - before).total_seconds()) + 1)
+    shown = {f"agentledger watch  {before + dt.timedelta(seconds=s):%H:%M:%S} America/New_York" for s in seconds}
+    assert any(lines[0].startswith(s) for s in shown), lines[0]
+    failed_at = dt.datetime.fromtimestamp(failed_ms / 1000, zone)
+    assert f"{failed_at:%H:%M:%S} tool exec error agent:main:s1" in lines, lines

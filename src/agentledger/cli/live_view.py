@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from zoneinfo import ZoneInfo
 
 import orjson
 from rich.console import Console, Group
@@ -65,10 +66,11 @@ class Feed:
 
 # -- drawing --------------------------------------------------------------------------------------
 
-def _clock(iso: str | None) -> str:
+def _clock(iso: str | None, zone: ZoneInfo) -> str:
+    """A UTC time on the clock of ``zone``, the zone the header names beside it."""
     if not iso:
         return "?"
-    at = dt.datetime.fromisoformat(iso)
+    at = dt.datetime.fromisoformat(iso).astimezone(zone)
     return at.strftime("%H:%M:%S") if dt.datetime.now(dt.UTC) - at < dt.timedelta(hours=20) else at.strftime("%m-%d %H:%M")
 
 
@@ -111,6 +113,7 @@ def _table(title: str, columns: list[tuple[str, dict]], expand: bool = True) -> 
 def frame(snap: dict, where: str, height: int) -> Group:
     """One screen: header, sessions, gates, failures, ingest, cut to ``height`` lines."""
     sessions, problems, sources = snap["sessions"], snap["problems"], snap["ingest"]
+    zone = ZoneInfo(snap["timezone"])
     worst: dict[str, tuple[dict, dict]] = {}
     for s in sessions:
         for g in s["gates"]:
@@ -125,7 +128,7 @@ def frame(snap: dict, where: str, height: int) -> Group:
     n_problems = min(len(problems), max((room - n_gates - n_sources) // 4, 0), 5)
     n_sessions = max(min(len(sessions), room - n_gates - n_sources - n_problems), 1)
 
-    header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'])} {snap['timezone']}  ",
+    header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'], zone)} {snap['timezone']}  ",
                            ("today ", "dim"), display.cost(snap["today_usd"], snap["today_unpriced_calls"]),
                            ("  in all ", "dim"), display.cost(snap["total_usd"], snap["total_unpriced_calls"]),
                            ("  q quits", "dim"), no_wrap=True, overflow="ellipsis")
@@ -167,7 +170,7 @@ def frame(snap: dict, where: str, height: int) -> Group:
     if problems:
         parts.append(Text("latest failed or interrupted", style="bold"))
         for p in problems[:n_problems]:
-            parts.append(Text.assemble(f"{_clock(p['at'])} {p['kind']} {p['name'] or '?'} ",
+            parts.append(Text.assemble(f"{_clock(p['at'], zone)} {p['kind']} {p['name'] or '?'} ",
                                        (p["status"], "red" if p["status"] == "error" else "yellow"),
                                        f" {p['session_key'] or '?'}", no_wrap=True, overflow="ellipsis"))
 
