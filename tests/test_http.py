@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import shutil
@@ -164,6 +165,52 @@ def test_a_body_the_daemon_does_not_read_never_becomes_a_request(api, framing):
     replies = re.findall(rb"HTTP/1\.1 \d{3} ", reply)  # a reply's body runs straight into the next status line
     assert len(replies) == 1, replies
     assert replies[0].startswith(b"HTTP/1.1 400 " if head.startswith(b"POST") else b"HTTP/1.1 200 ")
+
+
+def _ask(api: str, method: str, path: str, body: bytes | None = None) -> tuple[int, str | None, bytes]:
+    """Status, Allow header and body of one request."""
+    url = urllib.parse.urlsplit(api)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Allow"), resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v1/hooks/claude-code", "POST"), ("POST", "/metrics", "GET, HEAD"), ("POST", "/v1/gate", "GET"),
+    ("PUT", "/v1/usage", "GET, HEAD"), ("DELETE", "/v1/sessions/agent%3Amain%3As1", "GET, HEAD"),
+    ("PATCH", "/v1/hooks/claude-code", "POST"), ("HEAD", "/v1/gate", "GET"),
+])
+def test_a_method_an_endpoint_does_not_answer_is_405_naming_the_one_it_does(api, method, path, allow):
+    # Was a 404 saying the endpoint does not exist, or for PUT, DELETE, PATCH and HEAD the stdlib's 501 page.
+    status, allowed, data = _ask(api, method, path, b"{}" if method in ("POST", "PUT", "PATCH") else None)
+    assert (status, allowed) == (405, allow)
+    if method != "HEAD":  # a HEAD answer has no body
+        want = allow.split(",")[0]
+        assert json.loads(data) == {"error": f"{urllib.parse.urlsplit(path).path} does not answer {method}: use {want}"}
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_any_method_on_no_endpoint_is_a_json_404(api, method):
+    status, allowed, data = _ask(api, method, "/v1/nothing", b"{}" if method != "DELETE" else None)
+    assert (status, allowed, json.loads(data)) == (404, None, {"error": "no such endpoint '/v1/nothing'"})
+
+
+def test_head_is_answered_as_get_without_the_body(api):
+    for path in ("/v1/usage", "/healthz", "/metrics", "/ui"):
+        assert _ask(api, "HEAD", path) == (200, None, b""), path
+    # One keep-alive connection: a HEAD answer carries no body to be read as the next answer.
+    reply = _exchange(api, b"HEAD /v1/usage HTTP/1.1\r\nHost: a\r\n\r\nHEAD /nothing HTTP/1.1\r\nHost: a\r\n\r\n"
+                           b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    heads = reply.split(b"\r\n\r\n")
+    assert [h.split(b"\r\n")[0] for h in heads[:3]] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 404 Not Found",
+                                                         b"HTTP/1.1 200 OK"]
+    assert json.loads(heads[3]) == {"status": "ok"}
+    length = re.search(rb"Content-Length: (\d+)", heads[0]).group(1)
+    assert int(length) == len(_ask(api, "GET", "/v1/usage")[2])
 
 
 def _ipv6_loopback() -> bool:

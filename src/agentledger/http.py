@@ -10,11 +10,13 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 from zoneinfo import ZoneInfo
 
+import apsw
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -132,55 +134,85 @@ def _gates_of(keeper: GateKeeper | None) -> tuple[tuple[GateConfig, ...], ZoneIn
     return (keeper.gates, keeper.zone) if keeper is not None else ((), ZoneInfo("UTC"))
 
 
+def _ready(db: Path, health: Health) -> tuple[int, dict]:
+    status, body = health.ready()
+    if status == 200:
+        try:  # ready also means the ledger answers
+            open_reader(db).close()
+        except LedgerError as exc:
+            return 503, {"ready": False, "reason": str(exc)}
+    return status, body
+
+
+def _hot_views(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple[int, object]:
+    if keeper is None:
+        return 503, {"error": "hot session views are served by `agentledger serve` only"}
+    w = _window(params, 50)
+    views = [hot_json(v) for v in keeper.hot.views() if w.agent is None or v.agent_id == w.agent]
+    return 200, views[: w.limit]
+
+
+def _overview(conn: apsw.Connection, keeper: GateKeeper | None, params: dict[str, list[str]]) -> dict:
+    gates, zone = _gates_of(keeper)
+    limit = _window(params, 8).limit
+    if limit > OVERVIEW_MAX:
+        raise BadRequest(f"limit for the overview is at most {OVERVIEW_MAX} sessions")
+    return overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
+
+
+def _forecast(conn: apsw.Connection, keeper: GateKeeper | None, key: str) -> dict:
+    gates, zone = _gates_of(keeper)
+    return Forecaster(conn, gates, zone, int(time.time() * 1000)).session(key)
+
+
+def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> list[dict]:
+    group_by = (params.get("group_by") or ["model"])[-1]
+    tz = (params.get("tz") or ["UTC"])[-1]
+    return queries.costs(conn, _window(params, None), group_by, tz)
+
+
+_READS = ("GET", "HEAD")
+_Answer = Callable[[], tuple[int, object]]
+
+
 def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
-           params: dict[str, list[str]]) -> tuple[int, object]:
-    parts = [unquote(p) for p in path.strip("/").split("/")]
-    if parts == ["healthz"]:
-        return health.alive()
-    if parts == ["readyz"]:
-        status, body = health.ready()
-        if status == 200:
-            try:  # ready also means the ledger answers
-                open_reader(db).close()
-            except LedgerError as exc:
-                return 503, {"ready": False, "reason": str(exc)}
-        return status, body
-    if len(parts) < 2 or parts[0] != "v1":
-        return 404, {"error": f"no such endpoint {path!r}"}
-    if parts[1:] == ["gate"]:
-        return _gate(keeper, params)
-    if parts[1:] == ["hot"]:
-        if keeper is None:
-            return 503, {"error": "hot session views are served by `agentledger serve` only"}
-        w = _window(params, 50)
-        views = [hot_json(v) for v in keeper.hot.views() if w.agent is None or v.agent_id == w.agent]
-        return 200, views[: w.limit]
-    if parts[1] == "sessions" and len(parts) == 4 and parts[3] == "hot":
-        return _hot(keeper, parts[2])
-    conn = open_reader(db)
-    try:
-        if parts[1] == "sessions" and len(parts) == 4 and parts[3] == "forecast":
-            gates, zone = _gates_of(keeper)
-            return 200, Forecaster(conn, gates, zone, int(time.time() * 1000)).session(parts[2])
-        if parts[1:] == ["overview"]:
-            gates, zone = _gates_of(keeper)
-            limit = _window(params, 8).limit
-            if limit > OVERVIEW_MAX:
-                raise BadRequest(f"limit for the overview is at most {OVERVIEW_MAX} sessions")
-            return 200, overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
-        if parts[1:] == ["sessions"]:
-            return 200, queries.sessions(conn, _window(params, 50))
-        if parts[1] == "sessions" and len(parts) == 3:
-            return 200, queries.session_detail(conn, parts[2])
-        if parts[1:] == ["usage"]:
-            return 200, queries.usage(conn, _window(params, None))
-        if parts[1:] == ["costs"]:
-            group_by = (params.get("group_by") or ["model"])[-1]
-            tz = (params.get("tz") or ["UTC"])[-1]
-            return 200, queries.costs(conn, _window(params, None), group_by, tz)
-        return 404, {"error": f"no such endpoint {path!r}"}
-    finally:
-        conn.close()
+           params: dict[str, list[str]]) -> tuple[tuple[str, ...], _Answer] | None:
+    """The methods the JSON endpoint at ``path`` answers, and its answer; None when there is no such endpoint."""
+
+    def reading(query: Callable[[apsw.Connection], object]) -> tuple[tuple[str, ...], _Answer]:
+        def answer() -> tuple[int, object]:
+            conn = open_reader(db)
+            try:
+                return 200, query(conn)
+            finally:
+                conn.close()
+        return _READS, answer
+
+    match [unquote(p) for p in path.strip("/").split("/")]:
+        case ["healthz"]:
+            return _READS, health.alive
+        case ["readyz"]:
+            return _READS, lambda: _ready(db, health)
+        case ["v1", "gate"]:
+            # Not HEAD: a decision is counted, and a block recorded, for an answer HEAD never shows.
+            return ("GET",), lambda: _gate(keeper, params)
+        case ["v1", "hot"]:
+            return _READS, lambda: _hot_views(keeper, params)
+        case ["v1", "sessions", key, "hot"]:
+            return _READS, lambda: _hot(keeper, key)
+        case ["v1", "sessions", key, "forecast"]:
+            return reading(lambda conn: _forecast(conn, keeper, key))
+        case ["v1", "overview"]:
+            return reading(lambda conn: _overview(conn, keeper, params))
+        case ["v1", "sessions"]:
+            return reading(lambda conn: queries.sessions(conn, _window(params, 50)))
+        case ["v1", "sessions", key]:
+            return reading(lambda conn: queries.session_detail(conn, key))
+        case ["v1", "usage"]:
+            return reading(lambda conn: queries.usage(conn, _window(params, None)))
+        case ["v1", "costs"]:
+            return reading(lambda conn: _costs(conn, params))
+    return None
 
 
 OVERVIEW_MAX = 50  # each session listed costs a forecast
@@ -200,49 +232,61 @@ class _Handler(BaseHTTPRequestHandler):
     top_n: int
     floors: CounterFloors
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        if "Transfer-Encoding" in self.headers or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
-            self.close_connection = True  # a body no GET reads must not be taken for the next request
+    def _dispatch(self) -> None:
         url = urlsplit(self.path)
+        methods, answer = self._endpoint(url)
+        # Only a POST endpoint reads a body; one left unread must not be taken for the next request.
+        reads_body = self.command == "POST" and "POST" in methods
+        if not reads_body and ("Transfer-Encoding" in self.headers
+                               or self.headers.get("Content-Length", "0").strip() not in ("", "0")):
+            self.close_connection = True
+        if self.command in methods:
+            answer()
+        elif methods:
+            self._reply(405, "application/json", _error(f"{url.path} does not answer {self.command}: use {methods[0]}"),
+                        (("Allow", ", ".join(methods)),))
+        else:
+            self._reply(404, "application/json", _error(f"no such endpoint {url.path!r}"))
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
+
+    def _endpoint(self, url: SplitResult) -> tuple[tuple[str, ...], Callable[[], None] | None]:
+        """The methods the endpoint at ``url`` answers, and what answers them; none when there is no such endpoint."""
         if url.path == "/metrics":
-            self._metrics()
-            return
+            return _READS, self._metrics
         if url.path in ("/ui", "/ui/"):
-            self._ui(parse_qs(url.query))
-            return
+            return _READS, lambda: self._ui(parse_qs(url.query))
+        if url.path.rstrip("/") == "/v1/hooks/claude-code":
+            return ("POST",), lambda: self._answer(self._hook)
         # Blank values kept: a gate asked for a tool whose name is not known sends tool= (see _gate).
-        self._answer(lambda: _route(self.db, self.health, self.keeper, url.path,
-                                    parse_qs(url.query, keep_blank_values=True)))
+        found = _route(self.db, self.health, self.keeper, url.path, parse_qs(url.query, keep_blank_values=True))
+        if found is None:
+            return (), None
+        methods, route = found
+        return methods, lambda: self._answer(route)
 
-    def do_POST(self) -> None:  # noqa: N802
-        url = urlsplit(self.path)
-
-        def route() -> tuple[int, object]:
-            length = self.headers.get("Content-Length", "")
-            # With Transfer-Encoding as well, the length is not the body's (RFC 9112 §6.3).
-            if not length.isdecimal() or "Transfer-Encoding" in self.headers:
-                self.close_connection = True  # a body of unknown length must not be taken for the next request
-                raise BadRequest("send a Content-Length")
-            if int(length) > MAX_BODY:
-                self.close_connection = True  # the unread body must not be taken for the next request
-                return 413, {"error": f"body over {MAX_BODY} bytes"}
-            body = self.rfile.read(int(length))
-            if url.path.rstrip("/") != "/v1/hooks/claude-code":
-                return 404, {"error": f"no such endpoint {url.path!r}"}
-            if self.keeper is None:
-                return 503, {"error": "hooks are answered by `agentledger serve` only"}
-            try:
-                payload = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise BadRequest(f"the body is not JSON: {exc}") from None
-            received_ms = time.time_ns() // 1_000_000
-            answer = claude_code_answer(self.keeper, payload)
-            if self.hooks is not None:  # queued for the daemon's writer: the answer does not wait
-                denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-                self.hooks.put(claude_code_hooks.decode(payload, received_ms, denied))
-            return 200, answer
-
-        self._answer(route)
+    def _hook(self) -> tuple[int, object]:
+        length = self.headers.get("Content-Length", "")
+        # With Transfer-Encoding as well, the length is not the body's (RFC 9112 §6.3).
+        if not length.isdecimal() or "Transfer-Encoding" in self.headers:
+            self.close_connection = True  # a body of unknown length must not be taken for the next request
+            raise BadRequest("send a Content-Length")
+        if int(length) > MAX_BODY:
+            self.close_connection = True  # the unread body must not be taken for the next request
+            return 413, {"error": f"body over {MAX_BODY} bytes"}
+        body = self.rfile.read(int(length))
+        if self.keeper is None:
+            return 503, {"error": "hooks are answered by `agentledger serve` only"}
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+        received_ms = time.time_ns() // 1_000_000
+        answer = claude_code_answer(self.keeper, payload)
+        if self.hooks is not None:  # queued for the daemon's writer: the answer does not wait
+            denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+            self.hooks.put(claude_code_hooks.decode(payload, received_ms, denied))
+        return 200, answer
 
     def _answer(self, route) -> None:
         started = time.perf_counter()
@@ -258,12 +302,8 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             status, data = 500, _error(self._failed())
         elapsed_ms = (time.perf_counter() - started) * 1000
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Server-Timing", f"app;dur={elapsed_ms:.3f}")  # time inside the handler
-        self.end_headers()
-        self.wfile.write(data)
+        self._reply(status, "application/json", data,
+                    (("Server-Timing", f"app;dur={elapsed_ms:.3f}"),))  # time inside the handler
 
     def _metrics(self) -> None:
         try:
@@ -274,11 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
         except Exception:
             data, status, ctype = f"# {self._failed()}\n".encode(), 500, "text/plain"
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._reply(status, ctype, data)
 
     def _ui(self, params: dict[str, list[str]]) -> None:
         gates, zone = _gates_of(self.keeper)
@@ -295,13 +331,17 @@ class _Handler(BaseHTTPRequestHandler):
             data, status, ctype = f"{exc}\n".encode(), 503, "text/plain; charset=utf-8"
         except Exception:
             data, status, ctype = f"{self._failed()}\n".encode(), 500, "text/plain; charset=utf-8"
+        self._reply(status, ctype, data, (("Content-Security-Policy", ui.CSP), ("X-Content-Type-Options", "nosniff")))
+
+    def _reply(self, status: int, ctype: str, data: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Security-Policy", ui.CSP)
-        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # HEAD is answered as GET is, but for the body
+            self.wfile.write(data)
 
     def _failed(self) -> str:
         """Logs the exception being handled, with its traceback; returns what the client is told instead.
