@@ -101,6 +101,23 @@ def test_two_gates_with_one_name_are_refused(tmp_path):
         load(path, env={})
 
 
+@pytest.mark.parametrize(("key", "value", "fix"), [
+    ("tools", '"exec"', '["exec"]'), ("agents", '"main"', '["main"]'), ("tools", "5", '["*"]'),
+])
+def test_globs_given_other_than_as_a_list_say_to_give_a_list(tmp_path, key, value, fix):
+    # Was "gates[0].tools: must be a valid tuple": the type in Python's words, and no fix.
+    path = tmp_path / "c.toml"
+    gate = '[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = 1\n'
+    path.write_text(f"{gate}{key} = {value}\n")
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert ran.returncode == 2
+    assert ran.stderr == (f"agentledger: invalid config: gates[0].{key}: must be a list of globs, "
+                          f"e.g. {key} = {fix} (from {path})\n")
+    path.write_text(f"{gate}{key} = {fix}\n")  # the fix it names loads
+    assert getattr(load(path, env={}).gates[0], key) == tuple(re.findall(r'"(.*?)"', fix))
+
+
 def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
     shown = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config_file), "config", "show"],
                            capture_output=True, text=True, cwd=REPO)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
                                  MAX_RAW_DAYS, MAX_WAIT_S)
@@ -144,6 +144,15 @@ class GateConfig(_Strict):
     action: Literal["block", "warn"] = "block"
     tools: tuple[str, ...] = ("*",)  # shell-style globs of tool names
     agents: tuple[str, ...] = ("*",)  # globs of the asking session's agent id ("" when unknown)
+
+    @field_validator("tools", "agents", mode="before")
+    @classmethod
+    def _globs(cls, v: Any, info: ValidationInfo) -> Any:
+        # Else pydantic's "must be a valid tuple", which tells a TOML user neither the type nor the fix.
+        if not isinstance(v, (list, tuple)):
+            example = [v] if isinstance(v, str) else ["*"]
+            raise ValueError(f"must be a list of globs, e.g. {info.field_name} = {_toml_value(example)}")
+        return v
 
 
 class Config(_Strict):
