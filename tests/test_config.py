@@ -155,6 +155,12 @@ def _keys(model, prefix=""):
             yield prefix + name, field
 
 
+def _every_number_key() -> tuple[str, list[str]]:
+    """A file that sets every key, and the keys that are numbers (``gates[].limit`` for a gate's)."""
+    every_key = to_toml(Config(gates=[{"name": "g", "scope": "session", "metric": "tokens", "limit": 1}]))
+    return every_key, [key for key, field in _keys(Config) if field.annotation in (float, int)]
+
+
 def test_the_example_config_shows_every_key_and_its_commented_out_ones_load(tmp_path):
     # Commented-out keys and tables are "# " and the line as it would be; prose never reads "# key = ".
     text = re.sub(r"^# (\[\[?[a-z_]+\]\]?|[a-z_]+ = .*)$", r"\1", (REPO / "deploy" / "agentledger.toml").read_text(),
@@ -169,8 +175,7 @@ def test_the_example_config_shows_every_key_and_its_commented_out_ones_load(tmp_
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
-    every_key = to_toml(Config(gates=[{"name": "g", "scope": "session", "metric": "tokens", "limit": 1}]))
-    numbers = [key for key, field in _keys(Config) if field.annotation in (float, int)]
+    every_key, numbers = _every_number_key()
     assert "grace_s" in numbers and "gates[].limit" in numbers
     path = tmp_path / "c.toml"
     for key in numbers:
@@ -181,10 +186,58 @@ def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
         assert f"{key.replace('[]', '[0]')}: must be a finite number (from {path})" in str(info.value)
 
 
+@pytest.mark.parametrize("value, message", [
+    ("true", "must be a number, not true"),
+    ("false", "must be a number, not false"),
+    ('"30"', "must be a number, not the string '30': write it without quotes"),
+])
+def test_a_number_setting_in_the_file_takes_a_number_not_a_boolean_or_a_string(tmp_path, value, message):
+    # pydantic read true as 1 (raw_days = true pruned after a day, a gate's limit = true was $1) and "30" as 30.
+    every_key, numbers = _every_number_key()
+    assert {"retention.raw_days", "hot.max_entries", "grace_s", "gates[].limit"} <= set(numbers)
+    path = tmp_path / "c.toml"
+    env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_RETENTION_RAW_DAYS"}  # the file's, not the tests'
+    for key in numbers:
+        name = key.rsplit(".", 1)[-1]
+        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = {value}", every_key, count=1, flags=re.M))
+        ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
+                             capture_output=True, text=True, env=env)
+        assert ran.returncode == 2, key
+        assert ran.stderr == f"agentledger: invalid config: {key.replace('[]', '[0]')}: {message} (from {path})\n"
+
+
+def test_whole_number_settings_refuse_a_fraction(tmp_path):
+    every_key, _ = _every_number_key()
+    counts = [key for key, field in _keys(Config) if field.annotation is int]
+    # raw_days is `prune --older-than`'s whole days; the others count lines' bytes, views and labels.
+    assert set(counts) == {"max_line", "hot.max_entries", "retention.raw_days", "metrics.top_n"}
+    path = tmp_path / "c.toml"
+    for key in counts:
+        name = key.rsplit(".", 1)[-1]
+        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = 1024.5", every_key, count=1, flags=re.M))
+        with pytest.raises(ConfigError) as info:
+            load(path, env={})
+        assert str(info.value) == (f"invalid config: {key}: must be a valid integer, got a number with a "
+                                   f"fractional part (from {path})")
+    path.write_text("max_line = 4096.0\n[retention]\nraw_days = 7.0\n")
+    assert (load(path, env={}).max_line, load(path, env={}).retention.raw_days) == (4096, 7)
+
+
+def test_the_environment_gives_numbers_as_text(tmp_path):
+    env = {"AGENTLEDGER_RETENTION_RAW_DAYS": "7", "AGENTLEDGER_GRACE_S": "7.5", "AGENTLEDGER_HOT_MAX_ENTRIES": "16"}
+    cfg = load(None, env={"XDG_CONFIG_HOME": str(tmp_path), **env})
+    assert (cfg.retention.raw_days, cfg.grace_s, cfg.hot.max_entries) == (7, 7.5, 16)
+    with pytest.raises(ConfigError, match=r"retention.raw_days: must be a valid integer, unable to parse string as an "
+                                          r"integer \(from \$AGENTLEDGER_RETENTION_RAW_DAYS\)"):
+        load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_RETENTION_RAW_DAYS": "1.5"})
+    gates = '[{"name": "g", "scope": "session", "metric": "cost_usd", "limit": "5"}]'  # JSON has numbers
+    with pytest.raises(ConfigError, match=r"gates\[0\].limit: must be a number, not the string '5'.*\$AGENTLEDGER_GATES"):
+        load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_GATES": gates})
+
+
 @pytest.mark.parametrize("args, env, key, origin", [
     (["config", "show"], {"AGENTLEDGER_GRACE_S": "nan"}, "grace_s", "$AGENTLEDGER_GRACE_S"),
-    (["config", "show"], {"AGENTLEDGER_RETENTION_RAW_DAYS": "nan"}, "retention.raw_days",
-     "$AGENTLEDGER_RETENTION_RAW_DAYS"),
+    (["config", "show"], {"AGENTLEDGER_HOT_TTL_S": "nan"}, "hot.ttl_s", "$AGENTLEDGER_HOT_TTL_S"),
     (["serve", "--grace", "nan"], {}, "grace_s", "the command line"),
     (["ingest", "--idle", "nan", "."], {}, "idle_s", "the command line"),
 ])

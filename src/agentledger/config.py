@@ -14,10 +14,11 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
                                  MAX_RAW_DAYS, MAX_WAIT_S)
@@ -101,6 +102,24 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+class _EnvText(str):
+    """A value as an environment variable gives it: text, which a number setting reads as a number."""
+
+
+def _real_number(v: Any) -> Any:
+    # TOML and JSON have numbers of their own: there, true or "30" is a mistake, which pydantic
+    # would otherwise read as 1 and 30. Only the environment spells numbers as text.
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, not {str(v).lower()}")
+    if isinstance(v, str) and not isinstance(v, _EnvText):
+        raise ValueError(f"must be a number, not the string {v!r}: write it without quotes")
+    return v
+
+
+_Number = Annotated[float, BeforeValidator(_real_number)]
+_Count = Annotated[int, BeforeValidator(_real_number)]  # whole numbers only: 1.5 is refused
+
+
 class _Strict(BaseModel):
     # NaN and the infinities are no setting's value: refused as such, not by a bound whose message
     # ("must be less than or equal to ...") names the wrong problem.
@@ -118,18 +137,19 @@ class SourceConfig(_Strict):
 
 
 class HotConfig(_Strict):
-    max_entries: int = Field(default=128, ge=1)
-    flush_interval_s: float = Field(default=5.0, ge=0, le=MAX_WAIT_S)
-    ttl_s: float = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory (their files stay)
-    end_grace_s: float = Field(default=300.0, ge=0, le=MAX_WAIT_S)  # an ended session is dropped this long after its end
+    max_entries: _Count = Field(default=128, ge=1)
+    flush_interval_s: _Number = Field(default=5.0, ge=0, le=MAX_WAIT_S)
+    ttl_s: _Number = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory (their files stay)
+    end_grace_s: _Number = Field(default=300.0, ge=0, le=MAX_WAIT_S)  # an ended session is dropped this long after its end
 
 
 class RetentionConfig(_Strict):
-    raw_days: float = Field(default=DEFAULT_RAW_DAYS, ge=0, le=MAX_RAW_DAYS)  # 0: keep raw rows for ever
+    # Whole days, as `prune --older-than` takes them; 0: keep raw rows for ever.
+    raw_days: _Count = Field(default=DEFAULT_RAW_DAYS, ge=0, le=MAX_RAW_DAYS)
 
 
 class MetricsConfig(_Strict):
-    top_n: int = Field(default=20, ge=1)
+    top_n: _Count = Field(default=20, ge=1)
 
 
 SCOPES = ("session", "session-family", "agent-day", "global-day")
@@ -140,7 +160,7 @@ class GateConfig(_Strict):
     name: str = Field(min_length=1)
     scope: Literal[SCOPES]  # type: ignore[valid-type]
     metric: Literal[METRICS]  # type: ignore[valid-type]
-    limit: float = Field(gt=0)
+    limit: _Number = Field(gt=0)
     action: Literal["block", "warn"] = "block"
     tools: tuple[str, ...] = ("*",)  # shell-style globs of tool names
     agents: tuple[str, ...] = ("*",)  # globs of the asking session's agent id ("" when unknown)
@@ -160,10 +180,10 @@ class Config(_Strict):
     state_dir: Path = Field(default_factory=state_home)  # the hot store lives under it
     listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
-    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
-    idle_s: float = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
-    rescan_s: float = Field(default=2.0, ge=0.05, le=MAX_WAIT_S)
-    max_line: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
+    grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
+    idle_s: _Number = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
+    rescan_s: _Number = Field(default=2.0, ge=0.05, le=MAX_WAIT_S)
+    max_line: _Count = Field(default=DEFAULT_MAX_LINE, ge=1024)
     sources: tuple[SourceConfig, ...] = ()
     hot: HotConfig = HotConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -247,7 +267,7 @@ def _env_value(path: tuple[str, ...], raw: str) -> Any:
             return json.loads(raw)
         except ValueError:
             raise ConfigError(f"{env_name(path)}: not JSON; give a JSON list of tables") from None
-    return raw  # pydantic converts numbers and checks them
+    return _EnvText(raw)  # pydantic converts numbers and checks them
 
 
 def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:

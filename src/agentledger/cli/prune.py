@@ -24,7 +24,7 @@ def _size(db: Path) -> int:
     return sum(os.path.getsize(p) for p in (db, Path(f"{db}-wal")) if p.exists())
 
 
-def _emit_json(dry_run: bool, days: float, horizon: int | None, result: retention.Pruned, before: int,
+def _emit_json(dry_run: bool, days: int, horizon: int | None, result: retention.Pruned, before: int,
                after: int | None, free: int) -> None:
     emit_json({"dry_run": dry_run, "older_than_days": days, "horizon": iso(horizon)}
               | {name: getattr(result, name) for name in result.COUNTS}
@@ -49,8 +49,8 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
         raise LedgerError(f"no ledger at {obj.db}: nothing to prune (pass --db)")
     from_flag = days is not None
     if not from_flag:
-        configured = obj.config.retention.raw_days
-        if configured == 0:
+        days = obj.config.retention.raw_days
+        if days == 0:
             open_reader(obj.db).close()  # a file that is no ledger is still refused
             if as_json:
                 size = _size(obj.db)
@@ -59,8 +59,6 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
                 click.echo("raw rows are kept for ever ([retention] raw_days = 0): nothing pruned; "
                            "pass --older-than DAYS to prune anyway")
             return
-        # The built-in default is an int, a config file's value a float: int has no is_integer() in 3.11.
-        days = int(configured) if configured == int(configured) else configured
     horizon = retention.horizon(now_ms(), days)
     before = _size(obj.db)
     if dry_run:
