@@ -258,6 +258,32 @@ def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value,
     assert ran.stderr.count("\n") == 1 and needle in ran.stderr and "(from $AGENTLEDGER_DB)" in ran.stderr
 
 
+@pytest.mark.parametrize("command, text, env, key, origin", [
+    (["serve", "--no-demo"], 'state_dir = ""\n', {}, "state_dir", "{file}"),
+    (["serve", "--no-demo"], "", {"AGENTLEDGER_STATE_DIR": ""}, "state_dir", "$AGENTLEDGER_STATE_DIR"),
+    (["ingest"], '[[sources]]\nformat = "oc-telemetry"\nroot = ""\n', {}, "sources[0].root", "{file}"),
+    (["ingest"], "", {"AGENTLEDGER_SOURCES": '[{"format": "claude-code", "root": " "}]'}, "sources[0].root",
+     "$AGENTLEDGER_SOURCES"),
+    (["--db", "", "ingest", "{tmp}"], "", {}, "db", "the command line"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_working_directory(tmp_path, command, text, env, key, origin):
+    # Path("") is "."; an empty state_dir put the hot views in the working directory, / under systemd.
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    args = [arg.format(tmp=tmp_path) for arg in command]
+    # PYTHONPATH: this tree's code, whatever the working directory.
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "AGENTLEDGER_DB": str(tmp_path / "l.db"), **env}
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), *args], capture_output=True,
+                         text=True, cwd=cwd, env=env, timeout=60)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1
+    assert ran.stderr.startswith(f"agentledger: invalid config: {key}: is empty: give ")
+    assert ran.stderr.endswith(f" (from {origin.format(file=path)})\n")
+    assert list(cwd.iterdir()) == []
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text())
 def test_show_loads_back_any_text(tmp_path, text):

@@ -116,6 +116,15 @@ def _real_number(v: Any) -> Any:
     return v
 
 
+def _given(fix: str) -> BeforeValidator:
+    """A path setting's check that it is not empty, whose message ends with ``fix``."""
+    def check(v: Any) -> Any:
+        if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
+            raise ValueError(f"is empty: {fix}")
+        return v
+    return BeforeValidator(check)
+
+
 _Number = Annotated[float, BeforeValidator(_real_number)]
 _Count = Annotated[int, BeforeValidator(_real_number)]  # whole numbers only: 1.5 is refused
 
@@ -128,7 +137,7 @@ class _Strict(BaseModel):
 
 class SourceConfig(_Strict):
     format: Literal[FORMATS]  # type: ignore[valid-type]
-    root: Path
+    root: Annotated[Path, _given("give the directory to read")]
 
     @field_validator("root")
     @classmethod
@@ -176,8 +185,11 @@ class GateConfig(_Strict):
 
 
 class Config(_Strict):
-    db: Path = Field(default_factory=lambda: state_home() / "ledger.db")
-    state_dir: Path = Field(default_factory=state_home)  # the hot store lives under it
+    db: Annotated[Path, _given("give the ledger's file path, or leave it unset for the default")] = Field(
+        default_factory=lambda: state_home() / "ledger.db")
+    # The hot store lives under it.
+    state_dir: Annotated[Path, _given("give a directory, or leave it unset for the default")] = Field(
+        default_factory=state_home)
     listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
     grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
@@ -194,13 +206,6 @@ class Config(_Strict):
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
-
-    @field_validator("db", mode="before")
-    @classmethod
-    def _db_given(cls, v: Any) -> Any:
-        if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
-            raise ValueError("is empty: give the ledger's file path, or leave it unset for the default")
-        return v
 
     @field_validator("db")
     @classmethod

@@ -18,7 +18,7 @@ from agentledger.ledger.queries import NotFound
 class Context:
     """What every command shares: the effective configuration, read when first needed."""
 
-    def __init__(self, config_path: Path | None, db: Path | None):
+    def __init__(self, config_path: Path | None, db: str | None):
         self.config_path = config_path
         self.db_flag = db
         self._config: Config | None = None
@@ -109,7 +109,8 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
 @click.version_option(__version__, prog_name="agentledger")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+# --db as text: an empty one is refused as the config's empty db is, where Path("") was "." (a directory).
+@click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="Ledger database (default: config `db`, $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
@@ -117,7 +118,7 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
 @click.option("--log-format", type=click.Choice(("auto", "text", "json")), default="auto", show_default=True,
               help="Log lines as text or one JSON object each; auto: text on a terminal, else JSON.")
 @click.pass_context
-def cli(ctx: click.Context, config_path: Path | None, db: Path | None, verbose: bool, log_level: str | None,
+def cli(ctx: click.Context, config_path: Path | None, db: str | None, verbose: bool, log_level: str | None,
         log_format: str) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
     json = {"auto": None, "text": False, "json": True}[log_format]
