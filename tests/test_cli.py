@@ -295,3 +295,41 @@ def test_a_default_config_place_the_user_cannot_look_into_is_no_config(tmp_path,
         closed.chmod(0o755)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("text, env, origin", [
+    ('[[sources]]\nformat = "oc-telemetry"\nroot = "ROOT"\n', {}, "{file}"),
+    ("", {"AGENTLEDGER_SOURCES": '[{"format": "claude-code", "root": "ROOT"}]'}, "$AGENTLEDGER_SOURCES"),
+])
+def test_ingest_refuses_a_configured_root_that_does_not_exist_as_it_does_one_given_as_root(tmp_path, text, env,
+                                                                                          origin, oc_corpus):
+    # It warned that the root "holds no oc-telemetry files" and exited 0, where `ingest ROOT` exits 2.
+    missing, db, config = tmp_path / "gone" / "state", tmp_path / "l.db", tmp_path / "c.toml"
+    config.write_text(text.replace("ROOT", str(missing)))
+    env = cli_env(db) | {k: v.replace("ROOT", str(missing)) for k, v in env.items()}
+    out = run("--config", str(config), "ingest", env=env)
+    assert out.returncode == 2
+    assert out.stderr == (f"agentledger: invalid config: sources[0].root: '{missing}' does not exist: correct the "
+                          f"path, or run serve, which waits for it to appear (from {origin.format(file=config)})\n")
+    assert not db.exists()
+    _one_line(run("--config", str(config), "ingest", str(missing), env=env), 2, "does not exist")
+    # ROOT arguments replace the configured sources, so the missing one is not asked for.
+    read = run("--config", str(config), "ingest", "--json", str(oc_corpus), env=env)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["events"] > 0
+
+
+def test_ingest_reads_a_configured_root_it_cannot_look_into_as_unreadable(tmp_path, unprivileged):
+    closed = tmp_path / "closed"
+    (closed / "state" / "agents").mkdir(parents=True)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{closed / "state"}"\n')
+    closed.chmod(0)
+    try:
+        out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--config", str(config), "ingest",
+                              "--json"], capture_output=True, text=True, env=cli_env(tmp_path / "l.db"), cwd=REPO,
+                             timeout=60)
+    finally:
+        closed.chmod(0o755)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_dirs"] > 0

@@ -267,6 +267,24 @@ def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path)
     assert f"{state} holds OpenClaw telemetry: reading it as oc-telemetry" in err
 
 
+def test_serve_waits_for_a_configured_root_that_does_not_exist_yet(tmp_path):
+    # `ingest` refuses such a root; a daemon started before the gateway has written must not.
+    state = tmp_path / "gateway" / "state"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{state}"\n')
+    db = tmp_path / "ledger.db"
+    env = _without_logs(tmp_path) | {"AGENTLEDGER_CONFIG": str(config)}
+    daemon = _serve(db, "--no-demo", "--rescan", "60", env=env)
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        LogDir(state).append(b"".join(llm_call(n) for n in range(1, 4)))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 3, timeout=10)
+    finally:
+        err = _stop(daemon, said)
+    assert f"{state} does not exist yet: waiting for it, its logs are read once it appears" in err
+
+
 def test_a_state_dir_that_appears_with_transcripts_is_read_as_transcripts(tmp_path):
     # Every gateway writes transcripts; telemetry only with its extension installed.
     state = tmp_path / "gateway" / "state"

@@ -141,8 +141,17 @@ class SourceConfig(_Strict):
 
     @field_validator("root")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path, info: ValidationInfo) -> Path:
+        v = v.expanduser()
+        if info.context and info.context["roots_exist"]:
+            try:
+                os.stat(v)
+            except (FileNotFoundError, NotADirectoryError):
+                raise ValueError(f"{str(v)!r} does not exist: correct the path, or run serve, which waits for it "
+                                 "to appear") from None
+            except OSError:
+                pass  # there but out of reach: the read counts it as unreadable, with the reason
+        return v
 
 
 class HotConfig(_Strict):
@@ -300,8 +309,11 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
 
 
 def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
-         env: Mapping[str, str] | None = None) -> Config:
-    """The effective configuration; ``overrides`` are flag values by key path (``"hot.ttl_s"``)."""
+         env: Mapping[str, str] | None = None, *, roots_exist: bool = False) -> Config:
+    """The effective configuration; ``overrides`` are flag values by key path (``"hot.ttl_s"``).
+
+    ``roots_exist``: refuse a source root that does not exist, for a one-shot read, which has nothing
+    to wait for (a daemon waits for it to appear)."""
     env = os.environ if env is None else env
     path, required = config_file(explicit, env)
     doc: dict = {}
@@ -329,7 +341,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
             _set(doc, key_path, value)
             origins[key_path] = "the command line"
     try:
-        return Config.model_validate(doc)
+        return Config.model_validate(doc, context={"roots_exist": roots_exist})
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"invalid config: {_describe(first, origins)}") from None

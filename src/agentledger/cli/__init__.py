@@ -25,9 +25,10 @@ class Context:
         self.log_chosen = False  # --log-level or -v given
         self.log_json: bool | None = None  # None: JSON unless stderr is a terminal
 
-    def configure(self, **flags) -> Config:
-        """The configuration with this command's flags (by key path) on top; None means not given."""
-        self._config = load(self.config_path, {"db": self.db_flag, **flags})
+    def configure(self, *, roots_exist: bool = False, **flags) -> Config:
+        """The configuration with this command's flags (by key path) on top; None means not given.
+        ``roots_exist``: as ``load`` takes it."""
+        self._config = load(self.config_path, {"db": self.db_flag, **flags}, roots_exist=roots_exist)
         return self._config
 
     @property

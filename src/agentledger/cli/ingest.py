@@ -10,9 +10,9 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import Config, default_sources
+from agentledger.config import default_sources
 from agentledger.defaults import FORMATS, MAX_WAIT_S
-from agentledger.ingest import Pipeline, SourceSpec, specs_from_pairs, warn_empty_roots
+from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, open_writer, writer_lock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
@@ -49,14 +49,6 @@ def with_sources(f):
     for option in reversed(source_options):
         f = option(f)
     return f
-
-
-def resolve_sources(fmt: str, roots: tuple[Path, ...], sources: list[tuple[str, Path]], config: Config) -> list[SourceSpec]:
-    """ROOT arguments (in ``--format``) plus every ``--source``; else the config's; else the usual places.
-    Empty: none found."""
-    pairs = [(fmt, r) for r in roots] + list(sources)
-    pairs = pairs or [(s.format, s.root) for s in config.sources] or default_sources()
-    return specs_from_pairs(pairs)
 
 
 def pricer_for(prices: Path | None) -> Pricer:
@@ -101,11 +93,15 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
            idle: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:
     """Catch up once on ROOTS (in --format) and every --source, then exit.
 
-    Without either it reads the config's [[sources]], else what it finds: OpenClaw's state dir
-    ($OPENCLAW_STATE_DIR, ~/.openclaw) and Claude Code's ($CLAUDE_CONFIG_DIR, ~/.claude)."""
-    config = obj.configure(max_line=max_line, grace_s=grace, idle_s=idle)
+    Without either it reads the config's [[sources]] (each root must exist), else what it finds:
+    OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw) and Claude Code's ($CLAUDE_CONFIG_DIR,
+    ~/.claude)."""
+    # ROOT arguments (in --format) plus every --source replace the config's sources, as for serve.
+    pairs = [(fmt, r) for r in roots] + list(sources)
+    config = obj.configure(max_line=max_line, grace_s=grace, idle_s=idle, roots_exist=True,
+                           sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
     max_line, grace = config.max_line, config.grace_s
-    specs = resolve_sources(fmt, roots, sources, config)
+    specs = specs_from_pairs([(s.format, s.root) for s in config.sources] or default_sources())
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
     pricer = pricer_for(prices)
