@@ -96,6 +96,28 @@ def test_journal_lines_carry_their_priority(old_ledger: Path, oc_corpus: Path, t
     assert line.startswith("<4>{") and json.loads(line[3:])["level"] == "warning"
 
 
+@pytest.mark.parametrize("args, env, needle", [
+    (["serve", "--no-demo", "ROOT"], {"AGENTLEDGER_GRACE_S": "x"}, "invalid config: grace_s: "),
+    (["--config", "MISSING", "serve", "--no-demo"], {}, "does not exist: create it or pass another --config"),
+    (["serve", "--no-demo", "MISSING"], {}, "Invalid value for '[ROOTS]...'"),
+])
+def test_a_fatal_error_in_the_journal_carries_the_error_priority(tmp_path: Path, args, env, needle):
+    # Printed outside logging, it had no priority: journald filed it as info, and `journalctl -p warning`
+    # left out why the unit failed.
+    args = [arg.replace("ROOT", str(tmp_path)).replace("MISSING", str(tmp_path / "missing")) for arg in args]
+    command = [sys.executable, "-m", "agentledger", *args]
+    journal = tmp_path / "journal"
+    with open(journal, "wb") as fh:
+        st = os.fstat(fh.fileno())
+        env = cli_env(tmp_path / "ledger.db") | env | {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert subprocess.run(command, stdout=subprocess.PIPE, stderr=fh, env=env, timeout=60).returncode == 2
+    (line,) = journal.read_text().splitlines()
+    assert line.startswith("<3>agentledger: ") and needle in line, line
+    # Any other stderr (here a pipe, while $JOURNAL_STREAM names the journal's file) gets the line as it was.
+    plain = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert plain.returncode == 2 and plain.stderr == line.removeprefix("<3>") + "\n"
+
+
 @pytest.fixture
 def restore_logging():
     root, ours = logging.getLogger(), logging.getLogger("agentledger")

@@ -20,6 +20,10 @@ LEVELS = ("debug", "info", "warning", "error")
 _SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
 
 
+def _priority(level: int) -> str:
+    return f"<{_SYSLOG_PRIORITY.get(level, 6)}>"
+
+
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "msg"}`` (plus ``exc`` with a traceback), one line each."""
 
@@ -34,7 +38,7 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         line = orjson.dumps(out).decode()
         if self.journal:
-            return f"<{_SYSLOG_PRIORITY.get(record.levelno, 6)}>{line}"
+            return _priority(record.levelno) + line
         return line
 
 
@@ -46,6 +50,12 @@ def _is_journal(stream: TextIO) -> bool:
         return (st.st_dev, st.st_ino) == (int(device), int(inode))
     except (ValueError, OSError):
         return False
+
+
+def journal_prefix(level: int, stream: TextIO) -> str:
+    """What a line written to ``stream`` outside logging starts with: its syslog priority when the
+    stream is the journal, else nothing."""
+    return _priority(level) if _is_journal(stream) else ""
 
 
 def level_number(level: str | int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -43,7 +44,9 @@ class Context:
 def _fail(message: str, code: int = 2) -> None:
     # Click lays some messages out on several lines ("Choose from:\n\truns,..."): an error is one line.
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    click.echo(f"agentledger: {message}", err=True)
+    # Under systemd, a line without a priority is journald's default, info: `journalctl -p warning`
+    # then hid why the unit stopped.
+    click.echo(f"{logs.journal_prefix(logging.ERROR, sys.stderr)}agentledger: {message}", err=True)
     sys.exit(code)
 
 
