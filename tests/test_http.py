@@ -76,6 +76,9 @@ def test_one_session_by_key_and_unknown(api, oc_expected):
 
 def test_bad_parameters_are_400(api):
     assert get(f"{api}/v1/costs?group_by=nope")[0] == 400
+    for group_by in ("model", "day", "tool"):  # not only where days are counted, as the CLI's --tz
+        status, body = get(f"{api}/v1/costs?group_by={group_by}&tz=Nope")
+        assert status == 400 and body["error"].startswith("unknown time zone 'Nope'"), (group_by, body)
     status, body = get(f"{api}/v1/sessions?since=yesterday")
     assert status == 400 and body["error"].startswith("since: cannot read time")
     status, body = get(f"{api}/v1/usage?until=tomorrow")

@@ -291,6 +291,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     """Spend grouped by one dimension; rows by cost, most first (days in order)."""
     if group_by not in GROUP_BY:
         raise ValueError(f"cannot group by {group_by!r}: choose one of {', '.join(GROUP_BY)}")
+    # Whatever the grouping: a zone that does not exist is a mistake to tell, not one to answer past.
+    zone(tz)
     if group_by == "tool":
         return _tool_costs(conn, w)
     if group_by == "session":
