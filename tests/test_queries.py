@@ -649,6 +649,14 @@ def test_timeline_keeps_to_its_window(corpus_db):
     assert out.returncode == 2 and "No such option '--agent'" in out.stderr
 
 
+@pytest.mark.parametrize("kinds", ["", " ", "run,", "run,,tool", "runs"])
+def test_timeline_refuses_a_blank_or_unknown_kind(corpus_db, kinds):
+    out = _cli(corpus_db, "timeline", "agent:main:main", "--kinds", kinds)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "--kinds" in out.stderr and "unknown kind" in out.stderr
+    assert "choose from run, llm, tool" in out.stderr
+
+
 def test_live_sessions_refuse_a_window(corpus_db):
     out = _cli(corpus_db, "sessions", "--live", "--since", "1d", "--url", "http://127.0.0.1:9")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--since/--until" in out.stderr

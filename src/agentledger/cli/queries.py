@@ -366,7 +366,8 @@ def tools_cmd(conn, w, fmt, name, errors_only):
 @click.argument("key", type=TEXT)
 def timeline(conn, w, fmt, kinds, key):
     """Everything that happened in one session, in time order."""
-    wanted = [k.strip() for k in kinds.split(",")] if kinds else None
+    # Given blank, it names no kind, as "run," names a blank one: all kinds is what leaving it out says.
+    wanted = None if kinds is None else [k.strip() for k in kinds.split(",")]
     bad = [k for k in wanted or [] if k not in queries.TIMELINE_KINDS]
     if bad:
         raise click.BadParameter(f"unknown kind {bad[0]!r}: choose from {', '.join(queries.TIMELINE_KINDS)}",
