@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import subprocess
@@ -175,6 +176,20 @@ def test_tool_percentiles(corpus_db):
 
     assert rows["read"]["p50_ms"] == round(float(np.percentile(durations, 50)), 1)
     assert rows["read"]["p99_ms"] <= max(durations)
+
+
+def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
+    log = _HookLog()
+    key = "agent:main:main"
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T2"}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T3"}, key, "S1", "R1")
+    db = log.ledger(tmp_path)
+    rows = {r["tool"]: r for r in json.loads(_cli(db, "tools", "--json").stdout)}
+    assert (rows["read"]["duration_s"], rows["read"]["p50_ms"]) == (1.5, 1500.0)  # the calls that told it
+    assert (rows["grep"]["duration_s"], rows["grep"]["p50_ms"]) == (None, None)
+    csv_rows = {r["tool"]: r for r in csv.DictReader(_cli(db, "tools", "--csv").stdout.splitlines())}
+    assert (csv_rows["grep"]["duration_s"], csv_rows["read"]["duration_s"]) == ("", "1.5")
 
 
 def test_model_latency_percentiles(corpus_db):

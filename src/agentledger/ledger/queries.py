@@ -880,8 +880,12 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
     durations = _durations(conn, w, "tool_calls", "tool_name", "coalesce(started_ms, ended_ms)")
     out = []
     for r in rows:
-        p50, p95, p99 = _percentiles(durations.get(r["tool"] or "", []))
-        out.append({**r, "error_rate": round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0,
+        known = durations.get(r["tool"] or "", [])
+        p50, p95, p99 = _percentiles(known)
+        # The rollups sum an unknown duration as 0: a tool none of whose calls told theirs (Claude Code's)
+        # took an unknown time, not none.
+        out.append({**r, "duration_s": r["duration_s"] if known else None,
+                    "error_rate": round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0,
                     "p50_ms": p50, "p95_ms": p95, "p99_ms": p99})
     return out[: w.limit] if w.limit else out
 
