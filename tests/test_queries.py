@@ -664,6 +664,28 @@ def test_timeline_keeps_to_its_window(corpus_db):
     assert out.returncode == 2 and "No such option '--agent'" in out.stderr
 
 
+@pytest.mark.parametrize("command, flag", [(["rejects"], ["--agent", "main"]), (["usage"], ["--limit", "1"])])
+def test_list_commands_refuse_flags_they_would_ignore(corpus_db, command, flag):
+    """A rejected line could not be read, so it names no agent; usage is one row."""
+    out = _cli(corpus_db, *command, *flag)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and f"No such option '{flag[0]}'" in out.stderr
+
+
+def test_sessions_refuse_a_daemon_url_without_live(corpus_db):
+    out = _cli(corpus_db, "sessions", "--url", "http://127.0.0.1:9")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "--url" in out.stderr and "only with --live" in out.stderr
+
+
+def test_rejected_lines_of_one_agent_are_unknown(corpus_db):
+    every = json.loads(_cli(corpus_db, "usage", "--json").stdout)
+    main = json.loads(_cli(corpus_db, "usage", "--json", "--agent", "main").stdout)
+    assert every["rejected_lines"] == 4 and main["rejected_lines"] is None  # not all 4, as if main's
+    table = dict(line.rsplit(None, 1) for line in _cli(corpus_db, "usage", "--agent", "main").stdout.splitlines())
+    assert table["rejected lines"] == "-"
+
+
 @pytest.mark.parametrize("kinds", ["", " ", "run,", "run,,tool", "runs"])
 def test_timeline_refuses_a_blank_or_unknown_kind(corpus_db, kinds):
     out = _cli(corpus_db, "timeline", "agent:main:main", "--kinds", kinds)

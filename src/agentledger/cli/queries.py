@@ -48,7 +48,7 @@ def _zone(ctx, param, value):
     return value
 
 
-def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True):
+def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True):
     """--json, --csv, --since/--until, --agent and --limit, the same on every query command that can apply
     them; a command about ``one`` session or run takes --json only. A flag a command would ignore is not
     offered, so giving it is an error rather than a surprise."""
@@ -60,8 +60,8 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                          help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
             click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms."),
             *([click.option("--agent", type=TEXT, metavar="ID", help="Only this agent id.")] if agent else []),
-            click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
-                         show_default=True, help="At most this many rows."),
+            *([click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
+                            show_default=True, help="At most this many rows.")] if limit else []),
         ]
 
     def decorate(fn):
@@ -117,6 +117,9 @@ def _live_sessions(url: str, w: queries.Window) -> list[dict]:
 @query_options(default_limit=50)
 def sessions(conn, w, fmt, live, url):
     """Sessions with their runs, calls, tokens and cost, most recent first."""
+    if url is not None and not live:
+        raise click.BadParameter("only with --live: without it sessions are read from the ledger, not asked of "
+                                 "a daemon", param_hint="--url")
     if live:
         if w.since is not None or w.until is not None:
             raise click.BadParameter("the daemon's views are of now: drop --since/--until, or --live",
@@ -147,10 +150,13 @@ def _charting(chart: bool, fmt: str | None) -> bool:
 
 
 @cli.command()
-@query_options(default_limit=None)
+@query_options(default_limit=None, limit=False)
 @_chart_option
 def usage(conn, w, fmt, chart):
-    """Totals: sessions, runs, calls, tokens and cost over the window; --chart adds tokens per day."""
+    """Totals: sessions, runs, calls, tokens and cost over the window; --chart adds tokens per day.
+
+    rejected_lines counts the lines read in the window that could not be indexed (by when they were
+    read); such a line names no agent, so with --agent it is unknown (null)."""
     charting = _charting(chart, fmt)  # refused before anything is printed, not after
     row = queries.usage(conn, w)
     if fmt == "json":
@@ -247,9 +253,11 @@ def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz
 
 
 @cli.command()
-@query_options(default_limit=100)
+@query_options(default_limit=100, agent=False)
 def rejects(conn, w, fmt):
-    """Lines that could not be indexed, with file, offset and reason."""
+    """Lines that could not be indexed, with file, offset and reason; --since/--until are when they were read.
+
+    A line that could not be read names no agent: there is no --agent."""
     _emit_rows(queries.rejects(conn, w), fmt, "no rejected lines",
                [("path", "file"), ("offset", "offset"), ("length", "bytes"), ("reason", "reason"),
                 ("head", "starts with")])

@@ -269,9 +269,13 @@ def usage(conn: apsw.Connection, w: Window) -> dict:
     llm, runs, (sess, sub_sess), (compactions,), (subagents,) = _windowed(conn, w, "usage", _USAGE_MEASURES)
     (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
     fallback = sum(_fallback_cost(conn, w).values())
-    params: list = []
-    rejected = conn.execute(f"SELECT count(*) FROM rejects WHERE {_between('ts_ms', w.since, w.until, params)}",
-                            params).fetchall()[0][0]
+    # A line that could not be read names no agent: for one agent their number is unknown. A reject's
+    # only time is when it was read.
+    rejected = None
+    if w.agent is None:
+        params: list = []
+        rejected = conn.execute(f"SELECT count(*) FROM rejects WHERE {_between('ts_ms', w.since, w.until, params)}",
+                                params).fetchall()[0][0]
     calls, errors, i, o, cr, cw, t, cost, unpriced = llm
     return {
         "sessions": sess, "subagent_sessions": sub_sess, "runs": runs[0], "interrupted_runs": runs[4],
