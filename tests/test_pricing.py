@@ -79,10 +79,30 @@ def test_an_override_wins_over_the_table_and_an_unknown_model_stays_unpriced(tmp
     ('[prices."m"]\ninput = 1\n', "needs at least input and output"),
     ('[prices."m"]\ninput = -1\noutput = 1\n', "non-negative number"),
     ('[prices."m"]\ninput = 1\noutput = 1\ncached = 2\n', "unknown key 'cached'"),
+    ('[price."m"]\ninput = 1\noutput = 1\n', "unknown key 'price'"),
+    ('input = 1\n[prices."m"]\ninput = 1\noutput = 1\n', "unknown key 'input'"),
 ])
 def test_a_bad_price_file_is_one_clear_error(tmp_path, body, words):
     with pytest.raises(ValueError, match=words):
         load_overrides(_overrides(tmp_path, body))
+
+
+@pytest.mark.parametrize("given", ["--prices", "default"])
+def test_a_price_file_s_unknown_table_is_refused_not_read_as_no_override(tmp_path, db, given):
+    """A typo for [prices."m"] used to leave every call at its bundled price, exit 0, without a word."""
+    ingest(db, tmp_path)
+    env = cli_env(db)
+    prices = tmp_path / "xdg-config" / "agentledger" / "prices.toml"  # the default, under $XDG_CONFIG_HOME
+    prices.parent.mkdir(parents=True)
+    prices.write_text('[price."claude-sonnet-4-5"]\ninput = 3\noutput = 15\n')
+    flags = ["--prices", str(prices)] if given == "--prices" else []
+    for command in (["reprice", *flags], ["ingest", *flags, str(tmp_path)]):
+        out = subprocess.run([sys.executable, "-m", "agentledger", *command], env=env, capture_output=True,
+                             text=True)
+        assert out.returncode == 2 and out.stdout == "", command
+        assert out.stderr.splitlines() == [
+            f"agentledger: price file {prices}: unknown key 'price': remove it; overrides go in "
+            '[prices."<model>"] tables'], command
 
 
 def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db):

@@ -93,6 +93,11 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
         raise ValueError(f"cannot read price file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"price file {path} is not valid TOML: {exc}") from None
+    # Anything else would be read as no override at all: a mistyped [price."m"] priced nothing, silently.
+    stray = sorted(set(doc) - {"prices"})
+    if stray:
+        raise ValueError(f'price file {path}: unknown key {stray[0]!r}: remove it; overrides go in '
+                         f'[prices."<model>"] tables')
     table = doc.get("prices", {})
     if not isinstance(table, dict):
         raise ValueError(f"price file {path}: [prices] must be a table of models")

@@ -40,8 +40,8 @@ source_options = [
     click.option("--source", "sources", multiple=True, callback=_source, metavar="FORMAT=ROOT",
                  help="A source to read, e.g. claude-code=~/.claude; repeat for several."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-                 help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write per million "
-                      "tokens; default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml)."),
+                 help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write/cache_write_1h per "
+                      "million tokens; default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml)."),
 ]
 
 
