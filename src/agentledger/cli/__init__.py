@@ -115,7 +115,8 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
 # --db as text: an empty one is refused as the config's empty db is, where Path("") was "." (a directory).
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="Ledger database (default: config `db`, $AGENTLEDGER_DB, else $XDG_STATE_HOME/agentledger/ledger.db).")
+              help="Ledger database (default: $AGENTLEDGER_DB, else config `db`, else "
+                   "$XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
               help="Least severe log lines shown on stderr [default: warning (info for serve), or info with -v].")

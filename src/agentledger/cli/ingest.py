@@ -41,7 +41,8 @@ source_options = [
                  help="A source to read, e.g. claude-code=~/.claude; repeat for several."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
                  help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write/cache_write_1h per "
-                      "million tokens; default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml)."),
+                      "million tokens; default $AGENTLEDGER_PRICES, else $XDG_CONFIG_HOME/agentledger/prices.toml, "
+                      "~/.config without XDG_CONFIG_HOME)."),
 ]
 
 
@@ -136,7 +137,8 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
 
 @cli.command()
 @click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Price overrides (default $AGENTLEDGER_PRICES, else ~/.config/agentledger/prices.toml).")
+              help="Price overrides (default $AGENTLEDGER_PRICES, else $XDG_CONFIG_HOME/agentledger/prices.toml, "
+                   "~/.config without XDG_CONFIG_HOME).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def reprice(obj, prices: Path | None, as_json: bool) -> None:
