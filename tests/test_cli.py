@@ -160,6 +160,7 @@ def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
     db.write_text("garbage\n")
     _one_line(run(*args, db=db), 2, "not a ledger", "--db")
     assert db.read_text() == "garbage\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]
 
 
 def _foreign_database(path: Path) -> None:
@@ -184,7 +185,15 @@ def test_another_programs_database_is_refused_untouched(tmp_path, args):
     line = _one_line(run(*args, db=db), 2, f"{db} is not a ledger", "other tables", "--db")
     assert "migrate" not in line
     assert db.read_bytes() == before
-    assert not Path(f"{db}-wal").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]  # no -wal, no .lock
+
+
+def test_a_lock_file_that_was_there_before_a_refusal_stays(tmp_path):
+    db = tmp_path / "app.db"
+    _foreign_database(db)
+    Path(f"{db}.lock").write_text("")  # another agentledger's, say, from before the file was replaced
+    _one_line(run("ingest", ".", db=db), 2, f"{db} is not a ledger")
+    assert Path(f"{db}.lock").exists()
 
 
 def test_an_empty_file_becomes_a_ledger(tmp_path, oc_corpus):

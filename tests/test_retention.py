@@ -21,7 +21,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.ledger import queries, retention
-from agentledger.ledger.db import open_reader, open_writer, writer_lock
+from agentledger.ledger.db import WriterLock, open_reader, open_writer
 from agentledger.metrics import registry_for
 from agentledger.synth import Gateway
 
@@ -288,11 +288,11 @@ def test_prune_keeps_the_configured_retention(tmp_path: Path):
 
 
 def test_prune_refuses_while_another_process_writes(ledger: Path):
-    lock = writer_lock(ledger)
+    lock = WriterLock(ledger)
     try:
         out = agentledger(ledger, "prune", "--older-than", "30")
     finally:
-        os.close(lock)
+        lock.close()
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1 and "prunes by itself" in out.stderr
     assert agentledger(ledger, "prune", "--dry-run").returncode == 0  # reading needs no lock

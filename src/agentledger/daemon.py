@@ -40,7 +40,7 @@ from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import ApiServer, Health
 from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs, warn_empty_roots
-from agentledger.ledger.db import LedgerBusy, ReaderPool, open_writer, writer_lock
+from agentledger.ledger.db import LedgerBusy, ReaderPool, WriterLock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.retention import Pruner
 from agentledger.ledger.writer import LedgerWriter, now_ms
@@ -431,7 +431,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         signal.signal(signum, on_signal)
     db = config.db
     try:
-        lock = writer_lock(db)
+        lock = WriterLock(db)
     except LedgerBusy as exc:
         _say(str(exc), logging.ERROR)
         return 1
@@ -439,12 +439,12 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     found = hot if isinstance(hot, str) else _roots(config, demo)
     if isinstance(found, str):
         _say(found, logging.ERROR)
-        os.close(lock)
+        lock.close()
         return 2
     specs, undecided, demo_root = found
     roots = [r for spec in specs for r in spec.roots] + undecided
     where = ", ".join(roots)
-    conn = open_writer(db)
+    conn = lock.open()
     api = None
     if hot.store.quarantined:
         log.warning("hot store: %d unreadable session files set aside; those sessions are rebuilt from the ledger",
@@ -547,6 +547,6 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         readers.close()
         writer.close()
         conn.close()
-        os.close(lock)
+        lock.close()
     _say("stopped")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import default_sources
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
-from agentledger.ledger.db import LedgerError, open_writer, writer_lock
+from agentledger.ledger.db import LedgerError, WriterLock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.pricing import Pricer, default_overrides_path
@@ -106,8 +105,8 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
     pricer = pricer_for(prices)
-    lock = writer_lock(obj.db)
-    conn = open_writer(obj.db)
+    lock = WriterLock(obj.db)
+    conn = lock.open()
     writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
     try:
         if sys.stderr.isatty() and not as_json:
@@ -122,7 +121,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     finally:
         writer.close()
     conn.close()
-    os.close(lock)
+    lock.close()
     # Runs cut off by a gateway restart were interrupted as their batch was written; the rest now.
     runs, tools, subagents = writer.interrupted
     summary = stats.as_dict() | {"interrupted_runs": runs + interrupted.runs,
@@ -148,13 +147,13 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     if not obj.db.exists():
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
     pricer = pricer_for(prices)
-    lock = writer_lock(obj.db)
-    conn = open_writer(obj.db)
+    lock = WriterLock(obj.db)
+    conn = lock.open()
     try:
         result = LedgerWriter(conn).reprice(pricer)
     finally:
         conn.close()
-        os.close(lock)
+        lock.close()
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced}
     unmatched = pricer.unmatched()
     # A mistyped model id otherwise just leaves the old price, with "calls changed 0" as the only sign.

@@ -11,7 +11,7 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.defaults import MAX_RAW_DAYS
 from agentledger.ledger import retention
-from agentledger.ledger.db import LedgerBusy, LedgerError, open_reader, open_writer, writer_lock
+from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, open_reader
 from agentledger.ledger.writer import now_ms
 from agentledger.timeutil import iso
 
@@ -70,11 +70,11 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
             conn.close()
     else:
         try:
-            lock = writer_lock(obj.db)
+            lock = WriterLock(obj.db)
         except LedgerBusy as exc:
             raise LedgerBusy(f"{exc}; a running `serve` prunes by itself") from None
         try:
-            conn = open_writer(obj.db)
+            conn = lock.open()
             try:
                 result = retention.prune(conn, horizon)
                 result.reclaimed_bytes = retention.reclaim(conn)
@@ -83,7 +83,7 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
             finally:
                 conn.close()
         finally:
-            os.close(lock)
+            lock.close()
     after = None if dry_run else _size(obj.db)
     if as_json:
         _emit_json(dry_run, days, horizon, result, before, after, free if dry_run else 0)

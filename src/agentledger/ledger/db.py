@@ -44,23 +44,44 @@ class LedgerBusy(LedgerError):
     """Another agentledger process is already the writer of this ledger."""
 
 
-def writer_lock(path: str | Path) -> int:
-    """Become the only writer of the ledger at ``path``; returns the lock's descriptor (keep it open).
+class WriterLock:
+    """This process as the only writer of the ledger at ``path``, until ``close``; ``open`` opens the ledger.
 
     Two tailers on one ledger would race on the same checkpoints, so a second one is refused
     at once rather than left to fail mid-batch."""
-    _make_parent(Path(path))
-    lock = Path(f"{path}.lock")
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise _unwritable(Path(path), exc) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise LedgerBusy(f"another agentledger process is writing {path} (stop it, or pass another --db)") from None
-    return fd
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        _make_parent(self.path)
+        lock = Path(f"{path}.lock")
+        try:
+            try:
+                self._fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                self._made: Path | None = lock
+            except FileExistsError:
+                self._fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._made = None
+        except OSError as exc:
+            raise _unwritable(self.path, exc) from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise LedgerBusy(f"another agentledger process is writing {path} (stop it, or pass another --db)") from None
+
+    def open(self) -> apsw.Connection:
+        """The ledger opened for writing (``open_writer``). One refused (another program's database, a
+        newer ledger) keeps no lock file this lock made beside it: the file is left as it was found.
+        Any other writer would be refused that same file, so none can be holding the lock removed."""
+        try:
+            return open_writer(self.path)
+        except LedgerError:
+            if self._made is not None:
+                self._made.unlink(missing_ok=True)
+            raise
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
