@@ -129,6 +129,15 @@ def test_gates_answer_live_over_http_and_from_the_command(daemon):
                            "--json", "--url", daemon.url], capture_output=True, text=True, cwd=REPO, env=env)
     assert live.returncode == 0, live.stderr
     assert [(s["session_key"], s["cost_usd"]) for s in json.loads(live.stdout)] == [("agent:main:s1", 2.25)]
+    # As CSV, an answer with no session has the header of one with a session.
+    headers = []
+    for agent in ("main", "nobody"):
+        out = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(daemon.config), "sessions", "--live",
+                              "--csv", "--agent", agent, "--url", daemon.url], capture_output=True, text=True, cwd=REPO,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        headers.append(out.stdout.splitlines())
+    assert len(headers[0]) == 2 and headers[1] == headers[0][:1] and "family_cost_usd" in headers[0][0]
 
 
 def test_the_gate_histogram_is_served_without_a_family_of_its_own_for_its_start(daemon):

@@ -166,6 +166,25 @@ def test_every_list_command_answers_json(corpus_db):
         assert isinstance(rows, list) and rows, args
 
 
+@pytest.mark.parametrize("args", [
+    ["sessions"], ["runs"], ["costs"], ["costs", "--group-by", "session"], ["costs", "--group-by", "tool"],
+    ["costs", "--group-by", "day"], ["costs", "--latency"], ["tools"], ["events"], ["files"], ["errors"],
+    ["subagents"], ["top", "runs"], ["top", "tools"], ["top", "models"], ["top", "sessions"], ["rejects"],
+    ["timeline", "agent:main:main"], ["usage"]])
+def test_csv_has_its_header_row_even_when_nothing_matches(corpus_db, args):
+    """A script reads the same columns whatever the answer: an empty one was no bytes at all."""
+    full = _cli(corpus_db, *args, "--csv")
+    assert full.returncode == 0 and full.stdout.count("\n") > 1, (args, full.stderr)
+    header = full.stdout.splitlines()[0]
+    none = [["--agent", "nobody"]] if args[0] not in ("rejects", "timeline") else []
+    for narrow in none + [["--since", "2030-01-01"]]:
+        out = _cli(corpus_db, *args, "--csv", *narrow)
+        assert out.returncode == 0, (args, narrow, out.stderr)
+        lines = out.stdout.splitlines()
+        assert lines[0] == header, (args, narrow)
+        assert len(lines) == (2 if args[0] == "usage" else 1), (args, narrow)  # usage is one row of zeros
+
+
 def test_tool_percentiles(corpus_db):
     rows = {r["tool"]: r for r in _q(corpus_db, queries.tools)}
     conn = open_reader(corpus_db)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from collections.abc import Iterable
 
 import click
 import orjson
@@ -12,13 +13,13 @@ import orjson
 from agentledger import display
 
 
-def _flat(row: dict, prefix: str = "") -> dict:
+def flat(row: dict, prefix: str = "") -> dict:
     """One cell holds one value: a nested object becomes columns named by its path (``family_cost_usd``),
     a list its JSON text."""
     out: dict = {}
     for key, value in row.items():
         if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}_"))
+            out.update(flat(value, f"{prefix}{key}_"))
         elif isinstance(value, (list, tuple)):
             out[prefix + key] = orjson.dumps(value).decode()
         else:
@@ -26,14 +27,15 @@ def _flat(row: dict, prefix: str = "") -> dict:
     return out
 
 
-def emit_csv(rows: list[dict]) -> None:
+def emit_csv(rows: list[dict], fields: Iterable[str]) -> None:
+    """``fields``: the columns a row of this answer has (as ``flat`` names them), the header when there is no
+    row: a script reads the same header from an empty answer as from any other."""
     out = io.StringIO()
-    if rows:
-        flat = [_flat(row) for row in rows]
-        writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(k for row in flat for k in row)),
-                                lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(flat)
+    flat_rows = [flat(row) for row in rows]
+    header = dict.fromkeys(k for row in flat_rows for k in row) if flat_rows else fields
+    writer = csv.DictWriter(out, fieldnames=list(header), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(flat_rows)
     click.echo(out.getvalue(), nl=False)
 
 

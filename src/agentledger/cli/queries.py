@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+from collections.abc import Iterable
 
 import click
 import orjson
 
 from agentledger import display
 from agentledger.cli import cli, daemon_url
-from agentledger.cli.output import cost_cell, emit_csv, emit_json, emit_pairs, emit_table, note_unpriced
+from agentledger.cli.output import cost_cell, emit_csv, emit_json, emit_pairs, emit_table, flat, note_unpriced
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
 from agentledger.timeutil import parse_time
@@ -86,11 +87,13 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
     return decorate
 
 
-def _emit_rows(rows: list[dict], fmt: str | None, empty: str, columns: list[tuple[str, str]]) -> None:
+def _emit_rows(rows: list[dict], fields: Iterable[str], fmt: str | None, empty: str,
+               columns: list[tuple[str, str]]) -> None:
+    """``fields``: the keys of such a row, the CSV's header when there is none."""
     if fmt == "json":
         emit_json(rows)
     elif fmt == "csv":
-        emit_csv(rows)
+        emit_csv(rows, fields)
     elif not rows:
         click.echo(empty)
     else:
@@ -124,17 +127,20 @@ def sessions(conn, w, fmt, live, url):
         if w.since is not None or w.until is not None:
             raise click.BadParameter("the daemon's views are of now: drop --since/--until, or --live",
                                      param_hint="--live")
+        from agentledger.gates import hot_json
+        from agentledger.hot.sessions import HotSession
+
         url = daemon_url(url, click.get_current_context().obj.config)
-        _emit_rows(_live_sessions(url, w), fmt, "no live sessions", [
+        _emit_rows(_live_sessions(url, w), flat(hot_json(HotSession())), fmt, "no live sessions", [
             ("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
             ("last_activity_at", "last activity"), ("current_run", "run"), ("llm_calls", "llm"),
             ("tool_calls", "tools"), ("tool_errors", "tool err"), ("total_tokens", "tokens"), ("cost_usd", "cost $"),
             ("unpriced_calls", "unpriced")])
         return
-    _emit_rows(queries.sessions(conn, w), fmt, "no sessions match", [("session_key", "session"), ("agent_id", "agent"), ("status", "status"),
-                          ("started_at", "started"), ("runs", "runs"), ("llm_calls", "llm"),
-                          ("tool_calls", "tools"), ("tool_errors", "tool err"),
-                          ("total_tokens", "tokens"), ("cost_usd", "cost $")])
+    _emit_rows(queries.sessions(conn, w), queries.SESSION_FIELDS, fmt, "no sessions match", [
+        ("session_key", "session"), ("agent_id", "agent"), ("status", "status"), ("started_at", "started"),
+        ("runs", "runs"), ("llm_calls", "llm"), ("tool_calls", "tools"), ("tool_errors", "tool err"),
+        ("total_tokens", "tokens"), ("cost_usd", "cost $")])
 
 
 def _chart_option(fn):
@@ -162,7 +168,7 @@ def usage(conn, w, fmt, chart):
     if fmt == "json":
         emit_json(row)
     elif fmt == "csv":
-        emit_csv([row])
+        emit_csv([row], row)
     else:
         emit_pairs([(k.replace("_", " "), cost_cell(v, row["unpriced_calls"]) if k == "cost_usd" else v)
                     for k, v in row.items()])
@@ -177,6 +183,9 @@ def usage(conn, w, fmt, chart):
         charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
                            for day in charts.filled_days(list(days.values()))],
                           display.tokens, "tokens per day (UTC), by kind")
+
+
+_LATENCY = ("p50_ms", "p95_ms", "p99_ms")  # what --latency adds to a costs row
 
 
 @cli.command()
@@ -201,12 +210,12 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
             raise click.BadParameter("only with --group-by model", param_hint="--latency")
         lat = queries.model_latency(conn, w)
         for r in rows:
-            r["p50_ms"], r["p95_ms"], r["p99_ms"] = lat.get(r["model"] or "", (None, None, None))
+            r.update(zip(_LATENCY, lat.get(r["model"] or "", (None, None, None))))
     if fmt == "json":
         emit_json(rows)
         return
     if fmt == "csv":
-        emit_csv(rows)
+        emit_csv(rows, queries.cost_fields(group_by) + (_LATENCY if latency else ()))
         return
     if not rows:
         click.echo("no spend in this window")
@@ -220,7 +229,7 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
              "llm_calls": sum(r["llm_calls"] for r in every), "total_tokens": sum(r["total_tokens"] for r in every),
              "cost_usd": round(sum(r["cost_usd"] for r in every), 12),
              "unpriced_calls": sum(r["unpriced_calls"] for r in every)}
-    latency_columns = [("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")] if latency else []
+    latency_columns = [(k, k.replace("_", " ")) for k in _LATENCY] if latency else []
     # A row is a session instance: a key reset several times has several, told apart by their ids.
     instance = [("session_id", "id")] if group_by == "session" else []
     emit_table(rows + [total], [(label, group_by), *instance, ("llm_calls", "llm calls"),
@@ -258,7 +267,7 @@ def rejects(conn, w, fmt):
     """Lines that could not be indexed, with file, offset and reason; --since/--until are when they were read.
 
     A line that could not be read names no agent: there is no --agent."""
-    _emit_rows(queries.rejects(conn, w), fmt, "no rejected lines",
+    _emit_rows(queries.rejects(conn, w), queries.REJECT_FIELDS, fmt, "no rejected lines",
                [("path", "file"), ("offset", "offset"), ("length", "bytes"), ("reason", "reason"),
                 ("head", "starts with")])
 
@@ -340,7 +349,7 @@ def session(conn, w, fmt, key):
 @query_options(default_limit=50)
 def runs_cmd(conn, w, fmt):
     """Runs (agent turns), most recent first, with their calls, tokens and cost."""
-    _emit_rows(queries.runs(conn, w), fmt, "no runs match", _RUN_TABLE)
+    _emit_rows(queries.runs(conn, w), queries.RUN_FIELDS, fmt, "no runs match", _RUN_TABLE)
 
 
 @cli.command()
@@ -363,7 +372,8 @@ def run(conn, w, fmt, run_id):
 @click.option("--errors-only", is_flag=True, help="Only tools that failed at least once.")
 def tools_cmd(conn, w, fmt, name, errors_only):
     """Tool calls by tool: calls, errors, error rate, duration percentiles."""
-    _emit_rows(queries.tools(conn, w, name=name, errors_only=errors_only), fmt, "no tool calls match",
+    _emit_rows(queries.tools(conn, w, name=name, errors_only=errors_only), queries.TOOL_FIELDS, fmt,
+               "no tool calls match",
                [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("error_rate", "err rate"),
                 ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")])
 
@@ -381,7 +391,8 @@ def timeline(conn, w, fmt, kinds, key):
         raise click.BadParameter(f"unknown kind {bad[0]!r}: choose from {', '.join(queries.TIMELINE_KINDS)}",
                                  param_hint="--kinds")
     items = queries.timeline(conn, key, wanted, w)
-    _emit_rows(items[: w.limit] if w.limit else items, fmt, "nothing happened in this session in this window",
+    _emit_rows(items[: w.limit] if w.limit else items, queries.TIMELINE_FIELDS, fmt,
+               "nothing happened in this session in this window",
                [("at", "at"), ("kind", "kind"), ("what", "what"), ("cost_usd", "cost $")])
 
 
@@ -389,7 +400,7 @@ def timeline(conn, w, fmt, kinds, key):
 @query_options(default_limit=50)
 def subagents_cmd(conn, w, fmt):
     """Subagents spawned, with their parent, outcome and cost."""
-    _emit_rows(queries.subagents(conn, w), fmt, "no subagents match",
+    _emit_rows(queries.subagents(conn, w), queries.SUBAGENT_FIELDS, fmt, "no subagents match",
                [("child_session_key", "child"), ("parent_session_key", "parent"), ("label", "label"),
                 ("outcome", "outcome"), ("duration_ms", "ms"), ("cost_usd", "cost $")])
 
@@ -428,7 +439,7 @@ def tree(conn, w, fmt, key):
 @query_options(default_limit=100)
 def errors_cmd(conn, w, fmt):
     """Failed runs and failed tool calls, most recent first."""
-    _emit_rows(queries.errors(conn, w), fmt, "no errors in this window",
+    _emit_rows(queries.errors(conn, w), queries.ERROR_FIELDS, fmt, "no errors in this window",
                [("at", "at"), ("kind", "kind"), ("name", "what"), ("session_key", "session"), ("error", "error")])
 
 
@@ -443,7 +454,7 @@ def top(conn, w, fmt, what):
                "models": [("model", "model"), ("llm_calls", "llm calls"), ("cost_usd", "cost $")],
                "sessions": [("session_key", "session"), ("session_id", "id"), ("llm_calls", "llm calls"),
                             ("cost_usd", "cost $")]}[what]
-    _emit_rows(rows, fmt, f"no {what} in this window", columns)
+    _emit_rows(rows, queries.top_fields(what), fmt, f"no {what} in this window", columns)
 
 
 @cli.command(name="events")
@@ -452,7 +463,7 @@ def top(conn, w, fmt, what):
               help="Only this event kind (repeatable).")
 def events_cmd(conn, w, fmt, kinds):
     """Raw events as indexed, most recent first, with the file and offset they came from."""
-    _emit_rows(queries.events(conn, w, kinds=list(kinds)), fmt, "no events match",
+    _emit_rows(queries.events(conn, w, kinds=list(kinds)), queries.EVENT_FIELDS, fmt, "no events match",
                [("at", "at"), ("kind", "kind"), ("session_key", "session"), ("file", "file"), ("offset", "offset")])
 
 
@@ -461,6 +472,7 @@ def events_cmd(conn, w, fmt, kinds):
 @click.option("--path", "path_glob", type=TEXT, metavar="GLOB", help="Only paths matching this glob (* and ?).")
 def files_cmd(conn, w, fmt, path_glob):
     """Tool calls that touched a file, most recent first."""
-    _emit_rows(queries.files(conn, w, path_glob=path_glob), fmt, "no tool calls touched a matching file",
+    _emit_rows(queries.files(conn, w, path_glob=path_glob), queries.TOOL_CALL_FIELDS, fmt,
+               "no tool calls touched a matching file",
                [("file_path", "file"), ("tool_name", "tool"), ("status", "status"), ("started_at", "at"),
                 ("session_key", "session")])

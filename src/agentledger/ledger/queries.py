@@ -32,6 +32,11 @@ def _usd(pico: int | None) -> float:
     return round((pico or 0) / PICO_PER_USD, 12)
 
 
+def _row(fields: tuple[str, ...], values: tuple) -> dict:
+    """A result row: its keys are named once, in a tuple that is also the header of a CSV with no rows."""
+    return dict(zip(fields, values, strict=True))
+
+
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot. A
 # snapshot ``u`` names no run: it is the one of its session's run ``r`` begun last before it, up to a
 # minute after that run's end (the producer may write it just after the end). A run read without its
@@ -223,6 +228,13 @@ _SUSPENSIONS = """
     (SELECT max(p.from_ms) FROM session_suspensions AS p WHERE p.session_id = s.session_id AND p.until_ms IS NULL)"""
 
 
+SESSION_FIELDS = ("session_key", "session_id", "agent_id", "source", "status", "started_at", "ended_at",
+                  "first_activity_at", "last_activity_at", "duration_s", "is_subagent", "runs", "llm_calls",
+                  "llm_errors", "tool_calls", "tool_errors", "input_tokens", "output_tokens", "cache_read_tokens",
+                  "cache_write_tokens", "total_tokens", "cost_usd", "unpriced_calls", "end_reason", "resumed_from",
+                  "message_count", "reported_duration_ms", "suspensions", "suspended_s", "suspended_since")
+
+
 def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None = None) -> list[dict]:
     """Sessions active in the window (or exactly ``session_ids``), most recent first."""
     params: list = []
@@ -250,18 +262,11 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
     out = []
     for (key, sid, agent, source, status, started, ended, first, last, is_sub, runs, llm, llm_err, tools,
          tool_err, i, o, cr, cw, t, cost, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
-        out.append({
-            "session_key": key, "session_id": sid, "agent_id": agent, "source": source, "status": status,
-            "started_at": iso(started), "ended_at": iso(ended), "first_activity_at": iso(first),
-            "last_activity_at": iso(last), "duration_s": round((last - first) / 1000, 3),
-            "is_subagent": bool(is_sub),
-            "runs": runs, "llm_calls": llm, "llm_errors": llm_err, "tool_calls": tools, "tool_errors": tool_err,
-            "input_tokens": i, "output_tokens": o, "cache_read_tokens": cr, "cache_write_tokens": cw,
-            "total_tokens": t, "cost_usd": _usd(cost + fallback.get(sid, 0)), "unpriced_calls": unpriced,
-            "end_reason": reason, "resumed_from": resumed, "message_count": messages,
-            "reported_duration_ms": reported, "suspensions": suspensions,
-            "suspended_s": round(away / 1000, 3), "suspended_since": iso(since),
-        })
+        out.append(_row(SESSION_FIELDS, (
+            key, sid, agent, source, status, iso(started), iso(ended), iso(first), iso(last),
+            round((last - first) / 1000, 3), bool(is_sub), runs, llm, llm_err, tools, tool_err, i, o, cr, cw, t,
+            _usd(cost + fallback.get(sid, 0)), unpriced, reason, resumed, messages, reported, suspensions,
+            round(away / 1000, 3), iso(since))))
     return out
 
 
@@ -291,6 +296,15 @@ def usage(conn: apsw.Connection, w: Window) -> dict:
 GROUP_BY = ("model", "provider", "agent", "session", "day", "tool")
 
 
+def cost_fields(group_by: str) -> tuple[str, ...]:
+    """The keys of a ``costs`` row grouped so."""
+    if group_by == "tool":
+        return TOOL_COST_FIELDS
+    if group_by == "session":  # a row is a session instance
+        return ("session_key", "session_id", *_LLM_FIELDS)
+    return ({"agent": "agent_id"}.get(group_by, group_by), *_LLM_FIELDS)
+
+
 def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> list[dict]:
     """Spend grouped by one dimension; rows by cost, most first (days in order)."""
     if group_by not in GROUP_BY:
@@ -308,14 +322,14 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     groups = _llm_groups(conn, w, [dims[group_by]], tz, by_day=group_by == "day")
     if group_by == "day":
         groups = _by_local_day(groups, tz)
-    label = {"agent": "agent_id", "day": "day"}.get(group_by, group_by)
+    fields = cost_fields(group_by)
+    label = fields[0]
     out = []
-    for (key,), (calls, errors, i, o, cr, cw, t, cost, unpriced) in groups.items():
+    for (key,), vals in groups.items():
+        calls, *_, cost, _unpriced = vals
         if not (calls or cost):
             continue  # slots that only count sessions or compactions
-        out.append({label: key if key != "" else None, "llm_calls": calls - errors, "llm_errors": errors,
-                    "input_tokens": i, "output_tokens": o, "cache_read_tokens": cr, "cache_write_tokens": cw,
-                    "total_tokens": t, "cost_usd": _usd(cost), "unpriced_calls": unpriced})
+        out.append(_row(fields, (key if key != "" else None, *_llm_values(vals))))
     if group_by == "day":
         out.sort(key=lambda r: r["day"])
     else:
@@ -326,24 +340,16 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
 def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     """Spend by session instance: its whole-life totals when nothing narrows the window, else what the
     window's model calls and snapshot fallbacks add up to (no rollup is kept by session and time)."""
+    fields = cost_fields("session")
     if w.since is None and w.until is None and w.agent is None:
-        return [{"session_key": r["session_key"], "session_id": r["session_id"], "llm_calls": r["llm_calls"],
-                 "llm_errors": r["llm_errors"], **{k: r[k] for k in _TOKEN_KEYS}, "cost_usd": r["cost_usd"],
-                 "unpriced_calls": r["unpriced_calls"]}
-                for r in sessions(conn, Window())]
+        return [{k: r[k] for k in fields} for r in sessions(conn, Window())]
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
     groups = _with_fallback({sid: list(vals) for sid, *vals in conn.execute(
         f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)}, _fallback_cost(conn, w))
     keys = dict(conn.execute("SELECT session_id, session_key FROM sessions WHERE session_id IN "
                              "(SELECT value FROM json_each(?))", (_json_list(groups),)))
-    out = []
-    for sid, vals in groups.items():
-        llm = _llm_dict(vals)
-        out.append({"session_key": keys.get(sid), "session_id": sid, "llm_calls": llm["llm_calls"],
-                    "llm_errors": llm["llm_errors"], **{k: llm[k] for k in _TOKEN_KEYS}, "cost_usd": llm["cost_usd"],
-                    "unpriced_calls": llm["unpriced_calls"]})
-    return out
+    return [_row(fields, (keys.get(sid), sid, *_llm_values(vals))) for sid, vals in groups.items()]
 
 
 def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], tz: str,
@@ -428,6 +434,9 @@ def zone(tz: str) -> dt.tzinfo:
         raise ValueError(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
 
 
+TOOL_COST_FIELDS = ("tool", "calls", "errors", "duration_s")
+
+
 def _tool_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     """Tools carry no cost of their own: calls, errors and time spent, by tool."""
     groups: dict = {}
@@ -444,8 +453,8 @@ def _tool_costs(conn: apsw.Connection, w: Window) -> list[dict]:
                   "GROUP BY 1"
         for name, *vals in conn.execute(sql, params):
             groups[name] = _add(groups.get(name, [0, 0, 0]), vals)
-    out = [{"tool": name or None, "calls": c, "errors": e, "duration_s": round(d / 1000, 3)}
-           for name, (c, e, d) in groups.items() if c]
+    out = [_row(TOOL_COST_FIELDS, (name or None, c, e, round(d / 1000, 3))) for name, (c, e, d) in groups.items()
+           if c]
     out.sort(key=lambda r: (-r["calls"], str(r["tool"])))
     return out[: w.limit] if w.limit else out
 
@@ -456,6 +465,9 @@ def printable(data: bytes) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
+REJECT_FIELDS = ("path", "offset", "length", "reason", "head", "read_at")
+
+
 def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params)
@@ -464,11 +476,8 @@ def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
         f"SELECT path, offset, length, reason, head, ts_ms FROM rejects WHERE {cond} ORDER BY path, offset {limit}",
         params,
     )
-    return [
-        {"path": path, "offset": off, "length": length, "reason": reason,
-         "head": printable(bytes(head))[:120], "read_at": iso(ts)}
-        for path, off, length, reason, head, ts in rows
-    ]
+    return [_row(REJECT_FIELDS, (path, off, length, reason, printable(bytes(head))[:120], iso(ts)))
+            for path, off, length, reason, head, ts in rows]
 
 
 def file_status(conn: apsw.Connection) -> list[dict]:
@@ -499,11 +508,17 @@ def _json_list(values) -> str:
     return orjson.dumps(list(values)).decode()
 
 
-def _llm_dict(vals) -> dict:
+_LLM_FIELDS = ("llm_calls", "llm_errors", *_TOKEN_KEYS, "cost_usd", "unpriced_calls")
+
+
+def _llm_values(vals) -> tuple:
+    """LLM_COLUMNS sums as the values of _LLM_FIELDS: failed calls apart, cost in USD."""
     calls, errors, i, o, cr, cw, t, cost, unpriced = vals
-    return {"llm_calls": calls - errors, "llm_errors": errors, "input_tokens": i, "output_tokens": o,
-            "cache_read_tokens": cr, "cache_write_tokens": cw, "total_tokens": t, "cost_usd": _usd(cost),
-            "unpriced_calls": unpriced}
+    return calls - errors, errors, i, o, cr, cw, t, _usd(cost), unpriced
+
+
+def _llm_dict(vals) -> dict:
+    return _row(_LLM_FIELDS, _llm_values(vals))
 
 
 # A run without model calls costs what its usage snapshot says, as it does in every total (_SNAPSHOT_FALLBACK).
@@ -517,14 +532,16 @@ _RUN_FROM = """runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
     LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id"""
 
 
+RUN_FIELDS = ("run_id", "session_key", "session_id", "agent_id", "model", "provider", "status", "started_at",
+              "ended_at", "duration_ms", "stop_reason", "error", "tool_calls", "tool_errors", "llm_calls", "llm_errors",
+              "total_tokens", "cost_usd", "unpriced_calls")
+
+
 def _run_dict(row) -> dict:
     (rid, key, sid, agent, model, provider, status, started, ended, duration, stop, error, tools, tool_err,
      llm, llm_err, tokens, cost, unpriced) = row
-    return {"run_id": rid, "session_key": key, "session_id": sid, "agent_id": agent, "model": model,
-            "provider": provider, "status": status, "started_at": iso(started), "ended_at": iso(ended),
-            "duration_ms": duration, "stop_reason": stop, "error": error, "tool_calls": tools,
-            "tool_errors": tool_err, "llm_calls": llm - llm_err, "llm_errors": llm_err, "total_tokens": tokens,
-            "cost_usd": _usd(cost), "unpriced_calls": unpriced}
+    return _row(RUN_FIELDS, (rid, key, sid, agent, model, provider, status, iso(started), iso(ended), duration, stop,
+                             error, tools, tool_err, llm - llm_err, llm_err, tokens, _usd(cost), unpriced))
 
 
 def runs(conn: apsw.Connection, w: Window, *, status: str | None = None) -> list[dict]:
@@ -543,11 +560,14 @@ _TOOL_COLUMNS = """tc.run_id, tc.tool_call_id, tc.tool_name, tc.agent_id, tc.ses
     tc.ended_ms, tc.duration_ms, tc.error, tc.file_path"""
 
 
+TOOL_CALL_FIELDS = ("run_id", "tool_call_id", "tool_name", "agent_id", "session_key", "status", "started_at",
+                    "ended_at", "duration_ms", "error", "file_path")
+
+
 def _tool_dict(row) -> dict:
     rid, cid, name, agent, key, status, started, ended, duration, error, path = row
-    return {"run_id": rid or None, "tool_call_id": cid, "tool_name": name, "agent_id": agent, "session_key": key,
-            "status": status, "started_at": iso(started), "ended_at": iso(ended), "duration_ms": duration,
-            "error": error, "file_path": path}
+    return _row(TOOL_CALL_FIELDS, (rid or None, cid, name, agent, key, status, iso(started), iso(ended), duration,
+                                   error, path))
 
 
 def run_detail(conn: apsw.Connection, run_id: str) -> dict:
@@ -774,20 +794,16 @@ def _lifecycle(conn: apsw.Connection, ids: list[str]) -> list[dict]:
             "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
         if started is not None:
             what = f"started (reset of {resumed})" if resumed else "started"
-            items.append({"at": iso(started), "kind": "session", "what": what, "id": sid, "cost_usd": None,
-                          "unpriced_calls": 0})
+            items.append(_item(iso(started), "session", what, sid))
         if ended is not None:
-            items.append({"at": iso(ended), "kind": "session", "what": f"ended ({reason or 'end'})", "id": sid,
-                          "cost_usd": None, "unpriced_calls": 0})
+            items.append(_item(iso(ended), "session", f"ended ({reason or 'end'})", sid))
     for sid, since, until, cause in conn.execute(
             "SELECT session_id, from_ms, until_ms, cause FROM session_suspensions "
             "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)):
         why = "gateway restart" if cause == "seq" else "gateway idle"
-        items.append({"at": iso(since), "kind": "session", "what": f"suspended ({why})", "id": sid, "cost_usd": None,
-                      "unpriced_calls": 0})
+        items.append(_item(iso(since), "session", f"suspended ({why})", sid))
         if until is not None:
-            items.append({"at": iso(until), "kind": "session", "what": f"resumed after {(until - since) / 1000:.0f}s",
-                          "id": sid, "cost_usd": None, "unpriced_calls": 0})
+            items.append(_item(iso(until), "session", f"resumed after {(until - since) / 1000:.0f}s", sid))
     return items
 
 
@@ -863,15 +879,20 @@ def _subagent_rows(conn: apsw.Connection, w: Window, parent_keys: list[str] | No
         f"ORDER BY coalesce(spawned_ms, ended_ms) DESC {limit}", params).fetchall()
 
 
+SUBAGENT_FIELDS = ("child_session_key", "parent_session_key", "parent_run_id", "agent_id", "label", "mode", "status",
+                   "spawned_at", "ended_at", "duration_ms", "outcome", "reason", "model", "cost_usd", "unpriced_calls")
+
+
 def _subagent_dicts(rows: list[tuple], costs: dict[str, tuple[int, int]]) -> list[dict]:
     out = []
     for c, p, r, a, lbl, mode, st, s, e, d, o, why, m in rows:
         cost, unpriced = costs.get(c, (0, 0))
-        out.append({"child_session_key": c, "parent_session_key": p, "parent_run_id": r, "agent_id": a,
-                    "label": lbl, "mode": mode, "status": st, "spawned_at": iso(s), "ended_at": iso(e),
-                    "duration_ms": d, "outcome": o, "reason": why, "model": m, "cost_usd": _usd(cost),
-                    "unpriced_calls": unpriced})
+        out.append(_row(SUBAGENT_FIELDS, (c, p, r, a, lbl, mode, st, iso(s), iso(e), d, o, why, m, _usd(cost),
+                                          unpriced)))
     return out
+
+
+TOOL_FIELDS = (*TOOL_COST_FIELDS, "error_rate", "p50_ms", "p95_ms", "p99_ms")
 
 
 def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_only: bool = False) -> list[dict]:
@@ -888,22 +909,24 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
         p50, p95, p99 = _percentiles(known)
         # The rollups sum an unknown duration as 0: a tool none of whose calls told theirs (Claude Code's)
         # took an unknown time, not none.
-        out.append({**r, "duration_s": r["duration_s"] if known else None,
-                    "error_rate": round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0,
-                    "p50_ms": p50, "p95_ms": p95, "p99_ms": p99})
+        out.append(_row(TOOL_FIELDS, (r["tool"], r["calls"], r["errors"], r["duration_s"] if known else None,
+                                      round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0, p50, p95, p99)))
     return out[: w.limit] if w.limit else out
+
+
+ERROR_FIELDS = ("kind", "at", "session_key", "name", "id", "error")
 
 
 def errors(conn: apsw.Connection, w: Window) -> list[dict]:
     """Failed runs and failed tool calls, most recent first."""
-    failed_runs = [{"kind": "run", "at": r["started_at"] or r["ended_at"], "session_key": r["session_key"],
-                    "name": r["model"], "id": r["run_id"], "error": r["error"]}
+    failed_runs = [_row(ERROR_FIELDS, ("run", r["started_at"] or r["ended_at"], r["session_key"], r["model"],
+                                       r["run_id"], r["error"]))
                    for r in runs(conn, Window(since=w.since, until=w.until, agent=w.agent), status="error")]
     params: list = []
     cond = _between("coalesce(tc.started_ms, tc.ended_ms)", w.since, w.until, params) + _agent("tc.agent_id", w,
                                                                                                 params)
-    failed_tools = [{"kind": "tool", "at": t["started_at"] or t["ended_at"], "session_key": t["session_key"],
-                     "name": t["tool_name"], "id": t["tool_call_id"], "error": t["error"]}
+    failed_tools = [_row(ERROR_FIELDS, ("tool", t["started_at"] or t["ended_at"], t["session_key"], t["tool_name"],
+                                        t["tool_call_id"], t["error"]))
                     for t in map(_tool_dict, conn.execute(
                         f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.status = 'error' AND {cond}",
                         params))]
@@ -912,6 +935,12 @@ def errors(conn: apsw.Connection, w: Window) -> list[dict]:
 
 
 TOP = ("runs", "tools", "models", "sessions")
+
+
+def top_fields(what: str) -> tuple[str, ...]:
+    """The keys of a ``top`` row."""
+    return {"runs": RUN_FIELDS, "tools": TOOL_FIELDS, "models": cost_fields("model"),
+            "sessions": cost_fields("session")}[what]
 
 
 def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
@@ -933,6 +962,9 @@ def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
     raise ValueError(f"cannot rank {what!r}: choose one of {', '.join(TOP)}")
 
 
+EVENT_FIELDS = ("at", "event_id", "kind", "agent_id", "session_key", "file", "offset")
+
+
 def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) -> list[dict]:
     params: list = []
     # Retention reduces old events to their key, with kind '': nothing left to show.
@@ -944,8 +976,8 @@ def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) 
     rows = conn.execute(
         f"SELECT e.ts_ms, e.id, e.kind, e.agent_id, e.session_key, f.path, e.offset FROM events AS e "
         f"LEFT JOIN files AS f ON f.id = e.file_id WHERE {cond} ORDER BY e.ts_ms DESC, e.id {limit}", params)
-    return [{"at": iso(ts), "event_id": f"{eid & (2**64 - 1):016x}", "kind": kind, "agent_id": agent,
-             "session_key": key, "file": path, "offset": off} for ts, eid, kind, agent, key, path, off in rows]
+    return [_row(EVENT_FIELDS, (iso(ts), f"{eid & (2**64 - 1):016x}", kind, agent, key, path, off))
+            for ts, eid, kind, agent, key, path, off in rows]
 
 
 def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> list[dict]:
@@ -963,6 +995,12 @@ def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> 
 
 
 TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent", "session")
+TIMELINE_FIELDS = ("at", "kind", "what", "id", "cost_usd", "unpriced_calls")
+
+
+def _item(at: str | None, kind: str, what: str, item_id: str | None, cost_usd: float | None = None,
+          unpriced: int = 0) -> dict:
+    return _row(TIMELINE_FIELDS, (at, kind, what, item_id, cost_usd, unpriced))
 
 
 def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w: Window = Window()) -> list[dict]:
@@ -972,30 +1010,28 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
     items = []
     if "run" in want:
         for r in detail["runs"]:
-            items.append({"at": r["started_at"] or r["ended_at"], "kind": "run", "what": f"{r['model']} {r['status']}",
-                          "id": r["run_id"], "cost_usd": r["cost_usd"], "unpriced_calls": r["unpriced_calls"]})
+            items.append(_item(r["started_at"] or r["ended_at"], "run", f"{r['model']} {r['status']}", r["run_id"],
+                               r["cost_usd"], r["unpriced_calls"]))
     if "llm" in want:
         instances = detail["instances"]
         counted = sum(i["llm_calls"] + i["llm_errors"] for i in instances)  # failed calls are listed too
         rows = _calls_of(conn, [i["session_id"] for i in instances], counted, _SESSION_LLM_CALLS,
                          _EVERY_LLM_CALL_OF)
         for ts, run_id, model, tokens, cost, unpriced in rows:
-            items.append({"at": iso(ts), "kind": "llm", "what": f"{model} {tokens} tokens", "id": run_id,
-                          "cost_usd": None if cost is None else _usd(cost), "unpriced_calls": unpriced})
+            items.append(_item(iso(ts), "llm", f"{model} {tokens} tokens", run_id, None if cost is None else _usd(cost),
+                               unpriced))
     if "tool" in want:
         for t in detail["tool_calls"]:
-            items.append({"at": t["started_at"] or t["ended_at"], "kind": "tool",
-                          "what": f"{t['tool_name']} {t['status']}", "id": t["tool_call_id"], "cost_usd": None,
-                          "unpriced_calls": 0})
+            items.append(_item(t["started_at"] or t["ended_at"], "tool", f"{t['tool_name']} {t['status']}",
+                               t["tool_call_id"]))
     if "compaction" in want:
         for c in detail["compactions"]:
-            items.append({"at": c["at"], "kind": "compaction", "what": _compaction_what(c), "id": c["session_id"],
-                          "cost_usd": None, "unpriced_calls": 0})
+            items.append(_item(c["at"], "compaction", _compaction_what(c), c["session_id"]))
     if "subagent" in want:
         for s in detail["subagents"]:
-            items.append({"at": s["spawned_at"] or s["ended_at"], "kind": "subagent",
-                          "what": f"{s['label']} {s['outcome'] or s['status']}", "id": s["child_session_key"],
-                          "cost_usd": s["cost_usd"], "unpriced_calls": s["unpriced_calls"]})
+            items.append(_item(s["spawned_at"] or s["ended_at"], "subagent",
+                               f"{s['label']} {s['outcome'] or s['status']}", s["child_session_key"], s["cost_usd"],
+                               s["unpriced_calls"]))
     if "session" in want:
         items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
     if w.since is not None or w.until is not None:
