@@ -907,8 +907,8 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
     for r in rows:
         known = durations.get(r["tool"] or "", [])
         p50, p95, p99 = _percentiles(known)
-        # The rollups sum an unknown duration as 0: a tool none of whose calls told theirs (Claude Code's)
-        # took an unknown time, not none.
+        # The rollups sum an unknown duration as 0: a tool none of whose calls told theirs (as no transcript
+        # does) took an unknown time, not none.
         out.append(_row(TOOL_FIELDS, (r["tool"], r["calls"], r["errors"], r["duration_s"] if known else None,
                                       round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0, p50, p95, p99)))
     return out[: w.limit] if w.limit else out
