@@ -48,12 +48,24 @@ def _run(db, *args):
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 
 
-@pytest.mark.parametrize("args", [["costs", "--group-by", "day"], ["costs", "--group-by", "tool"], ["usage"]])
+@pytest.mark.parametrize("args", [["costs", "--group-by", "day"], ["costs", "--group-by", "tool"]])
 def test_a_chart_is_the_table_when_stdout_is_not_a_terminal(corpus_db, args):
     table = _run(corpus_db, *args)
     charted = _run(corpus_db, *args, "--chart")
     assert charted.exit_code == 0
     assert charted.output == table.output
+
+
+def test_usage_s_chart_piped_is_its_tokens_per_day_as_a_table(corpus_db, oc_expected):
+    """The totals, then what the chart would draw: each day's tokens by kind."""
+    totals = _run(corpus_db, "usage").output
+    charted = _run(corpus_db, "usage", "--chart").output
+    assert charted.startswith(totals)
+    header, *rows = charted[len(totals):].strip().splitlines()
+    assert header.split() == ["day", "input", "output", "cache", "read", "cache", "write"]
+    by_day = {row.split()[0]: [int(v.replace(",", "")) for v in row.split()[1:]] for row in rows}
+    assert {day: sum(tokens) for day, tokens in by_day.items()} == \
+        {day: want["total"] for day, want in oc_expected["per_day"].items()}
 
 
 def test_chart_with_json_is_a_bad_flag(corpus_db):

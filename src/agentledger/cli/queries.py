@@ -173,16 +173,20 @@ def usage(conn, w, fmt, chart):
         emit_pairs([(k.replace("_", " "), cost_cell(v, row["unpriced_calls"]) if k == "cost_usd" else v)
                     for k, v in row.items()])
         note_unpriced(row["unpriced_calls"])
-    if charting:
-        from agentledger.cli import charts  # rich only when drawing
+    if not chart or fmt is not None:
+        return
+    days = {r["day"]: r for r in queries.costs(conn, w, "day")}
+    kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
+             ("cache write", "cache_write_tokens")]
+    click.echo()
+    if not charting:  # piped: the table the chart would draw
+        emit_table(list(days.values()), [("day", "day"), *((k, name) for name, k in kinds)])
+        return
+    from agentledger.cli import charts  # rich only when drawing
 
-        days = {r["day"]: r for r in queries.costs(conn, w, "day")}
-        kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
-                 ("cache write", "cache_write_tokens")]
-        click.echo()
-        charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
-                           for day in charts.filled_days(list(days.values()))],
-                          display.tokens, "tokens per day (UTC), by kind")
+    charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
+                       for day in charts.filled_days(list(days.values()))],
+                      display.tokens, "tokens per day (UTC), by kind")
 
 
 _LATENCY = ("p50_ms", "p95_ms", "p99_ms")  # what --latency adds to a costs row
