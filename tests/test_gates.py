@@ -16,7 +16,7 @@ from logwriter import BASE_TS, LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.config import GateConfig
-from agentledger.daemon import LiveState
+from agentledger.daemon import LiveState, _record_hooks
 from agentledger.gates import GateKeeper, hot_json
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import claude_code_answer
@@ -25,6 +25,8 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.metrics import registry_for
+from agentledger.sources import claude_code_hooks
+from agentledger.sources.claude_code_hooks import HookInbox
 from prometheus_client import generate_latest
 
 NOW_MS = BASE_TS + 3_600_000
@@ -438,8 +440,8 @@ def test_claude_code_hook_answers_follow_the_protocol(ledger_with):
     for payload in payloads:  # nothing spent yet: every event is answered with {}
         assert claude_code_answer(ledger.keeper, payload) == {}
     ledger.add(llm(1, 1.5, ts=NOW_MS - 1000))
-    for payload in pre:
-        answer = claude_code_answer(ledger.keeper, payload)
+    for payload in pre:  # other calls: one asked about again before it is recorded is answered as it was
+        answer = claude_code_answer(ledger.keeper, {**payload, "tool_use_id": payload["tool_use_id"] + "-next"})
         if payload["tool_name"] in ("Bash",) or payload["tool_name"].startswith("Web"):
             assert answer == {"hookSpecificOutput": {
                 "hookEventName": "PreToolUse", "permissionDecision": "deny",
@@ -450,6 +452,60 @@ def test_claude_code_hook_answers_follow_the_protocol(ledger_with):
     for payload in payloads:
         if payload["hook_event_name"] != "PreToolUse":
             assert claude_code_answer(ledger.keeper, payload) == {}
+
+
+class _Hooks:
+    """Claude Code PreToolUse hooks answered by ``ledger``'s keeper and queued, recorded when ``record`` says,
+    as the daemon answers them and records them after each pass."""
+
+    def __init__(self, ledger: Ledger, session: str = "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11"):
+        self.ledger, self.session = ledger, session
+        self.inbox = HookInbox()
+
+    def pre(self, call_id: str) -> bool:
+        """Whether the call was allowed."""
+        payload = {"session_id": self.session, "transcript_path": "/t.jsonl", "cwd": "/",
+                   "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
+                   "tool_use_id": call_id}
+        answer = claude_code_answer(self.ledger.keeper, payload)
+        denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+        self.inbox.put(claude_code_hooks.decode(payload, NOW_MS, denied))
+        return answer == {}
+
+    def record(self) -> None:
+        _record_hooks(self.ledger.writer, self.inbox, self.ledger.live)
+
+
+def test_a_tool_call_counts_from_its_answer_once_however_often_it_is_asked(ledger_with):
+    """Claude Code asks about a turn's tool calls together, before the ledger holds any of them; a call
+    asked about again (a retried hook) is one call."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=2)])
+    hooks = _Hooks(ledger)
+    # A session the ledger does not know yet: its first turn's calls count from their answers.
+    assert [hooks.pre(f"toolu_{i}") for i in range(4)] == [True, True, False, False]
+    hooks.record()
+    assert [hooks.pre("toolu_4"), hooks.pre("toolu_4")] == [False, False]
+    hooks.record()
+    state = ledger.hot.lookup(ledger.readers.connection().__enter__(), hooks.session)
+    assert (state.own.tool_calls, state.own.tool_errors) == (5, 3)
+
+    other = _Hooks(ledger, "11111111-2222-3333-4444-555555555555")
+    assert other.pre("toolu_a") is True
+    other.record()
+    assert other.pre("toolu_b") is True
+    assert other.pre("toolu_b") is True  # asked again before it was recorded: still the second call
+    assert other.pre("toolu_c") is False
+
+
+def test_once_recorded_the_ledger_s_count_is_the_truth_again(ledger_with):
+    """A call counted from its answer stops counting so once the ledger holds it, which may count it
+    elsewhere (a subagent's call moves to the subagent's session): the count is the ledger's again."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=2)])
+    keeper = ledger.keeper
+    assert [keeper.decide_call("s-new", "Bash", "claude-code", f"t{i}").decision for i in range(3)] == \
+        ["allow", "allow", "block"]
+    keeper.recorded(["t0", "t1", "t2"])  # recorded elsewhere: the ledger holds nothing of s-new
+    assert keeper.decide_call("s-new", "Bash", "claude-code", "t3").decision == "allow"
 
 
 def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):

@@ -35,6 +35,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from agentledger.config import Config, default_sources, demo_dir, openclaw_format
+from agentledger.facts import ToolObserved
 from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
@@ -227,6 +228,9 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
     if events:
         result = writer.apply_hook_events(events)
         live.committed(result.sessions, result.position)
+        # Only now that the hot views hold them: the gates counted them from their answers until then.
+        live.keeper.recorded([e.fact.tool_call_id for e in events if e.name == "PreToolUse"
+                              and isinstance(e.fact, ToolObserved)])
 # What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O
 # error, another process holding the ledger's write lock past the busy timeout.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)

@@ -31,9 +31,10 @@ from agentledger.units import PICO_PER_USD
 
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
-# How long a tool call answered here may take to reach the ledger before its count is let go (a stalled writer
-# holds it back longer than any live one would).
+# How long a tool call answered here may wait to be recorded before its count is let go: a hook event the
+# inbox refused, or a writer stalled that long, never tells that it was.
 _FLOOR_S = 300.0
+_FLOORED = ("tool_calls", "tool_errors")  # the measures a tool call answered here moves before it is recorded
 
 # The histogram's start time would be served, in Prometheus' text format, as a gauge family of its own
 # (agentledger_gate_check_duration_seconds_created) that no dashboard asks for.
@@ -148,6 +149,14 @@ def _within(unpriced: list[tuple[GateConfig, str, int]]) -> str:
         f"{_unpriced(n)} of {who} (gate {gate.name})" for gate, who, n in unpriced)
 
 
+def _where(gate: GateConfig, session_key: str | None, agent: str | None, day: int) -> tuple:
+    """Where ``gate`` measures, for a floor: the session as it was asked about (its hook events name it so,
+    whether or not the ledger knows it yet), the agent's day or everyone's."""
+    if gate.scope in ("session", "session-family"):
+        return gate.scope, session_key, 0
+    return gate.scope, agent if gate.scope == "agent-day" else None, day
+
+
 def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
     """The day in ``zone`` that holds ``now_ms``, as [start, end) in ms."""
     day = dt.datetime.fromtimestamp(now_ms / 1000, zone).date()
@@ -174,10 +183,14 @@ class GateKeeper:
         self._applicable: dict[tuple[str, str], tuple[GateConfig, ...]] = {}  # (tool, agent) → its gates
         self._pending: list[Decision] = []
         self._counts: Counter[tuple[str, str]] = Counter()
-        # A tool call this process answered counts from its answer on, not from when the ledger has it: what
-        # a measure is known to be at least, by (who, day): (tool calls, tool errors, when). A floor, not a
-        # sum, so a call the ledger already has (its transcript read first) is never counted twice.
-        self._floors: dict[tuple[str, int], tuple[int, int, float]] = {}
+        # A tool call this process answered counts from its answer on, not from when the ledger has it: what a
+        # measure is known to be at least while calls answered here wait to be recorded, by where it is measured
+        # (_where): [tool calls, tool errors, when last raised, the calls waiting]. A floor, not a sum, so a
+        # call the ledger holds already (its transcript read first) is not counted twice; dropped once the
+        # calls are recorded (``recorded``), when the ledger's count is the truth again, lower perhaps (a
+        # subagent's calls moved to its own session).
+        self._floors: dict[tuple, list] = {}
+        self._answered: dict[str, tuple] = {}  # tool_use_id → (the floors it raised, its answer) until recorded
         self._calls = threading.Lock()  # one tool call's question and its count at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
@@ -188,18 +201,37 @@ class GateKeeper:
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def decide_call(self, session_key: str, tool: str, agent: str) -> Decision:
+    def decide_call(self, session_key: str, tool: str, agent: str, call_id: str | None) -> Decision:
         """The decision on a tool call this process records itself (a Claude Code hook's), counted at once:
         Claude Code runs a turn's tool calls in parallel, and each asks before the ledger holds the others.
-        ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of."""
+        ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of;
+        ``call_id``: its tool_use_id, by which a call asked about again (a retry) counts once, and is answered
+        as it was."""
         started = time.perf_counter()
         with self._calls:
-            decision = self._decide(session_key, tool, "claude-code", agent, count=True)
+            answered = self._answered.get(call_id) if call_id is not None else None
+            if answered is None:
+                decision = self._decide(session_key, tool, "claude-code", agent, count=call_id)
+            else:
+                decision = answered[1]
+                self._tell(decision)
         self.checks.observe(time.perf_counter() - started)
         return decision
 
+    def recorded(self, call_ids: list[str]) -> None:
+        """These calls' hook events are committed and the hot views refreshed: the ledger counts them now.
+        Not while a call is being decided, which may have read the ledger before they were committed."""
+        with self._calls, self._lock:
+            for call_id in call_ids:
+                for where in self._answered.pop(call_id, ((), None))[0]:
+                    floor = self._floors.get(where)
+                    if floor is not None:
+                        floor[3].discard(call_id)
+                        if not floor[3]:
+                            del self._floors[where]
+
     def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
-                count: bool = False) -> Decision:
+                count: str | None = None) -> Decision:
         now_ms = int(self.clock() * 1000)
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
@@ -208,15 +240,22 @@ class GateKeeper:
             elif agent is None:
                 agent = agent_from_key(session_key)
             applicable = self._gates_for(tool or "", agent or "")
-            # A call counted here counts in what every gate measures, those of other tools too.
-            measured = {gate: self._totals(conn, gate, state, agent, now_ms)
-                        for gate in (self.gates if count else applicable)}
+            # A call counted here counts in what every gate of its measures measures, those of other tools too.
+            measured = {gate: self._totals(conn, gate, state, agent, now_ms) for gate in
+                        (self.gates if count is not None else applicable)
+                        if gate in applicable or gate.metric in _FLOORED}
             tripped, unpriced = [], []
+            now = time.monotonic()
             for gate in applicable:
                 totals, who, day = measured[gate]
+                floor = self._floor(_where(gate, session_key, agent, day), now) if gate.metric in _FLOORED else None
+                if totals is None and floor is not None and gate.scope != "agent-day":
+                    totals, who = Totals(), f"session {session_key}"  # not in the ledger yet: its calls answered here
                 if totals is None:
                     continue
-                value = self._at_least(who, day, gate.metric, exact(totals, gate.metric))
+                value = exact(totals, gate.metric)
+                if floor is not None:
+                    value = max(value, floor[0] if gate.metric == "tool_calls" else floor[1])
                 unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
                 if value >= self._thresholds[gate]:
                     tripped.append((gate, shown(gate.metric, value), who, unknown))
@@ -236,37 +275,48 @@ class GateKeeper:
             decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
         else:
             decision = Decision("allow", _within(unpriced), **base)
+        self._tell(decision)
+        if count is not None:  # a denied call is recorded too, as a failed one
+            self._count_call(count, session_key, agent, measured, decision)
+        return decision
+
+    def _tell(self, decision: Decision) -> None:
         with self._lock:
             self._counts[(decision.gate or "", decision.decision)] += 1
             if decision.decision != "allow":
                 self._pending.append(decision)
-            if count:  # a denied call is recorded too, as a failed one
-                self._count_call(measured.values(), decision.decision == "block")
-        return decision
 
-    def _floor(self, who: str, day: int, now: float) -> tuple[int, int, float] | None:
-        floor = self._floors.get((who, day))
+    def _floor(self, where: tuple, now: float) -> list | None:
+        floor = self._floors.get(where)
         return floor if floor is not None and now - floor[2] < _FLOOR_S else None
 
-    def _at_least(self, who: str, day: int, metric: str, value: int) -> int:
-        floor = self._floor(who, day, time.monotonic()) if metric in ("tool_calls", "tool_errors") else None
-        if floor is None:
-            return value
-        return max(value, floor[0] if metric == "tool_calls" else floor[1])
-
-    def _count_call(self, measured, failed: bool) -> None:
-        """Raise the floors of every measure one more call counts in (caller holds ``_lock``). ``measured``:
-        (totals, who, day) of each gate, totals None where the gate does not apply."""
+    def _count_call(self, call_id: str, session_key: str | None, agent: str | None, measured: dict,
+                    decision: Decision) -> None:
+        """Raise the floors of every measure the call counts in. ``measured``: each gate's (totals, who, day),
+        totals None where the ledger has none (a session it does not know yet)."""
+        failed = decision.decision == "block"
         now = time.monotonic()
-        if len(self._floors) > 4096:  # calls long recorded, days gone
-            self._floors = {k: f for k, f in self._floors.items() if now - f[2] < _FLOOR_S}
-        for totals, who, day in {(who, day): (totals, who, day) for totals, who, day in measured
-                                 if totals is not None}.values():
-            calls, errors = exact(totals, "tool_calls"), exact(totals, "tool_errors")
-            floor = self._floor(who, day, now)
-            if floor is not None:
-                calls, errors = max(calls, floor[0]), max(errors, floor[1])
-            self._floors[(who, day)] = (calls + 1, errors + failed, now)
+        with self._lock:
+            if len(self._answered) > 4096:  # calls whose events never came to be recorded
+                self._floors = {k: f for k, f in self._floors.items() if now - f[2] < _FLOOR_S}
+                self._answered = {c: a for c, a in self._answered.items() if any(k in self._floors for k in a[0])}
+            raised = []
+            for gate, (totals, _, day) in measured.items():
+                if gate.metric not in _FLOORED or (gate.scope == "agent-day" and not agent):
+                    continue
+                where = _where(gate, session_key, agent, day)
+                if where in raised:
+                    continue
+                raised.append(where)
+                calls, errors = (exact(totals, "tool_calls"), exact(totals, "tool_errors")) if totals is not None \
+                    else (0, 0)
+                floor = self._floor(where, now)
+                if floor is not None:
+                    calls, errors = max(calls, floor[0]), max(errors, floor[1])
+                waiting = floor[3] if floor is not None else set()
+                waiting.add(call_id)
+                self._floors[where] = [calls + 1, errors + failed, now, waiting]
+            self._answered[call_id] = (tuple(raised), decision)
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))

@@ -122,7 +122,8 @@ def claude_code_answer(keeper: GateKeeper, payload: object) -> dict:
     key, tool = payload.get("session_id"), payload.get("tool_name")
     if not isinstance(key, str) or not isinstance(tool, str):
         raise BadRequest("a PreToolUse payload needs string session_id and tool_name")
-    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT)
+    call_id = payload.get("tool_use_id")
+    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT, call_id if isinstance(call_id, str) else None)
     if decision.decision != "block":
         return {}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
