@@ -215,6 +215,35 @@ def test_a_run_told_over_two_reads_leaves_the_ledger_as_one_read_of_it_all(tmp_p
     assert _session_totals(steps / "l.db") == _session_totals(whole / "l.db")
 
 
+def test_a_run_whose_start_names_another_session_than_its_first_call_lists_its_tools_once(tmp_path):
+    """A run going on across a reset: its model call names S2, its start S1, which the runs row keeps and
+    where its tool calls count; they are listed there alone, wherever its lines were read."""
+    base = 1_790_000_000_000
+    call = {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+            "delta": {"input": 1, "output": 2, "total": 3}, "costUsd": 0.01}
+
+    def ev(n: int, kind: str, data: dict, sid: str, ts: int) -> bytes:
+        return event(n, kind, data, session="main", run="r4", session_id=sid, ts=base + ts)
+
+    logs = LogDir(tmp_path / "state")
+    db = tmp_path / "ledger.db"
+    logs.append(ev(1, "llm.call", call, "S2", 49) + ev(2, "tool.start", {"toolName": "exec", "toolCallId": "c4"},
+                                                        "unknown", 51)
+                + ev(3, "tool.end", {"toolName": "exec", "toolCallId": "c4"}, "unknown", 52))
+    ingest(db, logs.root)
+    logs.append(ev(4, "run.start", {}, "S1", 50))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        assert conn.execute("SELECT session_id, tool_calls FROM session_totals ORDER BY 1").fetchall() == \
+            [("S1", 1), ("S2", 0)]
+        listed = {sid: len(queries.activity(conn, base, base + 100, session_ids=[sid])["tools"])
+                  for sid in ("S1", "S2")}
+        assert listed == {"S1": 1, "S2": 0}
+    finally:
+        conn.close()
+
+
 def _session_totals(db: Path) -> list[tuple]:
     conn = open_reader(db)
     try:

@@ -1219,7 +1219,8 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
         # Listed through their runs (what the session's turns did, its Task subagents' tools included);
         # the session totals count each call in its own session instead (verify.TOOL_SESSION).
         tool_cond = (" AND run_id IN (SELECT run_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?3)) "
-                     "UNION SELECT run_id FROM run_activity WHERE session_id IN (SELECT value FROM json_each(?3)))")
+                     "UNION SELECT a.run_id FROM run_activity AS a LEFT JOIN runs AS r USING (run_id) "
+                     "WHERE a.session_id IN (SELECT value FROM json_each(?3)) AND r.session_id IS NULL)")
     elif agent is not None:
         params.append(agent)
         llm_cond = tool_cond = " AND agent_id = ?3"

@@ -288,7 +288,8 @@ _REKEY_SESSION = (
     "AND session_id = :session AND session_key = :old",
     "UPDATE llm_calls SET session_key = :key WHERE run_id IS NULL AND session_id = :session AND session_key = :old",
     "UPDATE tool_calls SET session_key = :key WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = :session "
-    "UNION SELECT run_id FROM run_activity WHERE session_id = :session) AND session_key = :old",
+    "UNION SELECT a.run_id FROM run_activity AS a LEFT JOIN runs AS r USING (run_id) "
+    "WHERE a.session_id = :session AND r.session_id IS NULL) AND session_key = :old",
     "UPDATE usage_snapshots SET session_key = :key WHERE session_id = :session AND session_key = :old",
     "UPDATE compactions SET session_key = :key WHERE session_key = :old AND ts_ms BETWEEN :first AND :last",
     "UPDATE events SET session_key = :key WHERE ts_ms BETWEEN :first AND :last AND session_key = :old",
