@@ -44,6 +44,11 @@ class LedgerBusy(LedgerError):
     """Another agentledger process is already the writer of this ledger."""
 
 
+class NotALedger(LedgerError):
+    """The file is no ledger this agentledger may write (another program's database, a newer ledger):
+    every writer is refused it, whenever it asks."""
+
+
 class WriterLock:
     """This process as the only writer of the ledger at ``path``, until ``close``; ``open`` opens the ledger.
 
@@ -72,10 +77,11 @@ class WriterLock:
     def open(self) -> apsw.Connection:
         """The ledger opened for writing (``open_writer``). One refused (another program's database, a
         newer ledger) keeps no lock file this lock made beside it: the file is left as it was found.
-        Any other writer would be refused that same file, so none can be holding the lock removed."""
+        Any other writer would be refused that same file, so none can be holding the lock removed; a
+        refusal that may pass (a permission, a read-only mount) keeps it, as any writer may get past it."""
         try:
             return open_writer(self.path)
-        except LedgerError:
+        except NotALedger:
             if self._made is not None:
                 self._made.unlink(missing_ok=True)
             raise
@@ -118,7 +124,7 @@ def _make_parent(path: Path) -> None:
 
 
 def _not_a_ledger(path: Path, what: str = "not a SQLite database") -> LedgerError:
-    return LedgerError(f"{path} is not a ledger ({what}): pass --db with a ledger, or a new path")
+    return NotALedger(f"{path} is not a ledger ({what}): pass --db with a ledger, or a new path")
 
 
 def _schema_version(conn: apsw.Connection, path: Path) -> int:
@@ -221,8 +227,8 @@ def migrate(conn: apsw.Connection) -> int:
     known = migrations()
     current = conn.execute("PRAGMA user_version").fetchall()[0][0]
     if current > len(known):
-        raise LedgerError(f"database schema version {current} is newer than this agentledger's ({len(known)}): "
-                          "upgrade agentledger to write it")
+        raise NotALedger(f"database schema version {current} is newer than this agentledger's ({len(known)}): "
+                         "upgrade agentledger to write it")
     pending = known[current:]
     if not pending:
         return current
