@@ -269,6 +269,23 @@ def test_claude_code_totals(claude_db, claude_corpus):
     assert _read(claude_db, check_rollups) == []
 
 
+def test_a_task_s_side_branch_read_before_its_result_leaves_the_parent_as_one_read_does(tmp_path, claude_corpus):
+    """The side branch's calls are read into the parent first, then move to the subagent once its Task's
+    result names it: the parent's models are those of its own calls, as if the file were read at once."""
+    src = claude_corpus / "projects" / "-home-dev-src-web-frontend" / "d4db2feb-93ac-490d-9e4a-803792719d71.jsonl"
+    key = "agent:claude-code:d4db2feb-93ac-490d-9e4a-803792719d71"
+    folder = tmp_path / "steps" / "projects" / "p"
+    folder.mkdir(parents=True)
+    (folder / src.name).write_bytes(b"".join(src.read_bytes().splitlines(keepends=True)[:10]))
+    ingest(tmp_path / "steps.db", tmp_path / "steps", fmt="claude-code")
+    shutil.copy(src, folder / src.name)
+    ingest(tmp_path / "steps.db", tmp_path / "steps", fmt="claude-code")
+    ingest(tmp_path / "once.db", tmp_path / "steps", fmt="claude-code")
+    by_model = [_read(tmp_path / db, queries.session_detail, key)["cost_by_model"] for db in ("steps.db", "once.db")]
+    assert by_model[0] == by_model[1]
+    assert all(m["llm_calls"] or m["llm_errors"] for m in by_model[0])
+
+
 def test_claude_code_traps_are_avoided(claude_db, claude_corpus):
     traps = _expected(claude_corpus)["detail"]["traps"]
     u = _read(claude_db, queries.usage, queries.Window())

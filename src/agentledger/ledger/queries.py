@@ -691,8 +691,9 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
         "GROUP BY 1, 2", (id_list,))},
         _fallback_groups(conn, Window(), ["coalesce(provider, '')", "coalesce(model, '')"], ids))
+    # A model all of whose calls here moved to a subagent's session (its side branch) leaves a row of zeros.
     by_model = sorted(({"provider": p or None, "model": m or None, **_llm_dict(vals)}
-                       for (p, m), vals in models.items()),
+                       for (p, m), vals in models.items() if any(vals)),
                       key=lambda r: (-r["cost_usd"], r["provider"] or "", r["model"] or ""))
     run_rows = [_run_dict(r) for r in conn.execute(
         f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
