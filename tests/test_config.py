@@ -173,14 +173,19 @@ def test_the_example_config_shows_every_key_and_its_commented_out_ones_load(tmp_
         assert f"\n{key.rsplit('.', 1)[-1]} = " in text, key
 
 
+def _setting(every_key: str, key: str, value: str) -> str:
+    """The config of every key with ``key`` given ``value``."""
+    name = key.rsplit(".", 1)[-1]
+    return re.sub(rf"^{name} = .*$", f"{name} = {value}", every_key, count=1, flags=re.M)
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
     every_key, numbers = _every_number_key()
     assert "grace_s" in numbers and "gates[].limit" in numbers
     path = tmp_path / "c.toml"
     for key in numbers:
-        name = key.rsplit(".", 1)[-1]
-        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = {value}", every_key, count=1, flags=re.M))
+        path.write_text(_setting(every_key, key, value))
         with pytest.raises(ConfigError) as info:
             load(path, env={})
         assert f"{key.replace('[]', '[0]')}: must be a finite number (from {path})" in str(info.value)
@@ -198,8 +203,7 @@ def test_a_number_setting_in_the_file_takes_a_number_not_a_boolean_or_a_string(t
     path = tmp_path / "c.toml"
     env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_RETENTION_RAW_DAYS"}  # the file's, not the tests'
     for key in numbers:
-        name = key.rsplit(".", 1)[-1]
-        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = {value}", every_key, count=1, flags=re.M))
+        path.write_text(_setting(every_key, key, value))
         ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
                              capture_output=True, text=True, env=env)
         assert ran.returncode == 2, key
@@ -213,8 +217,7 @@ def test_whole_number_settings_refuse_a_fraction(tmp_path):
     assert set(counts) == {"max_line", "hot.max_entries", "retention.raw_days", "metrics.top_n"}
     path = tmp_path / "c.toml"
     for key in counts:
-        name = key.rsplit(".", 1)[-1]
-        path.write_text(re.sub(rf"^{name} = .*$", f"{name} = 1024.5", every_key, count=1, flags=re.M))
+        path.write_text(_setting(every_key, key, "1024.5"))
         with pytest.raises(ConfigError) as info:
             load(path, env={})
         assert str(info.value) == (f"invalid config: {key}: must be a valid integer, got a number with a "

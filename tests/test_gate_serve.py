@@ -199,6 +199,10 @@ def _served_with(tmp_path: Path, gates: str) -> Served:
     return Served(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + gates), tmp_path)
 
 
+def _tool_gate(name: str, scope: str, limit: int) -> str:
+    return f'[[gates]]\nname = "{name}"\nscope = "{scope}"\nmetric = "tool_calls"\nlimit = {limit}\n'
+
+
 def _pre_tool_uses(served: Served, calls: list[tuple[str, str]]) -> list[bool]:
     """(session id, tool_use_id) asked all at once, as Claude Code asks about a turn's parallel tool calls;
     whether each was allowed."""
@@ -214,13 +218,7 @@ def _pre_tool_uses(served: Served, calls: list[tuple[str, str]]) -> list[bool]:
 
 
 def test_a_tool_call_gate_counts_parallel_claude_code_calls_before_the_ledger_has_them(tmp_path):
-    served = _served_with(tmp_path, '''
-[[gates]]
-name = "session-tools"
-scope = "session"
-metric = "tool_calls"
-limit = 4
-''')
+    served = _served_with(tmp_path, _tool_gate("session-tools", "session", 4))
     try:
         sid = PRE_TOOL_USE["session_id"]
         assert _pre_tool_uses(served, [(sid, "toolu_first")]) == [True]
@@ -236,13 +234,7 @@ limit = 4
 
 
 def test_an_agent_day_gate_applies_to_sessions_the_ledger_does_not_know_yet(tmp_path):
-    served = _served_with(tmp_path, '''
-[[gates]]
-name = "claude-day"
-scope = "agent-day"
-metric = "tool_calls"
-limit = 3
-''')
+    served = _served_with(tmp_path, _tool_gate("claude-day", "agent-day", 3))
     try:
         allowed = _pre_tool_uses(served, [(f"0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a{i:02d}", f"toolu_{i}")
                                           for i in range(6)])
