@@ -176,12 +176,17 @@ def test_claude_code_hooks_over_http_and_through_the_command(daemon):
         "hookEventName": "PreToolUse", "permissionDecision": "deny",
         "permissionDecisionReason": "all agents together spent $10.25 of its $10.00 daily budget today (UTC) "
                                     "(gate fleet-day)"}}
-    daemon._wait(lambda: daemon.post("/v1/hooks/claude-code", PRE_TOOL_USE)[1] == deny)
-    ran = _gate_cmd("--hook", "claude-code", "--url", daemon.url, stdin=json.dumps(PRE_TOOL_USE), env=env)
+    # Each a new call: one sent again is answered as it was.
+    calls = (f"toolu_{n:02d}" for n in range(2, 1000))
+    daemon._wait(lambda: daemon.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "tool_use_id": next(calls)})[1] == deny)
+    ran = _gate_cmd("--hook", "claude-code", "--url", daemon.url,
+                    stdin=json.dumps({**PRE_TOOL_USE, "tool_use_id": next(calls)}), env=env)
     assert ran.returncode == 0
     assert json.loads(ran.stdout) == deny
+    assert daemon.post("/v1/hooks/claude-code", PRE_TOOL_USE) == (200, {})  # the first call, sent again
     # Read-only tools are not in the gate's list.
-    assert daemon.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "tool_name": "Read"}) == (200, {})
+    assert daemon.post("/v1/hooks/claude-code", {**PRE_TOOL_USE, "tool_name": "Read",
+                                                 "tool_use_id": next(calls)}) == (200, {})
     assert daemon.stop() == 0
 
     # The decisions were kept.

@@ -467,7 +467,7 @@ class _Hooks:
         payload = {"session_id": self.session, "transcript_path": "/t.jsonl", "cwd": "/",
                    "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
                    "tool_use_id": call_id}
-        answer = claude_code_answer(self.ledger.keeper, payload)
+        answer = claude_code_answer(self.ledger.keeper, payload, call_id)
         denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
         self.inbox.put(claude_code_hooks.decode(payload, NOW_MS, denied))
         return answer == {}
@@ -506,6 +506,45 @@ def test_once_recorded_the_ledger_s_count_is_the_truth_again(ledger_with):
         ["allow", "allow", "block"]
     keeper.recorded(["t0", "t1", "t2"])  # recorded elsewhere: the ledger holds nothing of s-new
     assert keeper.decide_call("s-new", "Bash", "claude-code", "t3").decision == "allow"
+    # Sent again once recorded, a call is answered as it was, and counts no more than once.
+    assert keeper.decide_call("s-new", "Bash", "claude-code", "t1").decision == "allow"
+    assert keeper.decide_call("s-new", "Bash", "claude-code", "t4").decision == "allow"
+    assert keeper.decide_call("s-new", "Bash", "claude-code", "t5").decision == "block"
+
+
+def test_calls_waiting_to_be_recorded_add_to_what_other_agents_spent_today(ledger_with):
+    ledger = ledger_with([gate(name="today", scope="global-day", metric="tool_calls", limit=3)])
+    hooks = _Hooks(ledger)
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2")] == [True, True]
+    ledger.add(tool_end(1, session="s1"), tool_end(2, session="s2"))  # an OpenClaw agent's, read meanwhile
+    assert ledger.ask("agent:main:s1").decision == "block"
+    assert hooks.pre("toolu_3") is False
+    hooks.record()
+    assert ledger.ask("agent:main:s1").value == 5
+
+
+def test_a_call_its_transcript_told_first_counts_once(tmp_path, ledger_with):
+    """Claude Code writes a turn's tool_use blocks before it runs them: read first, each is one call when its
+    hook asks, not two."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=6),
+                          gate(name="today", scope="global-day", metric="tool_calls", limit=7)])
+    sid = "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11"
+    project = tmp_path / "claude" / "projects" / "-p"
+    project.mkdir(parents=True)
+    blocks = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": "ls"}} for i in range(4)]
+    lines = [{"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": sid, "isSidechain": False,
+              "timestamp": "2026-11-23T10:00:00.000Z", "message": {"role": "user", "content": "go"}},
+             {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": sid, "isSidechain": False,
+              "requestId": "req_1", "timestamp": "2026-11-23T10:00:01.000Z",
+              "message": {"id": "msg_1", "model": "claude-sonnet-4-5", "role": "assistant", "content": blocks,
+                          "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}]
+    (project / f"{sid}.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    pipeline = Pipeline(ledger.writer, specs_from("claude-code", [tmp_path / "claude"]),
+                        after_commit=lambda r: ledger.live.committed(r.sessions, r.position))
+    pipeline.run_once()
+    hooks = _Hooks(ledger, sid)
+    assert [hooks.pre(f"toolu_{i}") for i in range(4)] == [True, True, True, True]
+    assert [hooks.pre("toolu_new_1"), hooks.pre("toolu_new_2"), hooks.pre("toolu_new_3")] == [True, True, False]
 
 
 def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):

@@ -226,11 +226,13 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
         log.warning("%d Claude Code hook events were not recorded: more arrived than could wait for the ledger",
                     refused)
     if events:
-        result = writer.apply_hook_events(events)
-        live.committed(result.sessions, result.position)
-        # Only now that the hot views hold them: the gates counted them from their answers until then.
+        def record() -> None:
+            result = writer.apply_hook_events(events)
+            live.committed(result.sessions, result.position)
+
+        # The gates counted these calls from their answers: from now on the ledger does.
         live.keeper.recorded([e.fact.tool_call_id for e in events if e.name == "PreToolUse"
-                              and isinstance(e.fact, ToolObserved)])
+                              and isinstance(e.fact, ToolObserved)], record)
 # What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O
 # error, another process holding the ledger's write lock past the busy timeout.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)

@@ -13,7 +13,7 @@ import fnmatch
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -31,10 +31,11 @@ from agentledger.units import PICO_PER_USD
 
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
-# How long a tool call answered here may wait to be recorded before its count is let go: a hook event the
-# inbox refused, or a writer stalled that long, never tells that it was.
-_FLOOR_S = 300.0
-_FLOORED = ("tool_calls", "tool_errors")  # the measures a tool call answered here moves before it is recorded
+# How long a tool call answered here may wait to be recorded before it stops counting: past any catch-up
+# (a hook event the inbox refused, or one a failed pass lost, is let go at once, see ``recorded``).
+_UNRECORDED_S = 3600.0
+_RECENT = 4096  # recorded calls whose answers are kept for a hook sent again
+_COUNTED = ("tool_calls", "tool_errors")  # the measures a tool call answered here moves before it is recorded
 
 # The histogram's start time would be served, in Prometheus' text format, as a gauge family of its own
 # (agentledger_gate_check_duration_seconds_created) that no dashboard asks for.
@@ -149,12 +150,23 @@ def _within(unpriced: list[tuple[GateConfig, str, int]]) -> str:
         f"{_unpriced(n)} of {who} (gate {gate.name})" for gate, who, n in unpriced)
 
 
-def _where(gate: GateConfig, session_key: str | None, agent: str | None, day: int) -> tuple:
-    """Where ``gate`` measures, for a floor: the session as it was asked about (its hook events name it so,
-    whether or not the ledger knows it yet), the agent's day or everyone's."""
-    if gate.scope in ("session", "session-family"):
-        return gate.scope, session_key, 0
-    return gate.scope, agent if gate.scope == "agent-day" else None, day
+@dataclass(slots=True)
+class _Answered:
+    """A tool call answered here, waiting for the daemon to record it."""
+
+    session_key: str | None  # as asked: its hook events name it so, whether or not the ledger knows it yet
+    agent: str | None
+    day: int  # the start of the day it was answered in
+    failed: bool  # denied: recorded as a failed call
+    at: float  # monotonic
+    decision: Decision
+
+    def counts_in(self, gate: GateConfig, session_key: str | None, agent: str | None, day: int) -> bool:
+        if gate.scope in ("session", "session-family"):
+            return self.session_key == session_key
+        if gate.scope == "agent-day":
+            return self.agent == agent and self.day == day
+        return self.day == day
 
 
 def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
@@ -183,14 +195,13 @@ class GateKeeper:
         self._applicable: dict[tuple[str, str], tuple[GateConfig, ...]] = {}  # (tool, agent) → its gates
         self._pending: list[Decision] = []
         self._counts: Counter[tuple[str, str]] = Counter()
-        # A tool call this process answered counts from its answer on, not from when the ledger has it: what a
-        # measure is known to be at least while calls answered here wait to be recorded, by where it is measured
-        # (_where): [tool calls, tool errors, when last raised, the calls waiting]. A floor, not a sum, so a
-        # call the ledger holds already (its transcript read first) is not counted twice; dropped once the
-        # calls are recorded (``recorded``), when the ledger's count is the truth again, lower perhaps (a
-        # subagent's calls moved to its own session).
-        self._floors: dict[tuple, list] = {}
-        self._answered: dict[str, tuple] = {}  # tool_use_id → (the floors it raised, its answer) until recorded
+        # A tool call this process answered counts from its answer on, not from when the ledger has it: each
+        # waits here, by tool_use_id, until the daemon has recorded its hook event (``recorded``), and adds to
+        # what its session, agent and day measure unless the ledger holds it already (its transcript line
+        # read first). Once recorded, it counts where the ledger counts it (a Task subagent's call in the
+        # subagent's session), and its answer is kept a while for the same hook sent again.
+        self._unrecorded: dict[str, _Answered] = {}
+        self._recent: OrderedDict[str, Decision] = OrderedDict()
         self._calls = threading.Lock()  # one tool call's question and its count at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
@@ -205,33 +216,42 @@ class GateKeeper:
         """The decision on a tool call this process records itself (a Claude Code hook's), counted at once:
         Claude Code runs a turn's tool calls in parallel, and each asks before the ledger holds the others.
         ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of;
-        ``call_id``: its tool_use_id, by which a call asked about again (a retry) counts once, and is answered
-        as it was."""
+        ``call_id``: its tool_use_id (None: a call that will not be recorded, not counted), by which a call
+        asked about again (a retry) counts once and is answered as it was."""
         started = time.perf_counter()
         with self._calls:
-            answered = self._answered.get(call_id) if call_id is not None else None
-            if answered is None:
+            if len(self._unrecorded) > _RECENT:  # calls whose hook events never came to be recorded
+                now = time.monotonic()
+                self._unrecorded = {c: a for c, a in self._unrecorded.items() if now - a.at <= _UNRECORDED_S}
+            answered = self._unrecorded.get(call_id) if call_id is not None else None
+            earlier = answered.decision if answered is not None else self._recent.get(call_id)
+            if earlier is None:
                 decision = self._decide(session_key, tool, "claude-code", agent, count=call_id)
             else:
-                decision = answered[1]
+                decision = earlier
                 self._tell(decision)
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def recorded(self, call_ids: list[str]) -> None:
-        """These calls' hook events are committed and the hot views refreshed: the ledger counts them now.
-        Not while a call is being decided, which may have read the ledger before they were committed."""
-        with self._calls, self._lock:
-            for call_id in call_ids:
-                for where in self._answered.pop(call_id, ((), None))[0]:
-                    floor = self._floors.get(where)
-                    if floor is not None:
-                        floor[3].discard(call_id)
-                        if not floor[3]:
-                            del self._floors[where]
+    def recorded(self, call_ids: list[str], record: Callable[[], None] = lambda: None) -> None:
+        """These calls wait no longer once ``record`` has committed their hook events and refreshed the hot
+        views, or failed to (a failed pass lost them: their transcript tells them), or at once when nothing
+        records them (the inbox refused them). No call is decided meanwhile: one that read the ledger with
+        them in it, and counted them as waiting too, would count them twice."""
+        with self._calls:
+            try:
+                record()
+            finally:
+                for call_id in call_ids:
+                    answered = self._unrecorded.pop(call_id, None)
+                    if answered is not None:
+                        self._recent[call_id] = answered.decision
+                while len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
 
     def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
                 count: str | None = None) -> Decision:
+        """``count``: the tool_use_id of a call this decision counts (``decide_call``)."""
         now_ms = int(self.clock() * 1000)
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
@@ -240,22 +260,19 @@ class GateKeeper:
             elif agent is None:
                 agent = agent_from_key(session_key)
             applicable = self._gates_for(tool or "", agent or "")
-            # A call counted here counts in what every gate of its measures measures, those of other tools too.
-            measured = {gate: self._totals(conn, gate, state, agent, now_ms) for gate in
-                        (self.gates if count is not None else applicable)
-                        if gate in applicable or gate.metric in _FLOORED}
+            waiting = self._waiting(conn) if any(g.metric in _COUNTED for g in applicable) else []
             tripped, unpriced = [], []
-            now = time.monotonic()
             for gate in applicable:
-                totals, who, day = measured[gate]
-                floor = self._floor(_where(gate, session_key, agent, day), now) if gate.metric in _FLOORED else None
-                if totals is None and floor is not None and gate.scope != "agent-day":
-                    totals, who = Totals(), f"session {session_key}"  # not in the ledger yet: its calls answered here
+                totals, who, day = self._totals(conn, gate, state, agent, now_ms)
+                extra = 0
+                if gate.metric in _COUNTED:
+                    extra = sum(1 for w in waiting if w.counts_in(gate, session_key, agent, day)
+                                and (gate.metric == "tool_calls" or w.failed))
+                    if totals is None and extra and gate.scope != "agent-day":
+                        totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
                 if totals is None:
                     continue
-                value = exact(totals, gate.metric)
-                if floor is not None:
-                    value = max(value, floor[0] if gate.metric == "tool_calls" else floor[1])
+                value = exact(totals, gate.metric) + extra
                 unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
                 if value >= self._thresholds[gate]:
                     tripped.append((gate, shown(gate.metric, value), who, unknown))
@@ -277,7 +294,8 @@ class GateKeeper:
             decision = Decision("allow", _within(unpriced), **base)
         self._tell(decision)
         if count is not None:  # a denied call is recorded too, as a failed one
-            self._count_call(count, session_key, agent, measured, decision)
+            self._unrecorded[count] = _Answered(session_key, agent, self._day_bounds(now_ms)[0],
+                                                decision.decision == "block", time.monotonic(), decision)
         return decision
 
     def _tell(self, decision: Decision) -> None:
@@ -286,37 +304,14 @@ class GateKeeper:
             if decision.decision != "allow":
                 self._pending.append(decision)
 
-    def _floor(self, where: tuple, now: float) -> list | None:
-        floor = self._floors.get(where)
-        return floor if floor is not None and now - floor[2] < _FLOOR_S else None
-
-    def _count_call(self, call_id: str, session_key: str | None, agent: str | None, measured: dict,
-                    decision: Decision) -> None:
-        """Raise the floors of every measure the call counts in. ``measured``: each gate's (totals, who, day),
-        totals None where the ledger has none (a session it does not know yet)."""
-        failed = decision.decision == "block"
+    def _waiting(self, conn) -> list[_Answered]:
+        """The calls answered here that the ledger does not hold yet."""
         now = time.monotonic()
-        with self._lock:
-            if len(self._answered) > 4096:  # calls whose events never came to be recorded
-                self._floors = {k: f for k, f in self._floors.items() if now - f[2] < _FLOOR_S}
-                self._answered = {c: a for c, a in self._answered.items() if any(k in self._floors for k in a[0])}
-            raised = []
-            for gate, (totals, _, day) in measured.items():
-                if gate.metric not in _FLOORED or (gate.scope == "agent-day" and not agent):
-                    continue
-                where = _where(gate, session_key, agent, day)
-                if where in raised:
-                    continue
-                raised.append(where)
-                calls, errors = (exact(totals, "tool_calls"), exact(totals, "tool_errors")) if totals is not None \
-                    else (0, 0)
-                floor = self._floor(where, now)
-                if floor is not None:
-                    calls, errors = max(calls, floor[0]), max(errors, floor[1])
-                waiting = floor[3] if floor is not None else set()
-                waiting.add(call_id)
-                self._floors[where] = [calls + 1, errors + failed, now, waiting]
-            self._answered[call_id] = (tuple(raised), decision)
+        waiting = [(c, a) for c, a in list(self._unrecorded.items()) if now - a.at <= _UNRECORDED_S]
+        if not waiting:
+            return []
+        told = queries.claude_code_tool_calls(conn, [c for c, _ in waiting])
+        return [a for c, a in waiting if c not in told]
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))

@@ -21,6 +21,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentledger.config import GateConfig, parse_listen
+from agentledger.facts import ToolObserved
 from agentledger import ui
 from agentledger.forecast import Forecaster
 from agentledger.gates import GateKeeper, hot_json
@@ -113,8 +114,9 @@ def _gate(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple[int,
     return 200, keeper.decide(key, tool).as_json()
 
 
-def claude_code_answer(keeper: GateKeeper, payload: object) -> dict:
-    """Claude Code's hook protocol: a PreToolUse that a gate blocks gets the deny JSON; all else ``{}``."""
+def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None = None) -> dict:
+    """Claude Code's hook protocol: a PreToolUse that a gate blocks gets the deny JSON; all else ``{}``.
+    ``call_id``: the tool_use_id of a call whose event this process records, which counts from now on."""
     if not isinstance(payload, dict):
         raise BadRequest("a hook payload is a JSON object")
     if payload.get("hook_event_name") != "PreToolUse":
@@ -122,8 +124,7 @@ def claude_code_answer(keeper: GateKeeper, payload: object) -> dict:
     key, tool = payload.get("session_id"), payload.get("tool_name")
     if not isinstance(key, str) or not isinstance(tool, str):
         raise BadRequest("a PreToolUse payload needs string session_id and tool_name")
-    call_id = payload.get("tool_use_id")
-    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT, call_id if isinstance(call_id, str) else None)
+    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT, call_id)
     if decision.decision != "block":
         return {}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
@@ -283,10 +284,19 @@ class _Handler(BaseHTTPRequestHandler):
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not JSON: {exc}") from None
         received_ms = time.time_ns() // 1_000_000
-        answer = claude_code_answer(self.keeper, payload)
-        if self.hooks is not None:  # queued for the daemon's writer: the answer does not wait
-            denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-            self.hooks.put(claude_code_hooks.decode(payload, received_ms, denied))
+        if self.hooks is None:
+            return 200, claude_code_answer(self.keeper, payload)
+        # Read before it is answered: a payload refused (400) counts toward no gate, and a tool call counts only
+        # if its event will be recorded (it names its tool_use_id).
+        event = claude_code_hooks.decode(payload, received_ms)
+        call_id = event.fact.tool_call_id if isinstance(event.fact, ToolObserved) else None
+        answer = claude_code_answer(self.keeper, payload, call_id)
+        denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+        if denied is not None:
+            event = claude_code_hooks.decode(payload, received_ms, denied)
+        # Queued for the daemon's writer: the answer does not wait. One the inbox refuses is never recorded.
+        if not self.hooks.put(event) and call_id is not None:
+            self.keeper.recorded([call_id])
         return 200, answer
 
     def _answer(self, route) -> None:

@@ -1182,6 +1182,13 @@ def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[
     return keys, ids
 
 
+def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> set[str]:
+    """Which of these tool_use_ids a Claude Code transcript has told the ledger."""
+    return {r[0] for r in conn.execute(
+        "SELECT tool_call_id FROM tool_calls WHERE source = 'claude-code' "
+        "AND tool_call_id IN (SELECT value FROM json_each(?))", (_json_list(call_ids),))}
+
+
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
     """What day-scoped gates measure in [since, until]: model and tool calls only, from the rollups,
     cost in exact pico-USD (snapshot fallbacks included)."""
