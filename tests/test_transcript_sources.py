@@ -1111,3 +1111,53 @@ def keys_seen(db: Path, old: str) -> tuple:
                          for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
                                       ["session", f"agent:main:{old}", "--json"]))
     return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
+
+
+def _child_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
+    """(the subagent's status, outcome, reason and end; its child session's status, end and end reason)."""
+    return (scalar_rows(db, "SELECT status, outcome, reason, ended_ms FROM subagents WHERE child_session_key = ?",
+                        (child_key,)),
+            scalar_rows(db, "SELECT status, ended_ms, end_reason FROM sessions WHERE session_key = ?", (child_key,)))
+
+
+def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a_fresh_read_does(
+        tmp_path, transcript_corpus):
+    # Read while sessions.json did not list it, a subagent's transcript took a guessed key, which is no
+    # subagent's: its final turn gave no subagent end. Once archived it was found by its parent's spawn and
+    # rekeyed, but the lines read under the guess were not decoded again: the subagent stayed running (then
+    # interrupted) and its session active, where a fresh read of the same files ends both.
+    state = tmp_path / "state"
+    shutil.copytree(transcript_corpus / "agents", state / "agents")
+    sessions = state / "agents" / "main" / "sessions"
+    for path in state.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)
+    archive = next(sessions.glob("9c82e72e-*.jsonl.deleted.*"))
+    live = sessions / "9c82e72e-108e-45f2-82f3-4fdcaab71348.jsonl"
+    key = "agent:main:subagent:68f7a048-23b6-445c-a412-0ac9f9a75e02"
+    stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
+    archive.rename(live)
+    first = ingest(stepwise, state, fmt="oc-transcript")
+    _settle(stepwise)  # what `agentledger ingest` does last: the running subagent is cut off
+    assert _child_end(stepwise, key)[0][0][0] == "interrupted"
+    live.rename(archive)
+    second = ingest(stepwise, state, fmt="oc-transcript")
+    _settle(stepwise)
+    whole = ingest(fresh, state, fmt="oc-transcript")
+    _settle(fresh)
+    assert _child_end(stepwise, key) == _child_end(fresh, key)
+    assert [row[:3] for row in _child_end(fresh, key)[0]] == [("ended", "ok", "stop")]
+    assert [row[::2] for row in _child_end(fresh, key)[1]] == [("ended", "subagent")]
+    # The lines read before are decoded again, not read again: no line counts twice, and only the facts
+    # the new key yields are new.
+    assert (second.lines, second.bytes, second.duplicates, second.rejects) == (0, 0, 0, 0)
+    assert first.events + second.events == whole.events
+    assert (first.lines, first.rejects) == (whole.lines, whole.rejects)
+    assert scalar_rows(stepwise, "SELECT sum(lines), sum(offset) FROM files") == \
+        scalar_rows(fresh, "SELECT sum(lines), sum(offset) FROM files")
+    for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents ORDER BY child_session_key",
+                "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"):
+        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+    _clean(stepwise)
+    verify = subprocess.run([sys.executable, "-m", "agentledger", "verify"], env=cli_env(stepwise),
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

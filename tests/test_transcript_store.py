@@ -532,3 +532,32 @@ def test_a_store_that_cannot_be_opened_is_told_not_skipped_silently(tmp_path, db
         producer.path.chmod(0o644)
     assert out.returncode == 0, out.stderr
     assert f"transcript store {producer.path} cannot be read" in out.stderr
+
+
+def test_a_subagent_only_in_the_store_read_before_sessions_json_named_it_ends_as_a_fresh_read_does(tmp_path):
+    # Its rows read under the key guessed for it, which is no subagent's, gave no subagent end and no spawn of
+    # its own; named as a subagent later, it was rekeyed and those rows were not decoded again.
+    child, key = "3c9d7e1a-0000-4000-8000-0000000000c1", "agent:main:subagent:abc"
+    state = tmp_path / "state"
+    producer = Producer(state)
+    sessions = state / "agents" / "main" / "sessions"
+    _index(state)
+    producer.add(_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))
+    producer.add(_header(2) | {"id": child}, _user("c1", 3), _assistant("c2", 9), session=child)
+    stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
+    first = ingest(stepwise, state, fmt="oc-transcript")
+    (sessions / "sessions.json").write_bytes(orjson.dumps({
+        "agent:main:main": {"sessionId": SID}, key: {"sessionId": child, "spawnedBy": "agent:main:main",
+                                                     "label": "review"}}))
+    second = ingest(stepwise, state, fmt="oc-transcript")
+    whole = ingest(fresh, state, fmt="oc-transcript")
+    for db in (stepwise, fresh):
+        _settle(db)
+    assert _subagent_end(stepwise, key) == _subagent_end(fresh, key) == (
+        [("ended", "ok", 1790841609000)], [("ended", "subagent")])
+    assert (second.lines, second.duplicates) == (0, 0)
+    assert first.events + second.events == whole.events
+    for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents", "SELECT sum(offset) FROM files",
+                "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"):
+        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+    _clean(stepwise)

@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from agentledger.facts import Fact, LlmCall, Reject
@@ -187,7 +188,7 @@ class Pipeline:
                     # Built per read from the path as it is now: a renamed file decodes the same.
                     decode = opener(p.fs_path, self.writer.run_at)
                     rekeys = self.writer.rekeys
-                    if self._settle_key(pending, decode) and quiet:
+                    if self._settle_key(pending, decode, partial(tailer.read_back, row, p)) and quiet:
                         pending.settled[row.id] = (decode.inputs, rekeys)
                     for chunk in tailer.read(row, p):
                         if pending.lines + chunk.lines > self.batch_lines:
@@ -228,16 +229,36 @@ class Pipeline:
                 if held.get(d.session_id, d.session_key) != d.session_key
                 and not d.yields_to(held[d.session_id])], held
 
-    def _settle_key(self, pending: _Pending, decode: Decoder) -> bool:
-        """Give the ledger the decoder's key when due (see _keys_due); says whether the ledger held the
-        session as the decoder would have it, or the decoder claims no key. A session the ledger does
-        not hold yet is not settled: another file's lines may bring it in under another key."""
+    def _settle_key(self, pending: _Pending, decode: Decoder, read_back: Callable[[], Iterator[Chunk]]) -> bool:
+        """Give the ledger the decoder's key when due (see _keys_due), and what the lines already read
+        (``read_back``) yield under it (see _rederive); says whether the ledger held the session as the
+        decoder would have it, or the decoder claims no key. A session the ledger does not hold yet is
+        not settled: another file's lines may bring it in under another key."""
         due, held = self._keys_due([decode])
         for pair in due:
             if pending.batches is None:
                 pending.batches = self.writer.begin()
             pending.batches.rekey(*pair)
+            self._rederive(pending.batches, decode, held[pair[0]], read_back)
         return not _claims_key(decode) or (not due and decode.session_id in held)
+
+    def _rederive(self, opened: OpenBatches, decode: Decoder, held: str,
+                  read_back: Callable[[], Iterator[Chunk]]) -> None:
+        """The lines read before a session was given another key were decoded under the one ``held``
+        before: some facts only a key yields (a subagent's end, see FileDecoder.rederives) are missing,
+        which a straight read of the file under its new key has. Those lines are decoded again, in the
+        transaction that changes the key, so neither can be committed without the other. Their
+        checkpoint does not move and they count as no lines read; every fact indexed before is a
+        duplicate by its id, so only the facts missing are written. ``decode`` reads on from where
+        they end, as a straight read would."""
+        rederives = getattr(decode, "rederives", None)
+        if rederives is None or not rederives(held):
+            return
+        for chunk in read_back():
+            row, facts = chunk.row, self._batch(chunk, decode).facts
+            opened.rederive(Batch(file_id=row.id, path=chunk.path, start_offset=row.offset, end_offset=row.offset,
+                                  lines=0, size=row.size, facts=facts, tail_len=row.tail_len,
+                                  tail_hash=row.tail_hash))
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
         """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``);
@@ -252,7 +273,7 @@ class Pipeline:
                 due.append(built[path])
                 continue
             if due:
-                self._rekey(due, stats)
+                self._rekey(due, stats, store)
                 due = []
             if path != decoding:  # a session's pages come one after another, read as one file's chunks
                 decode, decoding = built.pop(path, None) or opener(path, self.writer.run_at), path
@@ -265,12 +286,27 @@ class Pipeline:
             if self.stop.is_set():
                 return
         if due:
-            self._rekey(due, stats)
+            self._rekey(due, stats, store)
 
-    def _rekey(self, decoders: list[Decoder], stats: IngestStats) -> None:
-        keys, _ = self._keys_due(decoders)
-        if keys:
-            self._committed(stats, self.writer.rekey(keys), 0, 0)
+    def _rekey(self, decoders: list[Decoder], stats: IngestStats, store: StoreReader) -> None:
+        """The store's sessions due a key keyed in one transaction, with what their rows already read
+        yield under it (see _rederive)."""
+        keys, held = self._keys_due(decoders)
+        if not keys:
+            return
+        due = set(keys)
+        opened = self.writer.begin()
+        try:
+            for decode in decoders:
+                if _claims_key(decode) and (decode.session_id, decode.session_key) in due:
+                    opened.rekey(decode.session_id, decode.session_key)
+                    self._rederive(opened, decode, held[decode.session_id],
+                                   partial(store.read_back, decode.inputs.path, self.max_line))
+            result = opened.commit()
+        except BaseException as exc:
+            opened.abandon(exc)
+            raise
+        self._committed(stats, result, 0, 0)
 
     def _apply(self, pending: _Pending, chunk: Chunk, decode: Decoder, in_order: bool) -> None:
         """``in_order``: the batch is written before the next is decoded (its decoder asks the

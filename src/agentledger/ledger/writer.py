@@ -1034,6 +1034,17 @@ class OpenBatches:
             self.writer.rekeys += 1
         self.result.sessions |= touched
 
+    def rederive(self, batch: Batch) -> None:
+        """Facts of lines the file's checkpoint is already past, decoded again under another key (see
+        Pipeline._rederive), in this transaction: the batch starts and ends at that checkpoint, which it
+        checks and leaves where it is (``lines`` 0). Every fact indexed before is a duplicate, counted as
+        nothing: only what the new key yields that the old one did not is new."""
+        assert batch.start_offset == batch.end_offset and batch.lines == 0 and not batch.rejects
+        self._write()
+        result = self.writer._apply_batches(self.writer.conn, [batch], self.ts)
+        result.duplicate_facts = result.rejects = 0
+        self.result.add(result)
+
     def commit(self) -> ApplyResult:
         """Commit; the result sums every batch's, with the union of the sessions they changed."""
         self._write()

@@ -415,6 +415,13 @@ class FileDecoder:
         session listed under that key now takes it away."""
         return self.guessed and is_subagent_key(held) and held not in self.inputs.listed
 
+    def rederives(self, held: str) -> bool:
+        """Whether the lines the ledger indexed while it held the session under ``held`` may lack facts
+        this decoder's key yields them: a subagent's end, which only a subagent key has, and the spawn
+        its header tells, which only a parent sessions.json names gives. Facts are never taken back, so
+        a key that stops being a subagent's has nothing to give again (their ids do not depend on it)."""
+        return (is_subagent_key(self.session_key) and not is_subagent_key(held)) or self.spawned_by is not None
+
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
         if obj.__class__ is Reject:

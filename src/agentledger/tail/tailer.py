@@ -469,6 +469,35 @@ class Tailer:
             if res.end >= p.size and res.pending_long is None:
                 return  # all the scan saw: what was written since, the next pass reads
 
+    def read_back(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
+        """Chunks of the complete lines before the row's checkpoint, read again from the file's start:
+        their facts decoded anew (see Pipeline._rederive). Nothing is advanced; too-long lines are left
+        out (their rejects were recorded). Nothing, if the file is no longer the one the row follows."""
+        fd = p.fd
+        if fd < 0:  # unchanged since read to its end: the scan did not open it
+            try:
+                fd = os.open(p.fs_path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (p.dev, p.ino) or fingerprint(fd) != row.fingerprint:
+                return
+            start, end = 0, row.offset
+            while start < end:
+                res = read_lines(fd, start, max_lines=self.batch_lines, max_bytes=self.batch_bytes,
+                                 max_line=self.max_line)
+                if res.end == start:
+                    return  # shorter than its checkpoint: the next scan sees the truncation
+                res.lines = [(off, line) for off, line in res.lines if off < end]
+                res.too_long = []
+                res.end = min(res.end, end)
+                yield Chunk(row, p.path, start, res, row.size, row.tail_len, row.tail_hash)
+                start = res.end
+        finally:
+            if fd != p.fd:
+                os.close(fd)
+
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
         chunk.row.tail_len, chunk.row.tail_hash = chunk.tail_len, chunk.tail_hash

@@ -84,6 +84,7 @@ class StoreReader:
         # store → session → (the transcript path it decodes as, its sessions.json entry) when it was last
         # named as due a key: all its key depends on, but for spawns in files, which the files' reads follow.
         self.keyed: dict[str, dict[str, tuple]] = {}
+        self.named: dict[str, tuple[str, str]] = {}  # transcript path last named as due a key → (store, session)
 
     def chunks(self, max_line: int) -> Iterator[tuple[Chunk | None, str]]:
         """(rows not indexed yet as a chunk, the transcript path they decode as); the caller commits each
@@ -131,6 +132,7 @@ class StoreReader:
                 seen = (path, entry if entry is not None else listed_keys)
                 if keyed.get(session_id) != seen:
                     keyed[session_id] = seen
+                    self.named[path] = (store, session_id)
                     yield None, path
             for session_id, last, path in listed:
                 row = self._row(root, store, session_id, look[0])
@@ -168,6 +170,37 @@ class StoreReader:
             row = self.rows[path] = self.writer.add_file(STORE_SOURCE, ledger_name(root), path, fingerprint, st[0],
                                                          st[1], 0, "live")
         return row
+
+    def read_back(self, path: str, max_line: int) -> Iterator[Chunk]:
+        """The rows already indexed of the session last named as due a key under the transcript ``path``
+        (see ``chunks``), read again from its first: their facts decoded anew (see Pipeline._rederive).
+        Nothing is advanced; too-long rows are left out (their rejects were recorded)."""
+        store, session_id = self.named.get(path, (None, None))
+        row = self.rows.get(f"{ledger_name(store)}#{session_id}") if store is not None else None
+        if row is None or row.offset <= 0:
+            return
+        try:
+            conn = _open(store)
+        except apsw.Error as exc:
+            self._unreadable(store, exc)
+            return
+        try:
+            seq = 0
+            while seq < row.offset:
+                try:
+                    page = conn.execute(_PAGE, (session_id, seq, max_line, _HEAD, self.page_rows)).fetchall()
+                except apsw.Error as exc:
+                    self._unreadable(store, exc)
+                    return
+                page = [r for r in page if r[0] < row.offset]
+                if not page:
+                    return
+                chunk = _chunk(row, page)
+                chunk.start, chunk.result.too_long = seq, []
+                yield chunk
+                seq = chunk.result.end
+        finally:
+            conn.close()
 
     @staticmethod
     def advance(chunk: Chunk) -> None:
