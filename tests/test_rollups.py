@@ -266,6 +266,7 @@ def test_a_ledger_from_before_run_sessions_counts_such_tool_calls_once_migrated(
     conn.execute("ALTER TABLE run_activity DROP COLUMN session_ms")
     conn.execute("UPDATE session_totals SET tool_calls = 0, tool_errors = 0")
     conn.execute("UPDATE sessions SET last_ms = (SELECT ts_ms FROM llm_calls)")
+    conn.execute("DROP INDEX tool_calls_of_claude_code")  # and what later migrations added
     conn.execute("PRAGMA user_version = 22")
     conn.close()
     open_writer(db).close()
