@@ -460,12 +460,13 @@ class _Hooks:
 
     def __init__(self, ledger: Ledger, session: str = "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11"):
         self.ledger, self.session = ledger, session
+        self.tool = "Bash"
         self.inbox = HookInbox()
 
     def pre(self, call_id: str) -> bool:
         """Whether the call was allowed."""
         payload = {"session_id": self.session, "transcript_path": "/t.jsonl", "cwd": "/",
-                   "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
+                   "hook_event_name": "PreToolUse", "tool_name": self.tool, "tool_input": {"command": "ls"},
                    "tool_use_id": call_id}
         answer = claude_code_answer(self.ledger.keeper, payload, call_id)
         denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
@@ -523,28 +524,77 @@ def test_calls_waiting_to_be_recorded_add_to_what_other_agents_spent_today(ledge
     assert ledger.ask("agent:main:s1").value == 5
 
 
+_SID = "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11"
+
+
+def _turn(turn: int, calls: list[tuple[str, str]]) -> bytes:
+    """A Claude Code turn as its transcript tells it before its tools run: the prompt, then the assistant's
+    tool_use blocks ((id, tool) each)."""
+    blocks = [{"type": "tool_use", "id": i, "name": tool, "input": {"command": "ls"}} for i, tool in calls]
+    lines = [{"type": "user", "uuid": f"u{turn}", "parentUuid": f"a{turn - 1}" if turn else None, "sessionId": _SID,
+              "isSidechain": False, "timestamp": f"2026-11-23T10:0{turn}:00.000Z",
+              "message": {"role": "user", "content": "go"}},
+             {"type": "assistant", "uuid": f"a{turn}", "parentUuid": f"u{turn}", "sessionId": _SID,
+              "isSidechain": False, "requestId": f"req_{turn}", "timestamp": f"2026-11-23T10:0{turn}:01.000Z",
+              "message": {"id": f"msg_{turn}", "model": "claude-sonnet-4-5", "role": "assistant", "content": blocks,
+                          "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}]
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def _transcript(tmp_path: Path, ledger: Ledger, after_commit=None) -> tuple[Path, Pipeline]:
+    project = tmp_path / "claude" / "projects" / "-p"
+    project.mkdir(parents=True)
+    committed = lambda r: ledger.live.committed(r.sessions, r.position)  # noqa: E731
+    return project / f"{_SID}.jsonl", Pipeline(ledger.writer, specs_from("claude-code", [tmp_path / "claude"]),
+                                                after_commit=after_commit or committed)
+
+
 def test_a_call_its_transcript_told_first_counts_once(tmp_path, ledger_with):
     """Claude Code writes a turn's tool_use blocks before it runs them: read first, each is one call when its
     hook asks, not two."""
     ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=6),
                           gate(name="today", scope="global-day", metric="tool_calls", limit=7)])
-    sid = "0b5c3f7e-cc11-4d7e-9c5e-0d2b7f0f9a11"
-    project = tmp_path / "claude" / "projects" / "-p"
-    project.mkdir(parents=True)
-    blocks = [{"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": "ls"}} for i in range(4)]
-    lines = [{"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": sid, "isSidechain": False,
-              "timestamp": "2026-11-23T10:00:00.000Z", "message": {"role": "user", "content": "go"}},
-             {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": sid, "isSidechain": False,
-              "requestId": "req_1", "timestamp": "2026-11-23T10:00:01.000Z",
-              "message": {"id": "msg_1", "model": "claude-sonnet-4-5", "role": "assistant", "content": blocks,
-                          "stop_reason": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}]
-    (project / f"{sid}.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-    pipeline = Pipeline(ledger.writer, specs_from("claude-code", [tmp_path / "claude"]),
-                        after_commit=lambda r: ledger.live.committed(r.sessions, r.position))
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [(f"toolu_{i}", "Bash") for i in range(4)]))
     pipeline.run_once()
-    hooks = _Hooks(ledger, sid)
+    hooks = _Hooks(ledger, _SID)
     assert [hooks.pre(f"toolu_{i}") for i in range(4)] == [True, True, True, True]
     assert [hooks.pre("toolu_new_1"), hooks.pre("toolu_new_2"), hooks.pre("toolu_new_3")] == [True, True, False]
+
+
+def test_calls_told_by_a_pass_not_yet_in_the_views_still_count(tmp_path, ledger_with):
+    """Between a pass's commit of a turn's tool_use lines and the hot views' refresh, the calls answered
+    before and not recorded yet are in neither the views nor told: they count as waiting."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=4)])
+    hooks = _Hooks(ledger, _SID)
+    asked = []
+
+    def after_commit(result):
+        if asked == []:  # hooks answered right after the pass's commit, before the refresh
+            asked.extend(hooks.pre(f"toolu_{i}") for i in (3, 4, 5))
+        ledger.live.committed(result.sessions, result.position)
+
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [("toolu_0", "Bash")]))
+    pipeline.run_once()
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2")] == [True, True]
+    pipeline.after_commit = after_commit
+    with path.open("ab") as f:
+        f.write(_turn(1, [("toolu_1", "Bash"), ("toolu_2", "Bash")]))
+    pipeline.run_once()
+    assert asked == [True, False, False]
+
+
+def test_a_denied_call_its_transcript_told_first_counts_as_failed(tmp_path, ledger_with):
+    ledger = ledger_with([gate(name="bash", metric="tool_calls", limit=1, tools=("Bash",)),
+                          gate(name="errors", metric="tool_errors", limit=1, tools=("Read",))])
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [("toolu_0", "Bash"), ("toolu_1", "Bash")]))
+    pipeline.run_once()
+    hooks = _Hooks(ledger, _SID)
+    assert hooks.pre("toolu_0") is False  # two Bash calls against a limit of one: denied, recorded as failed
+    hooks.tool = "Read"
+    assert hooks.pre("toolu_r") is False  # one failed call already, before its hook event is recorded
 
 
 def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):

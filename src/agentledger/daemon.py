@@ -41,6 +41,7 @@ from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import ApiServer, Health
 from agentledger.ingest import Pipeline, SourceSpec, specs_from, specs_from_pairs, warn_empty_roots
+from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerBusy, ReaderPool, WriterLock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.retention import Pruner
@@ -185,13 +186,14 @@ class LiveState:
 
     def committed(self, sessions: set[str], position: int) -> None:
         fault("after_commit")
-        self.keeper.position = position
         if self.following:
             self.pending |= sessions
             self.position = position
             self.settle()
         else:
             self.hot.stale()  # views looked up meanwhile would otherwise stay behind this batch
+        # Last: the gates take what the ledger holds at this position as counted in the views (see GateKeeper).
+        self.keeper.position = position
 
     def settle(self) -> None:
         if self.pending:
@@ -202,6 +204,7 @@ class LiveState:
         rebuilt = self.hot.validate(self.conn)
         if rebuilt:
             log.info("hot store: %d recovered session views were behind the ledger and were rebuilt", rebuilt)
+        self.keeper.position = queries.ledger_position(self.conn)  # a start that read nothing new committed nothing
         self.following = True
 
 

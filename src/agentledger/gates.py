@@ -208,7 +208,8 @@ class GateKeeper:
 
     def decide(self, session_key: str | None, tool: str | None, via: str = "http") -> Decision:
         started = time.perf_counter()
-        decision = self._decide(session_key, tool, via)
+        with self._calls:  # not while hook events are recorded (see ``recorded``)
+            decision = self._decide(session_key, tool, via)
         self.checks.observe(time.perf_counter() - started)
         return decision
 
@@ -253,6 +254,7 @@ class GateKeeper:
                 count: str | None = None) -> Decision:
         """``count``: the tool_use_id of a call this decision counts (``decide_call``)."""
         now_ms = int(self.clock() * 1000)
+        seen = self.position  # what the hot views and day totals read below are at least as new as
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
             if state is not None:
@@ -260,14 +262,16 @@ class GateKeeper:
             elif agent is None:
                 agent = agent_from_key(session_key)
             applicable = self._gates_for(tool or "", agent or "")
-            waiting = self._waiting(conn) if any(g.metric in _COUNTED for g in applicable) else []
+            waiting = self._waiting(conn, seen) if any(g.metric in _COUNTED for g in applicable) else []
             tripped, unpriced = [], []
             for gate in applicable:
                 totals, who, day = self._totals(conn, gate, state, agent, now_ms)
                 extra = 0
                 if gate.metric in _COUNTED:
-                    extra = sum(1 for w in waiting if w.counts_in(gate, session_key, agent, day)
-                                and (gate.metric == "tool_calls" or w.failed))
+                    # A denied call its transcript told first is a running call there until its hook is
+                    # recorded: it counts as a call once, as an error only here.
+                    extra = sum(1 for w, told in waiting if w.counts_in(gate, session_key, agent, day)
+                                and (w.failed if gate.metric == "tool_errors" else not told))
                     if totals is None and extra and gate.scope != "agent-day":
                         totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
                 if totals is None:
@@ -304,14 +308,19 @@ class GateKeeper:
             if decision.decision != "allow":
                 self._pending.append(decision)
 
-    def _waiting(self, conn) -> list[_Answered]:
-        """The calls answered here that the ledger does not hold yet."""
+    def _waiting(self, conn, seen: int) -> list[tuple[_Answered, bool]]:
+        """The calls answered here and not recorded yet, each with whether a transcript told the ledger of it
+        by ledger position ``seen``, which the hot views and day totals read hold. Told by a later commit,
+        the totals may not count it yet: it is taken for untold (counted, perhaps twice for a moment,
+        rather than not at all)."""
         now = time.monotonic()
         waiting = [(c, a) for c, a in list(self._unrecorded.items()) if now - a.at <= _UNRECORDED_S]
         if not waiting:
             return []
-        told = queries.claude_code_tool_calls(conn, [c for c, _ in waiting])
-        return [a for c, a in waiting if c not in told]
+        position, told = queries.claude_code_tool_calls(conn, [c for c, _ in waiting])
+        if position != seen:
+            told = set()
+        return [(a, c in told) for c, a in waiting]
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))

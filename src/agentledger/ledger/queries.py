@@ -1182,11 +1182,19 @@ def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[
     return keys, ids
 
 
-def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> set[str]:
-    """Which of these tool_use_ids a Claude Code transcript has told the ledger."""
-    return {r[0] for r in conn.execute(
-        "SELECT tool_call_id FROM tool_calls WHERE source = 'claude-code' "
-        "AND tool_call_id IN (SELECT value FROM json_each(?))", (_json_list(call_ids),))}
+def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> tuple[int, set[str]]:
+    """Which of these tool_use_ids a Claude Code transcript has told the ledger, and the ledger's position
+    they were read at (one statement: one snapshot)."""
+    position, told = 0, set()
+    for seq, call_id in conn.execute(
+            "SELECT seq, NULL FROM ledger_position WHERE id = 1 UNION ALL "
+            "SELECT NULL, tool_call_id FROM tool_calls WHERE source = 'claude-code' "
+            "AND tool_call_id IN (SELECT value FROM json_each(?))", (_json_list(call_ids),)):
+        if call_id is None:
+            position = seq
+        else:
+            told.add(call_id)
+    return position, told
 
 
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
