@@ -32,6 +32,7 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_writer
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.tail import transcript_store
+from agentledger.tail.tailer import ReadBackFailed
 
 SID = "3c9d7e1a-0000-4000-8000-000000000001"
 
@@ -532,6 +533,38 @@ def test_a_store_that_cannot_be_opened_is_told_not_skipped_silently(tmp_path, db
         producer.path.chmod(0o644)
     assert out.returncode == 0, out.stderr
     assert f"transcript store {producer.path} cannot be read" in out.stderr
+
+
+def test_a_rekey_whose_rows_cannot_be_read_again_waits_for_a_pass_that_can(tmp_path, monkeypatch):
+    """The key and what the rows read under the old one yield under it commit together: a store held by its
+    producer past the busy wait leaves both for a later pass, never the key alone."""
+    child, key = "3c9d7e1a-0000-4000-8000-0000000000c1", "agent:main:subagent:abc"
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))
+    producer.add(_header(2) | {"id": child}, _user("c1", 3), _assistant("c2", 9), session=child)
+    stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
+    ingest(stepwise, state, fmt="oc-transcript")
+    (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({
+        "agent:main:main": {"sessionId": SID}, key: {"sessionId": child, "spawnedBy": "agent:main:main",
+                                                     "label": "review"}}))
+    real = transcript_store.StoreReader.read_back
+
+    def busy(self, path, max_line):
+        raise ReadBackFailed("database is locked")
+        yield
+
+    monkeypatch.setattr(transcript_store.StoreReader, "read_back", busy)
+    ingest(stepwise, state, fmt="oc-transcript")
+    assert scalar_rows(stepwise, f"SELECT count(*) FROM sessions WHERE session_key = '{key}'") == [(0,)]
+    monkeypatch.setattr(transcript_store.StoreReader, "read_back", real)
+    ingest(stepwise, state, fmt="oc-transcript")  # the producer is quiet again
+    ingest(fresh, state, fmt="oc-transcript")
+    for db in (stepwise, fresh):
+        _settle(db)
+    assert _subagent_end(stepwise, key) == _subagent_end(fresh, key) == (
+        [("ended", "ok", 1790841609000)], [("ended", "subagent")])
 
 
 def test_a_subagent_only_in_the_store_read_before_sessions_json_named_it_ends_as_a_fresh_read_does(tmp_path):

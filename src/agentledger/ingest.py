@@ -18,7 +18,7 @@ from agentledger.pricing import Pricer
 from agentledger.sources import KEY_INPUTS, Decoder, asks_ledger, oc_transcript, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.layouts import LAYOUTS
-from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, Tailer
+from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, ReadBackFailed, Tailer
 from agentledger.tail.transcript_store import StoreReader, stores
 
 log = logging.getLogger("agentledger.ingest")
@@ -230,35 +230,34 @@ class Pipeline:
                 and not d.yields_to(held[d.session_id])], held
 
     def _settle_key(self, pending: _Pending, decode: Decoder, read_back: Callable[[], Iterator[Chunk]]) -> bool:
-        """Give the ledger the decoder's key when due (see _keys_due), and what the lines already read
-        (``read_back``) yield under it (see _rederive); says whether the ledger held the session as the
+        """Give the ledger the decoder's key when due (see _keys_due), with what the lines already read
+        (``read_back``) yield under it (see _rederived); says whether the ledger held the session as the
         decoder would have it, or the decoder claims no key. A session the ledger does not hold yet is
         not settled: another file's lines may bring it in under another key."""
         due, held = self._keys_due([decode])
         for pair in due:
             if pending.batches is None:
                 pending.batches = self.writer.begin()
-            pending.batches.rekey(*pair)
-            self._rederive(pending.batches, decode, held[pair[0]], read_back)
+            try:
+                pending.batches.rekey(*pair, self._rederived(decode, held[pair[0]], read_back))
+            except ReadBackFailed as exc:
+                log.info("session %s keeps its key until its lines can be read again (%s)", pair[0], exc)
+                return False
         return not _claims_key(decode) or (not due and decode.session_id in held)
 
-    def _rederive(self, opened: OpenBatches, decode: Decoder, held: str,
-                  read_back: Callable[[], Iterator[Chunk]]) -> None:
+    def _rederived(self, decode: Decoder, held: str, read_back: Callable[[], Iterator[Chunk]]) -> Iterator[Batch]:
         """The lines read before a session was given another key were decoded under the one ``held``
         before: some facts only a key yields (a subagent's end, see FileDecoder.rederives) are missing,
-        which a straight read of the file under its new key has. Those lines are decoded again, in the
-        transaction that changes the key, so neither can be committed without the other. Their
-        checkpoint does not move and they count as no lines read; every fact indexed before is a
-        duplicate by its id, so only the facts missing are written. ``decode`` reads on from where
-        they end, as a straight read would."""
+        which a straight read of the file under its new key has. Those lines are decoded again, as
+        batches for the transaction that changes the key (OpenBatches.rekey), so neither can be
+        committed without the other. ``decode`` reads on from where they end, as a straight read would."""
         rederives = getattr(decode, "rederives", None)
         if rederives is None or not rederives(held):
             return
         for chunk in read_back():
             row, facts = chunk.row, self._batch(chunk, decode).facts
-            opened.rederive(Batch(file_id=row.id, path=chunk.path, start_offset=row.offset, end_offset=row.offset,
-                                  lines=0, size=row.size, facts=facts, tail_len=row.tail_len,
-                                  tail_hash=row.tail_hash))
+            yield Batch(file_id=row.id, path=chunk.path, start_offset=row.offset, end_offset=row.offset, lines=0,
+                        size=row.size, facts=facts, tail_len=row.tail_len, tail_hash=row.tail_hash)
 
     def _read_store(self, store: StoreReader, opener, stats: IngestStats) -> None:
         """A transcript store's new rows, one transaction per page (its checkpoint is the next ``seq``);
@@ -299,9 +298,13 @@ class Pipeline:
         try:
             for decode in decoders:
                 if _claims_key(decode) and (decode.session_id, decode.session_key) in due:
-                    opened.rekey(decode.session_id, decode.session_key)
-                    self._rederive(opened, decode, held[decode.session_id],
-                                   partial(store.read_back, decode.inputs.path, self.max_line))
+                    read_back = partial(store.read_back, decode.inputs.path, self.max_line)
+                    try:
+                        opened.rekey(decode.session_id, decode.session_key,
+                                     self._rederived(decode, held[decode.session_id], read_back))
+                    except ReadBackFailed as exc:
+                        log.info("session %s keeps its key until its rows can be read again (%s)",
+                                 decode.session_id, exc)
             result = opened.commit()
         except BaseException as exc:
             opened.abandon(exc)

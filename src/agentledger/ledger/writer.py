@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
@@ -1026,24 +1026,30 @@ class OpenBatches:
             batches, self.waiting = self.waiting, []
             self.result.add(self.writer._apply_batches(self.writer.conn, batches, self.ts))
 
-    def rekey(self, session_id: str, session_key: str) -> None:
-        """Give a session another key (see _rekey_session), in this transaction."""
+    def rekey(self, session_id: str, session_key: str, rederived: Iterable[Batch] = ()) -> None:
+        """Give a session another key (see _rekey_session), in this transaction, with ``rederived``: batches of
+        the facts that lines the files' checkpoints are already past yield under the new key (see
+        Pipeline._rederived). Each starts and ends at its file's checkpoint, which it checks and leaves
+        where it is (``lines`` 0); every fact indexed before is a duplicate, counted as nothing, so only
+        what the new key yields that the old one did not is new. Both or neither: whatever ``rederived``
+        raises (lines that cannot be read again now) leaves the key and the ledger as they were."""
         self._write()
-        touched = _rekey_session(self.writer.conn, session_id, session_key)
+        saved = replace(self.result, sessions=set(self.result.sessions))
+        conn = self.writer.conn
+        try:
+            with conn:  # a savepoint
+                touched = _rekey_session(conn, session_id, session_key)
+                for batch in rederived:
+                    assert batch.start_offset == batch.end_offset and batch.lines == 0 and not batch.rejects
+                    result = self.writer._apply_batches(conn, [batch], self.ts)
+                    result.duplicate_facts = result.rejects = 0
+                    self.result.add(result)
+        except BaseException:
+            self.result = saved
+            raise
         if touched:  # a key unchanged, or a session not held, leaves every settled claim as it was
             self.writer.rekeys += 1
         self.result.sessions |= touched
-
-    def rederive(self, batch: Batch) -> None:
-        """Facts of lines the file's checkpoint is already past, decoded again under another key (see
-        Pipeline._rederive), in this transaction: the batch starts and ends at that checkpoint, which it
-        checks and leaves where it is (``lines`` 0). Every fact indexed before is a duplicate, counted as
-        nothing: only what the new key yields that the old one did not is new."""
-        assert batch.start_offset == batch.end_offset and batch.lines == 0 and not batch.rejects
-        self._write()
-        result = self.writer._apply_batches(self.writer.conn, [batch], self.ts)
-        result.duplicate_facts = result.rejects = 0
-        self.result.add(result)
 
     def commit(self) -> ApplyResult:
         """Commit; the result sums every batch's, with the union of the sessions they changed."""

@@ -39,6 +39,10 @@ _TOLD: dict[str, str] = {}
 _GONE = (errno.ENOENT, errno.ENOTDIR)
 
 
+class ReadBackFailed(Exception):
+    """Lines already read could not be read again now (see Tailer.read_back): a later pass tries again."""
+
+
 @dataclass(slots=True)
 class Physical:
     """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
@@ -472,13 +476,14 @@ class Tailer:
     def read_back(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of the complete lines before the row's checkpoint, read again from the file's start:
         their facts decoded anew (see Pipeline._rederive). Nothing is advanced; too-long lines are left
-        out (their rejects were recorded). Nothing, if the file is no longer the one the row follows."""
+        out (their rejects were recorded). Nothing, if the file is no longer the one the row follows;
+        ReadBackFailed if it cannot be read now (renamed or unreadable since the scan)."""
         fd = p.fd
         if fd < 0:  # unchanged since read to its end: the scan did not open it
             try:
                 fd = os.open(p.fs_path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                return
+            except OSError as exc:
+                raise ReadBackFailed(f"{p.path}: {exc}") from None
         try:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != (p.dev, p.ino) or fingerprint(fd) != row.fingerprint:

@@ -31,7 +31,7 @@ from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
 from agentledger.sources.common import ledger_name
 from agentledger.tail.reader import ReadResult
-from agentledger.tail.tailer import Chunk
+from agentledger.tail.tailer import Chunk, ReadBackFailed
 
 log = logging.getLogger("agentledger.ingest")
 
@@ -174,7 +174,8 @@ class StoreReader:
     def read_back(self, path: str, max_line: int) -> Iterator[Chunk]:
         """The rows already indexed of the session last named as due a key under the transcript ``path``
         (see ``chunks``), read again from its first: their facts decoded anew (see Pipeline._rederive).
-        Nothing is advanced; too-long rows are left out (their rejects were recorded)."""
+        Nothing is advanced; too-long rows are left out (their rejects were recorded). ReadBackFailed if the
+        store cannot be read now (a producer holding it past the busy wait)."""
         store, session_id = self.named.get(path, (None, None))
         row = self.rows.get(f"{ledger_name(store)}#{session_id}") if store is not None else None
         if row is None or row.offset <= 0:
@@ -182,16 +183,14 @@ class StoreReader:
         try:
             conn = _open(store)
         except apsw.Error as exc:
-            self._unreadable(store, exc)
-            return
+            raise ReadBackFailed(f"{store}: {exc}") from None
         try:
             seq = 0
             while seq < row.offset:
                 try:
                     page = conn.execute(_PAGE, (session_id, seq, max_line, _HEAD, self.page_rows)).fetchall()
                 except apsw.Error as exc:
-                    self._unreadable(store, exc)
-                    return
+                    raise ReadBackFailed(f"{store}: {exc}") from None
                 page = [r for r in page if r[0] < row.offset]
                 if not page:
                     return
