@@ -19,13 +19,12 @@ from agentledger.config import GateConfig
 from agentledger.daemon import LiveState, _record_hooks
 from agentledger.gates import GateKeeper, hot_json
 from agentledger.hot.sessions import HotSessions
-from agentledger.http import claude_code_answer
+from agentledger.http import claude_code_answer, take_claude_code_hook
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.metrics import registry_for
-from agentledger.sources import claude_code_hooks
 from agentledger.sources.claude_code_hooks import HookInbox
 from prometheus_client import generate_latest
 
@@ -468,10 +467,7 @@ class _Hooks:
         payload = {"session_id": self.session, "transcript_path": "/t.jsonl", "cwd": "/",
                    "hook_event_name": "PreToolUse", "tool_name": self.tool, "tool_input": {"command": "ls"},
                    "tool_use_id": call_id}
-        answer = claude_code_answer(self.ledger.keeper, payload, call_id)
-        denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-        self.inbox.put(claude_code_hooks.decode(payload, NOW_MS, denied))
-        return answer == {}
+        return take_claude_code_hook(self.ledger.keeper, self.inbox, payload, NOW_MS) == {}
 
     def record(self) -> None:
         _record_hooks(self.ledger.writer, self.inbox, self.ledger.live)

@@ -202,7 +202,7 @@ class GateKeeper:
         # subagent's session), and its answer is kept a while for the same hook sent again.
         self._unrecorded: dict[str, _Answered] = {}
         self._recent: OrderedDict[str, Decision] = OrderedDict()
-        self._calls = threading.Lock()  # one tool call's question and its count at a time: parallel calls queue
+        self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
 
@@ -221,9 +221,6 @@ class GateKeeper:
         asked about again (a retry) counts once and is answered as it was."""
         started = time.perf_counter()
         with self._calls:
-            if len(self._unrecorded) > _RECENT:  # calls whose hook events never came to be recorded
-                now = time.monotonic()
-                self._unrecorded = {c: a for c, a in self._unrecorded.items() if now - a.at <= _UNRECORDED_S}
             answered = self._unrecorded.get(call_id) if call_id is not None else None
             earlier = answered.decision if answered is not None else self._recent.get(call_id)
             if earlier is None:
@@ -312,9 +309,11 @@ class GateKeeper:
         """The calls answered here and not recorded yet, each with whether a transcript told the ledger of it
         by ledger position ``seen``, which the hot views and day totals read hold. Told by a later commit,
         the totals may not count it yet: it is taken for untold (counted, perhaps twice for a moment,
-        rather than not at all)."""
+        rather than not at all). Caller holds ``_calls``: calls waiting too long are let go here."""
         now = time.monotonic()
-        waiting = [(c, a) for c, a in list(self._unrecorded.items()) if now - a.at <= _UNRECORDED_S]
+        for call_id in [c for c, a in self._unrecorded.items() if now - a.at > _UNRECORDED_S]:
+            del self._unrecorded[call_id]
+        waiting = list(self._unrecorded.items())
         if not waiting:
             return []
         position, told = queries.claude_code_tool_calls(conn, [c for c, _ in waiting])

@@ -131,6 +131,22 @@ def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None 
                                    "permissionDecisionReason": decision.reason}}
 
 
+def take_claude_code_hook(keeper: GateKeeper, inbox: claude_code_hooks.HookInbox, payload: object,
+                          received_ms: int) -> dict:
+    """A hook event the daemon records: answered (claude_code_answer), then queued for its writer, the answer
+    not waiting. Read before it is answered: a payload refused (400) counts toward no gate, and a tool call
+    counts only if its event will be recorded (it names its tool_use_id); one the inbox refuses never is."""
+    event = claude_code_hooks.decode(payload, received_ms)
+    call_id = event.fact.tool_call_id if isinstance(event.fact, ToolObserved) else None
+    answer = claude_code_answer(keeper, payload, call_id)
+    denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+    if denied is not None:
+        event = claude_code_hooks.decode(payload, received_ms, denied)
+    if not inbox.put(event) and call_id is not None:
+        keeper.recorded([call_id])
+    return answer
+
+
 def _gates_of(keeper: GateKeeper | None) -> tuple[tuple[GateConfig, ...], ZoneInfo]:
     """The daemon's gates and the zone its days start in; none outside ``serve``."""
     return (keeper.gates, keeper.zone) if keeper is not None else ((), ZoneInfo("UTC"))
@@ -286,18 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
         received_ms = time.time_ns() // 1_000_000
         if self.hooks is None:
             return 200, claude_code_answer(self.keeper, payload)
-        # Read before it is answered: a payload refused (400) counts toward no gate, and a tool call counts only
-        # if its event will be recorded (it names its tool_use_id).
-        event = claude_code_hooks.decode(payload, received_ms)
-        call_id = event.fact.tool_call_id if isinstance(event.fact, ToolObserved) else None
-        answer = claude_code_answer(self.keeper, payload, call_id)
-        denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-        if denied is not None:
-            event = claude_code_hooks.decode(payload, received_ms, denied)
-        # Queued for the daemon's writer: the answer does not wait. One the inbox refuses is never recorded.
-        if not self.hooks.put(event) and call_id is not None:
-            self.keeper.recorded([call_id])
-        return 200, answer
+        return 200, take_claude_code_hook(self.keeper, self.hooks, payload, received_ms)
 
     def _answer(self, route) -> None:
         started = time.perf_counter()
