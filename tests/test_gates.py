@@ -483,7 +483,8 @@ def test_a_tool_call_counts_from_its_answer_once_however_often_it_is_asked(ledge
     hooks.record()
     assert [hooks.pre("toolu_4"), hooks.pre("toolu_4")] == [False, False]
     hooks.record()
-    state = ledger.hot.lookup(ledger.readers.connection().__enter__(), hooks.session)
+    with ledger.readers.connection() as conn:
+        state = ledger.hot.lookup(conn, hooks.session)
     assert (state.own.tool_calls, state.own.tool_errors) == (5, 3)
 
     other = _Hooks(ledger, "11111111-2222-3333-4444-555555555555")

@@ -202,6 +202,7 @@ class GateKeeper:
         # subagent's session), and its answer is kept a while for the same hook sent again.
         self._unrecorded: dict[str, _Answered] = {}
         self._recent: OrderedDict[str, Decision] = OrderedDict()
+        self._told: tuple[int, set[str], set[str]] = (-1, set(), set())  # (position, ids asked, ids told) last read
         self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
@@ -251,6 +252,7 @@ class GateKeeper:
                 count: str | None = None) -> Decision:
         """``count``: the tool_use_id of a call this decision counts (``decide_call``)."""
         now_ms = int(self.clock() * 1000)
+        day = self._day_bounds(now_ms)[0]
         seen = self.position  # what the hot views and day totals read below are at least as new as
         with self.readers.connection() as conn:
             state = self.hot.lookup(conn, session_key) if session_key else None
@@ -262,7 +264,7 @@ class GateKeeper:
             waiting = self._waiting(conn, seen) if any(g.metric in _COUNTED for g in applicable) else []
             tripped, unpriced = [], []
             for gate in applicable:
-                totals, who, day = self._totals(conn, gate, state, agent, now_ms)
+                totals, who = self._totals(conn, gate, state, agent, now_ms)
                 extra = 0
                 if gate.metric in _COUNTED:
                     # A denied call its transcript told first is a running call there until its hook is
@@ -295,8 +297,8 @@ class GateKeeper:
             decision = Decision("allow", _within(unpriced), **base)
         self._tell(decision)
         if count is not None:  # a denied call is recorded too, as a failed one
-            self._unrecorded[count] = _Answered(session_key, agent, self._day_bounds(now_ms)[0],
-                                                decision.decision == "block", time.monotonic(), decision)
+            self._unrecorded[count] = _Answered(session_key, agent, day, decision.decision == "block",
+                                                time.monotonic(), decision)
         return decision
 
     def _tell(self, decision: Decision) -> None:
@@ -316,7 +318,11 @@ class GateKeeper:
         waiting = list(self._unrecorded.items())
         if not waiting:
             return []
-        position, told = queries.claude_code_tool_calls(conn, [c for c, _ in waiting])
+        # Read again only when the ledger moved or a call came to wait since: not once a question.
+        position, asked, told = self._told
+        if position != seen or not self._unrecorded.keys() <= asked:
+            position, told = queries.claude_code_tool_calls(conn, list(self._unrecorded))
+            self._told = (position, set(self._unrecorded), told)
         if position != seen:
             told = set()
         return [(a, c in told) for c, a in waiting]
@@ -344,22 +350,21 @@ class GateKeeper:
         return pending, counts
 
     def _totals(self, conn, gate: GateConfig, state: HotSession | None, agent: str | None,
-                now_ms: int) -> tuple[Totals | dict | None, str, int]:
-        """What ``gate`` measures, who spent it and the day it counts (0: no day); None when the gate does not
-        apply. ``agent``: the session's, known to a session the ledger does not hold yet from its key."""
+                now_ms: int) -> tuple[Totals | dict | None, str]:
+        """What ``gate`` measures, and who spent it; None when the gate does not apply. ``agent``: the
+        session's, known to a session the ledger does not hold yet from its key."""
         if gate.scope == "session":
-            return (None, "", 0) if state is None else (state.own, f"session {state.session_key}", 0)
+            return (None, "") if state is None else (state.own, f"session {state.session_key}")
         if gate.scope == "session-family":
             if state is None:
-                return None, "", 0
-            return state.family, f"session {state.session_key} with its subagents", 0
+                return None, ""
+            return state.family, f"session {state.session_key} with its subagents"
         if gate.scope == "agent-day":
             if not agent:
-                return None, "", 0
+                return None, ""
         else:
             agent = None
-        return (self._day(conn, agent, now_ms), f"agent {agent}" if agent else "all agents together",
-                self._day_bounds(now_ms)[0])
+        return self._day(conn, agent, now_ms), (f"agent {agent}" if agent else "all agents together")
 
     def _day(self, conn, agent: str | None, now_ms: int) -> dict:
         start, end = self._day_bounds(now_ms)
