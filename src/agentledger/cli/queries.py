@@ -173,7 +173,7 @@ def usage(conn, w, fmt, chart):
         emit_pairs([(k.replace("_", " "), cost_cell(v, row["unpriced_calls"]) if k == "cost_usd" else v)
                     for k, v in row.items()])
         note_unpriced(row["unpriced_calls"])
-    if not chart or fmt is not None:
+    if not chart:  # with a format, refused above
         return
     days = {r["day"]: r for r in queries.costs(conn, w, "day")}
     kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
@@ -227,7 +227,7 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
     if group_by == "tool":
         emit_table(rows, [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("duration_s", "time s")])
         return
-    label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
+    label = queries.cost_fields(group_by)[0]
     # The window's grand total, whatever --limit shows of it.
     total = {label: "TOTAL" if len(rows) == len(every) else f"TOTAL of all {len(every)}",
              "llm_calls": sum(r["llm_calls"] for r in every), "total_tokens": sum(r["total_tokens"] for r in every),
@@ -259,7 +259,7 @@ def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz
         charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
                           f"spend per day ({tz}), stacked by model; total {total}")
     else:
-        label = {"agent": "agent_id", "session": "session_key"}.get(group_by, group_by)
+        label = queries.cost_fields(group_by)[0]
         charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])]) for r in rows],
                           display.usd, f"spend by {group_by}; total {total}")
     note_unpriced(unpriced)
