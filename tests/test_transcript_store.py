@@ -555,11 +555,18 @@ def test_a_rekey_whose_rows_cannot_be_read_again_waits_for_a_pass_that_can(tmp_p
         raise ReadBackFailed("database is locked")
         yield
 
-    monkeypatch.setattr(transcript_store.StoreReader, "read_back", busy)
-    ingest(stepwise, state, fmt="oc-transcript")
-    assert scalar_rows(stepwise, f"SELECT count(*) FROM sessions WHERE session_key = '{key}'") == [(0,)]
-    monkeypatch.setattr(transcript_store.StoreReader, "read_back", real)
-    ingest(stepwise, state, fmt="oc-transcript")  # the producer is quiet again
+    # One daemon's passes: the pass after the failed one names the session as due its key again, though
+    # nothing in the store changed.
+    conn = open_writer(stepwise)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        monkeypatch.setattr(transcript_store.StoreReader, "read_back", busy)
+        pipeline.run_once()
+        assert scalar_rows(stepwise, f"SELECT count(*) FROM sessions WHERE session_key = '{key}'") == [(0,)]
+        monkeypatch.setattr(transcript_store.StoreReader, "read_back", real)
+        pipeline.run_once()  # the producer is quiet again
+    finally:
+        conn.close()
     ingest(fresh, state, fmt="oc-transcript")
     for db in (stepwise, fresh):
         _settle(db)

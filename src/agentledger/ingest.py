@@ -289,7 +289,7 @@ class Pipeline:
 
     def _rekey(self, decoders: list[Decoder], stats: IngestStats, store: StoreReader) -> None:
         """The store's sessions due a key keyed in one transaction, with what their rows already read
-        yield under it (see _rederive)."""
+        yield under it (see _rederived)."""
         keys, held = self._keys_due(decoders)
         if not keys:
             return
@@ -305,6 +305,7 @@ class Pipeline:
                     except ReadBackFailed as exc:
                         log.info("session %s keeps its key until its rows can be read again (%s)",
                                  decode.session_id, exc)
+                        store.key_again(decode.inputs.path)
             result = opened.commit()
         except BaseException as exc:
             opened.abandon(exc)

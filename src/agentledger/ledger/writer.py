@@ -1042,7 +1042,7 @@ class OpenBatches:
                 for batch in rederived:
                     assert batch.start_offset == batch.end_offset and batch.lines == 0 and not batch.rejects
                     result = self.writer._apply_batches(conn, [batch], self.ts)
-                    result.duplicate_facts = result.rejects = 0
+                    result.duplicate_facts = 0
                     self.result.add(result)
         except BaseException:
             self.result = saved
@@ -1146,17 +1146,6 @@ class LedgerWriter:
 
     def begin(self) -> OpenBatches:
         return OpenBatches(self)
-
-    def rekey(self, keys: list[tuple[str, str]]) -> ApplyResult:
-        """Give sessions other keys ((session, key) pairs, see _rekey_session), in a transaction of their own."""
-        opened = self.begin()
-        try:
-            for session_id, session_key in keys:
-                opened.rekey(session_id, session_key)
-            return opened.commit()
-        except BaseException as exc:
-            opened.abandon(exc)
-            raise
 
     def _apply_batches(self, conn: apsw.Connection, batches: list[Batch], ts: int) -> ApplyResult:
         """The batches' facts in one round of statements, then each file's rejects and checkpoint."""

@@ -475,8 +475,8 @@ class Tailer:
 
     def read_back(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of the complete lines before the row's checkpoint, read again from the file's start:
-        their facts decoded anew (see Pipeline._rederive). Nothing is advanced; too-long lines are left
-        out (their rejects were recorded). Nothing, if the file is no longer the one the row follows;
+        their facts decoded anew (see Pipeline._rederived). Nothing is advanced, and only their facts are
+        taken. Nothing, if the file is no longer the one the row follows;
         ReadBackFailed if it cannot be read now (renamed or unreadable since the scan)."""
         fd = p.fd
         if fd < 0:  # unchanged since read to its end: the scan did not open it
@@ -495,7 +495,6 @@ class Tailer:
                 if res.end == start:
                     return  # shorter than its checkpoint: the next scan sees the truncation
                 res.lines = [(off, line) for off, line in res.lines if off < end]
-                res.too_long = []
                 res.end = min(res.end, end)
                 yield Chunk(row, p.path, start, res, row.size, row.tail_len, row.tail_hash)
                 start = res.end

@@ -163,7 +163,7 @@ class StoreReader:
 
     def _row(self, root: str, store: str, session_id: str, st: tuple[int, int, int, int]) -> FileRow:
         """The session's ``files`` row, named as the tailer names files (see ``ledger_name``)."""
-        path = f"{ledger_name(store)}#{session_id}"
+        path = _row_path(store, session_id)
         row = self.rows.get(path)
         if row is None:
             fingerprint = hashlib.blake2b(session_id.encode(), digest_size=16).digest()
@@ -173,11 +173,11 @@ class StoreReader:
 
     def read_back(self, path: str, max_line: int) -> Iterator[Chunk]:
         """The rows already indexed of the session last named as due a key under the transcript ``path``
-        (see ``chunks``), read again from its first: their facts decoded anew (see Pipeline._rederive).
-        Nothing is advanced; too-long rows are left out (their rejects were recorded). ReadBackFailed if the
-        store cannot be read now (a producer holding it past the busy wait)."""
+        (see ``chunks``), read again from its first: their facts decoded anew (see Pipeline._rederived).
+        Nothing is advanced, and only their facts are taken. ReadBackFailed if the store cannot be read now
+        (a producer holding it past the busy wait): see ``key_again``."""
         store, session_id = self.named.get(path, (None, None))
-        row = self.rows.get(f"{ledger_name(store)}#{session_id}") if store is not None else None
+        row = self.rows.get(_row_path(store, session_id)) if store is not None else None
         if row is None or row.offset <= 0:
             return
         try:
@@ -195,11 +195,18 @@ class StoreReader:
                 if not page:
                     return
                 chunk = _chunk(row, page)
-                chunk.start, chunk.result.too_long = seq, []
                 yield chunk
                 seq = chunk.result.end
         finally:
             conn.close()
+
+    def key_again(self, path: str) -> None:
+        """The session last named under ``path`` is named as due a key again on the next pass (its key could
+        not be given it now), though nothing in its store changed."""
+        store, session_id = self.named.get(path, (None, None))
+        if store is not None:
+            self.keyed.get(store, {}).pop(session_id, None)
+            self.read_at.pop(store, None)
 
     @staticmethod
     def advance(chunk: Chunk) -> None:
@@ -233,6 +240,11 @@ def _transcripts(sessions_dir: str) -> dict[str, str]:
         if sid is not None:
             out.setdefault(sid, os.path.join(sessions_dir, name))
     return out
+
+
+def _row_path(store: str, session_id: str) -> str:
+    """A store session's ``files`` path, named as the tailer names files (see ``ledger_name``)."""
+    return f"{ledger_name(store)}#{session_id}"
 
 
 def _chunk(row: FileRow, page: list[tuple]) -> Chunk:
