@@ -760,13 +760,14 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                 span = runs.get(rid)
                 if span is None:
                     runs[rid] = [ts, ts, ts if sid is not None else None, sid]
-                else:
-                    if ts < span[0]:
-                        span[0] = ts
-                    elif ts > span[1]:
-                        span[1] = ts
-                    if sid is not None and (span[3] is None or (ts, sid) < (span[2], span[3])):
-                        span[2], span[3] = ts, sid
+                    continue
+                if ts < span[0]:
+                    span[0] = ts
+                elif ts > span[1]:
+                    span[1] = ts
+                # The earliest fact naming a session, of two at once the lesser id (no tuples: once a fact).
+                if sid is not None and (span[3] is None or ts < span[2] or (ts == span[2] and sid < span[3])):
+                    span[2], span[3] = ts, sid
     return out
 
 
