@@ -400,7 +400,7 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[st
         return (specs_from_pairs([(fmt, root) for fmt, root in found if fmt is not None]),
                 [str(root) for fmt, root in found if fmt is None], None)
     if demo is False:
-        return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.claude): "
+        return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.config/claude, ~/.claude): "
                 "pass ROOT, --source FORMAT=ROOT or use --demo")
     root = demo_dir()
     return specs_from("oc-telemetry", [root]), [], root

@@ -37,7 +37,8 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
 
     With none it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, read once it
     appears if it does not exist yet; ~/.openclaw, legacy names) and Claude Code's
-    ($CLAUDE_CONFIG_DIR, ~/.claude); else it starts the demo: a directory fed by a small live writer.
+    ($CLAUDE_CONFIG_DIR, else ~/.config/claude and ~/.claude); else it starts the demo: a directory fed
+    by a small live writer.
     """
     from agentledger import logs
     from agentledger.daemon import run_daemon
