@@ -10,7 +10,8 @@ import pytest
 
 from agentledger.ingest import IngestStats, Pipeline, specs_from
 from agentledger.ledger.db import open_writer
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.writer import LedgerWriter, now_ms
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -64,6 +65,15 @@ def transcript_corpus() -> Path:
 @pytest.fixture(scope="session")
 def claude_corpus() -> Path:
     return _corpus("claude-code")
+
+
+def settle(db: Path) -> None:
+    """What ``agentledger ingest`` does last: logs long finished, so what is still open was cut off."""
+    conn = open_writer(db)
+    try:
+        reconcile(LedgerWriter(conn), now_ms())
+    finally:
+        conn.close()
 
 
 def ingest(db: Path, *roots: Path, fmt: str = "oc-telemetry", **kwargs) -> IngestStats:

@@ -8,23 +8,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli_json, forbid_call_scans, ingest, listed_as_counted
+from conftest import cli_json, forbid_call_scans, ingest, listed_as_counted, settle
 from ledgerdump import dump, scalar
 
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader, open_writer
-from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.db import open_reader
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter, now_ms
 
 
 def _ingest_settled(db: Path, root: Path, fmt: str) -> None:
     ingest(db, root, fmt=fmt)
-    conn = open_writer(db)
-    try:
-        reconcile(LedgerWriter(conn), now_ms())  # the corpora are long finished: open turns were cut off
-    finally:
-        conn.close()
+    settle(db)
 
 
 def _read(db: Path, fn, *args):

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import cli_env, ingest
+from conftest import cli_env, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage
@@ -24,9 +24,8 @@ from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
-from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter, now_ms
+from agentledger.ledger.writer import LedgerWriter
 from agentledger.sources import oc_transcript
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
@@ -294,11 +293,11 @@ def test_a_refused_call_retried_within_its_turn_is_not_how_the_turn_ended(tmp_pa
     cut = 3 if passes == 2 else len(lines)
     path.write_bytes(b"".join(lines[:cut]))
     ingest(db, tmp_path / "state", fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     with path.open("ab") as f:
         f.write(b"".join(lines[cut:]))
     ingest(db, tmp_path / "state", fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     assert scalar_rows(db, "SELECT status, error FROM runs") == [
         (status, "429 rate limit reached" if status == "error" else None)]
     u = usage(db)
@@ -413,15 +412,6 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     _clean(db)
 
 
-def _settle(db: Path) -> None:
-    """What ``agentledger ingest`` does last: the corpus is long finished, so what is open was cut off."""
-    conn = open_writer(db)
-    try:
-        reconcile(LedgerWriter(conn), now_ms())
-    finally:
-        conn.close()
-
-
 def _subagent_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
     """(the subagent's status, outcome and end; its child session's status and end reason)."""
     return (scalar_rows(db, "SELECT status, outcome, ended_ms FROM subagents WHERE child_session_key = ?",
@@ -457,7 +447,7 @@ def test_a_subagent_ends_when_its_childs_run_does_whichever_transcript_is_read_f
         p.write(b"".join(parent_lines[cut[0]:]))
         c.write(b"".join(child_lines[cut[1]:]))
     ingest(db, state, fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     end = scalar(db, "SELECT ended_ms FROM runs WHERE session_id = ?", (child,))
     assert _subagent_end(db, key) == ([("ended", "ok", end)], [("ended", "subagent")])
     assert scalar_rows(db, "SELECT parent_session_key, parent_run_id FROM subagents") == [
@@ -476,12 +466,12 @@ def test_a_subagents_end_read_after_reconcile_cut_it_off_still_wins(tmp_path, db
     head, task, answer = _child(child, "Review src/auth", 10)
     (sdir / f"{child}.jsonl").write_bytes(head + task)
     ingest(db, tmp_path / "state", fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     assert _subagent_end(db, key) == ([("interrupted", None, None)], [("active", None)])
     with (sdir / f"{child}.jsonl").open("ab") as f:
         f.write(answer.replace(b'"stopReason":"stop"', f'"stopReason":"{stop}"'.encode()))
     ingest(db, tmp_path / "state", fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     assert _subagent_end(db, key) == ([("ended", outcome, scalar(db, "SELECT max(ts_ms) FROM llm_calls"))],
                                       [("ended", "subagent")])
     _clean(db)
@@ -1113,13 +1103,6 @@ def keys_seen(db: Path, old: str) -> tuple:
     return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
 
 
-def _child_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
-    """(the subagent's status, outcome, reason and end; its child session's status, end and end reason)."""
-    return (scalar_rows(db, "SELECT status, outcome, reason, ended_ms FROM subagents WHERE child_session_key = ?",
-                        (child_key,)),
-            scalar_rows(db, "SELECT status, ended_ms, end_reason FROM sessions WHERE session_key = ?", (child_key,)))
-
-
 def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a_fresh_read_does(
         tmp_path, transcript_corpus):
     # Read while sessions.json did not list it, a subagent's transcript took a guessed key, which is no
@@ -1137,16 +1120,18 @@ def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a
     stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
     archive.rename(live)
     first = ingest(stepwise, state, fmt="oc-transcript")
-    _settle(stepwise)  # what `agentledger ingest` does last: the running subagent is cut off
-    assert _child_end(stepwise, key)[0][0][0] == "interrupted"
+    settle(stepwise)  # what `agentledger ingest` does last: the running subagent is cut off
+    assert _subagent_end(stepwise, key)[0][0][0] == "interrupted"
     live.rename(archive)
     second = ingest(stepwise, state, fmt="oc-transcript")
-    _settle(stepwise)
+    settle(stepwise)
     whole = ingest(fresh, state, fmt="oc-transcript")
-    _settle(fresh)
-    assert _child_end(stepwise, key) == _child_end(fresh, key)
-    assert [row[:3] for row in _child_end(fresh, key)[0]] == [("ended", "ok", "stop")]
-    assert [row[::2] for row in _child_end(fresh, key)[1]] == [("ended", "subagent")]
+    settle(fresh)
+    assert _subagent_end(stepwise, key) == _subagent_end(fresh, key)
+    assert [row[:2] for row in _subagent_end(fresh, key)[0]] == [("ended", "ok")]
+    assert _subagent_end(fresh, key)[1] == [("ended", "subagent")]
+    for db in (stepwise, fresh):
+        assert scalar_rows(db, "SELECT reason FROM subagents WHERE child_session_key = ?", (key,)) == [("stop",)]
     # The lines read before are decoded again, not read again: no line counts twice, and only the facts
     # the new key yields are new.
     assert (second.lines, second.bytes, second.duplicates, second.rejects) == (0, 0, 0, 0)

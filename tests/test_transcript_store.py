@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import ingest
+from conftest import ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -18,7 +18,6 @@ from test_transcript_sources import (
     SPAWNED,
     SPAWNER,
     _clean,
-    _settle,
     _subagent_end,
     keys_seen,
     scalar_rows,
@@ -342,7 +341,7 @@ def test_a_subagent_only_in_the_store_ends_with_its_childs_run_whichever_session
         session, entries = rows[name]
         producer.add(*entries, session=session)
         ingest(db, state, fmt="oc-transcript")
-    _settle(db)
+    settle(db)
     assert _subagent_end(db, key) == ([("ended", "ok", 1790841609000)], [("ended", "subagent")])
     assert scalar_rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
     _clean(db)
@@ -569,7 +568,7 @@ def test_a_rekey_whose_rows_cannot_be_read_again_waits_for_a_pass_that_can(tmp_p
         conn.close()
     ingest(fresh, state, fmt="oc-transcript")
     for db in (stepwise, fresh):
-        _settle(db)
+        settle(db)
     assert _subagent_end(stepwise, key) == _subagent_end(fresh, key) == (
         [("ended", "ok", 1790841609000)], [("ended", "subagent")])
 
@@ -592,7 +591,7 @@ def test_a_subagent_only_in_the_store_read_before_sessions_json_named_it_ends_as
     second = ingest(stepwise, state, fmt="oc-transcript")
     whole = ingest(fresh, state, fmt="oc-transcript")
     for db in (stepwise, fresh):
-        _settle(db)
+        settle(db)
     assert _subagent_end(stepwise, key) == _subagent_end(fresh, key) == (
         [("ended", "ok", 1790841609000)], [("ended", "subagent")])
     assert (second.lines, second.duplicates) == (0, 0)
