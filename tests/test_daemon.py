@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import apsw
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, llm_call
+from serving import http_get
 from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
 from watchdog.observers import Observer
 
@@ -111,13 +113,20 @@ def test_a_closed_terminal_stops_serve_as_cleanly_as_sigterm(tmp_path):
     # SIGHUP killed it at once: no "stopped", no last flush of the hot views.
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1))
-    daemon = _serve(tmp_path / "ledger.db", "--no-demo", str(logs.root))
+    hot = tmp_path / "st" / "hot"
+    # A view asked for is written at the latest on the way out: the flush interval is far off.
+    env = os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_HOT_FLUSH_INTERVAL_S": "3600"}
+    daemon = _serve(tmp_path / "ledger.db", "--no-demo", str(logs.root), env=env)
     said: list[str] = []
     _read_until(daemon, "caught up", said)
+    url = re.search(r"listening on (http://[^\s\"]+)", "".join(said)).group(1)
+    assert http_get(url, "/v1/sessions/agent:main:s1/hot")[1]["llm_calls"] == 1
+    assert not any(hot.rglob("*.json"))
     daemon.send_signal(signal.SIGHUP)
     _, rest = daemon.communicate(timeout=30)
     assert daemon.returncode == 0, "".join(said) + rest
     assert "stopped" in rest
+    assert any(hot.rglob("*.json"))
 
 
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
