@@ -188,6 +188,7 @@ def _demo_writers(under: Path) -> list[int]:
 def test_serve_without_sources_runs_the_demo(tmp_path):
     env = _without_logs(tmp_path)
     db = tmp_path / "state" / "agentledger" / "ledger.db"
+    demo = tmp_path / "state" / "agentledger" / "demo" / "agents" / "main" / "telemetry"
     daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0", "--rescan", "0.2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
@@ -195,14 +196,15 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
         history = _count(db, "SELECT count(*) FROM events")
         # The demo writer keeps appending: the ledger keeps growing.
         _wait_for(lambda: _count(db, "SELECT count(*) FROM events") > history, timeout=20)
+        # Its history starts two days back: just after midnight UTC, the first day it rotates away is
+        # nearly a whole day of events in.
+        _wait_for(lambda: any(p.name != "events.jsonl" for p in demo.iterdir()), timeout=30)
     finally:
         daemon.send_signal(signal.SIGTERM)
         out, err = daemon.communicate(timeout=30)
     assert daemon.returncode == 0, err
     assert "demo" in err
-    demo = tmp_path / "state" / "agentledger" / "demo" / "agents" / "main" / "telemetry"
     assert (demo / "events.jsonl").exists()
-    assert any(p.name != "events.jsonl" for p in demo.iterdir()), "history is rotated daily"
     time.sleep(0.5)
     size = (demo / "events.jsonl").stat().st_size
     time.sleep(1.0)
