@@ -397,6 +397,15 @@ def test_evt_id_maps_to_signed_64_bit_int():
     assert h.event_id == INT64_MIN
 
 
+@pytest.mark.parametrize(("id_value", "expected"), [
+    ("evt_ABCDEF0123456789", -0x543210FEDCBA9877),  # upper-case hex reads as lower-case
+    ("evt_\u0663\u066300000000000000", 0x3300000000000000),  # digits of another script, as int() reads them
+])
+def test_evt_ids_keep_the_values_ledgers_already_hold(id_value, expected):
+    # An event id is how a ledger knows a line it indexed: a copy read after an upgrade must get the same.
+    assert ok(line("run.start", {}, id=id_value)).event_id == expected
+
+
 def test_distinct_evt_ids_give_distinct_event_ids():
     ids = {ok(line("run.start", {}, id=f"evt_{i:016x}")).event_id for i in range(200)}
     assert len(ids) == 200

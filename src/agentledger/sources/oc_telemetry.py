@@ -40,17 +40,25 @@ SOURCE = "oc-telemetry"
 _EVT_PREFIX = "evt_"
 _TWO_63 = 1 << 63
 _TWO_64 = 1 << 64
+_from_bytes = int.from_bytes
+_from_hex = bytes.fromhex
 
 
 def _event_id(value: object, line: bytes) -> int:
     if value.__class__ is str and value:
-        if len(value) == 20 and value.startswith(_EVT_PREFIX) and value[4:].isalnum():
-            try:
-                n = int(value[4:], 16)
-            except ValueError:
-                pass
-            else:
-                return n - _TWO_64 if n >= _TWO_63 else n
+        if len(value) == 20 and value[:4] == _EVT_PREFIX:
+            digits = value[4:]
+            if digits.isalnum():
+                try:  # the common case, twice as fast as int(): 16 ASCII hex digits are 8 bytes
+                    return _from_bytes(_from_hex(digits), "big", signed=True)
+                except ValueError:
+                    pass
+                try:  # int() takes any script's digits too, and ids read so must stay as they were
+                    n = int(digits, 16)
+                except ValueError:
+                    pass
+                else:
+                    return n - _TWO_64 if n >= _TWO_63 else n
         return line_id(value.encode("utf-8", "surrogatepass"))
     return line_id(line)
 
@@ -74,21 +82,21 @@ def _error(env: dict, data: dict) -> str | None:
     return error_text(data.get("error") if err is None else err)
 
 
-def _session_started(base: dict, data: dict, env: dict) -> Fact:
-    return SessionStarted(**base, resumed_from=text(data.get("resumedFrom")))
+def _session_started(base: tuple, data: dict, env: dict) -> Fact:
+    return SessionStarted(*base, resumed_from=text(data.get("resumedFrom")))
 
 
-def _session_ended(base: dict, data: dict, env: dict) -> Fact:
+def _session_ended(base: tuple, data: dict, env: dict) -> Fact:
     return SessionEnded(
-        **base,
+        *base,
         message_count=integer(data.get("messageCount")),
         duration_ms=duration(data.get("durationMs")),
     )
 
 
-def _run_started(base: dict, data: dict, env: dict) -> Fact:
+def _run_started(base: tuple, data: dict, env: dict) -> Fact:
     return RunStarted(
-        **base,
+        *base,
         model=text(data.get("model")),
         provider=text(data.get("provider")),
         is_heartbeat=flag(data.get("isHeartbeat")),
@@ -97,9 +105,9 @@ def _run_started(base: dict, data: dict, env: dict) -> Fact:
     )
 
 
-def _run_ended(base: dict, data: dict, env: dict) -> Fact:
+def _run_ended(base: tuple, data: dict, env: dict) -> Fact:
     return RunEnded(
-        **base,
+        *base,
         model=text(data.get("model")),
         provider=text(data.get("provider")),
         duration_ms=duration(data.get("durationMs")),
@@ -110,9 +118,9 @@ def _run_ended(base: dict, data: dict, env: dict) -> Fact:
     )
 
 
-def _llm_call(base: dict, data: dict, env: dict) -> Fact:
+def _llm_call(base: tuple, data: dict, env: dict) -> Fact:
     return LlmCall(
-        **base,
+        *base,
         provider=text(data.get("provider")),
         model=text(data.get("model")),
         call_index=integer(data.get("callIndex")),
@@ -130,9 +138,9 @@ def _context_used(value: object) -> int | None:
     return count(value.get("used")) or None
 
 
-def _usage_snapshot(base: dict, data: dict, env: dict) -> Fact:
+def _usage_snapshot(base: tuple, data: dict, env: dict) -> Fact:
     return UsageSnapshot(
-        **base,
+        *base,
         provider=text(data.get("provider")),
         model=text(data.get("model")),
         tokens=_tokens(data.get("usage")),
@@ -144,19 +152,19 @@ def _tool_call_id(data: dict) -> str | None:
     return text(data.get("toolCallId"))
 
 
-def _tool_started(base: dict, data: dict, env: dict) -> Fact | None:
+def _tool_started(base: tuple, data: dict, env: dict) -> Fact | None:
     call_id = _tool_call_id(data)
     if call_id is None:
         return None
-    return ToolStarted(**base, tool_name=text(data.get("toolName")), tool_call_id=call_id)
+    return ToolStarted(*base, tool_name=text(data.get("toolName")), tool_call_id=call_id)
 
 
-def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
+def _tool_ended(base: tuple, data: dict, env: dict) -> Fact | None:
     call_id = _tool_call_id(data)
     if call_id is None:
         return None
     return ToolEnded(
-        **base,
+        *base,
         tool_name=text(data.get("toolName")),
         tool_call_id=call_id,
         is_error=flag(data.get("isError")),
@@ -167,12 +175,12 @@ def _tool_ended(base: dict, data: dict, env: dict) -> Fact | None:
     )
 
 
-def _subagent_spawned(base: dict, data: dict, env: dict) -> Fact | None:
+def _subagent_spawned(base: tuple, data: dict, env: dict) -> Fact | None:
     child = text(data.get("childSessionKey"))
     if child is None:
         return None
     return SubagentSpawned(
-        **base,
+        *base,
         child_session_key=child,
         child_agent_id=text(data.get("agentId")),
         label=text(data.get("label")),
@@ -180,12 +188,12 @@ def _subagent_spawned(base: dict, data: dict, env: dict) -> Fact | None:
     )
 
 
-def _subagent_ended(base: dict, data: dict, env: dict) -> Fact | None:
+def _subagent_ended(base: tuple, data: dict, env: dict) -> Fact | None:
     child = text(data.get("childSessionKey")) or text(data.get("targetSessionKey"))
     if child is None:
         return None
     return SubagentEnded(
-        **base,
+        *base,
         child_session_key=child,
         outcome=text(data.get("outcome")),
         reason=text(data.get("reason")),
@@ -196,9 +204,9 @@ def _subagent_ended(base: dict, data: dict, env: dict) -> Fact | None:
 
 
 def _compaction(phase: str):
-    def build(base: dict, data: dict, env: dict) -> Fact:
+    def build(base: tuple, data: dict, env: dict) -> Fact:
         return Compaction(
-            **base,
+            *base,
             phase=phase,
             message_count=integer(data.get("messageCount")),
             compacting_count=integer(data.get("compactingCount")),
@@ -214,9 +222,9 @@ def _preview(value: object) -> str | None:
     return s[:500] if s else None
 
 
-def _message_inbound(base: dict, data: dict, env: dict) -> Fact:
+def _message_inbound(base: tuple, data: dict, env: dict) -> Fact:
     return Message(
-        **base,
+        *base,
         direction="inbound",
         channel=text(data.get("channel")),
         peer=text(data.get("from")),
@@ -224,10 +232,10 @@ def _message_inbound(base: dict, data: dict, env: dict) -> Fact:
     )
 
 
-def _message_outbound(base: dict, data: dict, env: dict) -> Fact:
+def _message_outbound(base: tuple, data: dict, env: dict) -> Fact:
     success = data.get("success")
     return Message(
-        **base,
+        *base,
         direction="outbound",
         channel=text(data.get("channel")),
         peer=text(data.get("to")),
@@ -237,8 +245,8 @@ def _message_outbound(base: dict, data: dict, env: dict) -> Fact:
     )
 
 
-def _marker(base: dict, data: dict, env: dict) -> Fact:
-    return Marker(**base)
+def _marker(base: tuple, data: dict, env: dict) -> Fact:
+    return Marker(*base)
 
 
 _BUILDERS = {
@@ -279,20 +287,13 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
     if data.__class__ is not dict:
         data = {}
     session_key = text(env.get("sessionKey"))
-    base = {
-        "event_id": _event_id(env.get("id"), line),
-        "ts_ms": ts,
-        "kind": kind,
-        "source": SOURCE,
-        "agent_id": text(env.get("agentId")) or agent_from_key(session_key),
-        "session_key": session_key,
-        "session_id": text(env.get("sessionId")) or text(data.get("sessionId")),
-        "run_id": text(env.get("runId")),
-        "seq": integer(env.get("seq")),
-    }
+    # Fact's common fields, in its order (see facts.Fact).
+    base = (_event_id(env.get("id"), line), ts, kind, SOURCE,
+            text(env.get("agentId")) or agent_from_key(session_key), session_key,
+            text(env.get("sessionId")) or text(data.get("sessionId")), text(env.get("runId")), integer(env.get("seq")))
     builder = _BUILDERS.get(kind)
     if builder is None:
-        return RawEvent(**base, raw=line)
+        return RawEvent(*base, raw=line)
     fact = builder(base, data, env)
     if fact is None:
         return reject(line, offset, f"{kind} without its identifying field")
