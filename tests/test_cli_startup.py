@@ -54,7 +54,7 @@ def _probe(*args: str) -> tuple[dict, object]:
 @pytest.mark.parametrize("args, check", [
     (["usage", "--json"], lambda doc: doc["llm_calls"] == 3 and doc["sessions"] == 2),
     (["sessions", "--json"], lambda doc: len(doc) == 2),
-    (["costs", "--json", "--group-by", "session"], lambda doc: sum(r["llm_calls"] for r in doc) == 3),
+    (["costs", "--json", "--group-by", "session"], lambda doc: sum(r["llm_calls"] for r in doc["rows"]) == 3),
     (["session", "agent:main:s1", "--json"], lambda doc: doc["session_key"] == "agent:main:s1"),
     (["tools", "--json"], lambda doc: doc == []),
 ])

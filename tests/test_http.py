@@ -62,8 +62,12 @@ def test_sessions_usage_and_costs(api, oc_expected):
     status, usage = get(f"{api}/v1/usage")
     assert usage["cost_usd"] == pytest.approx(oc_expected["totals"]["cost_usd"])
     status, costs = get(f"{api}/v1/costs?group_by=day&since=2026-10-02&until=2026-10-02T23:59:59.999Z")
-    assert status == 200 and [r["day"] for r in costs] == ["2026-10-02"]
-    assert round(costs[0]["cost_usd"] * 10**12) == oc_expected["per_day"]["2026-10-02"]["cost_pico_usd"]
+    assert status == 200 and [r["day"] for r in costs["rows"]] == ["2026-10-02"]
+    assert round(costs["rows"][0]["cost_usd"] * 10**12) == oc_expected["per_day"]["2026-10-02"]["cost_pico_usd"]
+    # The same object as costs --json: the window's total beside the rows a limit cuts.
+    status, costs = get(f"{api}/v1/costs?group_by=model&limit=1")
+    assert status == 200 and len(costs["rows"]) == 1 and costs["total"]["groups"] > 1
+    assert costs["total"]["cost_usd"] == pytest.approx(usage["cost_usd"])
 
 
 def test_one_session_by_key_and_unknown(api, oc_expected):

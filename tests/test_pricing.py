@@ -182,7 +182,7 @@ def test_a_cost_that_leaves_out_unpriced_calls_is_marked_in_every_table(tmp_path
     for out in (by_model, sessions, text("runs"), text("session", alone), text("usage")):
         assert out.count("unpriced_calls in --json") == 1, out
     # Scripts read the number and the count, as before.
-    (row,) = [r for r in orjson.loads(text("costs", "--json")) if r["model"] == "in-house-llm"]
+    (row,) = [r for r in orjson.loads(text("costs", "--json"))["rows"] if r["model"] == "in-house-llm"]
     assert (row["cost_usd"], row["unpriced_calls"]) == (0.0, 2)
 
     prices = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1000\n')

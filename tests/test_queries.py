@@ -97,8 +97,8 @@ def test_injection_attempts_are_harmless(corpus_db, evil):
                  ["costs", "--agent", evil, "--json"]):
         out = _cli(corpus_db, *args)
         assert out.returncode == 0, out.stderr
-        rows = json.loads(out.stdout)
-        assert rows in ([], {}) or (isinstance(rows, dict) and rows["llm_calls"] == 0)
+        doc = json.loads(out.stdout)
+        assert doc == [] or doc.get("llm_calls") == 0 or (doc["rows"] == [] and doc["total"]["llm_calls"] == 0)
     assert _q(corpus_db, queries.usage)["llm_calls"] == 397  # nothing was dropped
     # Bytes no command line can carry still reach the queries only as bound values.
     assert _q(corpus_db, queries.sessions, agent=evil + "\x00") == []
@@ -213,7 +213,7 @@ def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
 
 def test_model_latency_percentiles(corpus_db):
     out = _cli(corpus_db, "costs", "--group-by", "model", "--latency", "--json")
-    rows = {r["model"]: r for r in json.loads(out.stdout)}
+    rows = {r["model"]: r for r in json.loads(out.stdout)["rows"]}
     conn = open_reader(corpus_db)
     durations = [d for (d,) in conn.execute(
         "SELECT duration_ms FROM llm_calls WHERE model = 'gpt-5' AND duration_ms IS NOT NULL")]
@@ -659,7 +659,7 @@ def test_a_subagent_spawn_extends_its_parent_session_span(tmp_path):
 def test_every_grouping_of_one_day_adds_up_to_that_day(corpus_db, oc_expected, group_by):
     day = oc_expected["per_day"]["2026-10-02"]
     rows = json.loads(_cli(corpus_db, "costs", "--json", "--group-by", group_by, "--since", "2026-10-02",
-                           "--until", "2026-10-02T23:59:59.999Z").stdout)
+                           "--until", "2026-10-02T23:59:59.999Z").stdout)["rows"]
     assert round(sum(r["cost_usd"] for r in rows) * 10**12) == pytest.approx(day["cost_pico_usd"], abs=len(rows))
     assert sum(r["llm_calls"] for r in rows) == day["llm_calls"]
 
@@ -724,6 +724,27 @@ def test_costs_total_is_the_window_s_whatever_the_limit(corpus_db):
         lines = _cli(corpus_db, "costs", "--group-by", group_by, "--limit", "2").stdout.splitlines()
         assert len(lines) == 4 and lines[-1].startswith("TOTAL of all ")
         assert float(lines[-1].split()[-1]) == pytest.approx(want, abs=5e-5)
+
+
+def test_costs_json_carries_the_window_s_total_whatever_the_limit(corpus_db):
+    # --json gave the rows alone: under --limit a script could not tell the total the table prints.
+    usage = json.loads(_cli(corpus_db, "usage", "--json").stdout)
+    for group_by in ("model", "provider", "agent", "session", "day"):
+        every = json.loads(_cli(corpus_db, "costs", "--group-by", group_by, "--json").stdout)
+        cut = json.loads(_cli(corpus_db, "costs", "--group-by", group_by, "--limit", "1", "--json").stdout)
+        assert every["group_by"] == cut["group_by"] == group_by
+        assert cut["rows"] == every["rows"][:1] and len(every["rows"]) > 1
+        assert cut["total"] == every["total"] and every["total"]["groups"] == len(every["rows"])
+        total = every["total"]
+        assert total["cost_usd"] == pytest.approx(usage["cost_usd"], abs=1e-9)
+        assert (total["llm_calls"], total["llm_errors"], total["total_tokens"], total["unpriced_calls"]) == \
+            (usage["llm_calls"], usage["llm_errors"], usage["total_tokens"], usage["unpriced_calls"])
+    tools = json.loads(_cli(corpus_db, "costs", "--group-by", "tool", "--limit", "1", "--json").stdout)
+    assert len(tools["rows"]) == 1 and tools["total"]["groups"] > 1
+    assert (tools["total"]["calls"], tools["total"]["errors"]) == (usage["tool_calls"], usage["tool_errors"])
+    # CSV stays a table of the rows.
+    lines = _cli(corpus_db, "costs", "--group-by", "model", "--limit", "2", "--csv").stdout.splitlines()
+    assert len(lines) == 3 and not any("TOTAL" in line for line in lines)
 
 
 @pytest.mark.parametrize("args, code, say", [

@@ -183,10 +183,10 @@ def _forecast(conn: apsw.Connection, keeper: GateKeeper | None, key: str) -> dic
     return Forecaster(conn, gates, zone, int(time.time() * 1000)).session(key)
 
 
-def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> list[dict]:
+def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> dict:
     group_by = (params.get("group_by") or ["model"])[-1]
     tz = (params.get("tz") or ["UTC"])[-1]
-    return queries.costs(conn, _window(params, None), group_by, tz)
+    return queries.costs_report(conn, _window(params, None), group_by, tz)
 
 
 _READS = ("GET", "HEAD")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from collections.abc import Iterable
@@ -203,11 +202,14 @@ _LATENCY = ("p50_ms", "p95_ms", "p99_ms")  # what --latency adds to a costs row
 @_chart_option
 def costs(conn, w, fmt, group_by, tz, latency, chart):
     """Spend grouped by model, provider, agent, session, day or tool, with a grand total;
-    --chart draws it (days stacked by model)."""
-    every = queries.costs(conn, dataclasses.replace(w, limit=None), group_by, tz)
-    rows = every[: w.limit] if w.limit else every
+    --chart draws it (days stacked by model).
+
+    --json is one object: group_by, rows (at most --limit) and total, the window's grand total whatever
+    the limit; --csv the rows alone."""
+    report = queries.costs_report(conn, w, group_by, tz)
+    rows, total = report["rows"], report["total"]
     if _charting(chart, fmt):
-        _costs_chart(conn, w, rows, every, group_by, tz)
+        _costs_chart(conn, w, rows, total, group_by, tz)
         return
     if latency:
         if group_by != "model":
@@ -216,7 +218,7 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
         for r in rows:
             r.update(zip(_LATENCY, lat.get(r["model"] or "", (None, None, None))))
     if fmt == "json":
-        emit_json(rows)
+        emit_json(report)
         return
     if fmt == "csv":
         emit_csv(rows, queries.cost_fields(group_by) + (_LATENCY if latency else ()))
@@ -224,23 +226,21 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
     if not rows:
         click.echo("no spend in this window")
         return
-    if group_by == "tool":
-        emit_table(rows, [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("duration_s", "time s")])
-        return
     label = queries.cost_fields(group_by)[0]
     # The window's grand total, whatever --limit shows of it.
-    total = {label: "TOTAL" if len(rows) == len(every) else f"TOTAL of all {len(every)}",
-             "llm_calls": sum(r["llm_calls"] for r in every), "total_tokens": sum(r["total_tokens"] for r in every),
-             "cost_usd": round(sum(r["cost_usd"] for r in every), 12),
-             "unpriced_calls": sum(r["unpriced_calls"] for r in every)}
+    total_row = {label: "TOTAL" if len(rows) == total["groups"] else f"TOTAL of all {total['groups']}", **total}
+    if group_by == "tool":
+        emit_table(rows + [total_row], [("tool", "tool"), ("calls", "calls"), ("errors", "errors"),
+                                        ("duration_s", "time s")])
+        return
     latency_columns = [(k, k.replace("_", " ")) for k in _LATENCY] if latency else []
     # A row is a session instance: a key reset several times has several, told apart by their ids.
     instance = [("session_id", "id")] if group_by == "session" else []
-    emit_table(rows + [total], [(label, group_by), *instance, ("llm_calls", "llm calls"),
-                                ("total_tokens", "tokens"), ("cost_usd", "cost $")] + latency_columns)
+    emit_table(rows + [total_row], [(label, group_by), *instance, ("llm_calls", "llm calls"),
+                                    ("total_tokens", "tokens"), ("cost_usd", "cost $")] + latency_columns)
 
 
-def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz: str) -> None:
+def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: str) -> None:
     from agentledger.cli import charts  # rich only when drawing
 
     if not rows:
@@ -250,18 +250,18 @@ def _costs_chart(conn, w, rows: list[dict], every: list[dict], group_by: str, tz
         charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
                            for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
         return
-    unpriced = sum(r["unpriced_calls"] for r in every)
-    total = display.cost(round(sum(r["cost_usd"] for r in every), 12), unpriced)
+    unpriced = total["unpriced_calls"]
+    cost = display.cost(total["cost_usd"], unpriced)
     if group_by == "day":
         by_day: dict[str, list] = {}
         for r in queries.daily_costs_by_model(conn, w, tz):
             by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"], r["unpriced_calls"]))
         charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
-                          f"spend per day ({tz}), stacked by model; total {total}")
+                          f"spend per day ({tz}), stacked by model; total {cost}")
     else:
         label = queries.cost_fields(group_by)[0]
         charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])]) for r in rows],
-                          display.usd, f"spend by {group_by}; total {total}")
+                          display.usd, f"spend by {group_by}; total {cost}")
     note_unpriced(unpriced)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import apsw
 import orjson
@@ -335,6 +335,29 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
     else:
         out.sort(key=lambda r: (-r["cost_usd"], str(r[label])))
     return out[: w.limit] if w.limit else out
+
+
+def cost_total(rows: list[dict], group_by: str) -> dict:
+    """The grand total of a ``costs`` grouping's rows (pass every row of the window, not those a limit
+    shows): ``groups``, how many rows there are, then each value a row holds, summed. A tool's time is the
+    sum of the times known, null when none is; a cost is summed in pico-dollars, so exactly."""
+    if group_by == "tool":
+        known = [r["duration_s"] for r in rows if r["duration_s"] is not None]
+        return {"groups": len(rows), "calls": sum(r["calls"] for r in rows), "errors": sum(r["errors"] for r in rows),
+                "duration_s": round(sum(known), 3) if known else None}
+    total: dict = {"groups": len(rows)}
+    for key in _LLM_FIELDS:
+        total[key] = sum(r[key] for r in rows) if key != "cost_usd" else \
+            _usd(sum(round(r["cost_usd"] * PICO_PER_USD) for r in rows))
+    return total
+
+
+def costs_report(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> dict:
+    """``costs`` as scripts read it (``--json``, ``GET /v1/costs``): the grouping, its rows (at most
+    ``w.limit``) and the window's grand total, which the limit does not cut."""
+    every = costs(conn, replace(w, limit=None), group_by, tz)
+    return {"group_by": group_by, "rows": every[: w.limit] if w.limit else every,
+            "total": cost_total(every, group_by)}
 
 
 def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
