@@ -211,6 +211,54 @@ def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
     assert (csv_rows["grep"]["duration_s"], csv_rows["read"]["duration_s"]) == ("", "1.5")
 
 
+def test_costs_by_tool_keep_a_time_no_call_reported_unknown(tmp_path):
+    # The rollups summed a missing duration as 0: grep, whose calls never told theirs, showed 0.0 s.
+    log = _HookLog()
+    key = "agent:main:main"
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T2"}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T3"}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T4"}, key, "S1", "R1")
+    db = log.ledger(tmp_path)
+    doc = json.loads(_cli(db, "costs", "--group-by", "tool", "--json").stdout)
+    rows = {r["tool"]: r for r in doc["rows"]}
+    assert (rows["read"]["calls"], rows["read"]["duration_s"]) == (2, 1.5)  # the calls that told it
+    assert (rows["grep"]["calls"], rows["grep"]["duration_s"]) == (2, None)
+    assert (doc["total"]["calls"], doc["total"]["duration_s"]) == (4, 1.5)
+    # The same from the rows at a window's edges as from the rollups inside it.
+    edge = json.loads(_cli(db, "costs", "--group-by", "tool", "--json", "--since",
+                           "2026-09-21T14:13:20Z").stdout)
+    assert {r["tool"]: r["duration_s"] for r in edge["rows"]} == {"read": 1.5, "grep": None}
+    table = dict(line.split(None, 1) for line in _cli(db, "costs", "--group-by", "tool").stdout.splitlines())
+    assert table["grep"].split() == ["2", "0", "-"] and table["read"].split() == ["2", "0", "1.5000"]
+    csv_rows = {r["tool"]: r for r in csv.DictReader(_cli(db, "costs", "--group-by", "tool", "--csv").stdout
+                                                     .splitlines())}
+    assert (csv_rows["grep"]["duration_s"], csv_rows["read"]["duration_s"]) == ("", "1.5")
+    only_grep = json.loads(_cli(db, "costs", "--group-by", "tool", "--json", "--limit", "1").stdout)
+    assert only_grep["total"]["duration_s"] == 1.5
+
+
+def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated(tmp_path):
+    import apsw
+
+    from agentledger.ledger.db import open_writer
+
+    log = _HookLog()
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, "agent:main:main", "S1", "R1")
+    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T2"}, "agent:main:main", "S1", "R1")
+    db = log.ledger(tmp_path)
+    conn = apsw.Connection(str(db))  # as the ledger was before: no count of the calls that told a time
+    conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
+    conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
+    conn.execute("PRAGMA user_version = 24")
+    conn.close()
+    open_writer(db).close()
+    assert _cli(db, "verify").returncode == 0
+    for window in ([], ["--since", "2026-09-21T14:13:20Z"]):  # the rollups, and the rows at an edge
+        doc = json.loads(_cli(db, "costs", "--group-by", "tool", "--json", *window).stdout)
+        assert {r["tool"]: r["duration_s"] for r in doc["rows"]} == {"read": 1.5, "grep": None}, window
+
+
 def test_model_latency_percentiles(corpus_db):
     out = _cli(corpus_db, "costs", "--group-by", "model", "--latency", "--json")
     rows = {r["model"]: r for r in json.loads(out.stdout)["rows"]}

@@ -267,6 +267,8 @@ def test_a_ledger_from_before_run_sessions_counts_such_tool_calls_once_migrated(
     conn.execute("UPDATE session_totals SET tool_calls = 0, tool_errors = 0")
     conn.execute("UPDATE sessions SET last_ms = (SELECT ts_ms FROM llm_calls)")
     conn.execute("DROP INDEX tool_calls_of_claude_code")  # and what later migrations added
+    conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
+    conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
     conn.execute("PRAGMA user_version = 22")
     conn.close()
     open_writer(db).close()

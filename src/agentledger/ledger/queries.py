@@ -461,23 +461,24 @@ TOOL_COST_FIELDS = ("tool", "calls", "errors", "duration_s")
 
 
 def _tool_costs(conn: apsw.Connection, w: Window) -> list[dict]:
-    """Tools carry no cost of their own: calls, errors and time spent, by tool."""
+    """Tools carry no cost of their own: calls, errors and time spent, by tool (the time of the calls that
+    reported one: null when none did, as no transcript does)."""
     groups: dict = {}
     for part in _plan(w):
         params: list = []
         if part.level == "rows":
             cond = _between("coalesce(started_ms, ended_ms)", part.lo, part.hi, params) + _agent("agent_id", w,
                                                                                                   params)
-            sql = ("SELECT coalesce(tool_name, ''), count(*), sum(status = 'error'), sum(coalesce(duration_ms, 0)) "
-                   f"FROM tool_calls WHERE {cond} GROUP BY 1")
+            sql = ("SELECT coalesce(tool_name, ''), count(*), sum(status = 'error'), sum(coalesce(duration_ms, 0)), "
+                   f"count(duration_ms) FROM tool_calls WHERE {cond} GROUP BY 1")
         else:
             cond = _between("slot_ms", part.lo, part.hi, params) + _agent("agent_id", w, params)
-            sql = f"SELECT tool_name, sum(calls), sum(errors), sum(duration_ms) FROM tool_{part.level} WHERE {cond} " \
-                  "GROUP BY 1"
+            sql = f"SELECT tool_name, sum(calls), sum(errors), sum(duration_ms), sum(timed_calls) " \
+                  f"FROM tool_{part.level} WHERE {cond} GROUP BY 1"
         for name, *vals in conn.execute(sql, params):
-            groups[name] = _add(groups.get(name, [0, 0, 0]), vals)
-    out = [_row(TOOL_COST_FIELDS, (name or None, c, e, round(d / 1000, 3))) for name, (c, e, d) in groups.items()
-           if c]
+            groups[name] = _add(groups.get(name, [0, 0, 0, 0]), vals)
+    out = [_row(TOOL_COST_FIELDS, (name or None, c, e, round(d / 1000, 3) if timed else None))
+           for name, (c, e, d, timed) in groups.items() if c]
     out.sort(key=lambda r: (-r["calls"], str(r["tool"])))
     return out[: w.limit] if w.limit else out
 
@@ -929,11 +930,8 @@ def tools(conn: apsw.Connection, w: Window, *, name: str | None = None, errors_o
     durations = _durations(conn, w, "tool_calls", "tool_name", "coalesce(started_ms, ended_ms)")
     out = []
     for r in rows:
-        known = durations.get(r["tool"] or "", [])
-        p50, p95, p99 = _percentiles(known)
-        # The rollups sum an unknown duration as 0: a tool none of whose calls told theirs (as no transcript
-        # does) took an unknown time, not none.
-        out.append(_row(TOOL_FIELDS, (r["tool"], r["calls"], r["errors"], r["duration_s"] if known else None,
+        p50, p95, p99 = _percentiles(durations.get(r["tool"] or "", []))
+        out.append(_row(TOOL_FIELDS, (r["tool"], r["calls"], r["errors"], r["duration_s"],
                                       round(r["errors"] / r["calls"], 4) if r["calls"] else 0.0, p50, p95, p99)))
     return out[: w.limit] if w.limit else out
 

@@ -65,7 +65,8 @@ def _upsert_add(table: str, keys: tuple[str, ...], values: tuple[str, ...]) -> s
 
 _ADD_SESSION = _upsert_add("session_totals", ("session_id",), _SESSION_COLUMNS)
 _ADD_USAGE = _upsert_add("usage_slots", ("slot_ms", "agent_id", "provider", "model"), _USAGE_COLUMNS)
-_ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"))
+_ADD_TOOL_SLOT = _upsert_add("tool_slots", ("slot_ms", "agent_id", "tool_name"),
+                             ("calls", "errors", "duration_ms", "timed_calls"))
 _ADD_USAGE_DAY = _ADD_USAGE.replace("usage_slots", "usage_days")
 _ADD_TOOL_DAY = _ADD_TOOL_SLOT.replace("tool_slots", "tool_days")
 _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "tool_errors"))
@@ -118,7 +119,7 @@ class Deltas:
     def __init__(self) -> None:
         self.session: dict[str, list[int]] = defaultdict(lambda: [0] * len(_SESSION_COLUMNS))
         self.usage: dict[tuple, list[int]] = defaultdict(lambda: [0] * len(_USAGE_COLUMNS))
-        self.tool_slot: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.tool_slot: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self.run_tools: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0] * 9)
         self.session_model: dict[tuple, list[int]] = defaultdict(lambda: [0] * 9)
@@ -161,7 +162,9 @@ class Deltas:
             acc = self.tool_slot[(_slot(ts), agent or "", name or "")]
             acc[0] += sign
             acc[1] += sign * err
-            acc[2] += sign * (duration or 0)
+            if duration is not None:  # a call that did not report its duration took an unknown time
+                acc[2] += sign * duration
+                acc[3] += sign
         if duration is not None:
             acc = self.durations[("tool", name or "", "", duration_bucket(duration))]
             acc[0] += sign

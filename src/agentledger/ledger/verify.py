@@ -145,10 +145,10 @@ _BASE_ROLLUPS = (
         "SELECT run_id, 1 FROM runs WHERE run_id NOT IN (SELECT run_id FROM llm_calls WHERE run_id IS NOT NULL)",
     ),
     Rollup(
-        "tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms"),
+        "tool_slots", ("slot_ms", "agent_id", "tool_name"), ("calls", "errors", "duration_ms", "timed_calls"),
         """
         SELECT s - s % 900000, coalesce(agent_id, ''), coalesce(tool_name, ''), count(*), sum(status = 'error'),
-               sum(coalesce(duration_ms, 0))
+               sum(coalesce(duration_ms, 0)), count(duration_ms)
         FROM (SELECT *, coalesce(started_ms, ended_ms) AS s FROM tool_calls) WHERE s IS NOT NULL
         GROUP BY 1, 2, 3
         """,
