@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 
 import orjson
 import pytest
 from conftest import ingest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from logwriter import LogDir
 
 from agentledger.ledger import queries
@@ -167,3 +170,218 @@ def test_a_sessions_cost_by_model_adds_up_to_its_cost(tmp_path, db):
         conn.close()
     assert [(r["model"], r["llm_calls"], r["cost_usd"]) for r in d["cost_by_model"]] == [("m", 2, 2.75)]
     assert d["cost_usd"] == pytest.approx(2.75)
+
+
+# -- which run a snapshot is of ------------------------------------------------------------------------
+# A snapshot names no run. The gateway may write a run's snapshot a moment after the session's next run
+# began; the run.end it closes carries the same usage totals, which no other run's end does.
+
+def _usage(total: int) -> dict:
+    return {"input": total - total // 4, "output": total // 4, "cacheRead": 0, "cacheWrite": 0, "total": total}
+
+
+def at(ms: int, kind: str, data: dict, *, run_id: str | None = None, **env) -> bytes:
+    """A line at T + ``ms``: its id is its time, so lines may be put in any order."""
+    if run_id is not None:
+        env["runId"] = run_id
+    return ev(ms, kind, data, ts=T + ms, **env)
+
+
+def start(ms: int, run_id: str) -> bytes:
+    return at(ms, "run.start", {"model": "m", "provider": "p"}, run_id=run_id)
+
+
+def end(ms: int, run_id: str, total: int | None) -> bytes:
+    data = {"model": "m", "provider": "p", "durationMs": 1000}
+    if total is not None:
+        data["usage"] = _usage(total)
+    return at(ms, "run.end", data, run_id=run_id)
+
+
+def call(ms: int, run_id: str, cost: float, total: int) -> bytes:
+    return at(ms, "llm.call", {"callIndex": 0, "provider": "p", "model": "m", "costUsd": cost,
+                               "delta": _usage(total)}, run_id=run_id, agentId="unknown")
+
+
+def snap(ms: int, cost: float, total: int, model: str = "m") -> bytes:
+    return at(ms, "usage.snapshot", {"provider": "p", "model": model, "costUsd": cost, "usage": _usage(total)},
+              agentId="unknown")
+
+
+def _ingested(tmp_path, db, lines: list[bytes], order: str = "in order"):
+    if order == "reversed":
+        lines = list(reversed(lines))
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    ingest(db, logs.root)
+    return open_reader(db)
+
+
+def _run_costs(conn) -> dict[str, float]:
+    return {r["run_id"]: r["cost_usd"] for r in queries.runs(conn, queries.Window())}
+
+
+def _every_total(conn) -> list[float]:
+    """The session's cost as each view that shows it adds it up."""
+    w = queries.Window()
+    detail = queries.session_detail(conn, "agent:main:main")
+    timeline = queries.timeline(conn, "agent:main:main", ["run"])
+    return [queries.usage(conn, w)["cost_usd"], queries.sessions(conn, w)[0]["cost_usd"], detail["cost_usd"],
+            sum(r["cost_usd"] for r in detail["runs"]), sum(r["cost_usd"] for r in detail["cost_by_model"]),
+            sum(r["cost_usd"] for r in queries.runs(conn, w)), sum(r["cost_usd"] for r in queries.top(conn, w, "runs")),
+            sum(i["cost_usd"] or 0 for i in timeline), queries.tree(conn, "agent:main:main")["own_cost_usd"],
+            queries.hot_session(conn, "agent:main:main")["cost_pico"] / 10**12,
+            *(sum(r["cost_usd"] for r in queries.costs(conn, w, g)) for g in ("model", "agent", "session", "day"))]
+
+
+# Run A makes no model call and ends (its end says 100 tokens); run B starts; then A's snapshot (100 tokens,
+# $1) is written; then B's call ($0.50) and B's own snapshot and end (30 tokens).
+LATE_SNAPSHOT = [start(10_000, "A"), end(12_000, "A", 100), start(12_050, "B"), snap(12_080, 1.0, 100),
+                 call(15_000, "B", 0.5, 30), snap(15_010, 0.5, 30), end(15_030, "B", 30)]
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_a_snapshot_written_after_the_next_run_began_is_its_own_run_s(tmp_path, db, order):
+    """A's snapshot came after B's start; its totals are A's end's: it is A's cost, not B's (B has its calls)."""
+    conn = _ingested(tmp_path, db, LATE_SNAPSHOT, order)
+    try:
+        assert _run_costs(conn) == {"A": pytest.approx(1.0), "B": pytest.approx(0.5)}
+        assert _every_total(conn) == [pytest.approx(1.5)] * 14
+        assert queries.run_detail(conn, "A")["cost_usd"] == pytest.approx(1.0)
+        day = queries.costs(conn, queries.Window(since=T + 10_000, until=T + 11_000), "model")
+        assert [(r["model"], r["llm_calls"], r["cost_usd"]) for r in day] == [("m", 0, 1.0)]  # at A's start
+    finally:
+        conn.close()
+
+
+def test_a_late_snapshot_whose_run_ends_after_it_is_its_run_s_once_that_end_is_read(tmp_path, db):
+    """The end may follow the snapshot (the gateway writes a run's snapshot just before its end): read
+    together, or the end in a later pass, A's snapshot is A's."""
+    lines = [start(10_000, "A"), start(12_050, "B"), snap(12_080, 1.0, 100), end(12_100, "A", 100),
+             call(15_000, "B", 0.5, 30), snap(15_010, 0.5, 30), end(15_030, "B", 30)]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines[:3]))
+    ingest(db, logs.root)
+    logs.append(b"".join(lines[3:]))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        assert _run_costs(conn) == {"A": pytest.approx(1.0), "B": pytest.approx(0.5)}
+        assert _every_total(conn) == [pytest.approx(1.5)] * 14
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_a_late_snapshot_counts_once_when_neither_run_made_calls(tmp_path, db, order):
+    """B makes no call either: A costs its snapshot and B its own, never B the larger of both and A nothing."""
+    lines = [start(10_000, "A"), end(12_000, "A", 100), start(12_050, "B"), snap(12_080, 1.0, 100),
+             snap(15_010, 2.0, 30), end(15_030, "B", 30)]
+    conn = _ingested(tmp_path, db, lines, order)
+    try:
+        assert _run_costs(conn) == {"A": pytest.approx(1.0), "B": pytest.approx(2.0)}
+        assert _every_total(conn) == [pytest.approx(3.0)] * 14
+    finally:
+        conn.close()
+
+
+def test_the_late_snapshot_of_a_run_with_calls_is_no_cost_of_the_next(tmp_path, db):
+    """A made its calls; its snapshot, late, is still A's: B (no calls, no snapshot of its own yet) does not
+    count it on top of A's calls."""
+    lines = [start(10_000, "A"), call(11_000, "A", 0.75, 100), end(12_000, "A", 100), start(12_050, "B"),
+             snap(12_080, 0.75, 100)]
+    conn = _ingested(tmp_path, db, lines)
+    try:
+        assert _run_costs(conn) == {"A": pytest.approx(0.75), "B": 0.0}
+        assert _every_total(conn) == [pytest.approx(0.75)] * 14
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("a_total", "b_total", "owner"), [
+    (None, None, "B"),  # no end tells A's totals: the run begun last before the snapshot, as ever
+    (None, 100, "B"),
+    (100, 100, "B"),    # both ends say so: the run begun last
+    (100, 30, "A"),
+    (7, None, "B"),     # A's end says other totals: B's (its end not read yet)
+])
+def test_a_snapshot_after_the_next_run_began_is_that_run_s_unless_the_earlier_run_s_end_says_otherwise(
+        tmp_path, db, a_total, b_total, owner):
+    lines = [start(10_000, "A"), end(12_000, "A", a_total), start(12_050, "B"), snap(12_080, 1.0, 100)]
+    if b_total is not None:
+        lines.append(end(15_030, "B", b_total))
+    conn = _ingested(tmp_path, db, lines)
+    try:
+        assert _run_costs(conn) == {"A": 0.0, "B": 0.0, owner: pytest.approx(1.0)}
+        assert _every_total(conn) == [pytest.approx(1.0)] * 14
+    finally:
+        conn.close()
+
+
+def test_ordinary_snapshots_stay_with_their_runs(tmp_path, db):
+    """Each snapshot before its run's end, the next run later: every run its own, whatever the totals."""
+    lines = [start(10_000, "A"), snap(11_990, 1.0, 100), end(12_000, "A", 100),
+             start(20_000, "B"), snap(21_990, 2.0, 100), end(22_000, "B", 100),  # the same totals as A's
+             start(30_000, "C"), call(31_000, "C", 0.5, 30), snap(31_990, 0.5, 30), end(32_000, "C", 30),
+             start(40_000, "D"), snap(41_990, 4.0, 30), end(42_000, "D", 30)]
+    conn = _ingested(tmp_path, db, lines)
+    try:
+        assert _run_costs(conn) == {"A": pytest.approx(1.0), "B": pytest.approx(2.0), "C": pytest.approx(0.5),
+                                    "D": pytest.approx(4.0)}
+        assert _every_total(conn) == [pytest.approx(7.5)] * 14
+    finally:
+        conn.close()
+
+
+def test_runs_begun_at_the_same_instant_share_no_snapshot(tmp_path, db):
+    """Two runs of a session begun in the same millisecond: their one snapshot counts once."""
+    lines = [start(10_000, "A"), start(10_000 + 1, "B"), snap(11_000, 1.0, 100)]
+    lines[1] = ev(10_001, "run.start", {"model": "m", "provider": "p"}, ts=T + 10_000, runId="B")
+    conn = _ingested(tmp_path, db, lines)
+    try:
+        costs = _run_costs(conn)
+        assert sorted(costs.values()) == [0.0, pytest.approx(1.0)]
+        assert _every_total(conn) == [pytest.approx(1.0)] * 14
+    finally:
+        conn.close()
+
+
+# A run of the property below: whether it makes a call, and when its snapshot is written: none, just
+# before its end, or just after the next run began (late); then how long until the next run begins.
+_RUN = st.tuples(st.booleans(), st.sampled_from(["none", "timely", "late"]), st.sampled_from([50, 5_000, 120_000]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=st.lists(_RUN, min_size=1, max_size=6), seed=st.randoms(use_true_random=False))
+@example(runs=[(False, "late", 50), (True, "late", 5_000), (False, "late", 50), (False, "timely", 50)],
+         seed=random.Random(1))
+def test_each_run_without_calls_costs_its_own_snapshot_and_no_snapshot_counts_twice(tmp_path_factory, runs, seed):
+    """A session's runs, each ended with its own totals, snapshots written in time or late, the lines in
+    any order: a run without calls costs its own snapshot, one with calls its calls, and each snapshot is
+    of one run at most."""
+    lines, want, clock = [], {}, 10_000
+    late: list[bytes] = []  # the snapshot the previous run left to write after this one began
+    for i, (calls, when, gap) in enumerate(runs):
+        rid, total, cost = f"R{i}", 100 + i, (i + 1) / 8
+        lines += [start(clock, rid), *late]
+        late = []
+        if calls:
+            lines.append(call(clock + 100, rid, cost / 2, total))
+        if when == "timely":
+            lines.append(snap(clock + 995, cost / 2 if calls else cost, total))
+        elif when == "late" and gap < 60_000 and i + 1 < len(runs):
+            late = [snap(clock + 1_000 + gap + 10, cost / 2 if calls else cost, total)]
+        lines.append(end(clock + 1_000, rid, total))
+        want[rid] = cost / 2 if calls else cost if when == "timely" or late else 0.0
+        clock += 1_000 + gap
+    seed.shuffle(lines)
+    db = tmp_path_factory.mktemp("runs") / "ledger.db"
+    conn = _ingested(db.parent, db, lines)
+    try:
+        assert _run_costs(conn) == {rid: pytest.approx(cost) for rid, cost in want.items()}
+        assert _every_total(conn) == [pytest.approx(sum(want.values()))] * 14
+        owners = conn.execute(f"SELECT u.id, count(r.run_id) FROM usage_snapshots AS u "
+                              f"LEFT JOIN runs AS r ON {queries.SNAPSHOT_OF_RUN} GROUP BY u.id").fetchall()
+        assert {n for _, n in owners} <= {1}
+    finally:
+        conn.close()

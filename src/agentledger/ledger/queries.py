@@ -38,14 +38,56 @@ def _row(fields: tuple[str, ...], values: tuple) -> dict:
 
 
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot. A
-# snapshot ``u`` names no run: it is the one of its session's run ``r`` begun last before it, up to a
-# minute after that run's end (the producer may write it just after the end). A run read without its
-# start (the log began mid-run) began its reported duration before its end.
-_RUN_BEGAN = "coalesce(r.started_ms, r.ended_ms - r.duration_ms, r.ended_ms)"
+# snapshot ``u`` names no run. It is of the run of its session begun last at or before it (of two begun
+# at once, the greater id), when no more than a minute after that run's end: the producer writes it about
+# at the end. But the gateway may write a run's snapshot a moment after the session's next run began; the
+# run.end of the run a snapshot is of says the same usage totals. So a snapshot whose totals the end of
+# the run begun just before says, and the end of the run begun last does not (it has not ended, or said
+# others), is of the run before. Without that evidence the run begun last keeps it. Each snapshot is of
+# one run at most (SNAPSHOT_OWNER), so its cost never counts twice. A run read without its start (the log
+# began mid-run) began its reported duration before its end.
+def _began(run: str) -> str:
+    return f"coalesce({run}.started_ms, {run}.ended_ms - {run}.duration_ms, {run}.ended_ms)"
+
+
+def _last(run: str) -> str:
+    """The latest time a snapshot of the run may have."""
+    return f"coalesce({run}.ended_ms, {run}.started_ms) + 60000"
+
+
+def _said_by(run: str) -> str:
+    """Whether the run's end said the snapshot's usage totals."""
+    return f"(u.total_tokens > 0 AND {run}.total_tokens = u.total_tokens)"
+
+
+def _begun_last(k: int) -> str:
+    """The ``k`` runs of the snapshot's session begun last at or before it, latest first: a probe of
+    runs_by_session_start, and of its NULLs for the (few) runs without a start."""
+    return f"""
+    SELECT * FROM (
+        SELECT n.run_id, n.started_ms AS began, {_last("n")} AS last_ms, n.total_tokens FROM runs AS n
+        WHERE n.session_id = u.session_id AND n.started_ms <= u.ts_ms ORDER BY n.started_ms DESC, n.run_id DESC
+        LIMIT {k})
+    UNION ALL
+    SELECT n.run_id, {_began("n")}, {_last("n")}, n.total_tokens FROM runs AS n
+    WHERE n.session_id = u.session_id AND n.started_ms IS NULL AND {_began("n")} <= u.ts_ms
+    ORDER BY began DESC, run_id DESC LIMIT {k}"""
+
+
+# The run snapshot ``u`` is of, or NULL: of the two begun last, the later one whose end says its totals,
+# else the one begun last.
+SNAPSHOT_OWNER = f"""coalesce(
+    (SELECT o.run_id FROM ({_begun_last(2)}) AS o WHERE u.ts_ms <= o.last_ms AND {_said_by("o")}
+     ORDER BY o.began DESC, o.run_id DESC LIMIT 1),
+    (SELECT o.run_id FROM ({_begun_last(1)}) AS o WHERE u.ts_ms <= o.last_ms))"""
+# Whether snapshot ``u`` is of run ``r``. What the snapshots' index finds from the run first (the
+# snapshots in its span), then what rules most of them out at the cost of a probe: a run begun after r
+# and before the snapshot leaves r only a snapshot whose totals r's end says.
 SNAPSHOT_OF_RUN = (
-    f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_RUN_BEGAN} AND coalesce(r.ended_ms, r.started_ms) + 60000 "
-    f"AND NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id AND n.started_ms > {_RUN_BEGAN} "
-    "AND n.started_ms <= u.ts_ms)"
+    f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_began('r')} AND {_last('r')} "
+    f"AND ({_said_by('r')} OR NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id "
+    f"AND n.started_ms > {_began('r')} AND n.started_ms <= u.ts_ms)) "
+    f"AND r.run_id = {SNAPSHOT_OWNER}"
 )
 # Its model and provider are the run's, else those of the snapshot that gave the cost (SQLite takes a
 # bare column from the row max() picked). CROSS JOIN keeps SQLite walking from the (small) list of such
