@@ -146,6 +146,53 @@ def test_a_snapshot_standing_in_for_a_run_cost_stays(tmp_path: Path):
     assert scalar(db, "SELECT session_id FROM usage_snapshots") == "sid-1"
 
 
+def test_a_late_snapshot_stays_while_it_stands_in_for_its_own_run(tmp_path: Path):
+    """A run's snapshot written just after the session's next run began is still the run's: kept while
+    that run made no model call (r1), pruned when it made some (r3), whatever the next run made."""
+    tdir = tmp_path / "root" / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True)
+    ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1"}
+    lines = []
+
+    def add(ts: int, kind: str, data: dict, run: str | None = None) -> None:
+        lines.append({"id": f"evt_{len(lines) + 1:016x}", "ts": ts, "kind": kind, "data": data, **ids,
+                      **({"runId": run} if run else {})})
+
+    def run_end(ts: int, run: str, total: int) -> None:
+        add(ts, "run.end", {"model": "m", "provider": "p", "usage": {"total": total}}, run)
+
+    def snapshot(ts: int, total: int, cost: float) -> None:
+        add(ts, "usage.snapshot", {"provider": "p", "model": "m", "usage": {"total": total}, "costUsd": cost})
+
+    def llm_call(ts: int, run: str, total: int, cost: float) -> None:
+        add(ts, "llm.call", {"callIndex": 0, "provider": "p", "model": "m", "delta": {"total": total},
+                             "costUsd": cost}, run)
+
+    add(1000, "run.start", {"model": "m", "provider": "p"}, "r1")
+    run_end(2000, "r1", 10)
+    add(2010, "run.start", {"model": "m", "provider": "p"}, "r2")
+    snapshot(2020, 10, 0.5)  # r1's
+    llm_call(3000, "r2", 20, 0.25)
+    snapshot(3010, 20, 0.25)  # r2's
+    run_end(3020, "r2", 20)
+    add(4000, "run.start", {"model": "m", "provider": "p"}, "r3")
+    llm_call(4500, "r3", 30, 0.125)
+    run_end(5000, "r3", 30)
+    add(5010, "run.start", {"model": "m", "provider": "p"}, "r4")
+    snapshot(5020, 30, 0.125)  # r3's: no cost of r4, which made no call
+    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    db = tmp_path / "ledger.db"
+    ingest(db, tmp_path / "root")
+    before = _picture(db)
+    assert before["usage"]["cost_usd"] == 0.875
+    assert {r["run_id"]: r["cost_usd"] for r in before["runs"]} == {"r1": 0.5, "r2": 0.25, "r3": 0.125, "r4": 0.0}
+
+    assert _pending(db, AFTER_ALL).usage_snapshots == 2
+    assert _prune(db, AFTER_ALL).usage_snapshots == 2  # r2's and r3's
+    assert _picture(db) == before
+    assert scalar(db, "SELECT ts_ms FROM usage_snapshots") == 2020
+
+
 def test_rereading_pruned_logs_counts_nothing_twice(ledger: Path, oc_corpus: Path, tmp_path: Path):
     before = _picture(ledger)
     _prune(ledger, AFTER_ALL)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import apsw
 
-from agentledger.ledger.queries import SNAPSHOT_OF_RUN
+from agentledger.ledger.queries import SNAPSHOT_OWNER
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.timeutil import iso
 
@@ -44,7 +44,7 @@ _INCREMENTAL = 2  # PRAGMA auto_vacuum
 
 @dataclass(frozen=True, slots=True)
 class _Rows:
-    """Raw rows of one rowid table. ``source`` names it (``u`` for snapshots, as SNAPSHOT_OF_RUN
+    """Raw rows of one rowid table. ``source`` names it (``u`` for snapshots, as SNAPSHOT_OWNER
     expects); ``action`` prunes the rows it is given; ``prunable`` holds for an old row still to prune."""
 
     name: str
@@ -62,9 +62,9 @@ class _Rows:
 
 _ROWS = (
     _Rows("messages", "messages", "DELETE FROM messages"),
+    # A snapshot stays while the run it is of has no model call: its cost is that run's.
     _Rows("usage_snapshots", "usage_snapshots AS u", "DELETE FROM usage_snapshots",
-          "NOT EXISTS (SELECT 1 FROM runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id "
-          f"WHERE {SNAPSHOT_OF_RUN})"),
+          f"NOT EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = {SNAPSHOT_OWNER})"),
     _Rows("reject_heads", "rejects", "UPDATE rejects SET head = x''", "length(head) > 0"),
     _Rows("gate_decisions", "gate_decisions", "DELETE FROM gate_decisions"),
 )
