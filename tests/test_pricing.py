@@ -409,3 +409,95 @@ def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
         conn.close()
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_pico IS NOT NULL") == 1
     assert scalar(db, "SELECT repricings FROM ledger_position") == 1
+
+
+MARCH_1_2026 = 1_772_323_200_000  # 2026-03-01: Opus 4.6 still priced higher past 200k prompt tokens
+
+
+def _claude_call(uuid: str, message_id: str, model: str, second: int, usage: dict, **envelope) -> bytes:
+    """A Claude Code assistant line: 10 input and 100k output tokens unless ``usage`` says otherwise."""
+    return orjson.dumps({"type": "assistant", "uuid": uuid, "sessionId": SESSION, "isSidechain": False,
+                         "timestamp": f"2026-10-01T10:00:{second:02d}.000Z", "requestId": f"req_{message_id}",
+                         "message": {"id": message_id, "model": model, "role": "assistant",
+                                     "content": [{"type": "text", "text": "x"}], "stop_reason": None,
+                                     "usage": {"input_tokens": 10, "output_tokens": 100_000} | usage}}
+                        | envelope) + b"\n"
+
+
+def _json(db: Path, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "agentledger", *args, "--json"], env=cli_env(db),
+                         capture_output=True, check=True)
+    return orjson.loads(out.stdout)
+
+
+def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stays_unpriced(tmp_path, db):
+    """Claude Code writes usage.speed "fast" for a call in fast mode, which Anthropic bills at a multiple of
+    the standard price: 6x for Opus 4.6 ($30/$150 per million), $10/$50 for Opus 5 (the bundled table's
+    fast-mode price). Priced at the standard rate such a call cost a sixth of its bill, and a cost gate
+    let it through; a fast call on a model whose fast price nobody knows is unpriced, not standard."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + _claude_call("a1", "msg_1", "claude-opus-4-6", 1, {"speed": "fast"})
+        + _claude_call("a2", "msg_2", "claude-opus-5", 2, {"speed": "fast"})
+        + _claude_call("a3", "msg_3", "claude-opus-4-6", 3, {"speed": "standard"})
+        + _claude_call("a4", "msg_4", SONNET, 4, {"speed": "fast"}))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    opus_46_fast = (10 * 30 + 100_000 * 150) / 10**6
+    opus_5_fast = (10 * 10 + 100_000 * 50) / 10**6
+    opus_46 = (10 * 5 + 100_000 * 25) / 10**6
+    usage = _json(db, "usage")
+    assert (usage["llm_calls"], usage["unpriced_calls"]) == (4, 1)
+    assert usage["cost_usd"] == pytest.approx(opus_46_fast + opus_5_fast + opus_46, abs=1e-9)
+    rows = {r["model"]: r for r in _json(db, "costs", "--group-by", "model")["rows"]}
+    assert rows["claude-opus-4-6"]["cost_usd"] == pytest.approx(opus_46_fast + opus_46, abs=1e-9)
+    assert rows["claude-opus-5"]["cost_usd"] == pytest.approx(opus_5_fast, abs=1e-9)
+    assert (rows[SONNET]["cost_usd"], rows[SONNET]["unpriced_calls"]) == (0.0, 1)
+
+    # The ledger keeps each call's speed: a reprice prices the fast calls as fast ones again, and an
+    # override's fast rates price the one nobody knew.
+    assert _json(db, "reprice")["calls_changed"] == 0
+    assert _json(db, "usage")["cost_usd"] == usage["cost_usd"]
+    prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 3\noutput = 15\n'
+                                  '[prices."claude-sonnet-4-5".fast]\ninput = 18\noutput = 90\n')
+    assert _json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
+    after = _json(db, "usage")
+    assert after["unpriced_calls"] == 0
+    assert after["cost_usd"] == pytest.approx(usage["cost_usd"] + (10 * 18 + 100_000 * 90) / 10**6, abs=1e-9)
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
+
+
+def test_fast_rates_come_from_the_table_else_from_anthropic_s_documented_multiple():
+    pricer = Pricer()
+    out = Tokens(output=10**6)
+    # Opus 4.6 and 4.7: six times the standard price, the table listing no fast price for them.
+    for model in ("claude-opus-4-6", "claude-opus-4-7"):
+        assert pricer.price("anthropic", model, out, OCT_2026, "fast") == 150 * 10**12, model
+        assert pricer.price("anthropic", model, out, OCT_2026, "standard") == 25 * 10**12, model
+    # Early on Opus 4.6 charged more past 200k prompt tokens, and fast mode six times that: $60/$225.
+    long = Tokens(input=250_000, output=100_000)
+    assert pricer.price("anthropic", "claude-opus-4-6", long, MARCH_1_2026, "fast") == (15 + 22.5) * 10**12
+    # The table's own fast-mode prices: Opus 4.8 and Opus 5 at $10/$50, Opus 5.5 at $8/$40.
+    for model, rate in (("claude-opus-4-8", 50), ("claude-opus-5", 50), ("claude-opus-5-5", 40)):
+        assert pricer.price("anthropic", model, out, OCT_2026, "fast") == rate * 10**12, model
+    # No fast price known, or a speed nobody prices: unpriced, never the standard price.
+    assert pricer.price("anthropic", SONNET, out, OCT_2026, "fast") is None
+    assert pricer.price("anthropic", "claude-opus-4-6", out, OCT_2026, "turbo") is None
+
+
+def test_an_override_without_fast_rates_leaves_fast_calls_to_the_known_fast_price(tmp_path):
+    pricer = Pricer.from_file(_overrides(tmp_path, '[prices."claude-opus-4-6"]\ninput = 4\noutput = 20\n'
+                                                   '[prices."claude-opus-5"]\ninput = 4\noutput = 20\n'
+                                                   '[prices."claude-opus-4-8"]\ninput = 4\noutput = 20\n'
+                                                   '[prices."claude-opus-4-8".fast]\ninput = 7\noutput = 30\n'))
+    out = Tokens(output=10**6)
+    assert pricer.price("anthropic", "claude-opus-4-6", out, OCT_2026, "fast") == 6 * 20 * 10**12  # 6x the override
+    assert pricer.price("anthropic", "claude-opus-5", out, OCT_2026, "fast") == 50 * 10**12  # the table's fast price
+    assert pricer.price("anthropic", "claude-opus-4-8", out, OCT_2026, "fast") == 30 * 10**12  # the override's own
+    assert pricer.price("anthropic", "claude-opus-4-8", out, OCT_2026) == 20 * 10**12
+    with pytest.raises(ValueError, match=r"\.fast: unknown key 'cached'"):
+        load_overrides(_overrides(tmp_path, '[prices."m"]\ninput = 1\noutput = 1\n[prices."m".fast]\ncached = 1\n'))

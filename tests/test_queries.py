@@ -250,6 +250,7 @@ def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated
     conn = apsw.Connection(str(db))  # as the ledger was before: no count of the calls that told a time
     conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
     conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("PRAGMA user_version = 24")
     conn.close()
     open_writer(db).close()

@@ -318,6 +318,7 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("DROP INDEX tool_calls_of_claude_code")
     conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
     conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

@@ -93,6 +93,9 @@ class LlmCall(Fact):
     # A call on a side branch names the session the branch becomes if any event names that session
     # (a subagent's); until one does, the call stays in ``session_id``'s session.
     branch: str | None = None
+    # What the call's price depends on beside its tokens, kept so a reprice prices it as it ran:
+    # the speed the producer reported where it was not the standard one (Anthropic's "fast").
+    speed: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -6,6 +6,11 @@ user's override file, then from the offline price history that ships with the
 ``genai-prices`` package (no network: its bundled snapshot only). A model found in
 neither stays unpriced: counted in ``unpriced_calls``, its cost NULL, never a silent $0.
 
+Anthropic's fast mode (usage ``speed: "fast"``) costs more than the standard speed: a fast call is
+priced at fast rates, from the override's ``fast`` table, else the bundled table's fast-mode price,
+else, for a model whose fast mode the table does not list but Anthropic documents, that multiple of
+its standard price. A fast call on any other model stays unpriced, as does a speed nobody prices.
+
 Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
 reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
 bring such usage to the ledger's split with ``exclusive`` before anything is stored.
@@ -13,6 +18,7 @@ bring such usage to the ledger's split with ``exclusive`` before anything is sto
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -26,10 +32,18 @@ from agentledger.facts import LlmCall, Tokens
 from agentledger.units import PICO_PER_USD
 
 PRICED = "priced"
-_PER_MTOK_TO_PICO = PICO_PER_USD // 10**6  # USD per million tokens → pico-USD per token
+FAST = "fast"
+STANDARD = "standard"
 _RATE_KEYS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
 # A release date after a model's name: Anthropic's -20250929, Vertex's @20250929, OpenAI's -2024-08-06.
 _RELEASE_DATE = re.compile(r"[-@](?:19|20)\d\d-?[01]\d-?[0-3]\d(?!\d)")
+# Fast mode where the bundled table lists no price for it: its price as a multiple of the model's
+# standard one at the call's date, on every token rate (cache rates follow). Opus 4.6: "6x standard
+# Opus rates", $30/$150 against $5/$25 (Anthropic's fast-mode page, platform.claude.com); Opus 4.7,
+# whose fast mode ran until 2026-07-24: $30/$150 too, as sold at Anthropic's price (OpenRouter's
+# claude-opus-4.7-fast, "premium 6x pricing").
+_FAST_MULTIPLES = {"claude-opus-4-6": Decimal(6), "claude-opus-4-7": Decimal(6)}
+_MTOK = Decimal(10**6)
 
 
 def exclusive(tokens: Tokens) -> Tokens:
@@ -42,19 +56,21 @@ def exclusive(tokens: Tokens) -> Tokens:
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """USD per million tokens. ``cache_write_1h`` None: hour-long writes cost twice the input."""
+    """USD per million tokens. ``cache_write_1h`` None: hour-long writes cost twice the input.
+    ``fast``: the rates of a call at Anthropic's fast speed, where the override gives them."""
 
     input: Decimal
     output: Decimal
     cache_read: Decimal
     cache_write: Decimal
     cache_write_1h: Decimal | None = None
+    fast: Rates | None = None
 
-    def pico(self, t: Tokens) -> int:
+    def usd(self, t: Tokens) -> Decimal:
         hour = self.cache_write_1h if self.cache_write_1h is not None else 2 * self.input
         weighted = (self.input * t.input + self.output * t.output + self.cache_read * t.cache_read
                  + self.cache_write * (t.cache_write - t.cache_write_1h) + hour * t.cache_write_1h)
-        return round(weighted * _PER_MTOK_TO_PICO)
+        return weighted / _MTOK
 
 
 def default_overrides_path() -> Path | None:
@@ -83,7 +99,8 @@ class Override:
 
 def load_overrides(path: Path) -> dict[str, list[Override]]:
     """``[prices."model-name"]`` tables with per-million ``input``, ``output``, ``cache_read``,
-    ``cache_write`` (and optionally ``cache_write_1h``); or, for a model whose price changed,
+    ``cache_write`` (and optionally ``cache_write_1h``, and a ``fast`` table of the same keys for
+    calls at Anthropic's fast speed); or, for a model whose price changed,
     ``[[prices."model-name"]]`` entries each with the ``from`` date it applies from. A call
     dated before a model's first ``from`` is priced from the bundled history. A model's name
     also prices its dated ids (see ``_matches``). A bad file is one clear error."""
@@ -119,19 +136,29 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
 
 
 def _override(spec: dict, where: str, *, dated: bool) -> Override:
-    unknown = set(spec) - set(_RATE_KEYS) - ({"from"} if dated else set())
-    if unknown:
-        keys = ", ".join(_RATE_KEYS + (("from",) if dated else ()))
-        raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {keys})")
-    if "input" not in spec or "output" not in spec:
-        raise ValueError(f"{where}: needs at least input and output")
     since = None
     if dated:
         since = _since_ms(spec.get("from"), where)
+    fast = spec.get("fast")
+    if fast is not None and not isinstance(fast, dict):
+        raise ValueError(f"{where}.fast must be a table of rates (input, output, ...)")
+    rates = _rates(spec, where, ("fast",) + (("from",) if dated else ()))
+    if fast is not None:
+        rates = dataclasses.replace(rates, fast=_rates(fast, f"{where}.fast", ()))
+    return Override(since, rates)
+
+
+def _rates(spec: dict, where: str, also: tuple[str, ...]) -> Rates:
+    unknown = set(spec) - set(_RATE_KEYS) - set(also)
+    if unknown:
+        keys = ", ".join(_RATE_KEYS + also)
+        raise ValueError(f"{where}: unknown key {min(unknown)!r} (use {keys})")
+    if "input" not in spec or "output" not in spec:
+        raise ValueError(f"{where}: needs at least input and output")
     rates = {k: _decimal(spec[k], f"{where}.{k}") for k in _RATE_KEYS if k in spec}
     rates.setdefault("cache_read", Decimal(0))
     rates.setdefault("cache_write", rates["input"])
-    return Override(since, Rates(**rates))
+    return Rates(**rates)
 
 
 def _since_ms(value: object, where: str) -> int:
@@ -166,17 +193,38 @@ class Pricer:
         """With the user's override file where there is one (see ``default_overrides_path``)."""
         return cls.from_file(default_overrides_path())
 
-    def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int) -> int | None:
-        """pico-USD for one call, or None when no price is known for the model."""
-        if not model:
-            return None
+    def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int,
+              speed: str | None = None) -> int | None:
+        """pico-USD for one call, or None when no price is known for the model at the call's speed
+        (None or "standard": the standard speed)."""
+        if not model or speed not in (None, STANDARD, FAST):
+            return None  # a speed nobody prices: its cost cannot be known
+        usd = self._tokens_usd(provider, model, tokens, ts_ms, speed == FAST)
+        return None if usd is None else round(usd * PICO_PER_USD)
+
+    def _tokens_usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool) -> Decimal | None:
+        rates = self._override(model, ts_ms)
+        if rates is not None and (not fast or rates.fast is not None):
+            return rates.fast.usd(t) if fast else rates.usd(t)
+        # None: a model the history does not know (remembered there), or usage its price cannot split.
+        if not fast:
+            return self._bundled.usd(provider, model, t, ts_ms)
+        usd = self._bundled.usd(provider, model, t, ts_ms, fast=True)
+        if usd is not None:
+            return usd
+        multiple = next((_FAST_MULTIPLES[k] for k in _matches(model.lower(), _FAST_MULTIPLES)), None)
+        if multiple is None:
+            return None  # a fast call whose price nobody documents: never priced as a standard one
+        standard = rates.usd(t) if rates is not None else self._bundled.usd(provider, model, t, ts_ms)
+        return None if standard is None else multiple * standard
+
+    def _override(self, model: str, ts_ms: int) -> Rates | None:
+        """The override in force for the model at ``ts_ms``, the longest key's first."""
         for key in self._override_keys(model):
             rates = _in_force(self.overrides[key], ts_ms)
             if rates is not None:
-                return rates.pico(tokens)
-        # None: a model the history does not know (remembered there), or usage its price cannot split.
-        usd = self._bundled.usd(provider, model, tokens, ts_ms)
-        return None if usd is None else round(usd * PICO_PER_USD)
+                return rates
+        return None
 
     def unmatched(self) -> list[str]:
         """The override keys no model priced so far matched: most likely a typo, which would
@@ -193,7 +241,7 @@ class Pricer:
         """Price a call that came without a cost; failed calls cost nothing and are not priced."""
         if fact.cost_pico is not None or fact.error is not None:
             return
-        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms)
+        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms, fact.speed)
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
@@ -223,7 +271,8 @@ def _in_force(entries: list[Override], ts_ms: int) -> Rates | None:
 # (never in a transcript's usage, so never charged here).
 _TOKEN_PRICES = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
 _UNCHARGED = frozenset({"web_searches_kcount", "storage_searches_kcount"})
-_MTOK = Decimal(10**6)
+# The request context genai-prices selects a model's fast-mode price variant by.
+_FAST_CONTEXT = {"speed": FAST}
 
 
 class _Bundled:
@@ -234,13 +283,18 @@ class _Bundled:
     priced here from those rates with genai-prices' rules: a cached token without a price of its
     own costs what its parent kind does (an hour-long cache write → a cache write → input), and
     a tiered rate applies as a whole once the prompt (input with its cache) passes the tier's
-    start. Any other price goes through ``genai_prices.calc_price`` itself."""
+    start. Any other price goes through genai-prices' own calculation.
+
+    A fast call takes the model's fast-mode price variant, as genai-prices resolves it; a model
+    with none has no fast price here."""
 
     def __init__(self) -> None:
         self._models: dict[tuple[str | None, str], tuple | None] = {}
         self._plans: dict[int, tuple[object, tuple | None]] = {}  # id(ModelPrice) → (it, its rates)
+        # (id(standard ModelPrice), ids of the fast variants in force) → (the standard price, the fast one)
+        self._fast: dict[tuple, tuple[object, object]] = {}
 
-    def usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int) -> Decimal | None:
+    def usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool = False) -> Decimal | None:
         found = self._models.get((provider, model), ())
         if found == ():
             found = self._models[(provider, model)] = _find(provider, model)
@@ -249,13 +303,33 @@ class _Bundled:
         provider_info, model_info = found
         when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
         price = model_info.get_prices(when)
+        if fast:
+            price = self._fast_price(provider_info, model_info, price, when)
+            if price is None:
+                return None
         known = self._plans.get(id(price))
         if known is None or known[0] is not price:
             known = self._plans[id(price)] = (price, _token_plan(price))
         plan = known[1]
         if plan is None:
-            return _calc(provider_info, model_info, t, when)
+            return _calc(price, t)
         return _usd(plan, t)
+
+    def _fast_price(self, provider_info, model_info, standard, when: dt.datetime):
+        """The model's price at fast speed, or None when the table lists none in force at ``when``.
+        As genai-prices does, a model priced through another provider's entry takes no variant."""
+        if not any(model_info is m for m in provider_info.models):
+            return None
+        variants = tuple(id(v) for v in model_info.price_variants or ()
+                         if (v.constraint is None or v.constraint.active(when))
+                         and all(_FAST_CONTEXT.get(k) == value for k, value in v.when.items()))
+        if not variants:
+            return None
+        key = (id(standard), variants)
+        known = self._fast.get(key)
+        if known is None or known[0] is not standard:
+            known = self._fast[key] = (standard, model_info.get_prices(when, _FAST_CONTEXT))
+        return known[1]
 
 
 def _find(provider: str | None, model: str) -> tuple | None:
@@ -298,8 +372,8 @@ def _usd(plan: tuple, t: Tokens) -> Decimal:
             + write * (t.cache_write - t.cache_write_1h) + write_1h * t.cache_write_1h) / _MTOK
 
 
-def _calc(provider_info, model_info, t: Tokens, when: dt.datetime) -> Decimal | None:
-    """genai-prices' own calculation."""
+def _calc(price, t: Tokens) -> Decimal | None:
+    """genai-prices' own calculation with the price in force (the call's date and speed)."""
     import genai_prices
 
     # genai-prices counts cache reads and writes inside input_tokens (the OpenAI way).
@@ -309,7 +383,6 @@ def _calc(provider_info, model_info, t: Tokens, when: dt.datetime) -> Decimal | 
         fields["cache_write_1h_tokens"] = t.cache_write_1h
         fields["cache_write_5m_tokens"] = t.cache_write - t.cache_write_1h
     try:
-        return model_info.calc_price(genai_prices.Usage(**fields), provider_info,
-                                     genai_request_timestamp=when).total_price
+        return price.calc_price(genai_prices.Usage(**fields))["total_price"]
     except ValueError:
         return None  # usage the price model cannot split (e.g. more cache than input)

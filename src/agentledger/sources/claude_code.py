@@ -126,6 +126,12 @@ def _tokens(usage: object) -> Tokens:
     return t
 
 
+def _speed(usage: object) -> str | None:
+    """The speed a call ran at where it was not the standard one (fast mode is priced apart)."""
+    speed = text(usage.get("speed")) if isinstance(usage, dict) else None
+    return None if speed == "standard" else speed
+
+
 def _provider(model: str | None) -> str | None:
     return "anthropic" if model and model.startswith("claude") else None
 
@@ -186,8 +192,9 @@ class FileDecoder:
                            error=_first_text(msg.get("content")) or "API error")
         message_key = f"{base['session_id']}:{message_id}" if message_id else None
         request_id = text(obj.get("requestId"))
+        usage = msg.get("usage")
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
-                       tokens=_tokens(msg.get("usage")),
+                       tokens=_tokens(usage), speed=_speed(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
                        message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
