@@ -501,3 +501,50 @@ def test_an_override_without_fast_rates_leaves_fast_calls_to_the_known_fast_pric
     assert pricer.price("anthropic", "claude-opus-4-8", out, OCT_2026) == 20 * 10**12
     with pytest.raises(ValueError, match=r"\.fast: unknown key 'cached'"):
         load_overrides(_overrides(tmp_path, '[prices."m"]\ninput = 1\noutput = 1\n[prices."m".fast]\ncached = 1\n'))
+
+
+def test_web_searches_are_charged_per_search_once_per_call_and_fetches_only_by_their_tokens(tmp_path, db):
+    """Anthropic charges $10 per thousand web searches on top of the tokens, and nothing for a web fetch
+    beyond its tokens. Claude Code's usage counts both (server_tool_use); the searches went unbilled.
+    A response streamed over several lines repeats its count on each: it is charged once."""
+    project = _project(tmp_path)
+    tools = {"server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 2}}
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + _claude_call("a1", "msg_1", SONNET, 1, tools | {"output_tokens": 50})  # streamed: the same call, twice
+        + _claude_call("a2", "msg_1", SONNET, 2, tools)
+        + _claude_call("a3", "msg_2", SONNET, 3, {"server_tool_use": {"web_search_requests": 0,
+                                                                       "web_fetch_requests": 4}})
+        + _claude_call("a4", "msg_3", "claude-3-haiku-20240307", 4, {"server_tool_use": {"web_search_requests": 1}}))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    sonnet = (10 * 3 + 100_000 * 15) / 10**6
+    usage = _json(db, "usage")
+    # The Haiku 3 call searched, and the table has no search price for that model: unpriced, not free.
+    assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 1)
+    assert usage["cost_usd"] == pytest.approx(sonnet + 3 * 10 / 1000 + sonnet, abs=1e-9)
+    assert _json(db, "costs", "--group-by", "session")["total"]["cost_usd"] == usage["cost_usd"]
+    assert scalar_rows(db, "SELECT web_searches FROM llm_calls ORDER BY ts_ms") == [(3,), (0,), (1,)]
+
+    # A reprice charges the stored searches again, and an override's search price wins.
+    assert _json(db, "reprice")["calls_changed"] == 0
+    prices = _overrides(tmp_path, '[prices."claude-3-haiku"]\ninput = 0.25\noutput = 1.25\nweb_search = 25\n'
+                                  '[prices."claude-sonnet-4-5"]\ninput = 3\noutput = 15\nweb_search = 5\n')
+    assert _json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
+    haiku = (10 * 0.25 + 100_000 * 1.25) / 10**6 + 25 / 1000
+    assert _json(db, "usage")["cost_usd"] == pytest.approx(2 * sonnet + 3 * 5 / 1000 + haiku, abs=1e-9)
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
+
+
+def test_web_searches_are_priced_from_the_table_of_the_call_s_date(tmp_path):
+    pricer = Pricer()
+    none = Tokens()
+    assert pricer.price("anthropic", SONNET, none, OCT_2026, web_searches=50) == 50 * 10**12 // 100  # $0.50
+    assert pricer.price("anthropic", "claude-opus-4-6", none, OCT_2026, "fast", 2) == 2 * 10**10  # not 6x
+    assert pricer.price("anthropic", "claude-3-haiku-20240307", none, OCT_2026, web_searches=1) is None
+    assert pricer.price("anthropic", "claude-3-haiku-20240307", none, OCT_2026) == 0
+    with pytest.raises(ValueError, match="USD per thousand searches"):
+        load_overrides(_overrides(tmp_path, '[prices."m"]\ninput = 1\noutput = 1\nweb_search = -1\n'))

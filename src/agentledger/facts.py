@@ -94,8 +94,10 @@ class LlmCall(Fact):
     # (a subagent's); until one does, the call stays in ``session_id``'s session.
     branch: str | None = None
     # What the call's price depends on beside its tokens, kept so a reprice prices it as it ran:
-    # the speed the producer reported where it was not the standard one (Anthropic's "fast").
+    # the speed the producer reported where it was not the standard one (Anthropic's "fast"), and
+    # the web searches the provider ran for it (charged per search, apart from the tokens).
     speed: str | None = None
+    web_searches: int = 0
 
 
 @dataclass(slots=True, kw_only=True)

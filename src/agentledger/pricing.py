@@ -10,6 +10,9 @@ Anthropic's fast mode (usage ``speed: "fast"``) costs more than the standard spe
 priced at fast rates, from the override's ``fast`` table, else the bundled table's fast-mode price,
 else, for a model whose fast mode the table does not list but Anthropic documents, that multiple of
 its standard price. A fast call on any other model stays unpriced, as does a speed nobody prices.
+Web searches the provider ran for a call are charged per search on top of its tokens, at the
+override's ``web_search`` price, else the bundled table's; a call with searches of unknown price
+stays unpriced.
 
 Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
 reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
@@ -35,6 +38,8 @@ PRICED = "priced"
 FAST = "fast"
 STANDARD = "standard"
 _RATE_KEYS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+_PER_MTOK = "USD per million tokens"
+_PER_K_SEARCHES = "USD per thousand searches"
 # A release date after a model's name: Anthropic's -20250929, Vertex's @20250929, OpenAI's -2024-08-06.
 _RELEASE_DATE = re.compile(r"[-@](?:19|20)\d\d-?[01]\d-?[0-3]\d(?!\d)")
 # Fast mode where the bundled table lists no price for it: its price as a multiple of the model's
@@ -44,6 +49,7 @@ _RELEASE_DATE = re.compile(r"[-@](?:19|20)\d\d-?[01]\d-?[0-3]\d(?!\d)")
 # claude-opus-4.7-fast, "premium 6x pricing").
 _FAST_MULTIPLES = {"claude-opus-4-6": Decimal(6), "claude-opus-4-7": Decimal(6)}
 _MTOK = Decimal(10**6)
+_THOUSAND = Decimal(1000)
 
 
 def exclusive(tokens: Tokens) -> Tokens:
@@ -57,7 +63,8 @@ def exclusive(tokens: Tokens) -> Tokens:
 @dataclass(frozen=True, slots=True)
 class Rates:
     """USD per million tokens. ``cache_write_1h`` None: hour-long writes cost twice the input.
-    ``fast``: the rates of a call at Anthropic's fast speed, where the override gives them."""
+    ``fast``: the rates of a call at Anthropic's fast speed, where the override gives them.
+    ``web_search``: USD per thousand web searches, where the override gives it."""
 
     input: Decimal
     output: Decimal
@@ -65,6 +72,7 @@ class Rates:
     cache_write: Decimal
     cache_write_1h: Decimal | None = None
     fast: Rates | None = None
+    web_search: Decimal | None = None
 
     def usd(self, t: Tokens) -> Decimal:
         hour = self.cache_write_1h if self.cache_write_1h is not None else 2 * self.input
@@ -83,9 +91,9 @@ def default_overrides_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def _decimal(value: object, where: str) -> Decimal:
+def _decimal(value: object, where: str, unit: str = _PER_MTOK) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-        raise ValueError(f"{where}: expected a non-negative number of USD per million tokens, got {value!r}")
+        raise ValueError(f"{where}: expected a non-negative number of {unit}, got {value!r}")
     return Decimal(str(value))
 
 
@@ -99,8 +107,9 @@ class Override:
 
 def load_overrides(path: Path) -> dict[str, list[Override]]:
     """``[prices."model-name"]`` tables with per-million ``input``, ``output``, ``cache_read``,
-    ``cache_write`` (and optionally ``cache_write_1h``, and a ``fast`` table of the same keys for
-    calls at Anthropic's fast speed); or, for a model whose price changed,
+    ``cache_write`` (and optionally ``cache_write_1h``, a ``fast`` table of the same keys for
+    calls at Anthropic's fast speed, and ``web_search`` in USD per thousand web searches); or, for a
+    model whose price changed,
     ``[[prices."model-name"]]`` entries each with the ``from`` date it applies from. A call
     dated before a model's first ``from`` is priced from the bundled history. A model's name
     also prices its dated ids (see ``_matches``). A bad file is one clear error."""
@@ -142,9 +151,12 @@ def _override(spec: dict, where: str, *, dated: bool) -> Override:
     fast = spec.get("fast")
     if fast is not None and not isinstance(fast, dict):
         raise ValueError(f"{where}.fast must be a table of rates (input, output, ...)")
-    rates = _rates(spec, where, ("fast",) + (("from",) if dated else ()))
+    rates = _rates(spec, where, ("fast", "web_search") + (("from",) if dated else ()))
     if fast is not None:
         rates = dataclasses.replace(rates, fast=_rates(fast, f"{where}.fast", ()))
+    if "web_search" in spec:
+        rates = dataclasses.replace(rates, web_search=_decimal(spec["web_search"], f"{where}.web_search",
+                                                                _PER_K_SEARCHES))
     return Override(since, rates)
 
 
@@ -194,12 +206,17 @@ class Pricer:
         return cls.from_file(default_overrides_path())
 
     def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int,
-              speed: str | None = None) -> int | None:
+              speed: str | None = None, web_searches: int = 0) -> int | None:
         """pico-USD for one call, or None when no price is known for the model at the call's speed
-        (None or "standard": the standard speed)."""
+        (None or "standard": the standard speed) or, where it made web searches, for its searches."""
         if not model or speed not in (None, STANDARD, FAST):
             return None  # a speed nobody prices: its cost cannot be known
         usd = self._tokens_usd(provider, model, tokens, ts_ms, speed == FAST)
+        if usd is not None and web_searches:
+            rates = self._override(model, ts_ms)
+            per_k = rates.web_search if rates is not None and rates.web_search is not None else \
+                self._bundled.search_price(provider, model, ts_ms)
+            usd = None if per_k is None else usd + per_k * web_searches / _THOUSAND
         return None if usd is None else round(usd * PICO_PER_USD)
 
     def _tokens_usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool) -> Decimal | None:
@@ -241,7 +258,7 @@ class Pricer:
         """Price a call that came without a cost; failed calls cost nothing and are not priced."""
         if fact.cost_pico is not None or fact.error is not None:
             return
-        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms, fact.speed)
+        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms, fact.speed, fact.web_searches)
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
@@ -267,10 +284,11 @@ def _in_force(entries: list[Override], ts_ms: int) -> Rates | None:
     return found
 
 
-# Prices a token-only plan can hold: per million tokens of each kind, and per thousand searches
-# (never in a transcript's usage, so never charged here).
+# Prices a token-only plan can hold: per million tokens of each kind, and per thousand searches, which
+# are charged apart from the tokens: web searches by the Pricer from the call's count (search_price),
+# storage searches never (no log counts them).
 _TOKEN_PRICES = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
-_UNCHARGED = frozenset({"web_searches_kcount", "storage_searches_kcount"})
+_APART = frozenset({"web_searches_kcount", "storage_searches_kcount"})
 # The request context genai-prices selects a model's fast-mode price variant by.
 _FAST_CONTEXT = {"speed": FAST}
 
@@ -294,10 +312,23 @@ class _Bundled:
         # (id(standard ModelPrice), ids of the fast variants in force) → (the standard price, the fast one)
         self._fast: dict[tuple, tuple[object, object]] = {}
 
-    def usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool = False) -> Decimal | None:
+    def search_price(self, provider: str | None, model: str, ts_ms: int) -> Decimal | None:
+        """USD per thousand web searches with the model at ``ts_ms``, None where the table has no price."""
+        found = self._model(provider, model)
+        if found is None:
+            return None
+        price = getattr(found[1].get_prices(dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)),
+                        "web_searches_kcount", None)
+        return price if isinstance(price, Decimal) else None
+
+    def _model(self, provider: str | None, model: str) -> tuple | None:
         found = self._models.get((provider, model), ())
         if found == ():
             found = self._models[(provider, model)] = _find(provider, model)
+        return found
+
+    def usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool = False) -> Decimal | None:
+        found = self._model(provider, model)
         if found is None:
             return None
         provider_info, model_info = found
@@ -348,7 +379,7 @@ def _find(provider: str | None, model: str) -> tuple | None:
 def _token_plan(price) -> tuple | None:
     """The price's five token rates (each a Decimal or tiers), or None when it charges anything else."""
     fields = {name for name, value in vars(price).items() if value is not None}
-    if "input_mtok" not in fields or not fields <= set(_TOKEN_PRICES) | _UNCHARGED:
+    if "input_mtok" not in fields or not fields <= set(_TOKEN_PRICES) | _APART:
         return None
     return tuple(getattr(price, name) for name in _TOKEN_PRICES)
 

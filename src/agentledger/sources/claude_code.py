@@ -132,6 +132,18 @@ def _speed(usage: object) -> str | None:
     return None if speed == "standard" else speed
 
 
+# More web searches than this in one call is garbage: a call's searches are capped by its tool's max_uses.
+_MAX_SEARCHES = 10_000
+
+
+def _web_searches(usage: object) -> int:
+    """The web searches the API ran for a call, each charged apart from the tokens. Web fetches cost
+    nothing beyond the tokens of what they fetched, so only their tokens count."""
+    tools = usage.get("server_tool_use") if isinstance(usage, dict) else None
+    n = count(tools.get("web_search_requests")) if isinstance(tools, dict) else 0
+    return n if n <= _MAX_SEARCHES else 0
+
+
 def _provider(model: str | None) -> str | None:
     return "anthropic" if model and model.startswith("claude") else None
 
@@ -194,7 +206,7 @@ class FileDecoder:
         request_id = text(obj.get("requestId"))
         usage = msg.get("usage")
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
-                       tokens=_tokens(usage), speed=_speed(usage),
+                       tokens=_tokens(usage), speed=_speed(usage), web_searches=_web_searches(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
                        message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
