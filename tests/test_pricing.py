@@ -548,3 +548,26 @@ def test_web_searches_are_priced_from_the_table_of_the_call_s_date(tmp_path):
     assert pricer.price("anthropic", "claude-3-haiku-20240307", none, OCT_2026) == 0
     with pytest.raises(ValueError, match="USD per thousand searches"):
         load_overrides(_overrides(tmp_path, '[prices."m"]\ninput = 1\noutput = 1\nweb_search = -1\n'))
+
+
+def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_path, db):
+    """Claude Code transcripts written before costUSD went (2025) carry the producer's cost of each response.
+    It is the log's word: kept (cost_source "log"), not priced from the tokens nor repriced, and counted once
+    for a response streamed over several lines. A cost that is no plausible one is priced instead."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + _claude_call("a1", "msg_1", SONNET, 1, {"output_tokens": 40}, costUSD=0.05)  # one response, two lines
+        + _claude_call("a2", "msg_1", SONNET, 2, {}, costUSD=0.05)
+        + _claude_call("a3", "msg_2", SONNET, 3, {}, costUSD=5000)  # past any call's cost: garbage
+        + _claude_call("a4", "msg_3", SONNET, 4, {}, costUSD=0))  # a model the producer could not price
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    sonnet = (10 * 3 + 100_000 * 15) / 10**6
+    usage = _json(db, "usage")
+    assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 0)
+    assert usage["cost_usd"] == pytest.approx(0.05 + 2 * sonnet, abs=1e-9)
+    assert scalar_rows(db, "SELECT cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")[0] == (5 * 10**10, "log")
+
+    prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 1\n')
+    assert _json(db, "reprice", "--prices", str(prices))["calls_checked"] == 2
+    assert _json(db, "usage")["cost_usd"] == pytest.approx(0.05 + 2 * (10 + 100_000) / 10**6, abs=1e-9)

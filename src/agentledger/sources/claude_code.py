@@ -62,6 +62,7 @@ from agentledger.pricing import exclusive
 from agentledger.sources.common import (
     RunLookup,
     RunTracker,
+    cost_pico,
     count,
     derived_id,
     duration,
@@ -205,8 +206,14 @@ class FileDecoder:
         message_key = f"{base['session_id']}:{message_id}" if message_id else None
         request_id = text(obj.get("requestId"))
         usage = msg.get("usage")
+        tokens = _tokens(usage)
+        # Older transcripts (costUSD went in 2025) carry the producer's cost of each response: the log's
+        # word, kept (a streamed response's lines each carry one, and the call keeps one line's). A 0
+        # beside tokens is a model the producer could not price, as OpenClaw's is: priced here.
+        cost = cost_pico(obj.get("costUSD"))
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
-                       tokens=_tokens(usage), speed=_speed(usage), web_searches=_web_searches(usage),
+                       tokens=tokens, cost_pico=None if cost == 0 and tokens.total else cost,
+                       speed=_speed(usage), web_searches=_web_searches(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
                        message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
