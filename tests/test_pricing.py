@@ -571,3 +571,28 @@ def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_p
     prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 1\n')
     assert _json(db, "reprice", "--prices", str(prices))["calls_checked"] == 2
     assert _json(db, "usage")["cost_usd"] == pytest.approx(0.05 + 2 * (10 + 100_000) / 10**6, abs=1e-9)
+
+
+def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
+    """Anthropic bills a call it ran in the US only (usage.inference_geo "us", which the Claude API takes
+    from Opus 4.6 on) at 1.1 times the price of its tokens, fast mode included and web searches not.
+    "global" is the default routing and "not_available" a model without the setting: both standard."""
+    project = _project(tmp_path)
+    search = {"server_tool_use": {"web_search_requests": 2}}
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + _claude_call("a1", "msg_1", "claude-opus-4-6", 1, {"inference_geo": "us"} | search)
+        + _claude_call("a2", "msg_2", "claude-opus-4-6", 2, {"inference_geo": "global"})
+        + _claude_call("a3", "msg_3", SONNET, 3, {"inference_geo": "not_available"})
+        + _claude_call("a4", "msg_4", "claude-opus-4-6", 4, {"inference_geo": "us", "speed": "fast"})
+        + _claude_call("a5", "msg_5", "claude-opus-4-6", 5, {"inference_geo": "eu"}))  # a price no one knows
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    opus = (10 * 5 + 100_000 * 25) / 10**6
+    sonnet = (10 * 3 + 100_000 * 15) / 10**6
+    usage = _json(db, "usage")
+    assert (usage["llm_calls"], usage["unpriced_calls"]) == (5, 1)
+    assert usage["cost_usd"] == pytest.approx(1.1 * opus + 2 * 10 / 1000 + opus + sonnet + 1.1 * 6 * opus, abs=1e-9)
+    assert scalar_rows(db, "SELECT inference_geo FROM llm_calls ORDER BY ts_ms") == [
+        ("us",), (None,), (None,), ("us",), ("eu",)]
+    assert _json(db, "reprice")["calls_changed"] == 0
+    assert _json(db, "usage")["cost_usd"] == usage["cost_usd"]

@@ -252,6 +252,7 @@ def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated
     conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
     conn.execute("PRAGMA user_version = 24")
     conn.close()
     open_writer(db).close()

@@ -95,9 +95,11 @@ class LlmCall(Fact):
     branch: str | None = None
     # What the call's price depends on beside its tokens, kept so a reprice prices it as it ran:
     # the speed the producer reported where it was not the standard one (Anthropic's "fast"), and
-    # the web searches the provider ran for it (charged per search, apart from the tokens).
+    # the web searches the provider ran for it (charged per search, apart from the tokens), and where
+    # the call's inference was confined to, where not to the default, global, routing (Anthropic's "us").
     speed: str | None = None
     web_searches: int = 0
+    inference_geo: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -12,7 +12,8 @@ else, for a model whose fast mode the table does not list but Anthropic document
 its standard price. A fast call on any other model stays unpriced, as does a speed nobody prices.
 Web searches the provider ran for a call are charged per search on top of its tokens, at the
 override's ``web_search`` price, else the bundled table's; a call with searches of unknown price
-stays unpriced.
+stays unpriced. A call whose inference Anthropic confined to the US (usage ``inference_geo: "us"``)
+costs 1.1 times the price of its tokens; a confinement whose price is not known leaves it unpriced.
 
 Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
 reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
@@ -48,6 +49,11 @@ _RELEASE_DATE = re.compile(r"[-@](?:19|20)\d\d-?[01]\d-?[0-3]\d(?!\d)")
 # whose fast mode ran until 2026-07-24: $30/$150 too, as sold at Anthropic's price (OpenRouter's
 # claude-opus-4.7-fast, "premium 6x pricing").
 _FAST_MULTIPLES = {"claude-opus-4-6": Decimal(6), "claude-opus-4-7": Decimal(6)}
+# Inference confined to a geography, as a multiple of the price of the tokens (cache rates and fast
+# mode included, web searches not). US-only inference ("us"), which the Claude API takes from Opus 4.6
+# on (older models refuse it, and report "not_available"): 1.1x on every token price, as the Claude
+# Platform on AWS's data residency page and LangChain's ChatAnthropic inference_geo reference state it.
+_GEO_MULTIPLES = {"us": Decimal("1.1")}
 _MTOK = Decimal(10**6)
 _THOUSAND = Decimal(1000)
 
@@ -206,12 +212,18 @@ class Pricer:
         return cls.from_file(default_overrides_path())
 
     def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int,
-              speed: str | None = None, web_searches: int = 0) -> int | None:
+              speed: str | None = None, web_searches: int = 0, inference_geo: str | None = None) -> int | None:
         """pico-USD for one call, or None when no price is known for the model at the call's speed
-        (None or "standard": the standard speed) or, where it made web searches, for its searches."""
+        (None or "standard": the standard speed), where it made web searches for its searches, or
+        for the geography its inference was confined to (None: global routing)."""
         if not model or speed not in (None, STANDARD, FAST):
             return None  # a speed nobody prices: its cost cannot be known
+        geo = Decimal(1) if inference_geo is None else _GEO_MULTIPLES.get(inference_geo)
+        if geo is None:
+            return None  # a confinement whose price is not known
         usd = self._tokens_usd(provider, model, tokens, ts_ms, speed == FAST)
+        if usd is not None:
+            usd *= geo
         if usd is not None and web_searches:
             rates = self._override(model, ts_ms)
             per_k = rates.web_search if rates is not None and rates.web_search is not None else \
@@ -258,7 +270,8 @@ class Pricer:
         """Price a call that came without a cost; failed calls cost nothing and are not priced."""
         if fact.cost_pico is not None or fact.error is not None:
             return
-        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms, fact.speed, fact.web_searches)
+        cost = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms, fact.speed, fact.web_searches,
+                          fact.inference_geo)
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED

@@ -247,9 +247,9 @@ LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
     "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
     "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens, branch, speed, "
-    "web_searches"
+    "web_searches, inference_geo"
 )
-_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 26)})"
+_LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 27)})"
 # The stored calls of these responses (LlmCall.message_key): a call's key is its response's, or
 # that followed by ':' and the request's id.
 _RESPONSE_CALLS = f"""
@@ -539,7 +539,8 @@ def _llm_call(f: LlmCall) -> tuple:
     return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
             f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
             f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error, f.call_key, int(f.sidechain),
-            k.cache_write_1h, f.context_tokens, f.branch, f.speed, f.web_searches)
+            k.cache_write_1h, f.context_tokens, f.branch, f.speed, f.web_searches,
+            f.inference_geo)
 
 
 def _rank(row: tuple) -> tuple:
@@ -1408,7 +1409,7 @@ class LedgerWriter:
                     result.checked += 1
                     tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
                                     total=row[14], cache_write_1h=row[21])
-                    cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25])
+                    cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25], row[26])
                     result.unpriced += cost is None
                     if cost == row[15]:
                         continue

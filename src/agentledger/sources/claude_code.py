@@ -133,6 +133,13 @@ def _speed(usage: object) -> str | None:
     return None if speed == "standard" else speed
 
 
+def _inference_geo(usage: object) -> str | None:
+    """Where a call's inference was confined to ("us"), None for the default global routing, or for
+    a model that takes no such setting ("not_available")."""
+    geo = text(usage.get("inference_geo")) if isinstance(usage, dict) else None
+    return None if geo in ("global", "not_available") else geo
+
+
 # More web searches than this in one call is garbage: a call's searches are capped by its tool's max_uses.
 _MAX_SEARCHES = 10_000
 
@@ -213,7 +220,7 @@ class FileDecoder:
         cost = cost_pico(obj.get("costUSD"))
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
                        tokens=tokens, cost_pico=None if cost == 0 and tokens.total else cost,
-                       speed=_speed(usage), web_searches=_web_searches(usage),
+                       speed=_speed(usage), web_searches=_web_searches(usage), inference_geo=_inference_geo(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
                        message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
