@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -16,7 +17,7 @@ from logwriter import BASE_TS, LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.config import GateConfig
-from agentledger.daemon import LiveState, _record_hooks
+from agentledger.daemon import LiveState, _reconcile, _record_hooks
 from agentledger.gates import GateKeeper, hot_json
 from agentledger.hot.sessions import HotSessions
 from agentledger.http import claude_code_answer, take_claude_code_hook
@@ -592,6 +593,97 @@ def test_a_denied_call_its_transcript_told_first_counts_as_failed(tmp_path, ledg
     assert hooks.pre("toolu_0") is False  # two Bash calls against a limit of one: denied, recorded as failed
     hooks.tool = "Read"
     assert hooks.pre("toolu_r") is False  # one failed call already, before its hook event is recorded
+
+
+def test_calls_a_pass_tells_count_once_before_the_views_catch_up(tmp_path, ledger_with):
+    """Between a pass's commit of a turn's tool_use lines and the views' refresh, a question that must read
+    the day from the ledger finds the calls answered before there: they count once, not also as waiting."""
+    ledger = ledger_with([gate(name="claude-today", scope="agent-day", metric="tool_calls", limit=4)],
+                         now_ms=int(dt.datetime(2026, 11, 23, 10, 5, tzinfo=dt.timezone.utc).timestamp() * 1000))
+    hooks = _Hooks(ledger, _SID)
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [("toolu_0", "Bash")]))
+    pipeline.run_once()
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2")] == [True, True]
+    ledger.add(llm(1, 0.5))  # another agent's pass, asked about by no one: the day read is behind the views
+    asked = []
+
+    def after_commit(result):
+        if not asked:  # answered right after the pass's commit, before the refresh
+            asked.append(hooks.pre("toolu_3"))
+        ledger.live.committed(result.sessions, result.position)
+
+    pipeline.after_commit = after_commit
+    with path.open("ab") as f:
+        f.write(_turn(1, [("toolu_1", "Bash"), ("toolu_2", "Bash")]))
+    pipeline.run_once()
+    assert asked == [True]  # three calls, each once, under a limit of four
+    assert hooks.pre("toolu_4") is False
+
+
+def test_a_reconcile_with_nothing_to_do_leaves_calls_counted_once(tmp_path, ledger_with):
+    """The daemon reconciles every minute; one that finds nothing open too long commits nothing, and the
+    calls a transcript told while their hooks wait to be recorded still count once."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=3)])
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [("toolu_0", "Bash"), ("toolu_1", "Bash")]))
+    pipeline.run_once()
+    hooks = _Hooks(ledger, _SID)
+    assert hooks.pre("toolu_0") is True
+    _reconcile(ledger.writer, 1e9, ledger.live)  # nothing is that old
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2"), hooks.pre("toolu_3")] == [True, True, False]
+
+
+@pytest.mark.parametrize("held", ["before its commit", "after its commit"])
+def test_questions_are_answered_while_hook_events_are_written_each_call_counted_once(ledger_with, held):
+    """Writing a pass's hook events (a SQLite commit, then the views it changed) does not hold up gate
+    questions: they are answered meanwhile, and count each call once, whether the ledger holds the calls
+    being written by then or not."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=5),
+                          gate(name="claude-today", scope="agent-day", metric="tool_calls", limit=100)])
+    hooks = _Hooks(ledger)
+    assert [hooks.pre("toolu_0"), hooks.pre("toolu_1")] == [True, True]
+    hooks.record()
+    assert [hooks.pre("toolu_2"), hooks.pre("toolu_3")] == [True, True]
+    writing, release, resumed = threading.Event(), threading.Event(), threading.Event()
+    apply = ledger.writer.apply_hook_events
+
+    def held_up(events):
+        def hold() -> None:
+            writing.set()
+            release.wait(30)  # this long only if a question waits for the write: released once they are answered
+            resumed.set()
+
+        if held == "before its commit":
+            hold()
+            return apply(events)
+        result = apply(events)
+        hold()
+        return result
+
+    ledger.writer.apply_hook_events = held_up
+    recording = threading.Thread(target=hooks.record)  # the events of toolu_2 and toolu_3
+    recording.start()
+    try:
+        assert writing.wait(30)
+        answers = [hooks.pre("toolu_3"), hooks.pre("toolu_4"), hooks.pre("toolu_5")]
+        asked = ledger.keeper.decide(hooks.session, "Bash")
+        answered_meanwhile = not resumed.is_set()
+    finally:
+        release.set()
+        recording.join()
+    assert answered_meanwhile, "the questions waited for the hook writer"
+    # toolu_3 asked again is the same call; toolu_4 is the fifth call, toolu_5 the sixth, over the limit.
+    assert answers == [True, True, False]
+    assert (asked.decision, asked.value) == ("block", 6)
+    hooks.record()
+    view = hot_json(_view(ledger, hooks.session))
+    assert (view["tool_calls"], view["tool_errors"]) == (6, 1)
+
+
+def _view(ledger: Ledger, key: str):
+    with ledger.readers.connection() as conn:
+        return ledger.hot.lookup(conn, key)
 
 
 def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):

@@ -186,31 +186,34 @@ class LiveState:
 
     def committed(self, sessions: set[str], position: int) -> None:
         fault("after_commit")
+        self.position = position
         if self.following:
             self.pending |= sessions
-            self.position = position
             self.settle()
-        else:
-            self.hot.stale()  # views looked up meanwhile would otherwise stay behind this batch
-        # Last: the gates take what the ledger holds at this position as counted in the views (see GateKeeper).
-        self.keeper.position = position
+        else:  # views looked up meanwhile would otherwise stay behind this batch
+            self.keeper.advance(position)
 
     def settle(self) -> None:
-        if self.pending:
-            self.hot.refresh(self.conn, self.pending, self.position)
+        """Memory (hot views, gates) moves to the last commit: the views it changed are read here, on the
+        writer's connection, with no lock held; only putting them waits for gate questions (see GateKeeper)."""
+        if self.pending or self.keeper.position != self.position:
+            views = self.hot.read(self.conn, self.pending)
+            self.keeper.advance(self.position, views)
             self.pending = set()
 
     def caught_up(self) -> None:
+        self.position = queries.ledger_position(self.conn)  # a start that read nothing new committed nothing
+        self.keeper.advance(self.position)  # first: views are trusted only at the position memory is at
         rebuilt = self.hot.validate(self.conn)
         if rebuilt:
             log.info("hot store: %d recovered session views were behind the ledger and were rebuilt", rebuilt)
-        self.keeper.position = queries.ledger_position(self.conn)  # a start that read nothing new committed nothing
         self.following = True
 
 
 def _reconcile(writer: LedgerWriter, grace_s: float, live: LiveState) -> None:
     done = reconcile(writer, now_ms(), grace_s)
-    live.committed(done.sessions, done.position)
+    if done.position:  # 0: nothing was open too long, nothing committed: memory stays where it is
+        live.committed(done.sessions, done.position)
     if done.runs or done.tool_calls or done.subagents:
         log.info("interrupted after %.0fs without an end: %d runs, %d tool calls, %d subagents", grace_s,
                  done.runs, done.tool_calls, done.subagents)
@@ -229,13 +232,17 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
         log.warning("%d Claude Code hook events were not recorded: more arrived than could wait for the ledger",
                     refused)
     if events:
-        def record() -> None:
-            result = writer.apply_hook_events(events)
-            live.committed(result.sessions, result.position)
+        calls = [e.fact.tool_call_id for e in events if e.name == "PreToolUse" and isinstance(e.fact, ToolObserved)]
+        try:
+            result = writer.apply_hook_events(events)  # gate questions go on meanwhile
+        except BaseException:
+            live.keeper.lost(calls)  # with the failed write: their transcripts tell them
+            raise
+        # The gates counted these calls from their answers: from the views that hold this commit on, the ledger does.
+        live.keeper.recorded(calls, result.position)
+        live.committed(result.sessions, result.position)
 
-        # The gates counted these calls from their answers: from now on the ledger does.
-        live.keeper.recorded([e.fact.tool_call_id for e in events if e.name == "PreToolUse"
-                              and isinstance(e.fact, ToolObserved)], record)
+
 # What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O
 # error, another process holding the ledger's write lock past the busy timeout.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 from prometheus_client import Histogram, disable_created_metrics
 
 from agentledger.config import GateConfig
-from agentledger.hot.sessions import HotSession, HotSessions, Totals
+from agentledger.hot.sessions import HotSession, HotSessions, Totals, view_of
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool
 from agentledger.sources.common import agent_from_key
@@ -160,6 +160,7 @@ class _Answered:
     failed: bool  # denied: recorded as a failed call
     at: float  # monotonic
     decision: Decision
+    recorded_at: int | None = None  # the ledger position its hook event was committed at, once it was
 
     def counts_in(self, gate: GateConfig, session_key: str | None, agent: str | None, day: int) -> bool:
         if gate.scope in ("session", "session-family"):
@@ -167,6 +168,51 @@ class _Answered:
         if gate.scope == "agent-day":
             return self.agent == agent and self.day == day
         return self.day == day
+
+
+class _Moved(Exception):
+    """The ledger is past the position a question began measuring at from memory (see ``_At``)."""
+
+
+class _At:
+    """The one ledger position a question measures everything at, and how it reads there.
+
+    It starts at the keeper's: the hot views in memory, and the day totals and told calls cached at it,
+    all hold the ledger there, and a question that needs nothing else reads no SQL at all. The first
+    read of the ledger opens one read transaction and finds the ledger's own position: the same, and
+    memory and ledger agree; past it (a commit whose views are not in memory yet), the question goes on
+    from the ledger alone, at the ledger's position, and measures again if it had used memory already."""
+
+    def __init__(self, conn, position: int | None):
+        self.conn = conn
+        self.position = position
+        self.memory = position is not None  # whether memory may be read: it holds the ledger at ``position``
+        self.used = False  # whether something held at ``position`` was used
+        self.begun = False
+
+    def holds(self, position: int) -> bool:
+        """Whether what was read at ``position`` may be used (taken as used if it may)."""
+        if position != self.position:
+            return False
+        self.used = True
+        return True
+
+    def ledger(self):
+        """The connection, in a read transaction at ``position``; raises ``_Moved`` when that cannot be."""
+        if not self.begun:
+            self.conn.execute("BEGIN")
+            self.begun = True
+            now = queries.ledger_position(self.conn)
+            if now != self.position:
+                self.memory, self.position = False, now
+                if self.used:
+                    raise _Moved
+        return self.conn
+
+    def end(self) -> None:
+        if self.begun:
+            self.begun = False
+            self.conn.execute("COMMIT")
 
 
 def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
@@ -178,7 +224,34 @@ def day_bounds(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
 
 
 class GateKeeper:
-    """Answers gate questions from request threads; the daemon drains what to record."""
+    """Answers gate questions from request threads; the daemon drains what to record.
+
+    A Claude Code tool call counts from its answer on (``decide_call``), not from when the ledger
+    has it: until then it waits in ``_unrecorded`` and adds to what its session, agent and day
+    measure wherever the ledger does not hold it yet. No call may count twice, nor not at all, while
+    its hook event is written. Holding questions back meanwhile would have each wait for a SQLite
+    commit (milliseconds, where an answer takes microseconds); the rule is kept by positions instead:
+
+    - Every question measures at one ledger position (``_At``): memory's, where the hot views, the day
+      totals cached and which waiting calls the ledger holds all agree, or the ledger's own, read in
+      one transaction. It adds a waiting call only where the ledger at that position does not hold it
+      (``queries.claude_code_tool_calls``, read at that position too), whoever told the ledger of it:
+      its transcript or its own hook event.
+    - Memory moves only in ``advance``, under ``_calls``, which every question holds from start to end:
+      the views a commit changed, read right after it on the writer's connection (at its position
+      exactly: the writer is the only one), are put, the position moves, and the calls whose hook
+      events are committed at or before it are let go, all at once for every question. The commit and
+      those reads happen before, outside the lock: a question waits only for other questions and for
+      those puts, in memory.
+
+    So for a call whose hook event is committed at position H, a question before ``advance(H)``
+    measures either from memory, below H, where the ledger does not hold the call and it is added as
+    waiting; or from the ledger at H or past it, which holds the call and says so. From ``advance(H)``
+    on, memory holds it and it is not waiting. A transcript line telling a waiting call is the same
+    case without the letting go, so a pass's commit no longer has a call counted twice until the views
+    catch up. A call stops waiting before memory holds it only when nothing will record it (``lost``):
+    the inbox refused its event, or the write of its events failed (its transcript tells it).
+    """
 
     def __init__(self, gates: tuple[GateConfig, ...], hot: HotSessions, readers: ReaderPool, zone: ZoneInfo,
                  clock: Callable[[], float] = time.time):
@@ -188,29 +261,32 @@ class GateKeeper:
         self.readers = readers
         self.zone = zone
         self.clock = clock
-        self.position = 0  # the last batch the daemon committed; day caches older than it are stale
-        self._lock = threading.Lock()
-        self._days: dict[tuple, tuple[int, dict]] = {}
+        self._lock = threading.Lock()  # the decisions and counts to drain
+        self._days: dict[tuple, tuple[int, dict]] = {}  # (agent, day start) → (the position read at, totals)
         self._today = (0, 0)  # [start, end) of the current day in ``zone``: most questions fall inside it
         self._applicable: dict[tuple[str, str], tuple[GateConfig, ...]] = {}  # (tool, agent) → its gates
         self._pending: list[Decision] = []
         self._counts: Counter[tuple[str, str]] = Counter()
-        # A tool call this process answered counts from its answer on, not from when the ledger has it: each
-        # waits here, by tool_use_id, until the daemon has recorded its hook event (``recorded``), and adds to
-        # what its session, agent and day measure unless the ledger holds it already (its transcript line
-        # read first). Once recorded, it counts where the ledger counts it (a Task subagent's call in the
-        # subagent's session), and its answer is kept a while for the same hook sent again.
+        # The calls answered here and not recorded yet, by tool_use_id; once recorded, a call counts where
+        # the ledger counts it (a Task subagent's call in the subagent's session), and its answer is kept a
+        # while in ``_recent`` for the same hook sent again.
         self._unrecorded: dict[str, _Answered] = {}
-        self._recent: OrderedDict[str, Decision] = OrderedDict()
-        self._told: tuple[int, set[str], set[str]] = (-1, set(), set())  # (position, ids asked, ids told) last read
+        self._recent: OrderedDict[str, _Answered] = OrderedDict()
+        # (position, ids asked, {id: failed} of those the ledger held there), last read
+        self._told: tuple[int, set[str], dict[str, bool]] = (-1, set(), {})
         self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
 
+    @property
+    def position(self) -> int | None:
+        """The ledger position memory holds (the hot views'); moved by ``advance``, None before the first."""
+        return self.hot.position
+
     def decide(self, session_key: str | None, tool: str | None, via: str = "http") -> Decision:
         started = time.perf_counter()
-        with self._calls:  # not while hook events are recorded (see ``recorded``)
-            decision = self._decide(session_key, tool, via)
+        with self._calls:
+            decision = self._decide(session_key, tool, via)[0]
         self.checks.observe(time.perf_counter() - started)
         return decision
 
@@ -222,65 +298,75 @@ class GateKeeper:
         asked about again (a retry) counts once and is answered as it was."""
         started = time.perf_counter()
         with self._calls:
-            answered = self._unrecorded.get(call_id) if call_id is not None else None
-            earlier = answered.decision if answered is not None else self._recent.get(call_id)
+            waiting = self._unrecorded.get(call_id) if call_id is not None else None
+            earlier = waiting or (self._recent.get(call_id) if call_id is not None else None)
             if earlier is None:
-                decision = self._decide(session_key, tool, "claude-code", agent, count=call_id)
+                decision, answered = self._decide(session_key, tool, "claude-code", agent, count=call_id is not None)
+                if answered is not None:
+                    self._unrecorded[call_id] = answered
             else:
-                decision = earlier
+                decision = earlier.decision
                 self._tell(decision)
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def recorded(self, call_ids: list[str], record: Callable[[], None] = lambda: None) -> None:
-        """These calls wait no longer once ``record`` has committed their hook events and refreshed the hot
-        views, or failed to (a failed pass lost them: their transcript tells them), or at once when nothing
-        records them (the inbox refused them). No call is decided meanwhile: one that read the ledger with
-        them in it, and counted them as waiting too, would count them twice."""
+    def recorded(self, call_ids: list[str], at: int | None = None) -> None:
+        """These calls' hook events were committed at ledger position ``at``: they wait until memory holds it
+        (``advance``). ``at`` None: memory holds them already."""
         with self._calls:
-            try:
-                record()
-            finally:
-                for call_id in call_ids:
-                    answered = self._unrecorded.pop(call_id, None)
-                    if answered is not None:
-                        self._recent[call_id] = answered.decision
-                while len(self._recent) > _RECENT:
-                    self._recent.popitem(last=False)
+            position = self.position or 0
+            for call_id in call_ids:
+                answered = self._unrecorded.get(call_id)
+                if answered is None or answered.recorded_at is not None:
+                    continue
+                answered.recorded_at = position if at is None else at
+                if answered.recorded_at <= position:
+                    self._let_go(call_id)
+
+    def lost(self, call_ids: list[str]) -> None:
+        """Nothing will record these calls' hook events (the inbox refused them, or a failed write lost them:
+        their transcripts tell them): they wait no longer."""
+        with self._calls:
+            for call_id in call_ids:
+                if call_id in self._unrecorded and self._unrecorded[call_id].recorded_at is None:
+                    self._let_go(call_id)
+
+    def advance(self, position: int, views: dict[str, HotSession] | None = None) -> None:
+        """Memory moves to ledger position ``position``: ``views`` are those ``HotSessions.read`` read there of
+        the sessions the transactions since the last move changed (None: not read, as while catching up:
+        every view is checked again before it is trusted). Memory only: questions wait for it."""
+        with self._calls:
+            if views is None:
+                self.hot.stale(position)
+            else:
+                self.hot.apply(views, position)
+            for call_id in [c for c, a in self._unrecorded.items()
+                            if a.recorded_at is not None and a.recorded_at <= position]:
+                self._let_go(call_id)
+
+    def _let_go(self, call_id: str) -> None:
+        self._remember(call_id, self._unrecorded.pop(call_id))
+
+    def _remember(self, call_id: str, answered: _Answered) -> None:
+        self._recent[call_id] = answered
+        self._recent.move_to_end(call_id)
+        while len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
 
     def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
-                count: str | None = None) -> Decision:
-        """``count``: the tool_use_id of a call this decision counts (``decide_call``)."""
+                count: bool = False) -> tuple[Decision, _Answered | None]:
+        """``count``: the decision is on a tool call that counts from now (``decide_call``): its waiting
+        entry comes with it."""
         now_ms = int(self.clock() * 1000)
         day = self._day_bounds(now_ms)[0]
-        seen = self.position  # what the hot views and day totals read below are at least as new as
         with self.readers.connection() as conn:
-            state = self.hot.lookup(conn, session_key) if session_key else None
-            if state is not None:
-                agent = state.agent_id
-            elif agent is None:
-                agent = agent_from_key(session_key)
-            applicable = self._gates_for(tool or "", agent or "")
-            waiting = self._waiting(conn, seen) if any(g.metric in _COUNTED for g in applicable) else []
-            tripped, unpriced = [], []
-            for gate in applicable:
-                totals, who = self._totals(conn, gate, state, agent, now_ms)
-                extra = 0
-                if gate.metric in _COUNTED:
-                    # A denied call its transcript told first is a running call there until its hook is
-                    # recorded: it counts as a call once, as an error only here.
-                    extra = sum(1 for w, told in waiting if w.counts_in(gate, session_key, agent, day)
-                                and (w.failed if gate.metric == "tool_errors" else not told))
-                    if totals is None and extra and gate.scope != "agent-day":
-                        totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
-                if totals is None:
-                    continue
-                value = exact(totals, gate.metric) + extra
-                unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
-                if value >= self._thresholds[gate]:
-                    tripped.append((gate, shown(gate.metric, value), who, unknown))
-                elif unknown:
-                    unpriced.append((gate, who, unknown))
+            at = _At(conn, self.position)
+            try:
+                measured = self._measure(at, session_key, tool, agent, now_ms, day)
+            except _Moved:  # memory was behind the ledger read: all again, from the ledger alone
+                measured = self._measure(at, session_key, tool, agent, now_ms, day)
+            at.end()
+        state, agent, applicable, tripped, unpriced = measured
         base = {"session_key": state.session_key if state else session_key,
                 "session_id": state.session_id if state else None,
                 "agent_id": state.agent_id if state else None, "tool": tool, "ts_ms": now_ms, "via": via}
@@ -296,10 +382,51 @@ class GateKeeper:
         else:
             decision = Decision("allow", _within(unpriced), **base)
         self._tell(decision)
-        if count is not None:  # a denied call is recorded too, as a failed one
-            self._unrecorded[count] = _Answered(session_key, agent, day, decision.decision == "block",
-                                                time.monotonic(), decision)
-        return decision
+        if not count:
+            return decision, None
+        # A denied call is recorded too, as a failed one.
+        return decision, _Answered(session_key, agent, day, decision.decision == "block", time.monotonic(), decision)
+
+    def _measure(self, at: _At, session_key: str | None, tool: str | None, agent: str | None, now_ms: int,
+                 day: int) -> tuple:
+        state = self._view(at, session_key) if session_key else None
+        if state is not None:
+            agent = state.agent_id
+        elif agent is None:
+            agent = agent_from_key(session_key)
+        applicable = self._gates_for(tool or "", agent or "")
+        waiting = self._waiting(at) if any(g.metric in _COUNTED for g in applicable) else []
+        tripped, unpriced = [], []
+        for gate in applicable:
+            totals, who = self._totals(at, gate, state, agent, now_ms)
+            extra = 0
+            if gate.metric in _COUNTED:
+                # A denied call its transcript told first is a running call there until its hook is
+                # recorded: it counts as a call once, as an error here until the ledger's is one.
+                extra = sum(1 for w, held, failed in waiting if w.counts_in(gate, session_key, agent, day)
+                            and (w.failed and not failed if gate.metric == "tool_errors" else not held))
+                if totals is None and extra and gate.scope != "agent-day":
+                    totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
+            if totals is None:
+                continue
+            value = exact(totals, gate.metric) + extra
+            unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
+            if value >= self._thresholds[gate]:
+                tripped.append((gate, shown(gate.metric, value), who, unknown))
+            elif unknown:
+                unpriced.append((gate, who, unknown))
+        return state, agent, applicable, tripped, unpriced
+
+    def _view(self, at: _At, key: str) -> HotSession | None:
+        if at.memory:
+            state = self.hot.remembered(key)
+            if state is not None:
+                at.used = True
+                return state
+        conn = at.ledger()
+        if at.memory:  # the ledger is where memory is: the view read there is kept
+            return self.hot.lookup(conn, key)
+        return view_of(conn, key)
 
     def _tell(self, decision: Decision) -> None:
         with self._lock:
@@ -307,25 +434,22 @@ class GateKeeper:
             if decision.decision != "allow":
                 self._pending.append(decision)
 
-    def _waiting(self, conn, seen: int) -> list[tuple[_Answered, bool]]:
-        """The calls answered here and not recorded yet, each with whether a transcript told the ledger of it
-        by ledger position ``seen``, which the hot views and day totals read hold. Told by a later commit,
-        the totals may not count it yet: it is taken for untold (counted, perhaps twice for a moment,
-        rather than not at all). Caller holds ``_calls``: calls waiting too long are let go here."""
+    def _waiting(self, at: _At) -> list[tuple[_Answered, bool, bool]]:
+        """The calls answered here and not recorded yet, each with whether the ledger holds it at ``at``'s
+        position (a transcript told it, or its hook event is committed and memory has not caught up) and
+        whether as failed. Caller holds ``_calls``: calls waiting too long are let go here."""
         now = time.monotonic()
         for call_id in [c for c, a in self._unrecorded.items() if now - a.at > _UNRECORDED_S]:
-            del self._unrecorded[call_id]
-        waiting = list(self._unrecorded.items())
-        if not waiting:
+            self._let_go(call_id)
+        if not self._unrecorded:
             return []
-        # Read again only when the ledger moved or a call came to wait since: not once a question.
-        position, asked, told = self._told
-        if position != seen or not self._unrecorded.keys() <= asked:
-            position, told = queries.claude_code_tool_calls(conn, list(self._unrecorded))
-            self._told = (position, set(self._unrecorded), told)
-        if position != seen:
-            told = set()
-        return [(a, c in told) for c, a in waiting]
+        # Read again only when the position moved or a call came to wait since: not once a question.
+        position, asked, held = self._told
+        if not (self._unrecorded.keys() <= asked and at.holds(position)):
+            conn = at.ledger()
+            held = queries.claude_code_tool_calls(conn, list(self._unrecorded))
+            self._told = (at.position, set(self._unrecorded), held)
+        return [(a, c in held, held.get(c, False)) for c, a in self._unrecorded.items()]
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))
@@ -349,7 +473,7 @@ class GateKeeper:
             self._pending, self._counts = [], Counter()
         return pending, counts
 
-    def _totals(self, conn, gate: GateConfig, state: HotSession | None, agent: str | None,
+    def _totals(self, at: _At, gate: GateConfig, state: HotSession | None, agent: str | None,
                 now_ms: int) -> tuple[Totals | dict | None, str]:
         """What ``gate`` measures, and who spent it; None when the gate does not apply. ``agent``: the
         session's, known to a session the ledger does not hold yet from its key."""
@@ -364,19 +488,18 @@ class GateKeeper:
                 return None, ""
         else:
             agent = None
-        return self._day(conn, agent, now_ms), (f"agent {agent}" if agent else "all agents together")
+        return self._day(at, agent, now_ms), (f"agent {agent}" if agent else "all agents together")
 
-    def _day(self, conn, agent: str | None, now_ms: int) -> dict:
+    def _day(self, at: _At, agent: str | None, now_ms: int) -> dict:
+        """The day's totals at ``at``'s position, cached until memory moves (questions hold ``_calls``)."""
         start, end = self._day_bounds(now_ms)
         key = (agent, start)
-        with self._lock:
-            cached = self._days.get(key)
-            position = self.position
-        if cached is not None and cached[0] == position:
+        cached = self._days.get(key)
+        if cached is not None and at.holds(cached[0]):
             return cached[1]
+        conn = at.ledger()
+        if len(self._days) > 1024:  # yesterday's and departed agents' entries
+            self._days.clear()
         totals = queries.day_totals(conn, start, end - 1, agent)
-        with self._lock:
-            if len(self._days) > 1024:  # yesterday's and departed agents' entries
-                self._days.clear()
-            self._days[key] = (position, totals)
+        self._days[key] = (at.position, totals)
         return totals

@@ -143,7 +143,7 @@ def take_claude_code_hook(keeper: GateKeeper, inbox: claude_code_hooks.HookInbox
     if denied is not None:
         event = claude_code_hooks.decode(payload, received_ms, denied)
     if not inbox.put(event) and call_id is not None:
-        keeper.recorded([call_id])
+        keeper.lost([call_id])
     return answer
 
 

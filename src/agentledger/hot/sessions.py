@@ -6,6 +6,11 @@ the ledger by construction. The daemon refreshes the views it holds of the sessi
 committed transaction changed; a view that was not kept fresh this way (recovered from disk,
 or reloaded after eviction) is checked against the ledger's change numbers before it is
 trusted, and a session without a view in memory gets one from the ledger when asked.
+
+The views trusted in memory all equal the ledger at one position, ``HotSessions.position``: the
+daemon moves it with the views a commit changed (``apply``), and a view read from the ledger is
+trusted only when it was read there. Gates count on it: what they add to a view is what the ledger
+at that position does not hold yet (see ``GateKeeper``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,12 @@ def _from_ledger(view: dict) -> HotSession:
     )
 
 
+def view_of(conn: apsw.Connection, key: str) -> HotSession | None:
+    """The view of ``key`` as ``conn`` reads the ledger, kept nowhere; None for a session the ledger does not know."""
+    view = queries.hot_session(conn, key)
+    return None if view is None else _from_ledger(view)
+
+
 def _assign(source: HotSession) -> Callable[[HotSession], None]:
     def mutate(state: HotSession) -> None:
         for f in fields(HotSession):
@@ -94,7 +105,10 @@ class HotSessions:
     def __init__(self, state_dir: Path, *, max_entries: int = 128, flush_interval_s: float = 5.0,
                  ttl_s: float = 0.0, end_grace_s: float = 300.0):
         self._lock = threading.RLock()
-        self._fresh: set[str] = set()  # keys whose in-memory view is known to equal the ledger
+        self._fresh: set[str] = set()  # keys whose in-memory view is known to equal the ledger at ``position``
+        # The ledger position the fresh views equal, moved by ``apply`` and ``stale`` only; None until the daemon
+        # first moves it: a view is trusted as read, wherever that was.
+        self.position: int | None = None
         self.recovered: list[str] = []
         self.end_grace_s = end_grace_s
         self.store: SessionRuntimeStore[HotSession] = SessionRuntimeStore(
@@ -116,33 +130,49 @@ class HotSessions:
             keys, self.recovered = self.recovered, []
             return sum(self._check(conn, key) for key in keys if key not in self._fresh)
 
-    def stale(self) -> None:
-        """The ledger moved without ``refresh`` (a catch-up batch): check each view again before trusting it."""
+    def stale(self, position: int) -> None:
+        """The ledger moved to ``position`` without ``apply`` (a catch-up batch): check each view again before
+        trusting it."""
         with self._lock:
-            self.recovered.extend(self._fresh)
-            self._fresh.clear()
+            if position != self.position:
+                self.recovered.extend(self._fresh)
+                self._fresh.clear()
+                self.position = position
 
     def refresh(self, conn: apsw.Connection, session_ids: Iterable[str], position: int) -> None:
-        """Bring the views of sessions a committed transaction changed (and of their ancestors) up to it.
+        """Bring the views of sessions a committed transaction changed (and of their ancestors) up to it:
+        ``read`` then ``apply``."""
+        self.apply(self.read(conn, session_ids), position)
+
+    def read(self, conn: apsw.Connection, session_ids: Iterable[str]) -> dict[str, HotSession]:
+        """The views of sessions a committed transaction changed (and of their ancestors), read on the
+        connection that committed it, right after: at its position exactly.
 
         Only views held in memory, or that fit beside them: evicting one view to make room for
         another, every pass, would churn the LRU that lookups keep; the others are built from
         the ledger when asked."""
         ids = list(session_ids)
         if not ids:
-            return
-        # Read without the lock, so gate questions go on meanwhile. A question that builds a view
-        # itself reads and puts it holding the lock, so the view put last is the one read last.
+            return {}
+        # Read without the lock, so gate questions go on meanwhile.
         keys, aliases = queries.session_keys_of(conn, ids)
         # A view asked for by session id (as Claude Code's hooks ask) is held under the id: it is
         # brought up to date as long as it is held, but never made room for.
         keys = [key for key in keys if self.store.fits(key)] + \
             [sid for sid in aliases - keys if self.store.has(sid) and self.store.fits(sid)]
-        views = queries.hot_sessions(conn, keys)
+        return {key: _from_ledger(view) for key, view in queries.hot_sessions(conn, keys).items()}
+
+    def apply(self, views: dict[str, HotSession], position: int) -> None:
+        """Put the views ``read`` at ``position`` and move the memory there, at once for every reader: the
+        views it did not read are those the transactions up to ``position`` left as they were. Memory only
+        (and a file write when flush_interval_s is 0), so the gate questions that wait for it wait little."""
         with self._lock:
-            for key, view in views.items():
+            if self.position is None:  # the views trusted so far were read anywhere
+                self.stale(position)
+            self.position = position
+            for key, hot in views.items():
                 if self.store.fits(key):  # the views put before it may have filled the room left
-                    self._put_view(key, _from_ledger(view), position)
+                    self._put_view(key, hot, position)
 
     def expire(self, now_ms: int | None = None) -> list[str]:
         """Drop views of sessions that ended longer than the grace ago."""
@@ -174,18 +204,24 @@ class HotSessions:
         with self._lock:
             if key in self._fresh:
                 return self.store.get(key)
-            state = self.store.get(key)
-            if state is not None:
-                self._check(conn, key)
-                return self.store.get(key)
-            position = queries.ledger_position(conn)  # first: a view may be newer than its position, never older
-            view = queries.hot_session(conn, key)
+            with conn:  # one snapshot: the view is read at the position it is put with
+                state = self.store.get(key)
+                if state is not None:
+                    self._check(conn, key)
+                    return self.store.get(key)
+                position = queries.ledger_position(conn)
+                view = queries.hot_session(conn, key)
             if view is None:
                 return None
             hot = _from_ledger(view)
             # Kept even when ended: the next question is answered from memory; expire() drops it.
             self._put_view(key, hot, position)
             return hot
+
+    def remembered(self, key: str) -> HotSession | None:
+        """The view of ``key`` if memory holds it as the ledger has it at ``position``, else None."""
+        with self._lock:
+            return self.store.get(key) if key in self._fresh else None
 
     def size(self) -> int:
         return self.store.size()
@@ -202,9 +238,10 @@ class HotSessions:
 
     def _check(self, conn: apsw.Connection, key: str) -> int:
         """Keep a stored view if it was read from this ledger and nothing it sums changed after its
-        position, else rebuild it."""
-        now = queries.ledger_position(conn)
-        view = queries.hot_session(conn, key)
+        position, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own)."""
+        with conn:
+            now = queries.ledger_position(conn)
+            view = queries.hot_session(conn, key)
         if view is None:
             self.store.delete(key)
             return 1
@@ -212,15 +249,25 @@ class HotSessions:
         # A position past the ledger's own is one a restored copy of the ledger has not reached.
         if position is not None and view["changed"] <= position <= now and \
                 self.store.get(key).ledger == view["ledger"]:
-            self._fresh.add(key)
+            self._trust(key, now)
             return 0
         self._put_view(key, _from_ledger(view), now)
         return 1
 
     def _put_view(self, key: str, hot: HotSession, position: int) -> None:
+        """``hot``: the view of ``key`` as the ledger had it at ``position``."""
         # The same view is often read twice: a question that builds it between a commit and the
         # refresh after it. Put again, it would be written (and fsynced) again for nothing; the
         # older position it keeps is still one its sums are good for.
         if self.store.get(key) != hot:
             self.store.update(key, _assign(hot), position=position)
-        self._fresh.add(key)
+        self._trust(key, position)
+
+    def _trust(self, key: str, position: int) -> None:
+        """The view of ``key`` equals the ledger at ``position``: trusted as it is only if that is where
+        memory is. Read past it (the ledger moved and ``apply`` has not come yet), it is checked again
+        when next asked for; otherwise a gate would take it for one read at ``self.position``."""
+        if self.position is None or position == self.position:
+            self._fresh.add(key)
+        else:
+            self._fresh.discard(key)

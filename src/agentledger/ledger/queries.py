@@ -1245,19 +1245,19 @@ def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[
     return keys, ids
 
 
-def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> tuple[int, set[str]]:
-    """Which of these tool_use_ids a Claude Code transcript has told the ledger, and the ledger's position
-    they were read at (one statement: one snapshot)."""
-    position, told = 0, set()
-    for seq, call_id in conn.execute(
-            "SELECT seq, NULL FROM ledger_position WHERE id = 1 UNION ALL "
-            "SELECT NULL, tool_call_id FROM tool_calls WHERE source = 'claude-code' "
-            "AND tool_call_id IN (SELECT value FROM json_each(?))", (_json_list(call_ids),)):
-        if call_id is None:
-            position = seq
-        else:
-            told.add(call_id)
-    return position, told
+def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> dict[str, bool]:
+    """Which of these tool_use_ids the ledger holds as Claude Code tool calls (a transcript told them, or
+    their hook events were recorded), each with whether it counts as a failed call there."""
+    held: dict[str, bool] = {}
+    # A hook's row keeps its own source (writer.HOOK_ROW_SOURCE) until a transcript line takes it over;
+    # each source has its partial index.
+    for call_id, failed in conn.execute(
+            "SELECT tool_call_id, status = 'error' FROM tool_calls WHERE source = 'claude-code' "
+            "AND tool_call_id IN (SELECT value FROM json_each(?1)) UNION ALL "
+            "SELECT tool_call_id, status = 'error' FROM tool_calls WHERE source = 'claude-code-hook' "
+            "AND tool_call_id IN (SELECT value FROM json_each(?1))", (_json_list(call_ids),)):
+        held[call_id] = held.get(call_id, False) or bool(failed)
+    return held
 
 
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
