@@ -26,7 +26,7 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
-from agentledger.sources.claude_code_hooks import BadHook, HookInbox, decode, event_id
+from agentledger.sources.claude_code_hooks import BadHook, HookInbox, decode, denied, event_id
 
 SESSION = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"
 KEY = f"agent:claude-code:{SESSION}"
@@ -242,7 +242,7 @@ def test_a_payload_that_is_no_hook_event_is_refused(payload):
 def test_a_denied_tool_call_is_recorded_as_failed():
     pre = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_1", "tool_name": "Bash",
            "tool_input": {"command": "rm -rf build"}}
-    fact = decode(pre, RECEIVED_MS, "over budget").fact
+    fact = denied(decode(pre, RECEIVED_MS), "over budget").fact
     assert (fact.status, fact.error, fact.exec_command) == ("error", "over budget", "rm -rf build")
 
 

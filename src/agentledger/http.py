@@ -139,9 +139,9 @@ def take_claude_code_hook(keeper: GateKeeper, inbox: claude_code_hooks.HookInbox
     event = claude_code_hooks.decode(payload, received_ms)
     call_id = event.fact.tool_call_id if isinstance(event.fact, ToolObserved) else None
     answer = claude_code_answer(keeper, payload, call_id)
-    denied = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-    if denied is not None:
-        event = claude_code_hooks.decode(payload, received_ms, denied)
+    reason = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
+    if reason is not None:  # a denied call is recorded as failed
+        event = claude_code_hooks.denied(event, reason)
     if not inbox.put(event) and call_id is not None:
         keeper.lost([call_id])
     return answer

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -63,12 +63,10 @@ def event_id(name: str, session_id: str, payload: dict) -> int:
     return line_id(basis)
 
 
-def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObserved:
+def _tool(base: dict, name: str, payload: dict) -> ToolObserved:
     path, command = tool_target(payload.get("tool_input"))
     status, error = "running", None
-    if blocked is not None:  # a gate denied it: it will never run
-        status, error = "error", blocked
-    elif name == "PostToolUse":
+    if name == "PostToolUse":
         status = "ok"
     elif name == "PostToolUseFailure":
         status, error = "error", error_text(payload.get("error")) or "tool failed"
@@ -77,8 +75,8 @@ def _tool(base: dict, name: str, payload: dict, blocked: str | None) -> ToolObse
                         file_path=path, exec_command=command)
 
 
-def decode(payload: object, received_ms: int, blocked: str | None = None) -> HookEvent:
-    """A hook payload → its event; ``blocked``: the reason a gate denied this PreToolUse."""
+def decode(payload: object, received_ms: int) -> HookEvent:
+    """A hook payload → its event."""
     if not isinstance(payload, dict):
         raise BadHook("a hook payload is a JSON object")
     name, session_id = text(payload.get("hook_event_name")), text(payload.get("session_id"))
@@ -89,7 +87,7 @@ def decode(payload: object, received_ms: int, blocked: str | None = None) -> Hoo
             "session_key": session_key(session_id), "session_id": session_id}
     fact: Fact
     if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
-        fact = _tool(base, name, payload, blocked)
+        fact = _tool(base, name, payload)
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
         fact = SessionStarted(**base)
     elif name == "SessionEnd":
@@ -100,6 +98,13 @@ def decode(payload: object, received_ms: int, blocked: str | None = None) -> Hoo
     else:
         fact = Marker(**base)
     return HookEvent(eid, received_ms, session_id, name, fact)
+
+
+def denied(event: HookEvent, reason: str) -> HookEvent:
+    """A PreToolUse's event once a gate denied its call: the call will never run, it failed for ``reason``."""
+    if not isinstance(event.fact, ToolObserved):
+        return event
+    return replace(event, fact=replace(event.fact, status="error", error=reason))
 
 
 class HookInbox:
