@@ -686,6 +686,31 @@ def _view(ledger: Ledger, key: str):
         return ledger.hot.lookup(conn, key)
 
 
+def test_a_call_asked_again_while_the_inbox_is_full_is_answered_alike_and_counts_once(ledger_with):
+    """A retried PreToolUse the full inbox refuses leaves its call counted, its first event still to be
+    recorded; and a retry taken where the first event was refused makes the call count from then on."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=2)])
+    hooks = _Hooks(ledger)
+    hooks.inbox.limit = 1
+    assert hooks.pre("toolu_0") is True  # queued: the inbox is full
+    assert hooks.pre("toolu_0") is True  # asked again, refused: answered as it was
+    hooks.inbox.limit = 100
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2")] == [True, False]
+    hooks.record()
+    view = hot_json(_view(ledger, hooks.session))
+    assert (view["tool_calls"], view["tool_errors"]) == (3, 1)
+
+    other = _Hooks(ledger, "11111111-2222-3333-4444-555555555555")
+    other.inbox.limit = 0
+    assert other.pre("toolu_a") is True  # refused: it will not be recorded, so it does not count
+    other.inbox.limit = 100
+    assert other.pre("toolu_a") is True  # asked again and queued: answered alike, and it counts from now
+    assert [other.pre("toolu_b"), other.pre("toolu_c")] == [True, False]
+    other.record()
+    view = hot_json(_view(ledger, other.session))
+    assert (view["tool_calls"], view["tool_errors"]) == (3, 1)
+
+
 def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):
     ledger = ledger_with([gate(name="calls", metric="llm_calls", limit=3),
                           gate(name="calls-today", scope="global-day", metric="llm_calls", limit=3)])

@@ -249,8 +249,9 @@ class GateKeeper:
     waiting; or from the ledger at H or past it, which holds the call and says so. From ``advance(H)``
     on, memory holds it and it is not waiting. A transcript line telling a waiting call is the same
     case without the letting go, so a pass's commit no longer has a call counted twice until the views
-    catch up. A call stops waiting before memory holds it only when nothing will record it (``lost``):
-    the inbox refused its event, or the write of its events failed (its transcript tells it).
+    catch up. A call stops waiting before memory holds it only when nothing will record it: the inbox
+    refused its only event (``decide_call``), or the write of its events failed (``lost``: its
+    transcript tells it).
     """
 
     def __init__(self, gates: tuple[GateConfig, ...], hot: HotSessions, readers: ReaderPool, zone: ZoneInfo,
@@ -290,23 +291,34 @@ class GateKeeper:
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def decide_call(self, session_key: str, tool: str, agent: str, call_id: str | None) -> Decision:
+    def decide_call(self, session_key: str, tool: str, agent: str, call_id: str | None,
+                    queue: Callable[[Decision], bool] | None = None) -> Decision:
         """The decision on a tool call this process records itself (a Claude Code hook's), counted at once:
         Claude Code runs a turn's tool calls in parallel, and each asks before the ledger holds the others.
         ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of;
         ``call_id``: its tool_use_id (None: a call that will not be recorded, not counted), by which a call
-        asked about again (a retry) counts once and is answered as it was."""
+        asked about again (a retry) counts once and is answered as it was; ``queue``: queues its hook event,
+        told the decision, and says whether it was taken (None: taken elsewhere). Called before the next
+        question: a call counts only while an event of it will be recorded, and a retry the inbox refuses
+        must not let go of the call its first event still stands for."""
         started = time.perf_counter()
         with self._calls:
             waiting = self._unrecorded.get(call_id) if call_id is not None else None
             earlier = waiting or (self._recent.get(call_id) if call_id is not None else None)
             if earlier is None:
                 decision, answered = self._decide(session_key, tool, "claude-code", agent, count=call_id is not None)
-                if answered is not None:
-                    self._unrecorded[call_id] = answered
             else:
-                decision = earlier.decision
+                decision, answered = earlier.decision, earlier
                 self._tell(decision)
+            queued = queue is None or queue(decision)
+            if call_id is not None and waiting is None:
+                if earlier is not None and earlier.recorded_at is not None:
+                    pass  # the ledger holds it: this event changes nothing
+                elif queued:  # waits until recorded; a retry of a call the inbox refused, or a write lost, too
+                    answered.at = time.monotonic()
+                    self._unrecorded[call_id] = answered
+                elif earlier is None:  # refused, never to count; a retry is answered alike
+                    self._remember(call_id, answered)
         self.checks.observe(time.perf_counter() - started)
         return decision
 
@@ -324,8 +336,8 @@ class GateKeeper:
                     self._let_go(call_id)
 
     def lost(self, call_ids: list[str]) -> None:
-        """Nothing will record these calls' hook events (the inbox refused them, or a failed write lost them:
-        their transcripts tell them): they wait no longer."""
+        """Nothing will record these calls' hook events (a failed write lost them: their transcripts tell
+        them): they wait no longer. One sent again, and queued, waits again."""
         with self._calls:
             for call_id in call_ids:
                 if call_id in self._unrecorded and self._unrecorded[call_id].recorded_at is None:

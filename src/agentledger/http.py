@@ -24,7 +24,7 @@ from agentledger.config import GateConfig, parse_listen
 from agentledger.facts import ToolObserved
 from agentledger import ui
 from agentledger.forecast import Forecaster
-from agentledger.gates import GateKeeper, hot_json
+from agentledger.gates import Decision, GateKeeper, hot_json
 from agentledger.ledger import queries
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.metrics import CounterFloors, registry_for
@@ -114,9 +114,11 @@ def _gate(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple[int,
     return 200, keeper.decide(key, tool).as_json()
 
 
-def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None = None) -> dict:
+def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None = None,
+                       queue: Callable[[Decision], bool] | None = None) -> dict:
     """Claude Code's hook protocol: a PreToolUse that a gate blocks gets the deny JSON; all else ``{}``.
-    ``call_id``: the tool_use_id of a call whose event this process records, which counts from now on."""
+    ``call_id``: the tool_use_id of a call whose event this process records, which counts from now on;
+    ``queue``: queues that event, told the decision (see ``GateKeeper.decide_call``)."""
     if not isinstance(payload, dict):
         raise BadRequest("a hook payload is a JSON object")
     if payload.get("hook_event_name") != "PreToolUse":
@@ -124,7 +126,7 @@ def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None 
     key, tool = payload.get("session_id"), payload.get("tool_name")
     if not isinstance(key, str) or not isinstance(tool, str):
         raise BadRequest("a PreToolUse payload needs string session_id and tool_name")
-    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT, call_id)
+    decision = keeper.decide_call(key, tool, claude_code_hooks.AGENT, call_id, queue)
     if decision.decision != "block":
         return {}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
@@ -135,16 +137,19 @@ def take_claude_code_hook(keeper: GateKeeper, inbox: claude_code_hooks.HookInbox
                           received_ms: int) -> dict:
     """A hook event the daemon records: answered (claude_code_answer), then queued for its writer, the answer
     not waiting. Read before it is answered: a payload refused (400) counts toward no gate, and a tool call
-    counts only if its event will be recorded (it names its tool_use_id); one the inbox refuses never is."""
+    counts only while an event of it will be recorded (it names its tool_use_id): one the inbox refuses
+    never does, and a retry the inbox refuses leaves the call its first event stands for counted."""
     event = claude_code_hooks.decode(payload, received_ms)
+    if event.name != "PreToolUse":
+        inbox.put(event)
+        return {}
+
+    def queue(decision: Decision) -> bool:
+        """Queued as the call was answered: a denied call is recorded as failed."""
+        return inbox.put(claude_code_hooks.denied(event, decision.reason) if decision.decision == "block" else event)
+
     call_id = event.fact.tool_call_id if isinstance(event.fact, ToolObserved) else None
-    answer = claude_code_answer(keeper, payload, call_id)
-    reason = answer.get("hookSpecificOutput", {}).get("permissionDecisionReason")
-    if reason is not None:  # a denied call is recorded as failed
-        event = claude_code_hooks.denied(event, reason)
-    if not inbox.put(event) and call_id is not None:
-        keeper.lost([call_id])
-    return answer
+    return claude_code_answer(keeper, payload, call_id, queue)
 
 
 def _gates_of(keeper: GateKeeper | None) -> tuple[tuple[GateConfig, ...], ZoneInfo]:
