@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import select
 import shutil
 import signal
 import socket
@@ -359,3 +360,29 @@ def test_duration_histograms_follow_opentelemetry_and_the_calls(api, oc_corpus):
                       if s.name.endswith("_bucket") and s.labels[label] == key}
             assert within["+Inf"] == len(durations)
             assert within["1.28"] == sum(d <= 1280 for d in durations)
+
+
+def test_a_burst_of_connections_is_held_until_the_daemon_takes_them(tmp_path):
+    # Claude Code asks once per parallel tool call, each on a connection of its own: connects beyond the
+    # listen backlog are dropped and retried seconds later, past a hook's timeout. None is taken here (the
+    # server is not serving yet), so every connect the kernel completes was held by the backlog.
+    from agentledger.http import ApiServer
+
+    server = ApiServer(tmp_path / "ledger.db", "127.0.0.1:0")
+    socks = []
+    try:
+        for _ in range(64):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(server.httpd.server_address)
+            socks.append(s)
+        pending, deadline = list(socks), time.monotonic() + 10
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], pending, [], 0.5)
+            pending = [s for s in pending if s not in writable]
+        assert not pending, f"{len(pending)} of 64 connects not held"
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+        server.httpd.server_close()

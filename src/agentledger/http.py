@@ -384,6 +384,9 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
 
+LISTEN_BACKLOG = 128
+
+
 class ApiServer:
     """Serves in a background thread until ``close``."""
 
@@ -396,7 +399,11 @@ class ApiServer:
                                                 "top_n": top_n, "floors": floors or CounterFloors()})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        # A backlog of 128, not the stdlib's 5: a Claude Code turn's parallel tool calls each open a connection
+        # to ask, and a connect dropped by a full backlog waits a second or more to be retried, which can take
+        # a PreToolUse hook past its timeout, and the call through ungated.
+        server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True,
+                                                          "request_queue_size": LISTEN_BACKLOG})
         self.httpd = server((host, port), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
 
