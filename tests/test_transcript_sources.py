@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import cli_env, ingest, settle
+from conftest import cli_env, cli_json, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage
@@ -766,6 +766,160 @@ def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
     finally:
         hot.close()
         readers.close()
+
+
+# -- A workflow's subagents (Workflow tool, deep research) -------------------------------------------
+
+WF_RUN, WF_AGENTS = "wf_5e7a91c2-b3d", ("a51f0e9d2c4b67183", "a6b2c8d0e4f913572")
+WF_IDS = tuple(f"{SESSION}/{agent}" for agent in WF_AGENTS)
+WF_KEYS = tuple(f"agent:claude-code:subagent:{sid}" for sid in WF_IDS)
+
+
+def _workflow_files(project: Path) -> dict[Path, bytes]:
+    """A session that ran a workflow of two agents, as Claude Code leaves it: the session's transcript, each
+    agent's beside its sidecar in ``subagents/workflows/<run>/``, the run's journal of what the agents
+    returned, and the run's record and script in the session's ``workflows/``. No Task spawns the agents,
+    and no result names them."""
+    launch = {"type": "tool_use", "id": "toolu_wf", "name": "Workflow", "input": {"scriptPath": "audit.js"}}
+    result = orjson.loads(cc_result("r_wf", "toolu_wf", 2))
+    result["toolUseResult"] = {"status": "async_launched", "taskType": "local_workflow", "runId": WF_RUN}
+    parent = [cc_prompt("u1", "audit the docs", 0),
+              cc_assistant("a1", "msg_p1", launch, output=60, second=1, stop="tool_use"), _line(result),
+              cc_assistant("a2", "msg_p2", {"type": "text", "text": "Two stale pages."}, output=80, second=30,
+                           request="req_p2", stop="end_turn")]
+    first, second = WF_AGENTS
+    read = {"type": "tool_use", "id": "toolu_read", "name": "Read", "input": {"file_path": "/repo/README.md"}}
+    agents = {first: [_side(first, line) for line in (
+        cc_prompt("w1", "Check README.md", 3),
+        cc_assistant("w2", "msg_w1", read, output=200, second=4, request="req_w1", stop="tool_use"),
+        cc_result("w3", "toolu_read", 5),
+        cc_assistant("w4", "msg_w2", {"type": "text", "text": "Stale."}, output=30, second=6, request="req_w2",
+                     stop="end_turn"))],
+        second: [_side(second, line) for line in (
+            cc_prompt("v1", "Check INSTALL.md", 3),
+            cc_assistant("v2", "msg_v1", {"type": "text", "text": "Stale."}, output=50, second=7, request="req_v1",
+                         stop="end_turn"))]}
+    run = project / SESSION / "subagents" / "workflows" / WF_RUN
+    files = {project / f"{SESSION}.jsonl": b"".join(parent)}
+    for agent, lines in agents.items():
+        files[run / f"agent-{agent}.jsonl"] = b"".join(lines)
+        files[run / f"agent-{agent}.meta.json"] = b'{"agentType":"workflow-subagent","spawnDepth":1}'
+    files[run / "journal.jsonl"] = b"".join(
+        _line({"type": "started", "key": f"v2:{agent}", "agentId": agent})
+        + _line({"type": "result", "key": f"v2:{agent}", "agentId": agent, "result": "Stale."}) for agent in agents)
+    files[project / SESSION / "workflows" / f"{WF_RUN}.json"] = orjson.dumps({"runId": WF_RUN, "totalTokens": 1})
+    files[project / SESSION / "workflows" / "scripts" / f"audit-{WF_RUN}.js"] = b"export const meta = {}\n"
+    return files
+
+
+WANT_WORKFLOW_OUTCOME = {
+    # Each agent is a subagent session of the session that ran the workflow; the session keeps its own calls.
+    "counts": (1, 2, 2, 1, 5, 420, 2),
+    "own": {SESSION: (PARENT_KEY, False, 2, 140, 1, 1), WF_IDS[0]: (WF_KEYS[0], True, 2, 230, 0, 1),
+            WF_IDS[1]: (WF_KEYS[1], True, 1, 50, 0, 0)},
+    "listed": {SESSION: (2, 1), WF_IDS[0]: (2, 1), WF_IDS[1]: (1, 0)},
+    "family_is_all": True,
+    "subagents": [(key, PARENT_KEY, WF_RUN, "running", None) for key in WF_KEYS],
+}
+
+
+def _write(files: dict[Path, bytes]) -> None:
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("agents_first", [True, False], ids=["agents-first", "session-first"])
+def test_a_workflows_agents_are_subagent_sessions_of_the_session_that_ran_it(tmp_path, db, agents_first):
+    project = _project(tmp_path)
+    files = _workflow_files(project)
+    main = project / f"{SESSION}.jsonl"
+    rest = [p for p in files if p != main]
+    for part in (rest, [main]) if agents_first else ([main], rest):
+        _write({p: files[p] for p in part})
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_WORKFLOW_OUTCOME
+    assert scalar_rows(db, "SELECT child_session_key, mode, parent_run_id FROM subagents ORDER BY 1") == [
+        (key, "workflow-subagent", "u1") for key in WF_KEYS]
+    # Only the agents' transcripts are read: no sidecar, journal or run record, and nothing rejected.
+    listed = cli_json(db, "inputs")
+    transcripts = [p for p in files if p.suffix == ".jsonl" and p.name.startswith(("agent-", SESSION))]
+    assert sorted(row["path"] for row in listed) == sorted(map(str, transcripts))
+    assert {row["status"] for row in listed} == {"live"}
+    assert usage(db)["rejected_lines"] == 0
+    # `session KEY` and `usage` agree: the session's with-subagents cost is all of it.
+    detail = cli_json(db, "session", PARENT_KEY)
+    assert detail["family_cost_usd"] == pytest.approx(usage(db)["cost_usd"], abs=1e-9)
+    assert detail["cost_usd"] < detail["family_cost_usd"]
+    # Read again, nothing changes.
+    assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0
+    assert _task_outcome(db) == WANT_WORKFLOW_OUTCOME
+
+
+@pytest.mark.parametrize("where", ["subagents", "workflows", "run"])
+def test_a_root_in_a_sessions_subagents_folder_reads_only_the_agents_transcripts(tmp_path, db, where):
+    project = _project(tmp_path)
+    files = _workflow_files(project)
+    _write(files)
+    root = {"subagents": project / SESSION / "subagents", "workflows": project / SESSION / "subagents" / "workflows",
+            "run": project / SESSION / "subagents" / "workflows" / WF_RUN}[where]
+    ingest(db, root, fmt="claude-code")
+    assert sorted(row["path"] for row in cli_json(db, "inputs")) == sorted(
+        str(p) for p in files if p.suffix == ".jsonl" and p.name.startswith("agent-"))
+    u = usage(db)
+    assert (u["rejected_lines"], u["subagent_sessions"], u["llm_calls"], u["output_tokens"]) == (0, 2, 3, 280)
+
+def test_a_ledger_read_before_workflows_were_found_reads_only_their_agents_once_they_are(tmp_path, db, monkeypatch):
+    """A ledger written while only ``subagents/agent-*.jsonl`` was looked for knows the files it read by
+    inode and first line: none of them is read again, and the workflow's agents join the ledger as they
+    would a fresh one."""
+    from agentledger.tail import layouts
+
+    def flat_only(root: Path, unreadable: dict[str, str]) -> list:
+        return [c for c in layouts.claude_code_files(root, unreadable) if "workflows" not in Path(c.path).parts]
+
+    project = _project(tmp_path)
+    files = _workflow_files(project)
+    files[project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl"] = b"".join(_task_lines()[2])
+    _write(files)
+    with monkeypatch.context() as m:
+        m.setitem(layouts.LAYOUTS, "claude-code", flat_only)
+        before = ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert (before.files, usage(db)["subagent_sessions"]) == (2, 0)
+    after = ingest(db, tmp_path / "claude", fmt="claude-code")
+    nested = [data for path, data in files.items() if "workflows" in path.parts and path.name.startswith("agent-")]
+    assert (after.lines, after.duplicates) == (sum(data.count(b"\n") for data in nested), 0)
+    fresh = tmp_path / "fresh.db"
+    ingest(fresh, tmp_path / "claude", fmt="claude-code")
+    tables = ("sessions", "runs", "llm_calls", "tool_calls", "subagents", "rejects")
+    assert dump(db, tables) == dump(fresh, tables)
+    assert usage(db) == usage(fresh)
+
+
+def test_a_workflow_begun_after_serve_started_is_followed(tmp_path):
+    """Claude Code makes the run's folders as the workflow starts: inotify's word that they appeared is
+    enough for the daemon to find its agents (the periodic rescan is an hour away)."""
+    from serving import Served, wait_for, write_config
+
+    project = _project(tmp_path)
+    files = _workflow_files(project)
+    main = project / f"{SESSION}.jsonl"
+    _write({main: files[main]})
+    config = write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="")
+    text = config.read_text()
+    assert "rescan_s = 0.2" in text
+    config.write_text(text.replace("rescan_s = 0.2", "rescan_s = 3600"))
+    served = Served(config, tmp_path)
+    try:
+        db = tmp_path / "ledger.db"
+        wait_for(lambda: usage(db)["llm_calls"] == 2, what="the session read")
+        _write({p: data for p, data in files.items() if p != main})
+        wait_for(lambda: usage(db)["llm_calls"] == 5, what="the workflow's agents read")
+        u = usage(db)
+        assert (u["sessions"], u["subagent_sessions"], u["subagents"], u["output_tokens"]) == (1, 2, 2, 420)
+        assert cli_json(db, "session", PARENT_KEY)["family_cost_usd"] == pytest.approx(u["cost_usd"], abs=1e-9)
+    finally:
+        served.stop()
 
 
 def _read_interleaved(data: st.DataObject, root: Path, files: dict[Path, list[bytes]]) -> None:

@@ -49,7 +49,7 @@ from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
-from agentledger.sources.claude_code import child_session_id
+from agentledger.sources.claude_code import child_key, child_session_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 
 if TYPE_CHECKING:
@@ -327,6 +327,15 @@ _RUNLESS_CALLS = f"""
 SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}), l.id, {LLM_CALL_COLUMNS}
 FROM json_each(?) AS j
 JOIN llm_calls AS l ON l.run_id IS NULL AND l.branch > j.value ->> 1 AND l.branch < j.value ->> 2
+"""
+# Subagents of these sessions ([session, lowest, highest child key] each) whose spawn named no run, with
+# the run their session was in when they were spawned: a workflow's agent tells its own spawn (see
+# claude_code.py), and its transcript may be read before its session's prompt.
+_RUNLESS_SPAWNS = f"""
+UPDATE subagents SET parent_run_id = ({_RUN_BEGUN_BY.format("j.value ->> 0", "subagents.spawned_ms")})
+FROM json_each(?) AS j
+WHERE subagents.parent_run_id IS NULL AND subagents.spawned_ms IS NOT NULL
+  AND subagents.child_session_key > j.value ->> 1 AND subagents.child_session_key < j.value ->> 2
 """
 _SET_CALL_RUN = "UPDATE llm_calls SET run_id = ? WHERE id = ?"
 _LATEST_RUN = (
@@ -919,19 +928,26 @@ def _replayed_tools(conn: apsw.Connection, facts: list[Fact]) -> list[tuple[str,
     return out
 
 
+def _bounds(prefix: str) -> tuple[str, str]:
+    """Bounds, both excluded, of the strings that start with ``prefix`` (which ends in ``/``)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def _branch_bounds(session_id: str) -> tuple[str, str]:
     """Bounds, both excluded, of the names of a session's side branches."""
-    prefix = child_session_id(session_id, "")
-    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return _bounds(child_session_id(session_id, ""))
 
 
 def _runless_into_runs(conn: apsw.Connection, session_ids: set[str]) -> set[str]:
     """Rows of these sessions' side branches stored under no run join the run of their time, now that
     the ledger knows it: their lines were read before their session's prompt (a subagent's file read
     first), and a read of the prompt first puts every line of theirs in its run. The rollups and the
-    run's activity follow. Returns the sessions whose totals moved."""
+    run's activity follow, and so does the run of a spawn that named none. Returns the sessions whose
+    totals moved."""
     if not session_ids:
         return set()
+    children = orjson.dumps([(sid, *_bounds(child_key(sid, ""))) for sid in sorted(session_ids)]).decode()
+    conn.execute(_RUNLESS_SPAWNS, (children,))  # no total counts a spawn's run
     bounds = orjson.dumps([(sid, *_branch_bounds(sid)) for sid in sorted(session_ids)]).decode()
     tools = [row for row in conn.execute(_RUNLESS_TOOLS, (bounds,)) if row[0] is not None]
     calls = [row for row in conn.execute(_RUNLESS_CALLS, (bounds,)) if row[0] is not None]

@@ -2,7 +2,9 @@
 
 ``projects/<encoded-cwd>/<sessionId>.jsonl`` is one session; its side branches, Task
 subagents and /btw side questions alike, write ``<sessionId>/subagents/agent-<agentId>.jsonl``
-in newer versions, or inline lines marked ``isSidechain`` (with ``agentId``) in older ones.
+in newer versions, or inline lines marked ``isSidechain`` (with ``agentId``) in older ones. A
+workflow's subagents (the Workflow tool's, deep research's) write theirs in
+``<sessionId>/subagents/workflows/<run>/``.
 
 Identity: ``sessions.session_id`` is Claude Code's own ``sessionId`` (what its hooks send
 as ``session_id``), ``session_key`` is ``agent:claude-code:<sessionId>`` and the agent is
@@ -90,6 +92,21 @@ _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
 # A main-branch response that stops for these reasons ends the turn (tool_use continues it).
 _TURN_OVER = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
+# How many folders below a session's subagents/ folder a subagent's transcript may lie: Task subagents
+# write theirs in it however deep they are nested, a workflow's (deep research's too) two below, in
+# workflows/<run>/, beside the run's journal.jsonl; one more level is looked in, should that grow.
+SUBAGENT_DEPTH = 3
+WORKFLOW_AGENT = "workflow-subagent"  # a workflow's subagent's mode, as Claude Code names its type
+
+
+def subagents_level(path: PurePath) -> int | None:
+    """How many folders above a subagent's transcript its session's ``subagents/`` folder is: 0 for
+    ``subagents/agent-<id>.jsonl``, 2 for a workflow's ``subagents/workflows/<run>/agent-<id>.jsonl``
+    (at most SUBAGENT_DEPTH); None for a session's own transcript."""
+    for up, folder in enumerate(path.parents[:SUBAGENT_DEPTH + 1]):
+        if folder.name == "subagents" and (up == 0 or path.name.startswith("agent-")):
+            return up
+    return None
 
 
 def session_key(session_id: str) -> str:
@@ -161,11 +178,14 @@ class FileDecoder:
 
     def __init__(self, path: str, lookup: RunLookup):
         p = PurePath(path)
-        self.subagent_file = p.parent.name == "subagents"
-        # A main transcript is named after its session; a subagent's sits in a folder named so.
+        up = subagents_level(p)
+        self.subagent_file = up is not None
+        # A main transcript is named after its session; a subagent's lies in that session's folder.
         name = ledger_name(p.name)
-        self.path_session = ledger_name(p.parents[1].name) if self.subagent_file else name.removesuffix(".jsonl")
+        self.path_session = ledger_name(p.parents[up + 1].name) if up is not None else name.removesuffix(".jsonl")
         self.path_agent = name.removeprefix("agent-").removesuffix(".jsonl") if self.subagent_file else None
+        # A workflow's subagent: the run it is an agent of (see _spawned_by_workflow).
+        self.workflow = ledger_name(p.parent.name) if up == 2 and p.parents[1].name == "workflows" else None
         # Side-branch files start no runs: their lines join the run of the session at their time.
         self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
 
@@ -192,12 +212,33 @@ class FileDecoder:
         if kind in ("assistant", "user") and isinstance(msg, dict):
             agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
             branch = agent and child_session_id(session_id, agent)
+            if offset == 0 and self.workflow is not None and agent:
+                # The first line of a workflow's subagent's transcript (see _spawned_by_workflow).
+                decoded = (self._assistant(base, obj, msg, sidechain, branch) if kind == "assistant"
+                           else self._user(base, obj, msg, sidechain, uuid, branch))
+                return self._spawned_by_workflow(base, agent, decoded)
             if kind == "assistant":
                 return self._assistant(base, obj, msg, sidechain, branch)
             return self._user(base, obj, msg, sidechain, uuid, branch)
         if kind == "system":
             return self._system(base, obj)
         return RawEvent(**base, kind=kind, raw=line)
+
+    def _spawned_by_workflow(self, base: dict, agent: str, decoded: Fact | list[Fact]) -> list[Fact]:
+        """A workflow's subagent is spawned by no Task, and no result names it: only the place of its
+        transcript says it is a subagent of the session. So the transcript's first line also records
+        the spawn, in the child's own word (its workflow run as its label), and names the child session
+        its calls then go to: a subagent session of the parent, whose family counts it."""
+        facts = decoded if isinstance(decoded, list) else [decoded]
+        child = child_key(base["session_id"], agent)
+        n = len(facts)
+        return [*facts,
+                SubagentSpawned(**base | {"event_id": derived_id(base["event_id"], n)}, kind="subagent.spawn",
+                                run_id=self._run(base), child_session_key=child, child_agent_id=AGENT,
+                                label=self.workflow, mode=WORKFLOW_AGENT, by_child=True),
+                Marker(**base | {"event_id": derived_id(base["event_id"], n + 1), "session_key": child,
+                                 "session_id": child_session_id(base["session_id"], agent)},
+                       kind="subagent.start")]
 
     def _run(self, base: dict) -> str | None:
         return self.runs.current(base["session_id"], base["ts_ms"])

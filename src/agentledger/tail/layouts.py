@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentledger.sources.claude_code import SUBAGENT_DEPTH
 from agentledger.sources.oc_transcript import is_live, is_transcript
 
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
@@ -125,8 +126,37 @@ def _project_dirs(root: Path, unreadable: dict[str, str]) -> list[Path]:
     return [root / n for n in sorted(names)]
 
 
+def _subagent_files(directory: Path, depth: int, unreadable: dict[str, str]) -> list[tuple[str, ...]]:
+    """The subagents' transcripts under a session's ``subagents/`` folder (see claude_code.py), as
+    paths relative to ``directory``: ``agent-*.jsonl`` in it and in the folders below it down to
+    ``depth`` levels (a workflow's are two below, in ``workflows/<run>/``). Beside them lie files no
+    agent's transcript is: ``.meta.json`` sidecars, and a workflow's ``journal.jsonl`` of what its
+    agents returned, whose lines have no time and carry no spend."""
+    found = []
+    for name in _names(directory, unreadable):
+        if name.endswith(".jsonl"):
+            if name.startswith("agent-"):
+                found.append((name,))
+        elif depth and not name.startswith(".") and not name.endswith(".json"):
+            # No is_dir(): listing a file finds nothing, as for projects.
+            found.extend((name, *rest) for rest in _subagent_files(directory / name, depth - 1, unreadable))
+    return found
+
+
+def _subagents_below(root: Path) -> int | None:
+    """How many levels a root lies below a session's ``subagents/`` folder (0: the folder itself);
+    None for any other root."""
+    up = next((up for up, d in enumerate((root, *root.parents[:SUBAGENT_DEPTH])) if d.name == "subagents"), None)
+    return None if up is None or os.path.isdir(root / "projects") else up
+
+
 def claude_code_files(root: Path, unreadable: dict[str, str]) -> list[Candidate]:
     """Session transcripts, then their subagents' (whose lines join a run the session started)."""
+    below = _subagents_below(root)
+    if below is not None:
+        # Only the subagents' transcripts, never the other files that lie among them.
+        return [Candidate(str(root.joinpath(*rel)), True, (str(root), 1, *rel))
+                for rel in sorted(_subagent_files(root, SUBAGENT_DEPTH - below, unreadable))]
     found = []
     for pdir in _project_dirs(root, unreadable):
         for name in _names(pdir, unreadable):
@@ -134,9 +164,8 @@ def claude_code_files(root: Path, unreadable: dict[str, str]) -> list[Candidate]
                 found.append(Candidate(str(pdir / name), True, (str(pdir), 0, name)))
             elif not name.startswith("."):
                 sub = pdir / name / "subagents"
-                for child in _names(sub, unreadable):
-                    if child.startswith("agent-") and child.endswith(".jsonl"):
-                        found.append(Candidate(str(sub / child), True, (str(pdir), 1, name, child)))
+                for rel in _subagent_files(sub, SUBAGENT_DEPTH, unreadable):
+                    found.append(Candidate(str(sub.joinpath(*rel)), True, (str(pdir), 1, name, *rel)))
     found.sort(key=lambda c: c.order)
     return found
 
