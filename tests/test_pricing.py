@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -596,3 +597,50 @@ def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
         ("us",), (None,), (None,), ("us",), ("eu",)]
     assert _json(db, "reprice")["calls_changed"] == 0
     assert _json(db, "usage")["cost_usd"] == usage["cost_usd"]
+
+
+@pytest.mark.parametrize("body, key, unit", [
+    ('[prices."m"]\ninput = 100000000\noutput = 1\n', 'm"].input', "USD per million tokens"),
+    ('[prices."m"]\ninput = 1\noutput = 1\n[prices."m".fast]\ninput = 1\noutput = 1e7\n', 'm"].fast.output',
+     "USD per million tokens"),
+    ('[[prices."m"]]\nfrom = 2026-01-01\ninput = 1\noutput = 1\ncache_write_1h = 20000\n',
+     'entry 1.cache_write_1h', "USD per million tokens"),
+    ('[prices."m"]\ninput = 1\noutput = 1\nweb_search = 1e9\n', 'm"].web_search', "USD per thousand searches"),
+])
+def test_an_implausible_price_is_refused_when_the_file_is_read(tmp_path, body, key, unit):
+    with pytest.raises(ValueError, match=f"{re.escape(key)}: .* {unit} is no plausible price "
+                                         rf"\(at most 10,000\): give the price in {unit}"):
+        load_overrides(_overrides(tmp_path, body))
+    # The dearest prices any provider lists are well within the bound.
+    load_overrides(_overrides(tmp_path, '[prices."o1-pro"]\ninput = 150\noutput = 600\nweb_search = 50\n'
+                                        '[prices."o1-pro".fast]\ninput = 1500\noutput = 6000\n'))
+
+
+def test_a_price_too_high_to_store_stops_every_command_and_loses_no_call(tmp_path, db):
+    """$100 million per million input tokens priced one call past what a 64-bit pico-USD cost holds:
+    `reprice` died with an OverflowError traceback, `ingest` and `serve` turned the calls into rejects
+    (their tokens lost for good, the checkpoint past them) and `verify` failed on integer overflow."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", SONNET, 1, {}))
+    bad = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 100000000\noutput = 15\n')
+    env = cli_env(db)
+    refusal = [f'agentledger: price file {bad}: [prices."claude-sonnet-4-5"].input: 100000000 USD per million '
+               f"tokens is no plausible price (at most 10,000): give the price in USD per million tokens"]
+
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agentledger", *args], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    source = f"claude-code={tmp_path / 'claude'}"
+    for command in (["ingest", "--prices", str(bad), "--source", source],
+                    ["serve", "--no-demo", "--listen", "127.0.0.1:0", "--prices", str(bad), "--source", source]):
+        out = run(*command)
+        assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", refusal), command
+        assert not db.exists() or scalar(db, "SELECT count(*) FROM files") == 0, command
+    assert run("ingest", "--source", source).returncode == 0
+    before = _json(db, "usage")
+    assert (before["llm_calls"], before["unpriced_calls"], before["rejected_lines"]) == (1, 0, 0)
+    out = run("reprice", "--prices", str(bad))
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", refusal)
+    assert _json(db, "usage") == before
+    assert run("verify").returncode == 0

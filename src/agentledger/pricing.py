@@ -56,6 +56,11 @@ _FAST_MULTIPLES = {"claude-opus-4-6": Decimal(6), "claude-opus-4-7": Decimal(6)}
 _GEO_MULTIPLES = {"us": Decimal("1.1")}
 _MTOK = Decimal(10**6)
 _THOUSAND = Decimal(1000)
+# The dearest price an override may give, per million tokens or per thousand searches: over ten times
+# the dearest any provider lists (OpenAI's o1-pro, $600 per million output tokens; searches cost $10 to
+# $50 per thousand). Anything above is a slip (a price per token or per thousand written per million,
+# a digit too many), which priced one call beyond what the ledger's 64-bit pico-USD can hold.
+MAX_PRICE = 10_000
 
 
 def exclusive(tokens: Tokens) -> Tokens:
@@ -100,6 +105,9 @@ def default_overrides_path() -> Path | None:
 def _decimal(value: object, where: str, unit: str = _PER_MTOK) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
         raise ValueError(f"{where}: expected a non-negative number of {unit}, got {value!r}")
+    if value > MAX_PRICE:
+        raise ValueError(f"{where}: {value!r} {unit} is no plausible price (at most {MAX_PRICE:,}): "
+                         f"give the price in {unit}")
     return Decimal(str(value))
 
 
@@ -118,7 +126,8 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     model whose price changed,
     ``[[prices."model-name"]]`` entries each with the ``from`` date it applies from. A call
     dated before a model's first ``from`` is priced from the bundled history. A model's name
-    also prices its dated ids (see ``_matches``). A bad file is one clear error."""
+    also prices its dated ids (see ``_matches``). A bad file, a price above ``MAX_PRICE`` among
+    others, is one clear error."""
     try:
         doc = tomllib.loads(path.read_text())
     except OSError as exc:
