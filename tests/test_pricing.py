@@ -644,3 +644,51 @@ def test_a_price_too_high_to_store_stops_every_command_and_loses_no_call(tmp_pat
     assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", refusal)
     assert _json(db, "usage") == before
     assert run("verify").returncode == 0
+
+
+def test_a_call_priced_above_a_call_s_cap_stays_unpriced_never_past_what_the_ledger_can_sum():
+    from decimal import Decimal
+
+    from agentledger.pricing import Override, Rates
+
+    dear = Pricer.from_file(None)
+    # Bundled: a billion output tokens (the decoders' cap) of Sonnet would cost $15,000.
+    assert dear.price("anthropic", SONNET, Tokens(output=10**9), OCT_2026) is None
+    assert dear.price("anthropic", SONNET, Tokens(output=10**6), OCT_2026) == 15 * 10**12
+    # Whatever the rates: no cost past a call's cap, so none past a 64-bit integer either.
+    huge = Rates(input=Decimal(10**15), output=Decimal(10**15), cache_read=Decimal(0), cache_write=Decimal(0))
+    pricer = Pricer({"m": [Override(None, huge)]})
+    assert pricer.price(None, "m", Tokens(input=10**9, output=10**9), OCT_2026) is None
+    assert pricer.price(None, "m", Tokens(), OCT_2026) == 0
+
+
+def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_reprice(tmp_path, db):
+    """A priced cost above the $1,000 a logged cost may be is no cost: kept with its tokens, unpriced."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", SONNET, 1, {"output_tokens": 200_000})
+        + _claude_call("a2", "msg_2", SONNET, 2, {"output_tokens": 50_000}))
+    dear = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 9000\n')
+    env = cli_env(db)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--prices", str(dear),
+                          "--source", f"claude-code={tmp_path / 'claude'}"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "claude-sonnet-4-5-20250929 priced at $1,800.00, more than the $1,000 a call can cost" in out.stderr
+    usage = _json(db, "usage")
+    assert (usage["llm_calls"], usage["unpriced_calls"], usage["rejected_lines"]) == (2, 1, 0)
+    assert usage["output_tokens"] == 250_000
+    assert usage["cost_usd"] == pytest.approx((10 * 1 + 50_000 * 9000) / 10**6, abs=1e-9)
+    # Priced from the bundled table first, then repriced at the dear override: it leaves the priced calls.
+    other = tmp_path / "other.db"
+    ingest(other, tmp_path / "claude", fmt="claude-code")
+    assert _json(other, "usage")["unpriced_calls"] == 0
+    assert _json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
+                                                             "unpriced_calls": 1, "unmatched_overrides": []}
+    again = _json(other, "usage")
+    keys = ("llm_calls", "unpriced_calls", "output_tokens", "cost_usd")
+    assert [again[k] for k in keys] == [usage[k] for k in keys]
+    conn = open_reader(other)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()

@@ -14,6 +14,8 @@ Web searches the provider ran for a call are charged per search on top of its to
 override's ``web_search`` price, else the bundled table's; a call with searches of unknown price
 stays unpriced. A call whose inference Anthropic confined to the US (usage ``inference_geo: "us"``)
 costs 1.1 times the price of its tokens; a confinement whose price is not known leaves it unpriced.
+A call priced above ``MAX_CALL_COST_USD``, a cost no real call has, stays unpriced too, as a cost a log
+carried above it is not kept: the ledger's 64-bit sums hold any number of calls below it.
 
 Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
 reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 import re
 import tomllib
@@ -33,7 +36,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from agentledger.facts import LlmCall, Tokens
-from agentledger.units import PICO_PER_USD
+from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
+
+log = logging.getLogger(__name__)
 
 PRICED = "priced"
 FAST = "fast"
@@ -210,6 +215,7 @@ class Pricer:
         self.overrides = overrides or {}
         self._bundled = _Bundled()
         self._keys: dict[str, tuple[str, ...]] = {}  # model id → the override keys that match it, longest first
+        self._over_cap: set[str] = set()  # models a call of which was priced above a call's cap (warned once)
 
     @classmethod
     def from_file(cls, path: Path | None) -> Pricer:
@@ -224,7 +230,8 @@ class Pricer:
               speed: str | None = None, web_searches: int = 0, inference_geo: str | None = None) -> int | None:
         """pico-USD for one call, or None when no price is known for the model at the call's speed
         (None or "standard": the standard speed), where it made web searches for its searches, or
-        for the geography its inference was confined to (None: global routing)."""
+        for the geography its inference was confined to (None: global routing); None too for a price
+        above ``MAX_CALL_COST_USD``, which no real call costs."""
         if not model or speed not in (None, STANDARD, FAST):
             return None  # a speed nobody prices: its cost cannot be known
         geo = Decimal(1) if inference_geo is None else _GEO_MULTIPLES.get(inference_geo)
@@ -238,7 +245,18 @@ class Pricer:
             per_k = rates.web_search if rates is not None and rates.web_search is not None else \
                 self._bundled.search_price(provider, model, ts_ms)
             usd = None if per_k is None else usd + per_k * web_searches / _THOUSAND
-        return None if usd is None else round(usd * PICO_PER_USD)
+        if usd is None:
+            return None
+        if usd > MAX_CALL_COST_USD:
+            # Garbage token counts, or a price meant per something else: no real call costs that much,
+            # and a cost a log carried above it is refused too. Stored, it would take a few such calls
+            # to overflow the ledger's 64-bit sums.
+            if model not in self._over_cap:
+                self._over_cap.add(model)
+                log.warning("a call of %s priced at $%s, more than the $%s a call can cost: left unpriced",
+                            model, f"{usd:,.2f}", f"{MAX_CALL_COST_USD:,}")
+            return None
+        return round(usd * PICO_PER_USD)
 
     def _tokens_usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool) -> Decimal | None:
         rates = self._override(model, ts_ms)

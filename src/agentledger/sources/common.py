@@ -10,15 +10,11 @@ from collections.abc import Callable
 import orjson
 
 from agentledger.facts import Reject
-from agentledger.units import PICO_PER_USD
+from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
 
 # (session id, at or before this time or None for the latest) → the session's run then.
 RunLookup = Callable[[str, "int | None"], "str | None"]
 
-# A cost above this for one call is garbage: the dearest real calls cost tens of dollars. The
-# ledger sums costs in 64-bit pico-USD, which 9,223 calls at this cap would take to overflow
-# (ten at the million dollars this once was).
-MAX_CALL_COST_USD = 10**3
 MISSING = "unknown"
 HEAD_BYTES = 200
 
