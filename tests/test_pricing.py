@@ -692,3 +692,13 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
         assert check_rollups(conn) == []
     finally:
         conn.close()
+
+
+def test_a_price_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, db):
+    prices = tmp_path / "prices.toml"
+    prices.write_bytes('# Preise für Hausmodelle\n[prices."m"]\ninput = 1\noutput = 1\n'.encode("latin-1"))
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--prices", str(prices), str(tmp_path)],
+                         env=cli_env(db), capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [
+        f"agentledger: price file {prices} is not UTF-8 text (byte 0xfc at offset 10): save it as UTF-8, "
+        "as TOML requires"])

@@ -134,9 +134,12 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     also prices its dated ids (see ``_matches``). A bad file, a price above ``MAX_PRICE`` among
     others, is one clear error."""
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
     except OSError as exc:
         raise ValueError(f"cannot read price file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"price file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                         f"{exc.start}): save it as UTF-8, as TOML requires") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"price file {path} is not valid TOML: {exc}") from None
     # Anything else would be read as no override at all: a mistyped [price."m"] priced nothing, silently.
