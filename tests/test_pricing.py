@@ -82,6 +82,10 @@ def test_an_override_wins_over_the_table_and_an_unknown_model_stays_unpriced(tmp
     ('[prices."m"]\ninput = 1\noutput = 1\ncached = 2\n', "unknown key 'cached'"),
     ('[price."m"]\ninput = 1\noutput = 1\n', "unknown key 'price'"),
     ('input = 1\n[prices."m"]\ninput = 1\noutput = 1\n', "unknown key 'input'"),
+    # Keys match without regard to case: the last of two spellings used to win, silently.
+    ('[prices."Claude-Sonnet-4-5"]\ninput = 1\noutput = 1\n[prices."claude-sonnet-4-5"]\ninput = 3\noutput = 15\n',
+     r'\[prices."Claude-Sonnet-4-5"\] and \[prices."claude-sonnet-4-5"\] are one model \(keys match without '
+     r'regard to case\): keep one of them'),
 ])
 def test_a_bad_price_file_is_one_clear_error(tmp_path, body, words):
     with pytest.raises(ValueError, match=words):

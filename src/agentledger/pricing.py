@@ -151,8 +151,15 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     if not isinstance(table, dict):
         raise ValueError(f"price file {path}: [prices] must be a table of models")
     out = {}
+    named: dict[str, str] = {}  # lower-cased key → the key as the file spells it
     for model, spec in table.items():
         where = f'price file {path}: [prices."{model}"]'
+        # Keys match calls without regard to case: two spellings of one would be two prices for one
+        # model, of which the last silently won.
+        first = named.setdefault(model.lower(), model)
+        if first != model:
+            raise ValueError(f'price file {path}: [prices."{first}"] and [prices."{model}"] are one model (keys '
+                             f"match without regard to case): keep one of them")
         if isinstance(spec, dict):
             entries = [_override(spec, where, dated=False)]
         elif isinstance(spec, list) and spec and all(isinstance(e, dict) for e in spec):
