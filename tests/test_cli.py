@@ -45,15 +45,16 @@ def test_every_command_has_help():
 
 
 def test_help_and_readme_name_the_default_files_as_they_are_read():
-    """The prices file is under $XDG_CONFIG_HOME, as the config file is; $AGENTLEDGER_DB beats the config's db,
-    as every environment variable beats the file."""
+    """The prices file is beside the config file, under $XDG_CONFIG_HOME by default; $AGENTLEDGER_DB beats the
+    config's db, as every environment variable beats the file."""
     prices = "$XDG_CONFIG_HOME/agentledger/prices.toml"
     for command in ("ingest", "serve", "reprice"):
         text = " ".join(run(command, "--help").stdout.split())
         assert prices in text and "~/.config/agentledger" not in text, command
     assert "(default: $AGENTLEDGER_DB, else config `db`, else" in " ".join(run("--help").stdout.split())
     readme = " ".join((REPO / "README.md").read_text().split())
-    assert f"`$AGENTLEDGER_PRICES`, else `{prices}`" in readme
+    assert f"the config's `prices` key (`$AGENTLEDGER_PRICES`), else `prices.toml` beside the config file, when " \
+           f"it exists: `{prices}`" in readme
     assert "`--db PATH` (default: `$AGENTLEDGER_DB`, else the config file's `db`, else" in readme
 
 

@@ -318,3 +318,52 @@ def test_the_fix_an_unknown_key_names_works(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "agentledger", *fix[1:]], capture_output=True, text=True, env=env)
     assert shown.returncode == 0, shown.stderr
     assert "\n[hot]\n" in shown.stdout
+
+
+def test_the_price_file_is_prices_toml_beside_the_config_file_unless_named(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    config = etc / "config.toml"
+    config.write_text("")
+    # None beside it: no price file, and nothing fails for it.
+    assert load(config, env={}).prices is None
+    assert load(None, env={"AGENTLEDGER_CONFIG": str(config)}).prices is None
+    (etc / "prices.toml").write_text("")
+    assert load(config, env={}).prices == etc / "prices.toml"
+    assert load(None, env={"AGENTLEDGER_CONFIG": str(config)}).prices == etc / "prices.toml"
+    # The default config file's directory holds the default price file.
+    home = tmp_path / "xdg"
+    (home / "agentledger").mkdir(parents=True)
+    (home / "agentledger" / "prices.toml").write_text("")
+    assert load(None, env={"XDG_CONFIG_HOME": str(home)}).prices == home / "agentledger" / "prices.toml"
+    # Named in the file, the environment or by a flag, it wins, existing or not (the pricer says so).
+    config.write_text('prices = "~/elsewhere.toml"\n')
+    assert load(config, env={}).prices == Path("~/elsewhere.toml").expanduser()
+    assert load(config, env={"AGENTLEDGER_PRICES": "/srv/p.toml"}).prices == Path("/srv/p.toml")
+    assert load(config, {"prices": "/x.toml"}, env={"AGENTLEDGER_PRICES": "/srv/p.toml"}).prices == Path("/x.toml")
+    with pytest.raises(ConfigError, match=r"prices: is empty: give the price file's path, or leave it unset "
+                                          r"for prices.toml beside the config file \(from \$AGENTLEDGER_PRICES\)"):
+        load(config, env={"AGENTLEDGER_PRICES": ""})
+
+
+def test_show_says_which_price_file_is_in_effect_and_loads_back(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env.pop("AGENTLEDGER_PRICES", None)
+
+    def show() -> str:
+        ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "config", "show"],
+                             capture_output=True, text=True, env=env)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout
+
+    assert "\n# prices: not set (no prices.toml beside the config file: calls are priced from the bundled table " \
+           "alone)\n" in show()
+    (tmp_path / "prices.toml").write_text("")
+    shown = show()
+    assert f'\nprices = "{tmp_path / "prices.toml"}"\n' in shown
+    again = tmp_path / "elsewhere" / "again.toml"
+    again.parent.mkdir()
+    again.write_text(shown)
+    assert load(again, env={}) == load(config)  # what `show` printed: file and environment

@@ -132,7 +132,7 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
                          env=env, capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0,
-                                        "unmatched_overrides": []}
+                                        "prices": str(prices), "unmatched_overrides": []}
     after = usage()
     assert after["unpriced_calls"] == 0
     # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
@@ -325,7 +325,7 @@ def test_an_undated_override_prices_dated_calls_at_ingest_and_at_reprice_and_a_s
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(both)],
                          env=cli_env(fresh), capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
-                                        "unmatched_overrides": ["claude-sonet-4-5"]}
+                                        "prices": str(both), "unmatched_overrides": ["claude-sonet-4-5"]}
     assert scalar(fresh, "SELECT cost_pico FROM llm_calls") == overridden * 10**6
     text = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--prices", str(both)],
                           env=cli_env(fresh), capture_output=True, check=True, text=True)
@@ -687,7 +687,8 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
     ingest(other, tmp_path / "claude", fmt="claude-code")
     assert _json(other, "usage")["unpriced_calls"] == 0
     assert _json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
-                                                             "unpriced_calls": 1, "unmatched_overrides": []}
+                                                             "unpriced_calls": 1, "prices": str(dear),
+                                                             "unmatched_overrides": []}
     again = _json(other, "usage")
     keys = ("llm_calls", "unpriced_calls", "output_tokens", "cost_usd")
     assert [again[k] for k in keys] == [usage[k] for k in keys]
@@ -706,3 +707,61 @@ def test_a_price_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, db):
     assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [
         f"agentledger: price file {prices} is not UTF-8 text (byte 0xfc at offset 10): save it as UTF-8, "
         "as TOML requires"])
+
+
+def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
+    """A deployment's config is /etc/agentledger/config.toml, where its prices.toml goes too. The service
+    read $HOME/.config/agentledger/prices.toml instead (/var/lib/agentledger/.config under the unit), so a
+    `reprice --prices X` priced the old calls from X while the restarted service priced new ones from the
+    bundled table."""
+    from served import Served, count, wait_for
+
+    project = _project(tmp_path)
+    transcript = project / f"{SESSION}.jsonl"
+    transcript.write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", "in-house-llm", 1, {}))
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    daemon = Served(etc, tmp_path / "claude", fmt="claude-code")  # its config: etc/config.toml
+    env = cli_env(daemon.db)
+
+    def calls() -> list[tuple]:
+        return scalar_rows(daemon.db, "SELECT model, cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")
+
+    def reprice(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agentledger", "--config", str(daemon.config), "reprice",
+                               "--json", *flags], env=env, capture_output=True, text=True)
+
+    # No price file beside the config: the service starts all the same, with the bundled table alone.
+    daemon.start()
+    wait_for(lambda: count(daemon.db, "SELECT count(*) FROM llm_calls") == 1)
+    assert daemon.stop() == 0
+    assert calls() == [("in-house-llm", None, None)]
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(daemon.config), "config", "show"],
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert "\n# prices: not set (" in shown
+
+    prices = _overrides(etc, '[prices."in-house-llm"]\ninput = 1\noutput = 2\n')
+    out = reprice()
+    assert out.returncode == 0 and out.stderr == ""
+    assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
+                                        "prices": str(prices), "unmatched_overrides": []}
+    each = (10 * 1 + 100_000 * 2) * 10**6
+    transcript.write_bytes(transcript.read_bytes() + _claude_call("a2", "msg_2", "in-house-llm", 2, {}))
+    daemon.start()
+    wait_for(lambda: count(daemon.db, "SELECT count(*) FROM llm_calls") == 2)
+    assert daemon.stop() == 0
+    assert calls() == [("in-house-llm", each, "priced")] * 2
+
+    # A price file other than the configuration's is the operator's slip: said, and what to do.
+    other = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 2\n')
+    out = reprice("--prices", str(other))
+    assert out.returncode == 0 and orjson.loads(out.stdout)["calls_changed"] == 0
+    assert out.stderr.splitlines() == [
+        f"agentledger: --prices {other} is not the configuration's price file ({prices}), which serve and ingest "
+        f"price new calls from: copy it to {prices}, or set `prices` in the config to it"]
+    assert reprice("--prices", str(prices)).stderr == ""
+    # Without a price file in the configuration, it names where the configuration would find one.
+    prices.unlink()
+    assert reprice("--prices", str(other)).stderr.splitlines() == [
+        f"agentledger: --prices {other} is not the configuration's price file (none: the bundled table alone), "
+        f"which serve and ingest price new calls from: copy it to {prices}, or set `prices` in the config to it"]

@@ -1,7 +1,8 @@
 """The effective configuration: built-in defaults < TOML file < ``AGENTLEDGER_*`` environment < flags.
 
 The file is ``--config``, else ``$AGENTLEDGER_CONFIG``, else
-``$XDG_CONFIG_HOME/agentledger/config.toml`` when it exists. Every scalar key has an
+``$XDG_CONFIG_HOME/agentledger/config.toml`` when it exists; the price file, unless ``prices`` names
+one, is ``prices.toml`` beside it, when that exists. Every scalar key has an
 environment variable named after its path (``hot.max_entries`` → ``AGENTLEDGER_HOT_MAX_ENTRIES``);
 the lists (``sources``, ``gates``) take JSON there. Anything invalid is one ``ConfigError``
 naming the key, the problem and where the value came from.
@@ -24,6 +25,7 @@ from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_L
                                  MAX_RAW_DAYS, MAX_WAIT_S)
 
 ENV_PREFIX = "AGENTLEDGER_"
+PRICES_FILE = "prices.toml"
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
@@ -199,6 +201,10 @@ class Config(_Strict):
     # The hot store lives under it.
     state_dir: Annotated[Path, _given("give a directory, or leave it unset for the default")] = Field(
         default_factory=state_home)
+    # Price overrides (see pricing.load_overrides); unset in the file, environment and flags: prices.toml
+    # beside the config file when there is one (``load`` sets it), else none, the bundled table alone.
+    prices: Annotated[Path | None, _given("give the price file's path, or leave it unset for prices.toml beside "
+                                          "the config file")] = None
     listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
     grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
@@ -211,10 +217,10 @@ class Config(_Strict):
     retention: RetentionConfig = RetentionConfig()
     gates: tuple[GateConfig, ...] = ()
 
-    @field_validator("db", "state_dir")
+    @field_validator("db", "state_dir", "prices")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return None if v is None else v.expanduser()
 
     @field_validator("db")
     @classmethod
@@ -340,6 +346,12 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
             key_path = tuple(dotted.split("."))
             _set(doc, key_path, value)
             origins[key_path] = "the command line"
+    if "prices" not in doc and path is not None:
+        # The one place a deployment keeps its prices, beside its config (the systemd unit's
+        # /etc/agentledger), whichever command reads that config: serve and reprice alike.
+        beside = path.parent / PRICES_FILE
+        if os.path.isfile(beside):
+            doc["prices"] = str(beside)
     try:
         return Config.model_validate(doc, context={"roots_exist": roots_exist})
     except ValidationError as exc:
@@ -365,6 +377,10 @@ def _toml_string(text: str) -> str:
     return f'"{escaped}"'
 
 
+# What a key that can be unset means when it is.
+_UNSET = {"prices": f"no {PRICES_FILE} beside the config file: calls are priced from the bundled table alone"}
+
+
 def to_toml(config: Config) -> str:
     """The configuration as a TOML file that ``load`` reads back to the same values."""
     data = config.model_dump(mode="json")
@@ -372,7 +388,9 @@ def to_toml(config: Config) -> str:
     tables: list[tuple[str, dict]] = []
     arrays: list[tuple[str, list]] = []
     for key, value in data.items():
-        if isinstance(value, dict):
+        if value is None:  # TOML has no null: unset is a key left out
+            lines.append(f"# {key}: not set ({_UNSET[key]})")
+        elif isinstance(value, dict):
             tables.append((key, value))
         elif key in ("sources", "gates"):
             arrays.append((key, value))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 import re
 import tomllib
 from collections.abc import Iterable
@@ -97,16 +96,6 @@ class Rates:
         return weighted / _MTOK
 
 
-def default_overrides_path() -> Path | None:
-    """``$AGENTLEDGER_PRICES``, else ``$XDG_CONFIG_HOME/agentledger/prices.toml`` when it exists."""
-    env = os.environ.get("AGENTLEDGER_PRICES")
-    if env:
-        return Path(env).expanduser()
-    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    path = home / "agentledger" / "prices.toml"
-    return path if path.is_file() else None
-
-
 def _decimal(value: object, where: str, unit: str = _PER_MTOK) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
         raise ValueError(f"{where}: expected a non-negative number of {unit}, got {value!r}")
@@ -135,6 +124,9 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     others, is one clear error."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
+    except FileNotFoundError:
+        raise ValueError(f"price file {path} does not exist: create it, or name another (--prices, config "
+                         "`prices`, $AGENTLEDGER_PRICES)") from None
     except OSError as exc:
         raise ValueError(f"cannot read price file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -233,8 +225,10 @@ class Pricer:
 
     @classmethod
     def default(cls) -> Pricer:
-        """With the user's override file where there is one (see ``default_overrides_path``)."""
-        return cls.from_file(default_overrides_path())
+        """With the price file of the configuration in effect, where it names or finds one."""
+        from agentledger.config import load
+
+        return cls.from_file(load().prices)
 
     def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int,
               speed: str | None = None, web_searches: int = 0, inference_geo: str | None = None) -> int | None:

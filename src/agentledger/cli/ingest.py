@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,13 +10,13 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import default_sources
+from agentledger.config import PRICES_FILE, Config, config_file, default_sources
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, WriterLock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
-from agentledger.pricing import Pricer, default_overrides_path
+from agentledger.pricing import Pricer
 
 
 def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
@@ -33,6 +34,9 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
     return pairs
 
 
+_PRICES_DEFAULT = ("default: config `prices` ($AGENTLEDGER_PRICES), else prices.toml beside the config file: "
+                   "$XDG_CONFIG_HOME/agentledger/prices.toml by default; the same for ingest, serve and reprice")
+
 source_options = [
     click.option("--format", "fmt", type=click.Choice(FORMATS), default="oc-telemetry", show_default=True,
                  help="Input format of the ROOT arguments."),
@@ -40,8 +44,7 @@ source_options = [
                  help="A source to read, e.g. claude-code=~/.claude; repeat for several."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
                  help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write/cache_write_1h per "
-                      "million tokens; default $AGENTLEDGER_PRICES, else $XDG_CONFIG_HOME/agentledger/prices.toml, "
-                      "~/.config without XDG_CONFIG_HOME)."),
+                      f"million tokens; {_PRICES_DEFAULT})."),
 ]
 
 
@@ -51,8 +54,10 @@ def with_sources(f):
     return f
 
 
-def pricer_for(prices: Path | None) -> Pricer:
-    return Pricer.from_file(prices or default_overrides_path())
+def pricer_for(prices: Path | None, config: Config) -> Pricer:
+    """The pricer of --prices, else of the configuration's price file: the same for every command
+    given the same configuration, so calls ``serve`` prices cost what ``reprice`` made the old ones."""
+    return Pricer.from_file(prices or config.prices)
 
 
 def _progress_pipeline(writer, specs, max_line, pricer):
@@ -104,7 +109,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     specs = specs_from_pairs([(s.format, s.root) for s in config.sources] or default_sources())
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
-    pricer = pricer_for(prices)
+    pricer = pricer_for(prices, config)
     lock = WriterLock(obj.db)
     conn = lock.open()
     writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
@@ -136,17 +141,18 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
 
 @cli.command()
 @click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Price overrides (default $AGENTLEDGER_PRICES, else $XDG_CONFIG_HOME/agentledger/prices.toml, "
-                   "~/.config without XDG_CONFIG_HOME).")
+              help=f"Price overrides ({_PRICES_DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def reprice(obj, prices: Path | None, as_json: bool) -> None:
     """Price again every call priced here (or left unpriced), with today's price table and overrides.
 
-    Costs the logs carried are never touched; rollups move with the rows."""
+    Costs the logs carried are never touched; rollups move with the rows. Give it the configuration
+    `serve` runs with (--config), so that both read the same price file."""
     if not obj.db.exists():
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
-    pricer = pricer_for(prices)
+    configured = obj.config.prices
+    pricer = pricer_for(prices, obj.config)
     lock = WriterLock(obj.db)
     conn = lock.open()
     try:
@@ -154,7 +160,14 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     finally:
         conn.close()
         lock.close()
-    summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced}
+    summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,
+               "prices": str(prices or configured) if prices or configured else None}
+    if prices is not None and (configured is None or not _same_file(prices, configured)):
+        # The calls indexed from now on would be priced from the configured file, not from this one.
+        click.echo(f"agentledger: --prices {prices} is not the configuration's price file "
+                   f"({configured or 'none: the bundled table alone'}), which serve and ingest price new calls "
+                   f"from: copy it to {configured or _where(obj.config_path)}, or set `prices` in the config to it",
+                   err=True)
     unmatched = pricer.unmatched()
     # A mistyped model id otherwise just leaves the old price, with "calls changed 0" as the only sign.
     for key in unmatched:
@@ -162,4 +175,18 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     if as_json:
         emit_json(summary | {"unmatched_overrides": unmatched})
     else:
+        summary["prices"] = summary["prices"] or "the bundled table (no price file)"
         emit_pairs([(k.replace("_", " "), v) for k, v in summary.items()])
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
+def _where(config_path: Path | None) -> Path:
+    """Where the configuration in effect finds its price file when it names none."""
+    path, _ = config_file(config_path, os.environ)
+    return path.parent / PRICES_FILE

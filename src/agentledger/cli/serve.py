@@ -49,4 +49,4 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     pairs = [(fmt, r) for r in roots] + list(sources)
     config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace, idle_s=idle,
                            sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
-    sys.exit(run_daemon(config, demo=demo, pricer=pricer_for(prices)))
+    sys.exit(run_daemon(config, demo=demo, pricer=pricer_for(prices, config)))
