@@ -367,3 +367,42 @@ def test_show_says_which_price_file_is_in_effect_and_loads_back(tmp_path):
     again.parent.mkdir()
     again.write_text(shown)
     assert load(again, env={}) == load(config)  # what `show` printed: file and environment
+
+
+def test_an_environment_name_that_is_no_setting_is_refused_as_an_unknown_key_is(tmp_path):
+    """AGENTLEDGER_RETENTION_RAWDAYS=7 left raw_days at 30 without a word, where `rawdays = 7` in the file
+    stopped the command."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_CONFIG_HOME": str(tmp_path),
+           "AGENTLEDGER_RETENTION_RAWDAYS": "7"}
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "config", "show"], capture_output=True, text=True,
+                         env=env)
+    assert (ran.returncode, ran.stdout) == (2, "")
+    assert ran.stderr == ("agentledger: invalid config: $AGENTLEDGER_RETENTION_RAWDAYS is not a setting agentledger "
+                          "knows: rename it to $AGENTLEDGER_RETENTION_RAW_DAYS; `agentledger --config /dev/null "
+                          "config show` lists the keys there are\n")
+    with pytest.raises(ConfigError, match=r"\$AGENTLEDGER_COLOUR is not a setting agentledger knows: unset it \(a "
+                                          r"setting's is named after its key, e\.g\. \$AGENTLEDGER_RETENTION_RAW_DAYS\)"):
+        load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_COLOUR": "blue"})
+
+
+def test_every_agentledger_name_the_repository_uses_is_one_agentledger_knows():
+    """None of the names the program, its deployment, docs, tests and benchmarks set is refused."""
+    from agentledger.config import env_names
+
+    used = set()
+    for base in ("src", "tests", "bench", "deploy", "integrations"):
+        for path in (REPO / base).rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".md", ".toml", ".service", ".ts", ".js", ".json", ".sh") \
+                    and path.name != "test_config.py":
+                used |= set(re.findall(r"\bAGENTLEDGER_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(errors="replace")))
+    used |= set(re.findall(r"\bAGENTLEDGER_[A-Z0-9_]*[A-Z0-9]\b", (REPO / "README.md").read_text()))
+    assert {"AGENTLEDGER_DB", "AGENTLEDGER_STATE_DIR", "AGENTLEDGER_PRICES", "AGENTLEDGER_STRESS_CYCLES"} <= used
+    assert used - env_names() == set()
+
+
+
+def test_the_names_that_are_no_setting_load_whatever_their_value(tmp_path):
+    from agentledger.config import OTHER_ENV
+
+    env = dict.fromkeys(OTHER_ENV - {"AGENTLEDGER_CONFIG"}, "7") | {"AGENTLEDGER_CONFIG": "/dev/null"}
+    assert load(None, env=env) == Config()

@@ -4,12 +4,14 @@ The file is ``--config``, else ``$AGENTLEDGER_CONFIG``, else
 ``$XDG_CONFIG_HOME/agentledger/config.toml`` when it exists; the price file, unless ``prices`` names
 one, is ``prices.toml`` beside it, when that exists. Every scalar key has an
 environment variable named after its path (``hot.max_entries`` → ``AGENTLEDGER_HOT_MAX_ENTRIES``);
-the lists (``sources``, ``gates``) take JSON there. Anything invalid is one ``ConfigError``
+the lists (``sources``, ``gates``) take JSON there. Another ``AGENTLEDGER_*`` name is refused, as an
+unknown key in the file is. Anything invalid is one ``ConfigError``
 naming the key, the problem and where the value came from.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tomllib
@@ -26,6 +28,12 @@ from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_L
 
 ENV_PREFIX = "AGENTLEDGER_"
 PRICES_FILE = "prices.toml"
+# The AGENTLEDGER_* names that are no setting: the config file's path, the daemon `watch` and
+# `gate` ask, the test suite's fault points, and the knobs its long runs and benchmarks read.
+OTHER_ENV = frozenset({"AGENTLEDGER_CONFIG", "AGENTLEDGER_URL", "AGENTLEDGER_FAULT", "AGENTLEDGER_STRESS_CYCLES",
+                       "AGENTLEDGER_STRESS_CYCLES_LONG", "AGENTLEDGER_ADVERSARIAL_EXAMPLES",
+                       "AGENTLEDGER_SM_EXAMPLES", "AGENTLEDGER_HOT_KILLS", "AGENTLEDGER_CRASH_KILLS",
+                       "AGENTLEDGER_CRASH_KILLS_SLOW"})
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
@@ -273,6 +281,26 @@ def env_name(path: tuple[str, ...]) -> str:
     return ENV_PREFIX + "_".join(path).upper()
 
 
+def env_names() -> frozenset[str]:
+    """Every AGENTLEDGER_* name agentledger (or its test suite) reads."""
+    return OTHER_ENV | {env_name(path) for path in _scalar_paths(Config)}
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    """Refuse an AGENTLEDGER_* name that is no setting, as an unknown key in the file is: a mistyped one
+    (RAWDAYS for RAW_DAYS) would otherwise leave its setting at the default without a word."""
+    known = env_names()
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            # Compared without the prefix they share, which made any two names look alike.
+            close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX),
+                                              sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)
+            fix = f"rename it to ${ENV_PREFIX}{close[0]}" if close else \
+                "unset it (a setting's is named after its key, e.g. $AGENTLEDGER_RETENTION_RAW_DAYS)"
+            raise ConfigError(f"invalid config: ${name} is not a setting agentledger knows: {fix}; "
+                              "`agentledger --config /dev/null config show` lists the keys there are")
+
+
 def _set(doc: dict, path: tuple[str, ...], value: Any) -> None:
     for part in path[:-1]:
         doc = doc.setdefault(part, {})
@@ -336,6 +364,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         origins = {(k,): str(path) for k in doc}
+    _check_env_names(env)
     for key_path in _scalar_paths(Config):
         raw = env.get(env_name(key_path))
         if raw is not None:
