@@ -406,3 +406,26 @@ def test_the_names_that_are_no_setting_load_whatever_their_value(tmp_path):
 
     env = dict.fromkeys(OTHER_ENV - {"AGENTLEDGER_CONFIG"}, "7") | {"AGENTLEDGER_CONFIG": "/dev/null"}
     assert load(None, env=env) == Config()
+
+
+@pytest.mark.parametrize(("text", "env", "message"), [
+    ("hot = 5\n", {}, "hot: must be a table: [hot] and its keys, not 5 (from {file})"),
+    ('retention = "x"\n', {}, 'retention: must be a table: [retention] and its keys, not "x" (from {file})'),
+    ("sources = [5]\n", {}, "sources[0]: must be a table, as each [[sources]] is (in the environment, a JSON "
+                            "object), not 5 (from {file})"),
+    ("", {"AGENTLEDGER_GATES": '["a"]'}, 'gates[0]: must be a table, as each [[gates]] is (in the environment, a '
+                                         'JSON object), not "a" (from $AGENTLEDGER_GATES)'),
+    ("gates = 3\n", {}, "gates: must be a list of tables: [[gates]] entries (in the environment, a JSON list of "
+                        "objects), not 3 (from {file})"),
+    ("db = 5\n", {}, "db: must be a path, in quotes, not 5 (from {file})"),
+    ("listen = 9464\n", {}, "listen: must be text, in quotes, not 9464 (from {file})"),
+    ('[[sources]]\nroot = "/"\n', {}, "sources[0].format: is missing: give it (it has no default) (from {file})"),
+])
+def test_a_value_of_the_wrong_kind_is_told_in_the_file_s_words_not_python_s(tmp_path, text, env, message):
+    """Was "hot: must be a valid dictionary or instance of HotConfig", "must be a valid tuple", "Input is not
+    a valid path for <class 'pathlib.Path'>": names of Python classes, which a config file never shows."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, env=env)
+    assert str(info.value) == "invalid config: " + message.format(file=path)

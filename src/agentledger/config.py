@@ -333,13 +333,36 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
     key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
     origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
     message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
-    if error["type"] == "extra_forbidden":
+    kind, given = error["type"], error.get("input")
+    if kind == "extra_forbidden":
         # Not `config show` alone: it reads this same file and stops at this same key.
         message = "unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are)"
-    elif error["type"] == "literal_error":
+    elif kind == "literal_error":
         message = message.replace("must be", "must be one of", 1)
+    # Else pydantic's words: "a valid dictionary or instance of HotConfig", "a valid tuple", "not a valid
+    # path for <class 'pathlib.Path'>": Python's types, where the file has TOML's.
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        if loc[0] in _LISTS:
+            message = f"must be a table, as each [[{loc[0]}]] is (in the environment, a JSON object){_not(given)}"
+        else:
+            message = f"must be a table: [{key}] and its keys{_not(given)}"
+    elif kind in ("tuple_type", "list_type") and len(loc) == 1 and loc[0] in _LISTS:
+        message = (f"must be a list of tables: [[{key}]] entries (in the environment, a JSON list of "
+                   f"objects){_not(given)}")
+    elif kind in ("path_type", "string_type"):
+        message = f"must be {'a path' if kind == 'path_type' else 'text'}, in quotes{_not(given)}"
+    elif kind == "missing":
+        message = "is missing: give it (it has no default)"
     where = f" (from {origin})" if origin else ""
     return f"{key}: {message}{where}" if key else f"{message}{where}"
+
+
+_LISTS = ("sources", "gates")
+
+
+def _not(given: Any) -> str:
+    """", not 5": what was given instead, where it is a value a file writes on one line."""
+    return f", not {_toml_value(given)}" if isinstance(given, (bool, int, float, str)) else ""
 
 
 def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
