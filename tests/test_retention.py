@@ -422,3 +422,37 @@ def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplo
 def test_a_new_ledger_is_incremental_from_the_start(db: Path):
     open_writer(db).close()
     assert scalar(db, "PRAGMA auto_vacuum") == 2
+
+
+def test_prune_json_reports_the_free_space_it_measured(tmp_path: Path):
+    """`free_bytes` was 0 after a real prune and with raw_days = 0 whatever the file held: never measured."""
+    db = tmp_path / "ledger.db"
+    ingest(db, _synthetic(tmp_path / "root", 2_000))
+    conn = open_writer(db)
+    try:  # free pages inside the file: a table filled, then dropped
+        conn.execute("CREATE TABLE scratch (b BLOB)")
+        conn.execute("INSERT INTO scratch VALUES (zeroblob(1000000))")
+        conn.execute("DROP TABLE scratch")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        page = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    finally:
+        conn.close()
+
+    def free_now() -> int:
+        reader = open_reader(db)
+        try:
+            return retention.free_pages(reader) * page
+        finally:
+            reader.close()
+
+    free = free_now()
+    assert free >= 1_000_000
+    for args in (("--dry-run",), ()):  # raw_days = 0 (the tests' environment): nothing pruned, the space told
+        out = agentledger(db, "prune", "--json", *args)
+        assert out.returncode == 0, out.stderr
+        assert (json.loads(out.stdout)["reclaimed_bytes"] in (None, 0), json.loads(out.stdout)["free_bytes"]) == (
+            True, free), args
+    assert json.loads(agentledger(db, "prune", "--json", "--dry-run", "--older-than", "30").stdout)["free_bytes"] \
+        == free
+    did = json.loads(agentledger(db, "prune", "--json", "--older-than", "30").stdout)
+    assert did["reclaimed_bytes"] >= free and did["free_bytes"] == free_now() == 0

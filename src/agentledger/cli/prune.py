@@ -24,6 +24,11 @@ def _size(db: Path) -> int:
     return sum(os.path.getsize(p) for p in (db, Path(f"{db}-wal")) if p.exists())
 
 
+def _free(conn) -> int:
+    """The free space inside the ledger file: what giving pages back would still take off it."""
+    return retention.free_pages(conn) * conn.execute("PRAGMA page_size").fetchall()[0][0]
+
+
 def _emit_json(dry_run: bool, days: int, horizon: int | None, result: retention.Pruned, before: int,
                after: int | None, free: int) -> None:
     emit_json({"dry_run": dry_run, "older_than_days": days, "horizon": iso(horizon)}
@@ -51,10 +56,14 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
     if not from_flag:
         days = obj.config.retention.raw_days
         if days == 0:
-            open_reader(obj.db).close()  # a file that is no ledger is still refused
+            conn = open_reader(obj.db)  # a file that is no ledger is still refused
+            try:
+                free = _free(conn)
+            finally:
+                conn.close()
             if as_json:
                 size = _size(obj.db)
-                _emit_json(dry_run, 0, None, retention.Pruned(horizon_ms=0), size, None if dry_run else size, 0)
+                _emit_json(dry_run, 0, None, retention.Pruned(horizon_ms=0), size, None if dry_run else size, free)
             else:
                 click.echo("raw rows are kept for ever ([retention] raw_days = 0): nothing pruned; "
                            "pass --older-than DAYS to prune anyway")
@@ -65,7 +74,7 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
         conn = open_reader(obj.db)
         try:
             result = retention.pending(conn, horizon)
-            free = retention.free_pages(conn) * conn.execute("PRAGMA page_size").fetchall()[0][0]
+            free = _free(conn)
         finally:
             conn.close()
     else:
@@ -80,13 +89,14 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
                 result.reclaimed_bytes = retention.reclaim(conn)
                 # The file shrinks when the WAL is written back; empty it too.
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                free = _free(conn)  # left after the prune: measured, as for a dry run
             finally:
                 conn.close()
         finally:
             lock.close()
     after = None if dry_run else _size(obj.db)
     if as_json:
-        _emit_json(dry_run, days, horizon, result, before, after, free if dry_run else 0)
+        _emit_json(dry_run, days, horizon, result, before, after, free)
         return
     origin = "--older-than" if from_flag else "[retention] raw_days"
     click.echo(f"{'would prune' if dry_run else 'pruned'} raw rows older than {iso(horizon)} "
