@@ -253,6 +253,8 @@ def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated
     conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
+    conn.execute("DROP TABLE cost_source_totals")
+    conn.execute("DROP TABLE session_fallback_costs")
     conn.execute("PRAGMA user_version = 24")
     conn.close()
     open_writer(db).close()

@@ -321,6 +321,8 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
+    conn.execute("DROP TABLE cost_source_totals")
+    conn.execute("DROP TABLE session_fallback_costs")
     conn.execute("PRAGMA user_version = 11")
     conn.close()
     with transcript.open("ab") as f:

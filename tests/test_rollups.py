@@ -272,6 +272,8 @@ def test_a_ledger_from_before_run_sessions_counts_such_tool_calls_once_migrated(
     conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
     conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
+    conn.execute("DROP TABLE cost_source_totals")
+    conn.execute("DROP TABLE session_fallback_costs")
     conn.execute("PRAGMA user_version = 22")
     conn.close()
     open_writer(db).close()

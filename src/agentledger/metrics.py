@@ -2,7 +2,8 @@
 
 Every counter is a sum over ledger rows (through the rollups), so counters survive
 restarts and never reset while the ledger lives: ``increase()`` sees no false resets (a
-correction that lowers a sum is held, see ``CounterFloors``). A run
+correction that lowers a sum is held, see ``CounterFloors``).
+Spend is what every report counts, a run without model calls at its usage snapshot's cost. A run
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
 No session, run or tool-call id is ever a label; tool and model labels are capped to
@@ -144,27 +145,36 @@ class LedgerCollector(Collector):
     def _llm(self, conn, label: _Capped) -> Iterator[Metric]:
         rows = conn.execute(
             "SELECT model, provider, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
-            "sum(cache_read_tokens), sum(cache_write_tokens), sum(cost_pico), sum(unpriced_calls) "
-            "FROM usage_days WHERE llm_calls > 0 OR cost_pico > 0 GROUP BY 1, 2").fetchall()
+            "sum(cache_read_tokens), sum(cache_write_tokens), sum(unpriced_calls) "
+            "FROM usage_days WHERE llm_calls > 0 GROUP BY 1, 2").fetchall()
+        # Spend as every report counts it (runs without model calls at their usage snapshot's cost, the
+        # log's word), from the rollup that keeps it by source: no run or call is walked.
+        spent = conn.execute("SELECT provider, model, cost_source, cost_pico FROM cost_source_totals").fetchall()
         tokens = CounterMetricFamily("agentledger_tokens", "Tokens by provider, model and kind (OpenTelemetry "
                                      "gen_ai.token.type naming).", labels=["provider", "model", "token_type"])
-        cost = CounterMetricFamily("agentledger_cost_usd", "Spend in USD, by where the cost came from.",
-                                   labels=["provider", "model", "cost_source"])
+        cost = CounterMetricFamily("agentledger_cost_usd", "Spend in USD, by where the cost came from (log: the "
+                                   "log's, usage snapshots of runs without model calls included; transcript; "
+                                   "priced: from the tokens here).", labels=["provider", "model", "cost_source"])
         calls = CounterMetricFamily("agentledger_llm_calls", "Model calls; priced=false have no known cost.",
                                     labels=["provider", "model", "outcome", "priced"])
         acc: dict[tuple, list[float]] = {}
-        for model, provider, n, errors, i, o, cr, cw, pico, unpriced in rows:
+        for model, provider, n, errors, i, o, cr, cw, unpriced in rows:
             key = (provider or "", label[model])
-            a = acc.setdefault(key, [0.0] * 8)
-            for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw, pico)):
+            a = acc.setdefault(key, [0.0] * 7)
+            for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw)):
                 a[k] += v
-        for (provider, model), (priced, unpriced, errors, i, o, cr, cw, pico) in sorted(acc.items()):
+        for (provider, model), (priced, unpriced, errors, i, o, cr, cw) in sorted(acc.items()):
             for token_type, value in zip(_TOKEN_TYPES, (i, o, cr, cw)):
                 tokens.add_metric([provider, model, token_type], value)
-            cost.add_metric([provider, model, "log"], pico / PICO_PER_USD)
             calls.add_metric([provider, model, "ok", "true"], priced)
             calls.add_metric([provider, model, "ok", "false"], unpriced)
             calls.add_metric([provider, model, "error", "true"], errors)
+        pico: dict[tuple, int] = {}
+        for provider, model, source, value in spent:
+            key = (provider, label[model], source)
+            pico[key] = pico.get(key, 0) + value
+        for (provider, model, source), value in sorted(pico.items()):
+            cost.add_metric([provider, model, source], value / PICO_PER_USD)
         yield tokens
         yield cost
         yield calls

@@ -32,7 +32,8 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                              9: ("session_ids", "compaction_pairs"), 11: ("duration_buckets",),
                                              14: ("session_totals",),
                                              23: ("session_totals", "usage_slots", "usage_days", "session_ids",
-                                                  "compaction_pairs")}
+                                                  "compaction_pairs"),
+                                             27: ("cost_source_totals", "session_fallback_costs")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 import apsw
 import orjson
 
-from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SUBAGENT_KEY, TOOL_RUNS,
-                                      TOOL_SESSION, UNPRICED)
+from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SNAPSHOT_OF_RUN,
+                                      SUBAGENT_KEY, TOOL_RUNS, TOOL_SESSION, UNPRICED,
+                                      snapshot_fallback)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -37,69 +38,9 @@ def _row(fields: tuple[str, ...], values: tuple) -> dict:
     return dict(zip(fields, values, strict=True))
 
 
-# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot. A
-# snapshot ``u`` names no run. It is of the run of its session begun last at or before it (of two begun
-# at once, the greater id), when no more than a minute after that run's end: the producer writes it about
-# at the end. But the gateway may write a run's snapshot a moment after the session's next run began; the
-# run.end of the run a snapshot is of says the same usage totals. So a snapshot whose totals the end of
-# the run begun just before says, and the end of the run begun last does not (it has not ended, or said
-# others), is of the run before. Without that evidence the run begun last keeps it. Each snapshot is of
-# one run at most (SNAPSHOT_OWNER), so its cost never counts twice. A run read without its start (the log
-# began mid-run) began its reported duration before its end.
-def _began(run: str) -> str:
-    return f"coalesce({run}.started_ms, {run}.ended_ms - {run}.duration_ms, {run}.ended_ms)"
-
-
-def _last(run: str) -> str:
-    """The latest time a snapshot of the run may have."""
-    return f"coalesce({run}.ended_ms, {run}.started_ms) + 60000"
-
-
-def _said_by(run: str) -> str:
-    """Whether the run's end said the snapshot's usage totals."""
-    return f"(u.total_tokens > 0 AND {run}.total_tokens = u.total_tokens)"
-
-
-def _begun_last(k: int) -> str:
-    """The ``k`` runs of the snapshot's session begun last at or before it, latest first: a probe of
-    runs_by_session_start, and of its NULLs for the (few) runs without a start."""
-    return f"""
-    SELECT * FROM (
-        SELECT n.run_id, n.started_ms AS began, {_last("n")} AS last_ms, n.total_tokens FROM runs AS n
-        WHERE n.session_id = u.session_id AND n.started_ms <= u.ts_ms ORDER BY n.started_ms DESC, n.run_id DESC
-        LIMIT {k})
-    UNION ALL
-    SELECT n.run_id, {_began("n")}, {_last("n")}, n.total_tokens FROM runs AS n
-    WHERE n.session_id = u.session_id AND n.started_ms IS NULL AND {_began("n")} <= u.ts_ms
-    ORDER BY began DESC, run_id DESC LIMIT {k}"""
-
-
-# The run snapshot ``u`` is of, or NULL: of the two begun last, the later one whose end says its totals,
-# else the one begun last.
-SNAPSHOT_OWNER = f"""coalesce(
-    (SELECT o.run_id FROM ({_begun_last(2)}) AS o WHERE u.ts_ms <= o.last_ms AND {_said_by("o")}
-     ORDER BY o.began DESC, o.run_id DESC LIMIT 1),
-    (SELECT o.run_id FROM ({_begun_last(1)}) AS o WHERE u.ts_ms <= o.last_ms))"""
-# Whether snapshot ``u`` is of run ``r``. What the snapshots' index finds from the run first (the
-# snapshots in its span), then what rules most of them out at the cost of a probe: a run begun after r
-# and before the snapshot leaves r only a snapshot whose totals r's end says.
-SNAPSHOT_OF_RUN = (
-    f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_began('r')} AND {_last('r')} "
-    f"AND ({_said_by('r')} OR NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id "
-    f"AND n.started_ms > {_began('r')} AND n.started_ms <= u.ts_ms)) "
-    f"AND r.run_id = {SNAPSHOT_OWNER}"
-)
-# Its model and provider are the run's, else those of the snapshot that gave the cost (SQLite takes a
-# bare column from the row max() picked). CROSS JOIN keeps SQLite walking from the (small) list of such
-# runs, never the snapshots.
-_SNAPSHOT_FALLBACK = f"""
-SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
-       coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
-       max(u.cost_pico) AS cost_pico
-FROM runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id
-CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
-GROUP BY r.run_id
-"""
+# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot (see
+# verify.SNAPSHOT_OWNER). CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
+_SNAPSHOT_FALLBACK = snapshot_fallback("runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id")
 
 _SLOT = 900_000
 _SLOT_LLM_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in LLM_COLUMNS)
@@ -1351,8 +1292,10 @@ def ingest_health(conn: apsw.Connection, now_ms: int) -> list[dict]:
 
 
 # Label dimension → the daily rollup whose rows say in which order the values came, and which rows count.
+# A model comes with its first call, or with its first run: a run without calls may cost what its usage
+# snapshot says, under the run's model, and that value must have its place before the cost comes.
 _LABEL_SOURCES = {
-    "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0"),
+    "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0 OR (runs > 0 AND model <> '')"),
     "tool": ("tool_days", "tool_name", "calls > 0"),
 }
 

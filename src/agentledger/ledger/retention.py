@@ -30,7 +30,7 @@ from pathlib import Path
 
 import apsw
 
-from agentledger.ledger.queries import SNAPSHOT_OWNER
+from agentledger.ledger.verify import SNAPSHOT_OWNER
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.timeutil import iso
 

@@ -10,6 +10,7 @@ key in Python and written with one upsert per key, which is what keeps this chea
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import defaultdict
 
 import apsw
@@ -73,6 +74,10 @@ _ADD_RUN_TOOLS = _upsert_add("run_tool_totals", ("run_id",), ("tool_calls", "too
 _ADD_RUN_LLM = _upsert_add("run_llm_totals", ("run_id",), _SESSION_COLUMNS[:9])
 _ADD_DURATION = _upsert_add("duration_buckets", ("kind", "name_a", "name_b", "bucket"), ("calls", "duration_ms"))
 _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
+_ADD_COST_SOURCE = _upsert_add("cost_source_totals", ("provider", "model", "cost_source"), ("cost_pico",))
+_DROP_FALLBACKS = ("DELETE FROM session_fallback_costs WHERE session_id IN (SELECT value FROM json_each(?)) "
+                   "RETURNING provider, model, cost_pico")
+_PUT_FALLBACK = "INSERT INTO session_fallback_costs (session_id, provider, model, cost_pico) VALUES (?, ?, ?, ?)"
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals)"
@@ -89,11 +94,41 @@ _SESSION_SPAN = (
 
 
 def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
-    """Number this transaction's changes and mark the session instances they touched."""
+    """Number this transaction's changes and mark the session instances they touched (whose snapshot
+    fallbacks follow, see ``refresh_fallbacks``)."""
     seq = conn.execute(_NEXT_POSITION).fetchall()[0][0]
     if session_ids:
         conn.executemany(_SESSION_CHANGED, [(sid, seq) for sid in session_ids])
+        refresh_fallbacks(conn, session_ids)
     return seq
+
+
+@functools.cache
+def _session_fallbacks() -> str:
+    """The snapshot fallback costs of these session instances' runs without calls (verify.snapshot_fallback),
+    by provider and model: from each session's runs, so a batch walks only the runs of the sessions it changed."""
+    from agentledger.ledger.verify import snapshot_fallback  # not at the top: verify reads this module's constants
+
+    runs = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.session_id = j.value "
+            "CROSS JOIN runs_without_calls AS w ON w.run_id = r.run_id")
+    return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), coalesce(sum(cost_pico), 0) "
+            f"FROM ({snapshot_fallback(runs)}) GROUP BY 1, 2, 3")
+
+
+def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:
+    """Recompute the snapshot fallbacks of these session instances and move cost_source_totals by the
+    difference. A fallback depends only on its session's runs, snapshots and runs without calls, and every
+    change to those marks the session changed (the hot views depend on the same)."""
+    ids = orjson.dumps(sorted(session_ids)).decode()
+    moved: dict[tuple, list[int]] = defaultdict(lambda: [0])
+    for provider, model, cost in conn.execute(_DROP_FALLBACKS, (ids,)).fetchall():
+        moved[(provider, model, "log")][0] -= cost
+    rows = [row for row in conn.execute(_session_fallbacks(), (ids,)) if row[3]]
+    if rows:
+        conn.executemany(_PUT_FALLBACK, rows)
+    for _, provider, model, cost in rows:
+        moved[(provider, model, "log")][0] += cost
+    _write(conn, _ADD_COST_SOURCE, moved)
 
 
 # OpenTelemetry's advised boundaries for GenAI operation durations, in ms; past the last: +Inf.
@@ -124,10 +159,11 @@ class Deltas:
         self.run_llm: dict[str, list[int]] = defaultdict(lambda: [0] * 9)
         self.session_model: dict[tuple, list[int]] = defaultdict(lambda: [0] * 9)
         self.durations: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])  # (kind, a, b, bucket) → n, ms
+        self.cost_sources: dict[tuple, list[int]] = defaultdict(lambda: [0])  # (provider, model, source) → cost
 
     def llm_call(self, row: tuple, sign: int = 1) -> None:
         """``row`` is the writer's llm_calls parameter tuple (see writer.LLM_CALL_COLUMNS)."""
-        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, _, duration,
+        (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, cost_source, duration,
          error) = row[:19]
         err = error is not None
         values = (sign, sign * err, sign * i, sign * o, sign * cr, sign * cw, sign * t, sign * (cost or 0),
@@ -141,6 +177,8 @@ class Deltas:
         for acc in targets:
             for k, v in enumerate(values):
                 acc[k] += v
+        if cost is not None:
+            self.cost_sources[(provider or "", model or "", cost_source)][0] += sign * cost
         if duration is not None:
             acc = self.durations[("llm", provider or "", model or "", duration_bucket(duration))]
             acc[0] += sign
@@ -255,6 +293,7 @@ def move_llm_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[
     _write(conn, _ADD_USAGE_DAY, _by_day(d.usage))
     _write(conn, _ADD_RUN_LLM, d.run_llm)
     _write(conn, _ADD_SESSION_MODEL, d.session_model)
+    _write(conn, _ADD_COST_SOURCE, d.cost_sources)
     return set(d.session)
 
 
@@ -326,6 +365,7 @@ class Tracker:
         _write(self.conn, _ADD_RUN_LLM, d.run_llm)
         _write(self.conn, _ADD_SESSION_MODEL, d.session_model)
         _write(self.conn, _ADD_DURATION, d.durations)
+        _write(self.conn, _ADD_COST_SOURCE, d.cost_sources)
         if new_runs:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:

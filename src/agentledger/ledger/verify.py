@@ -38,6 +38,75 @@ TOOL_SESSION = f"coalesce(tc.session_id, {RUN_SESSION})"
 TOOL_RUNS = "LEFT JOIN runs AS r ON r.run_id = tc.run_id LEFT JOIN run_activity AS a ON a.run_id = tc.run_id"
 
 
+# Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot. A
+# snapshot ``u`` names no run. It is of the run of its session begun last at or before it (of two begun
+# at once, the greater id), when no more than a minute after that run's end: the producer writes it about
+# at the end. But the gateway may write a run's snapshot a moment after the session's next run began; the
+# run.end of the run a snapshot is of says the same usage totals. So a snapshot whose totals the end of
+# the run begun just before says, and the end of the run begun last does not (it has not ended, or said
+# others), is of the run before. Without that evidence the run begun last keeps it. Each snapshot is of
+# one run at most (SNAPSHOT_OWNER), so its cost never counts twice. A run read without its start (the log
+# began mid-run) began its reported duration before its end.
+def _began(run: str) -> str:
+    return f"coalesce({run}.started_ms, {run}.ended_ms - {run}.duration_ms, {run}.ended_ms)"
+
+
+def _last(run: str) -> str:
+    """The latest time a snapshot of the run may have."""
+    return f"coalesce({run}.ended_ms, {run}.started_ms) + 60000"
+
+
+def _said_by(run: str) -> str:
+    """Whether the run's end said the snapshot's usage totals."""
+    return f"(u.total_tokens > 0 AND {run}.total_tokens = u.total_tokens)"
+
+
+def _begun_last(k: int) -> str:
+    """The ``k`` runs of the snapshot's session begun last at or before it, latest first: a probe of
+    runs_by_session_start, and of its NULLs for the (few) runs without a start."""
+    return f"""
+    SELECT * FROM (
+        SELECT n.run_id, n.started_ms AS began, {_last("n")} AS last_ms, n.total_tokens FROM runs AS n
+        WHERE n.session_id = u.session_id AND n.started_ms <= u.ts_ms ORDER BY n.started_ms DESC, n.run_id DESC
+        LIMIT {k})
+    UNION ALL
+    SELECT n.run_id, {_began("n")}, {_last("n")}, n.total_tokens FROM runs AS n
+    WHERE n.session_id = u.session_id AND n.started_ms IS NULL AND {_began("n")} <= u.ts_ms
+    ORDER BY began DESC, run_id DESC LIMIT {k}"""
+
+
+# The run snapshot ``u`` is of, or NULL: of the two begun last, the later one whose end says its totals,
+# else the one begun last.
+SNAPSHOT_OWNER = f"""coalesce(
+    (SELECT o.run_id FROM ({_begun_last(2)}) AS o WHERE u.ts_ms <= o.last_ms AND {_said_by("o")}
+     ORDER BY o.began DESC, o.run_id DESC LIMIT 1),
+    (SELECT o.run_id FROM ({_begun_last(1)}) AS o WHERE u.ts_ms <= o.last_ms))"""
+# Whether snapshot ``u`` is of run ``r``. What the snapshots' index finds from the run first (the
+# snapshots in its span), then what rules most of them out at the cost of a probe: a run begun after r
+# and before the snapshot leaves r only a snapshot whose totals r's end says.
+SNAPSHOT_OF_RUN = (
+    f"u.session_id = r.session_id AND u.ts_ms BETWEEN {_began('r')} AND {_last('r')} "
+    f"AND ({_said_by('r')} OR NOT EXISTS (SELECT 1 FROM runs AS n WHERE n.session_id = r.session_id "
+    f"AND n.started_ms > {_began('r')} AND n.started_ms <= u.ts_ms)) "
+    f"AND r.run_id = {SNAPSHOT_OWNER}"
+)
+
+
+# A run's model and provider are its own, else those of the snapshot that gave the cost (SQLite takes a
+# bare column from the row max() picked).
+def snapshot_fallback(runs: str) -> str:
+    """The cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls) falls back
+    to, from its usage snapshot: a row per run that has one."""
+    return f"""
+SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
+       coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
+       max(u.cost_pico) AS cost_pico
+FROM {runs}
+CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
+GROUP BY r.run_id
+"""
+
+
 def _z(alias: str, columns: tuple[str, ...]) -> str:
     return ", ".join(f"coalesce({alias}.{c}, 0)" for c in columns)
 
@@ -156,6 +225,32 @@ _BASE_ROLLUPS = (
 )
 
 
+# Spend by where its cost came from, what /metrics serves by cost_source (a call's cost_source: the log's,
+# a transcript's, or priced here). A run without model calls costs what its usage snapshot says, in every
+# total: that is a cost the log wrote down, so it counts as the log's. Kept per session instance too
+# (session_fallback_costs): a batch recomputes the fallbacks of the sessions it changed, and moves the
+# totals by the difference. Runs without calls are those no llm_calls row names (runs_without_calls).
+_FALLBACK_RUNS = snapshot_fallback(
+    "(SELECT * FROM runs WHERE run_id NOT IN (SELECT run_id FROM llm_calls WHERE run_id IS NOT NULL)) AS r")
+_COST_ROLLUPS = (
+    Rollup(
+        "session_fallback_costs", ("session_id", "provider", "model"), ("cost_pico",),
+        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), coalesce(sum(cost_pico), 0)
+            FROM ({_FALLBACK_RUNS}) GROUP BY 1, 2, 3""",
+    ),
+    Rollup(
+        "cost_source_totals", ("provider", "model", "cost_source"), ("cost_pico",),
+        f"""SELECT provider, model, cost_source, sum(cost_pico) FROM (
+                SELECT coalesce(provider, '') AS provider, coalesce(model, '') AS model, cost_source, cost_pico
+                FROM llm_calls WHERE cost_pico IS NOT NULL
+                UNION ALL
+                SELECT coalesce(provider, ''), coalesce(model, ''), 'log', cost_pico FROM ({_FALLBACK_RUNS})
+                WHERE cost_pico IS NOT NULL)
+            GROUP BY 1, 2, 3""",
+    ),
+)
+
+
 def _session_ids(where: str) -> str:
     """sessionKey ↔ sessionId: an instance holds its key from its start until the next instance starts."""
     return f"""
@@ -223,7 +318,7 @@ _SESSION_ROLLUPS = (
             "tokens_before", "tokens_after"), _compaction_pairs("1")),
 )
 ROLLUPS = (_BASE_ROLLUPS + tuple(_daily(r) for r in _BASE_ROLLUPS if r.table.endswith("_slots"))
-           + _SESSION_ROLLUPS)
+           + _COST_ROLLUPS + _SESSION_ROLLUPS)
 
 
 # Per table: where the rows that a change at some time can affect begin, and which column says so.
