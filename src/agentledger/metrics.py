@@ -2,7 +2,8 @@
 
 Every counter is a sum over ledger rows (through the rollups), so counters survive
 restarts and never reset while the ledger lives: ``increase()`` sees no false resets (a
-correction that lowers a sum is held, see ``CounterFloors``).
+correction that lowers a sum is held, see ``CounterFloors``; a ``reprice`` or another ``top_n``
+starts them again from the ledger's sums, which may be lower: the shipped spend rules use ``delta()``).
 Spend is what every report counts, a run without model calls at its usage snapshot's cost. A run
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
