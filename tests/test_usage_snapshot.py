@@ -26,19 +26,19 @@ def ev(n: int, kind: str, data: dict, **env) -> bytes:
     return orjson.dumps(base) + b"\n"
 
 
-def snapshot(n: int, cost: float) -> bytes:
+def snapshot(n: int, cost: float, **env) -> bytes:
     return ev(n, "usage.snapshot", {"provider": "p", "model": "m", "costUsd": cost,
-                                    "usage": {"input": 1, "output": 1, "total": 2}}, agentId="unknown")
+                                    "usage": {"input": 1, "output": 1, "total": 2}}, agentId="unknown", **env)
 
 
-def run(n: int, run_id: str, *, calls: list[float], snap: float) -> bytes:
-    out = ev(n, "run.start", {"model": "m", "provider": "p"}, runId=run_id)
+def run(n: int, run_id: str, *, calls: list[float], snap: float, **env) -> bytes:
+    out = ev(n, "run.start", {"model": "m", "provider": "p"}, runId=run_id, **env)
     for i, c in enumerate(calls):
         out += ev(n + 1 + i, "llm.call", {"callIndex": i, "provider": "p", "model": "m", "costUsd": c,
                                           "delta": {"input": 1, "output": 1, "total": 2}},
-                  runId=run_id, agentId="unknown")
+                  runId=run_id, agentId="unknown", **env)
     k = n + 1 + len(calls)
-    return out + snapshot(k, snap) + ev(k + 1, "run.end", {"model": "m", "provider": "p"}, runId=run_id)
+    return out + snapshot(k, snap, **env) + ev(k + 1, "run.end", {"model": "m", "provider": "p"}, runId=run_id, **env)
 
 
 @pytest.mark.parametrize("order", ["in order", "reversed"])
@@ -385,3 +385,21 @@ def test_each_run_without_calls_costs_its_own_snapshot_and_no_snapshot_counts_tw
         assert {n for _, n in owners} <= {1}
     finally:
         conn.close()
+
+
+def test_the_fallback_of_a_few_sessions_walks_their_runs_only(tmp_path, db):
+    # Old telemetry has no llm.call lines: every run falls back to its snapshot, and a question about the
+    # sessions a batch changed (the hot views', a sessions page's) must not walk all of them.
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(run(100 * i, f"R{i}", calls=[], snap=0.5 + i, sessionId=f"S{i % 3}")
+                         for i in range(9)))
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        assert queries._fallback_cost(conn, queries.Window(), ["S1", "S2"]) == {
+            "S1": round((1.5 + 4.5 + 7.5) * 10**12), "S2": round((2.5 + 5.5 + 8.5) * 10**12)}
+        params = [orjson.dumps(["S1"]).decode()]
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries._SESSIONS_FALLBACK, params))
+    finally:
+        conn.close()
+    assert "SCAN w" not in plan and "SCAN r" not in plan, plan

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 import apsw
 import orjson
 
-from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS, SNAPSHOT_OF_RUN,
-                                      SUBAGENT_KEY, TOOL_RUNS, TOOL_SESSION, UNPRICED,
-                                      snapshot_fallback)
+from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS,
+                                      SESSION_RUNS_WITHOUT_CALLS, SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
+                                      TOOL_SESSION, UNPRICED, snapshot_fallback)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -41,6 +41,7 @@ def _row(fields: tuple[str, ...], values: tuple) -> dict:
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot (see
 # verify.SNAPSHOT_OWNER). CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
 _SNAPSHOT_FALLBACK = snapshot_fallback("runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id")
+_SESSIONS_FALLBACK = snapshot_fallback(SESSION_RUNS_WITHOUT_CALLS)
 
 _SLOT = 900_000
 _SLOT_LLM_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in LLM_COLUMNS)
@@ -178,13 +179,14 @@ def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str],
     """Snapshot costs of runs without per-call costs, grouped by ``keys``: expressions over the
     fallback's columns, which bear the names llm_calls gives the same things."""
     params: list = []
-    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
-    if session_ids is not None:
-        cond += " AND session_id IN (SELECT value FROM json_each(?))"
+    source = _SNAPSHOT_FALLBACK
+    if session_ids is not None:  # the listed sessions' runs, not a filter on every run's fallback
+        source = _SESSIONS_FALLBACK
         params.append(_json_list(session_ids))
+    cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
     group = ", ".join(str(i + 1) for i in range(len(keys)))
     rows = conn.execute(
-        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}", params)
+        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({source}) WHERE {cond} GROUP BY {group}", params)
     return {tuple(row[:-1]): row[-1] or 0 for row in rows}
 
 

@@ -107,12 +107,11 @@ def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
 def _session_fallbacks() -> str:
     """The snapshot fallback costs of these session instances' runs without calls (verify.snapshot_fallback),
     by provider and model: from each session's runs, so a batch walks only the runs of the sessions it changed."""
-    from agentledger.ledger.verify import snapshot_fallback  # not at the top: verify reads this module's constants
+    # not at the top: verify reads this module's constants
+    from agentledger.ledger.verify import SESSION_RUNS_WITHOUT_CALLS, snapshot_fallback
 
-    runs = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.session_id = j.value "
-            "CROSS JOIN runs_without_calls AS w ON w.run_id = r.run_id")
     return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), coalesce(sum(cost_pico), 0) "
-            f"FROM ({snapshot_fallback(runs)}) GROUP BY 1, 2, 3")
+            f"FROM ({snapshot_fallback(SESSION_RUNS_WITHOUT_CALLS)}) GROUP BY 1, 2, 3")
 
 
 def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:

@@ -94,6 +94,12 @@ SNAPSHOT_OF_RUN = (
 
 # A run's model and provider are its own, else those of the snapshot that gave the cost (SQLite takes a
 # bare column from the row max() picked).
+# The runs without model calls of the session instances listed in parameter 1 (a JSON list), each session's
+# found through its runs: never a walk of every run without calls, which a ledger of old telemetry is full of.
+SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.session_id = j.value "
+                              "CROSS JOIN runs_without_calls AS w ON w.run_id = r.run_id")
+
+
 def snapshot_fallback(runs: str) -> str:
     """The cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls) falls back
     to, from its usage snapshot: a row per run that has one."""
