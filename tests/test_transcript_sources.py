@@ -16,7 +16,7 @@ import pytest
 from conftest import cli_env, cli_json, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar, usage
+from ledgerdump import dump, scalar, usage, verify
 
 from agentledger.config import GateConfig
 from agentledger.gates import GateKeeper
@@ -1191,6 +1191,101 @@ def test_a_fork_that_copies_its_origins_lines_neither_ends_nor_joins_the_origins
                     (FORK, "2026-10-01T10:00:50.000Z"): ("ok", "end_turn", 1)}
     u = usage(db)
     assert (u["runs"], u["interrupted_runs"], u["llm_calls"]) == (3, 1, 4)
+
+
+def _origin_turns() -> list[bytes]:
+    """Two turns of the session: a Bash call and its answer, then a question."""
+    bash = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest"}}
+    return [cc_prompt("u1", "run the tests", 0),
+            cc_assistant("a1", "msg_1", bash, output=40, second=1, stop="tool_use"),
+            cc_result("r1", "toolu_1", 2),
+            cc_assistant("a2", "msg_2", {"type": "text", "text": "All pass."}, output=30, second=3, request="req_2",
+                         stop="end_turn"),
+            cc_prompt("u2", "and the lint?", 10),
+            cc_assistant("a3", "msg_3", {"type": "text", "text": "Clean."}, output=20, second=11, request="req_3",
+                         stop="end_turn")]
+
+
+def _forked(origin: list[bytes], style: str) -> list[bytes]:
+    """The head of a Claude Code 2.1 fork's file: each of the origin's entries under the fork's sessionId,
+    stamped ``forkedFrom``. ``/branch`` keeps each entry's uuid; the SDK's ``forkSession`` gives each a
+    fresh one and dates the last copy when it made the fork."""
+    copies = []
+    for i, line in enumerate(origin):
+        entry = orjson.loads(line)
+        copy = entry | {"sessionId": FORK, "forkedFrom": {"sessionId": SESSION, "messageUuid": entry["uuid"]}}
+        if style == "fork-session":
+            copy["uuid"] = f"f0c0{i:04d}-0000-4000-8000-000000000000"
+            if i == len(origin) - 1:
+                copy["timestamp"] = "2026-10-01T10:00:45.000Z"
+        copies.append(_line(copy))
+    return copies
+
+
+def _fork_turn() -> list[bytes]:
+    """The fork's own first turn."""
+    return [_line(orjson.loads(line) | {"sessionId": FORK}) for line in (
+        cc_prompt("f1", "try it the other way", 50),
+        cc_assistant("f2", "msg_f1", {"type": "text", "text": "Done."}, output=9, second=51, request="req_f1",
+                     stop="end_turn"))]
+
+
+def _fork_picture(db: Path) -> dict:
+    """What ``usage`` and ``sessions`` tell of each session, and what ``verify`` finds."""
+    settle(db)
+    sessions = {s["session_id"]: (s["runs"], s["llm_calls"], s["tool_calls"], s["output_tokens"],
+                                  s["cache_write_tokens"], s["cost_usd"]) for s in cli_json(db, "sessions")}
+    u = cli_json(db, "usage")
+    return {"sessions": sessions, "verify": verify(db),
+            "usage": {k: u[k] for k in ("sessions", "runs", "interrupted_runs", "llm_calls", "tool_calls",
+                                        "output_tokens", "cost_usd", "rejected_lines")}}
+
+
+@pytest.mark.parametrize("style", ["branch", "fork-session"])
+@pytest.mark.parametrize("order", ["origin-first", "fork-first", "fork-alone"])
+def test_a_forks_copies_of_its_origins_history_count_once_in_the_origin(tmp_path, style, order):
+    """A fork's file starts with copies of its origin's entries under the fork's own sessionId: they are
+    the origin's turns, counted once and in the origin, whichever file is read first and when the origin's
+    file is gone; the fork's own turn is the fork's."""
+    origin = _origin_turns()
+    want_db, db = tmp_path / "want.db", tmp_path / "ledger.db"
+    project = _project(tmp_path)
+    # What the ledger should hold: the origin read alone, and the fork's own turn.
+    (project / f"{SESSION}.jsonl").write_bytes(b"".join(origin))
+    (project / f"{FORK}.jsonl").write_bytes(b"".join(_fork_turn()))
+    ingest(want_db, tmp_path / "claude", fmt="claude-code")
+    want = _fork_picture(want_db)
+    assert want["sessions"][SESSION][:3] == (2, 3, 1) and want["sessions"][FORK][:3] == (1, 1, 0)
+    assert (want["usage"]["sessions"], want["usage"]["runs"], want["usage"]["llm_calls"]) == (2, 3, 4)
+
+    files = {project / f"{SESSION}.jsonl": origin, project / f"{FORK}.jsonl": _forked(origin, style) + _fork_turn()}
+    for path in files:
+        path.unlink()
+    steps = {"origin-first": list(files), "fork-first": list(files)[::-1], "fork-alone": list(files)[1:]}[order]
+    for path in steps:  # each file in a read of its own: the other is not there yet
+        path.write_bytes(b"".join(files[path]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0  # read again, nothing changes
+    assert _fork_picture(db) == want
+
+
+@pytest.mark.parametrize("style", ["branch", "fork-session"])
+@pytest.mark.parametrize("order", ["origin-first", "fork-first", "without-origin"])
+def test_a_forks_copy_of_a_task_leaves_the_subagent_its_origins(tmp_path, db, style, order):
+    """The copied Task call and result name the origin's subagent: the subagent, its spend and the spawning
+    turn stay the origin's, as if the fork had never been made."""
+    parent, child, btw = _task_lines()
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    files = {project / f"{SESSION}.jsonl": parent, project / f"{FORK}.jsonl": _forked(parent, style),
+             sub / f"agent-{TASK_AGENT}.jsonl": child, sub / f"agent-{BTW_AGENT}.jsonl": btw}
+    steps = list(files) if order == "origin-first" else list(files)[1:] if order == "without-origin" else [
+        *list(files)[1:], list(files)[0]]
+    for path in steps:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(files[path]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
 
 
 def test_a_prompt_written_as_blocks_with_an_image_is_a_turn_of_its_own(tmp_path, db):

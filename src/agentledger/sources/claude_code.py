@@ -10,7 +10,9 @@ Identity: ``sessions.session_id`` is Claude Code's own ``sessionId`` (what its h
 as ``session_id``), ``session_key`` is ``agent:claude-code:<sessionId>`` and the agent is
 ``claude-code``. A Task subagent is a session of its own, ``<sessionId>/<agentId>`` keyed
 ``agent:claude-code:subagent:<sessionId>/<agentId>`` (agent ids are short: the parent's id
-keeps two sessions' subagents apart); its spend rolls up into the parent's family.
+keeps two sessions' subagents apart); its spend rolls up into the parent's family. A forked
+session's file starts with copies of its origin's entries: each is read as the entry it copies
+(see ``_copied_entry``), so the origin's history is the origin's, once.
 
 Nothing on a side branch's own lines says whether it is a Task subagent or a /btw question:
 only the Task's result (``toolUseResult.agentId``) or a SubagentStart hook says so, and
@@ -203,8 +205,12 @@ class FileDecoder:
             if kind == "summary":
                 return []  # a title for the session list, with no time of its own
             return reject(line, offset, "missing or invalid field 'timestamp'")
-        session_id = text(obj.get("sessionId")) or self.path_session
-        uuid = text(obj.get("uuid"))
+        copied = _copied_entry(obj)
+        if copied is None:
+            session_id = text(obj.get("sessionId")) or self.path_session
+            uuid = text(obj.get("uuid"))
+        else:  # a fork's copy of another session's entry is that entry, whichever file is read
+            session_id, uuid = copied
         base = {"event_id": line_id(uuid.encode() if uuid else line), "ts_ms": ts, "source": SOURCE,
                 "agent_id": AGENT, "session_key": session_key(session_id), "session_id": session_id}
         sidechain = obj.get("isSidechain") is True
@@ -347,6 +353,25 @@ class FileDecoder:
             if run_id is not None:
                 return RunEnded(**base, kind="run.end", run_id=run_id, duration_ms=duration(obj.get("durationMs")))
         return Marker(**base, kind=f"system.{subtype}")
+
+
+def _copied_entry(obj: dict) -> tuple[str, str] | None:
+    """(session, uuid) of the entry a forked session's line copies, None for a line of its own.
+
+    Claude Code 2.1 forks (``/branch``, ``--resume … --fork-session``, the SDK's ``forkSession``)
+    begin the new session's file with copies of the origin's main-chain entries, each written under
+    the fork's ``sessionId`` and stamped ``forkedFrom: {sessionId, messageUuid}`` with the origin
+    and the uuid of the entry copied; the copy's own uuid is that one (``/branch``) or a fresh one
+    (``forkSession``). Read as that entry of that session, a copy is the very event its original
+    is, with the same run, calls and keys: the history counts once, in the origin, whichever file
+    is read first or if the origin's file is gone. Older forks kept the origin's ``sessionId``
+    and uuid on the copies, which name the original already."""
+    forked = obj.get("forkedFrom")
+    if forked.__class__ is dict:
+        session_id, entry = text(forked.get("sessionId")), text(forked.get("messageUuid"))
+        if session_id and entry:
+            return session_id, entry
+    return None
 
 
 def _is_prompt(content: object) -> bool:
