@@ -316,6 +316,36 @@ def test_huge_file_snapshots_are_skipped_unread(tmp_path, db):
     assert scalar(db, "SELECT count(*) FROM runs") == 2
 
 
+def test_records_the_ledger_does_not_read_are_skipped_and_broken_lines_are_still_rejects(tmp_path, db):
+    """Claude Code writes titles and settings beside the conversation, with no time of their own, more of
+    them each release: none is a reject, a record type not known yet neither. A line of a type the ledger
+    reads that lacks its time, a line that is no JSON and one that is no object stay rejects."""
+    project = _project(tmp_path)
+    meta = [{"type": "permission-mode", "permissionMode": "default", "sessionId": SESSION},
+            {"type": "ai-title", "aiTitle": "Fix the flaky test", "sessionId": SESSION},
+            {"type": "custom-title", "customTitle": "flaky", "sessionId": SESSION},
+            {"type": "agent-name", "agentName": "flaky", "sessionId": SESSION},
+            {"type": "last-prompt", "lastPrompt": "fix the flaky test", "sessionId": SESSION},
+            {"type": "mode", "mode": "plan", "sessionId": SESSION},
+            {"type": "summary", "summary": "Flaky test", "leafUuid": "a1"},
+            {"type": "relocated", "relocatedCwd": "/home/dev/src/app2", "sessionId": SESSION},
+            {"type": "some-record-of-2027", "sessionId": SESSION}]
+    untimed = orjson.loads(cc_prompt("u9", "and this?", 9))
+    del untimed["timestamp"]
+    (project / f"{SESSION}.jsonl").write_bytes(
+        _line(meta[0]) + cc_prompt("u1", "fix the flaky test", 0)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "Fixed."}, output=50, second=1, stop="end_turn")
+        + b"".join(map(_line, meta[1:])) + b'{"type": "user", "uuid": \n' + b"[1, 2]\n" + _line(untimed))
+    stats = ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert (stats.lines, stats.rejects) == (len(meta) + 5, 3)
+    settle(db)
+    u = cli_json(db, "usage")
+    assert (u["sessions"], u["runs"], u["interrupted_runs"], u["llm_calls"], u["output_tokens"], u["rejected_lines"]) \
+        == (1, 1, 0, 1, 50, 3)
+    assert sorted(r["reason"].split(":")[0] for r in cli_json(db, "rejects")) == [
+        "invalid JSON", "missing or invalid field 'timestamp'", "not a JSON object (list)"]
+
+
 def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(

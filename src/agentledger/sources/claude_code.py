@@ -88,6 +88,12 @@ SYNTHETIC = "<synthetic>"
 # bytes and never parsed.
 _SNAPSHOT_MARK = b'"type":"file-history-snapshot"'
 _SNAPSHOT_PREFIX = 64
+# The record types the ledger reads, whose lines must carry what it needs (a time, first). Claude Code
+# writes others beside them, more with each release: `summary`, `ai-title`, `custom-title`,
+# `agent-name`, `last-prompt`, `permission-mode`, `mode`, `relocated`, `content-replacement`…, titles
+# and settings that mostly have no time of their own. Such a line is neither an event nor a fault:
+# with no time it is skipped, with one it is kept whole (a RawEvent) for a later version to read.
+_INDEXED = frozenset({"user", "assistant", "system"})
 _TASK_TOOLS = frozenset({"Task", "Agent"})
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
@@ -202,8 +208,8 @@ class FileDecoder:
             return reject(line, offset, "missing field 'type'")
         ts = iso_ms(obj.get("timestamp"))
         if ts is None:
-            if kind == "summary":
-                return []  # a title for the session list, with no time of its own
+            if kind not in _INDEXED:
+                return []
             return reject(line, offset, "missing or invalid field 'timestamp'")
         copied = _copied_entry(obj)
         if copied is None:
