@@ -37,10 +37,13 @@ as a branch's result of a call the branch did not start. A line without a reques
 call by the response alone, as ledgers written before request ids counted did.
 
 A run is one main-chain prompt's turn, whether the prompt is a string or blocks (text with a
-pasted image, say). It ends where the transcript says so (a stop reason
-that ends the turn, ``turn_duration``), where the user interrupts it (``interrupted``), or,
-failing both, at the session's next prompt: an implied end the ledger lets any reported one
-replace. A last turn with none of these is settled by reconcile (see ledger/reconcile.py).
+pasted image, say). What a typed local command writes (/model, /cost, /compact, a ``!`` shell
+command, and their output) is no prompt; a custom command's or skill's loading line is, and a
+local command that asks the model begins its turn when the model answers (see ``_ECHO``). A run
+ends where the transcript says so (a stop reason that ends the turn, ``turn_duration``), where
+the user interrupts it (``interrupted``), or, failing both, at the session's next prompt: an
+implied end the ledger lets any reported one replace. A last turn with none of these is settled
+by reconcile (see ledger/reconcile.py).
 """
 
 from __future__ import annotations
@@ -98,6 +101,25 @@ _TASK_TOOLS = frozenset({"Task", "Agent"})
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
+# How Claude Code writes a slash command as the user's lines (its processSlashCommand):
+# - a prompt command (a custom command, a skill, /init, /review…) as its loading metadata,
+#   "<command-message>name</command-message>\n<command-name>/name</command-name>[\n<command-args>…]", then
+#   the prompt it expands into as an isMeta line; it always asks the model (shouldQuery), so the metadata
+#   line, which carries the uuid of the user's input, is that turn's prompt like any prompt;
+# - any other command (local: /model, /cost, /clear, /compact…; local-jsx: /config, /goal…) as the echo of
+#   what was typed, "<command-name>/name</command-name>\n<command-message>name</command-message>\n
+#   <command-args>…</command-args>", and its output "<local-command-stdout>…" or "<local-command-stderr>…"
+#   (an isMeta "<local-command-caveat>" before them). It does not ask the model, unless it says so and adds
+#   isMeta lines for the model to answer (/goal sets a goal and asks, onDone's shouldQuery and metaMessages);
+# - a "!" shell command as "<bash-input>…" and its output as "<bash-stdout>…<bash-stderr>…": no turn either.
+# So a command's echo and any local output is no prompt: none starts or ends a turn. A local command that
+# does ask the model (echo, output, an isMeta line, then an answer) begins its turn when the answer comes
+# (see FileDecoder._user), as the next prompt would have. Lines a tool adds to its own turn (a skill's
+# body, tagged sourceToolUseID) are no prompt either.
+_ECHO = "<command-name>"
+_LOCAL = ("<local-command-stdout>", "<local-command-stderr>", "<local-command-caveat>", "<bash-input>",
+          "<bash-stdout>", "<bash-stderr>")
+_TYPED, _RAN, _ASKED = "typed", "ran", "asked"  # how far a local command has gone (see FileDecoder._user)
 # A main-branch response that stops for these reasons ends the turn (tool_use continues it).
 _TURN_OVER = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
 # How many folders below a session's subagents/ folder a subagent's transcript may lie: Task subagents
@@ -196,6 +218,8 @@ class FileDecoder:
         self.workflow = ledger_name(p.parent.name) if up == 2 and p.parents[1].name == "workflows" else None
         # Side-branch files start no runs: their lines join the run of the session at their time.
         self.runs = RunTracker(lookup, None if self.subagent_file else self.path_session)
+        # session → [uuid, time, how far] of the local command typed since the session's last prompt (see _user)
+        self.commands: dict[str, list] = {}
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         if line[:1] == b"{" and _SNAPSHOT_MARK in line[:_SNAPSHOT_PREFIX]:
@@ -233,7 +257,7 @@ class FileDecoder:
                 return self._assistant(base, obj, msg, sidechain, branch)
             return self._user(base, obj, msg, sidechain, uuid, branch)
         if kind == "system":
-            return self._system(base, obj)
+            return self._system(base, obj, uuid)
         return RawEvent(**base, kind=kind, raw=line)
 
     def _spawned_by_workflow(self, base: dict, agent: str, decoded: Fact | list[Fact]) -> list[Fact]:
@@ -256,6 +280,13 @@ class FileDecoder:
         return self.runs.current(base["session_id"], base["ts_ms"])
 
     def _assistant(self, base: dict, obj: dict, msg: dict, sidechain: bool, branch: str | None) -> Fact | list[Fact]:
+        typed = None if sidechain else self.commands.pop(base["session_id"], None)
+        if typed is not None and typed[2] == _ASKED:  # the answer to a local command that asked (see _ECHO)
+            begun = self._command_turn(base, typed)
+            return _numbered(base, self._response(base, obj, msg, sidechain, branch), begun)
+        return self._response(base, obj, msg, sidechain, branch)
+
+    def _response(self, base: dict, obj: dict, msg: dict, sidechain: bool, branch: str | None) -> Fact | list[Fact]:
         run_id = self._run(base)
         model = text(msg.get("model"))
         message_id = text(msg.get("id"))
@@ -304,10 +335,29 @@ class FileDecoder:
     def _user(self, base: dict, obj: dict, msg: dict, sidechain: bool, uuid: str | None,
               branch: str | None) -> Fact | list[Fact]:
         content = msg.get("content")
+        session_id = base["session_id"]
         interrupt = not sidechain and _is_interrupt(content)
         if not interrupt and _is_prompt(content):
+            if obj.get("sourceToolUseID") is not None:
+                return Marker(**base, kind="user.message")  # a tool's addition to its own turn (see _ECHO)
+            opening = _opening(content)
+            # What a typed local command writes (see _ECHO): no turn. Which command it was, and how far it
+            # went, is followed within this read only: a read that begins between a local command and the
+            # model's answer to it has the answer join the session's run, as any line does.
+            if opening.startswith(_LOCAL):
+                typed = None if sidechain else self.commands.get(session_id)
+                if typed is not None and typed[2] == _TYPED:
+                    typed[2] = _RAN
+                return Marker(**base, kind="user.local_command")
+            if opening.startswith(_ECHO):
+                self._typed(base, sidechain, uuid)
+                return Marker(**base, kind="user.command")
             if sidechain or obj.get("isCompactSummary") is True or obj.get("isMeta") is True or not uuid:
+                typed = None if sidechain or obj.get("isMeta") is not True else self.commands.get(session_id)
+                if typed is not None:
+                    typed[2] = _ASKED  # a local command gave the model something to answer
                 return Marker(**base, kind="user.prompt")
+            self.commands.pop(session_id, None)
             # Claude Code mostly writes no stop reason, so many turns are never said to end: the
             # next prompt ends the one before it (a reported end, before or after, outranks this).
             previous = self.runs.previous(base["session_id"], base["ts_ms"])
@@ -321,6 +371,14 @@ class FileDecoder:
                    and text(b.get("tool_use_id"))] if isinstance(content, list) else []
         if not results and not interrupt:
             return Marker(**base, kind="user.message")
+        begun: list[Fact] = []
+        typed = self.commands.pop(session_id, None) if interrupt else None
+        if typed is not None and typed[2] == _TYPED:
+            # A prompt command stopped before it ran (the user's Esc while it expanded) is written as its
+            # echo and this line: the command's own end, no turn's.
+            return Marker(**base, kind="user.interrupt")
+        if typed is not None and typed[2] == _ASKED:
+            begun = self._command_turn(base, typed)  # the user stopped the turn the command asked for
         run_id = self._run(base)
         if interrupt and run_id is None:
             return Marker(**base, kind="user.interrupt")
@@ -346,10 +404,33 @@ class FileDecoder:
         if interrupt:
             facts.append(RunEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))}, kind="run.end",
                                   run_id=run_id, ended_by="user", stop_reason="user_interrupt"))
+        if begun:
+            return _numbered(base, facts, begun)
         return facts[0] if len(facts) == 1 else facts
 
-    def _system(self, base: dict, obj: dict) -> Fact:
+    def _typed(self, base: dict, sidechain: bool, uuid: str | None) -> None:
+        """A local command's echo: the command the session's next lines may answer (see _ECHO)."""
+        if not sidechain and uuid:
+            self.commands[base["session_id"]] = [uuid, base["ts_ms"], _TYPED]
+
+    def _command_turn(self, base: dict, typed: list) -> list[Fact]:
+        """The turn of a local command that asked the model (see _ECHO): it begins at the command, as a
+        prompt's turn does, and ends the one before it. Its facts' ids are the caller's to give."""
+        session_id, (uuid, ts) = base["session_id"], typed[:2]
+        previous = self.runs.previous(session_id, ts)
+        self.runs.start(session_id, uuid)
+        at = base | {"ts_ms": ts}
+        facts: list[Fact] = [RunStarted(**at, kind="run.start", run_id=uuid)]
+        if previous is not None:
+            facts.append(RunEnded(**at, kind="run.end", run_id=previous, ended_by="next_prompt",
+                                  stop_reason="next_prompt"))
+        return facts
+
+    def _system(self, base: dict, obj: dict, uuid: str | None) -> Fact:
         subtype = text(obj.get("subtype")) or "system"
+        if subtype == "local_command" and _opening(obj.get("content")).startswith(_ECHO):
+            # Newer releases write some local commands' echo and output as system lines (see _ECHO).
+            self._typed(base, obj.get("isSidechain") is True, uuid)
         if subtype == "compact_boundary":
             meta = obj.get("compactMetadata")
             return Compaction(**base, kind="compaction", run_id=self._run(base), phase="start",
@@ -378,6 +459,25 @@ def _copied_entry(obj: dict) -> tuple[str, str] | None:
         if session_id and entry:
             return session_id, entry
     return None
+
+
+def _numbered(base: dict, facts: Fact | list[Fact], more: list[Fact]) -> list[Fact]:
+    """A line's facts, then ``more``, each of these with the id of its place among them."""
+    facts = facts if isinstance(facts, list) else [facts]
+    for i, fact in enumerate(more, len(facts)):
+        fact.event_id = derived_id(base["event_id"], i)
+    return facts + more
+
+
+def _opening(content: object) -> str:
+    """The text a user line begins with: its string, or its first text block's."""
+    if isinstance(content, str):
+        return content.lstrip()
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                return block["text"].lstrip()
+    return ""
 
 
 def _is_prompt(content: object) -> bool:
