@@ -45,11 +45,33 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def _serve(db: Path, *args: str, env: dict | None = None, prefix: list[str] = ()) -> subprocess.Popen:
+def _serve(db: Path, *args: str, env: dict | None = None, prefix: list[str] = (), **popen) -> subprocess.Popen:
     return subprocess.Popen([*prefix, sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--listen",
                              "127.0.0.1:0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=env)
+                            env=env, **popen)
+
+
+def _serve_on_a_terminal(db: Path, *args: str, env: dict | None = None,
+                         hangup=signal.SIG_DFL) -> tuple[subprocess.Popen, int]:
+    """``serve`` with a terminal of its own as its controlling terminal, as in a terminal window; and
+    the terminal's other end, whose closing hangs the terminal up as closing the window does.
+    ``hangup``: SIGHUP's disposition it starts with (nohup starts it ignored)."""
+    import fcntl
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+
+    def in_the_child() -> None:  # a session of its own (start_new_session), whose terminal this becomes
+        signal.signal(signal.SIGHUP, hangup)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        daemon = _serve(db, *args, env=env, stdin=slave, start_new_session=True, preexec_fn=in_the_child)
+    finally:
+        os.close(slave)
+    return daemon, master
 
 
 def test_serve_catches_up_follows_live_and_stops_on_sigterm(tmp_path, oc_corpus):
@@ -116,17 +138,58 @@ def test_a_closed_terminal_stops_serve_as_cleanly_as_sigterm(tmp_path):
     hot = tmp_path / "st" / "hot"
     # A view asked for is written at the latest on the way out: the flush interval is far off.
     env = os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_HOT_FLUSH_INTERVAL_S": "3600"}
-    daemon = _serve(tmp_path / "ledger.db", "--no-demo", str(logs.root), env=env)
+    daemon, terminal = _serve_on_a_terminal(tmp_path / "ledger.db", "--no-demo", str(logs.root), env=env)
     said: list[str] = []
     _read_until(daemon, "caught up", said)
     url = re.search(r"listening on (http://[^\s\"]+)", "".join(said)).group(1)
     assert http_get(url, "/v1/sessions/agent:main:s1/hot")[1]["llm_calls"] == 1
     assert not any(hot.rglob("*.json"))
-    daemon.send_signal(signal.SIGHUP)
+    os.close(terminal)  # the window closes: the kernel hangs the terminal up
     _, rest = daemon.communicate(timeout=30)
     assert daemon.returncode == 0, "".join(said) + rest
-    assert "stopped" in rest
+    assert "stopped" in rest and "SIGHUP" not in rest
     assert any(hot.rglob("*.json"))
+
+
+def test_a_closed_terminal_leaves_serve_run_under_nohup(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon, terminal = _serve_on_a_terminal(db, "--no-demo", "--rescan", "0.05", str(logs.root),
+                                            hangup=signal.SIG_IGN)
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    os.close(terminal)
+    time.sleep(0.5)
+    assert daemon.poll() is None
+    logs.append(llm_call(2))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2, timeout=10)
+    _stop(daemon, said)
+
+
+def test_sighup_without_a_terminal_is_told_and_serve_keeps_running(tmp_path):
+    # Under systemd there is no terminal to close: a SIGHUP is an operator's (`systemctl kill -s HUP`,
+    # `kill -HUP`), most likely expecting a reload. It stopped the service for good: exit 0 is not a
+    # failure, so Restart=on-failure left it down.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.05", str(logs.root), start_new_session=True)
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    daemon.send_signal(signal.SIGHUP)
+    _read_until(daemon, "SIGHUP", said)
+    daemon.send_signal(signal.SIGHUP)
+    _read_until(daemon, "SIGHUP", said)
+    assert daemon.poll() is None
+    logs.append(llm_call(2))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2, timeout=10)
+    err = _stop(daemon, said)
+    told = [line for line in err.splitlines() if "SIGHUP" in line]
+    assert len(told) == 2, err
+    assert '"level":"warning"' in told[0]
+    assert "keeps running" in told[0] and "restart" in told[0] and "systemctl restart agentledger" in told[0]
+    assert "stopped" in err
 
 
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):

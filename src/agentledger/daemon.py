@@ -3,7 +3,9 @@
 inotify (through watchdog) wakes the loop as soon as a file changes; a periodic
 rescan catches anything it missed (network filesystems, overflowed queues).
 The first SIGTERM/SIGINT finishes the batch in flight and exits 0; a second one
-exits at once.
+exits at once. SIGHUP does the same when the daemon runs on a terminal (the terminal
+closed); without one (under systemd) no terminal can close, so it is an operator's
+signal: told as a warning, and the daemon runs on (see ``_Hangups``).
 """
 
 from __future__ import annotations
@@ -152,17 +154,53 @@ CHORES_EVERY_S = 0.25
 WATCHDOG_MAX_WAIT_S = 1.0  # the loop wakes at least this often, so watchdog pings keep flowing
 
 
+HANGUP_TOLD = ("SIGHUP: agentledger does not reload on SIGHUP and keeps running; restart it to apply a changed "
+               "configuration (systemctl restart agentledger); SIGTERM stops it")
+
+
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal, whose closing sends it SIGHUP."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    return True
+
+
+class _Hangups:
+    """SIGHUPs without a controlling terminal (under systemd): no terminal closed, so an operator
+    sent it (`systemctl kill -s HUP`, `kill -HUP`), most likely expecting a reload. Stopping would be
+    for good: exit 0 is no failure to Restart=on-failure. Each is told as a warning; the signal
+    handler only counts, and the loop and each catch-up batch tell (logging from a handler can
+    re-enter a write it interrupted)."""
+
+    def __init__(self, wake: threading.Event):
+        self.wake = wake
+        self.pending = 0
+
+    def received(self, signum, frame) -> None:
+        self.pending += 1
+        self.wake.set()
+
+    def tell(self) -> None:
+        while self.pending:
+            self.pending -= 1
+            _say(HANGUP_TOLD, logging.WARNING)
+
+
 class _Progress:
     """Catch-up progress for systemd: the watchdog is fed and STATUS updated per batch."""
 
-    def __init__(self, notifier: Notifier, health: Health):
+    def __init__(self, notifier: Notifier, health: Health, hangups: _Hangups):
         self.notifier = notifier
         self.health = health
+        self.hangups = hangups  # told per batch too: a long catch-up would hold them back
         self.bytes = 0
         self._last = 0.0
 
     def advance(self, nbytes: int) -> None:
         self.bytes += nbytes
+        self.hangups.tell()
         self.notifier.watchdog()
         self.health.tick()
         now = time.monotonic()
@@ -442,9 +480,14 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         stop.set()
         wake.set()
 
-    # SIGHUP too: closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
+    hangups = _Hangups(wake)
+    if not _has_terminal():
+        signal.signal(signal.SIGHUP, hangups.received)
+    elif signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup the terminal's closing must not stop it
+        # Closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
+        signal.signal(signal.SIGHUP, on_signal)
     db = config.db
     try:
         lock = WriterLock(db)
@@ -487,7 +530,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         _say(f"listening on {api.address}")
         # Ready once queries can be answered: a long catch-up is progress, not a failed start.
         notifier.ready(f"catching up on {where}")
-        progress = _Progress(notifier, api.health)
+        progress = _Progress(notifier, api.health, hangups)
 
         def pipeline() -> Pipeline:
             # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
@@ -518,6 +561,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
         try:
             while not stop.is_set():
+                hangups.tell()
                 notifier.watchdog()
                 api.health.tick()
                 if changes.awaited or undecided:
