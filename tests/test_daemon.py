@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 import pytest
 from conftest import REPO, cli_env
-from logwriter import LogDir, llm_call
+from logwriter import LogDir, event, llm_call
 from serving import http_get
 from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
 from watchdog.observers import Observer
@@ -209,6 +209,43 @@ def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
     assert daemon.wait(timeout=30) == 0
     assert first <= 200_000
     assert _count(db, "SELECT count(*) FROM llm_calls") == 200_000
+
+
+def test_a_stop_during_catch_up_neither_claims_it_caught_up_nor_interrupts_what_it_did_not_read(tmp_path):
+    # It logged "caught up: ...; following live" and ran the orphan pass on logs read only in part: a
+    # run whose end was not read yet became interrupted, and stayed so in usage and /metrics until
+    # the next start read its end.
+    logs = LogDir(tmp_path / "state")
+    with open(logs.live, "wb") as f:
+        f.write(event(1, "run.start", {"model": "m", "provider": "p"}, run="ends-late"))
+        f.write(event(2, "run.start", {"model": "m", "provider": "p"}, run="never-ends"))
+        for n in range(3, 120_003):
+            f.write(llm_call(n))
+        f.write(event(120_003, "run.end", {"model": "m", "provider": "p"}, run="ends-late"))
+    db = tmp_path / "ledger.db"
+    status = "SELECT group_concat(run_id || '=' || status, ' ') FROM (SELECT * FROM runs ORDER BY run_id) " \
+             "WHERE run_id IN ('ends-late', 'never-ends')"
+    daemon = _serve(db, "--no-demo", str(logs.root))
+    _wait_for(lambda: _count(db, "SELECT count(*) FROM events") > 0)
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    read = _count(db, "SELECT count(*) FROM events")
+    assert read < 120_003  # stopped part-way, or the test proves nothing
+    assert "caught up" not in err and "following live" not in err and "interrupted after" not in err, err
+    told = re.search(r"stopped during catch-up after (\d+) lines", err)
+    assert told and int(told.group(1)) == read, err
+    assert err.rstrip().endswith('"msg":"stopped"}'), err
+    assert _count(db, status) == "ends-late=running never-ends=running"
+    assert _count(db, "SELECT count(*) FROM runs WHERE status = 'interrupted'") == 0
+    # The next start reads the rest, and then, caught up, interrupts what never ended. (Its log is read
+    # whole at the end: communicate() reads past what iterating over stderr had buffered.)
+    daemon = _serve(db, "--no-demo", str(logs.root))
+    _wait_for(lambda: _count(db, status) == "ends-late=ok never-ends=interrupted", timeout=30)
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert "caught up: " in err and "interrupted after 600s without an end: 1 runs" in err, err
 
 
 @pytest.mark.parametrize("state_dir, why", [("{tmp}/a-file", "a part of that path is a file"),

@@ -392,6 +392,15 @@ class _Follower:
     def _catch_up(self) -> None:
         started = time.monotonic()
         stats = self.pipeline.catch_up()
+        done = (f"{stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
+                f"in {time.monotonic() - started:.1f}s")
+        if self.pipeline.stop.is_set():
+            # Asked to stop before it read everything: the lines not read yet may end the runs, tool
+            # calls and subagents still open in those read, so none is interrupted (the orphan pass
+            # runs after a complete catch-up only). The next start reads on from the checkpoints.
+            _say(f"stopped during catch-up after {done}; nothing open was interrupted, as the unread lines "
+                 "may end it: the next start reads on from there")
+            return
         if not self.demo:
             warn_empty_roots(self.pipeline, waiting=True)
         self.live.caught_up()
@@ -399,8 +408,7 @@ class _Follower:
         # collection would walk it while a gate question waits for the interpreter lock.
         gc.collect()
         gc.freeze()
-        _say(f"caught up: {stats.lines} lines, {stats.events} new events, {stats.rejects} rejected "
-             f"in {time.monotonic() - started:.1f}s; following live")
+        _say(f"caught up: {done}; following live")
         self.caught_up = self.health.caught_up = True
         self._reconcile()
 
