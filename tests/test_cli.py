@@ -154,8 +154,8 @@ def _one_line(out: subprocess.CompletedProcess, code: int, *needles: str) -> str
     return lines[0]
 
 
-@pytest.mark.parametrize("args", [["usage"], ["sessions"], ["verify"], ["prune"], ["prune", "--dry-run"],
-                                  ["ingest", "."]])
+@pytest.mark.parametrize("args", [["usage"], ["sessions"], ["verify"], ["verify", "--repair"], ["prune"],
+                                  ["prune", "--dry-run"], ["ingest", "."]])
 def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
     db = tmp_path / "notdb.db"
     db.write_text("garbage\n")
@@ -177,7 +177,7 @@ def _foreign_database(path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["ingest", "."], ["serve", "--no-demo", "--listen", "127.0.0.1:0", "."],
                                   ["reprice"], ["prune", "--older-than", "1"], ["prune", "--dry-run"], ["usage"],
-                                  ["verify"]])
+                                  ["verify"], ["verify", "--repair"]])
 def test_another_programs_database_is_refused_untouched(tmp_path, args):
     db = tmp_path / "app.db"
     _foreign_database(db)

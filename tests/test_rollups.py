@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import apsw
 import orjson
 import pytest
 from conftest import REPO, ingest
+from serving import http_get
 from ledgerdump import dump, usage, verify
 from logwriter import LogDir, event, llm_call
 
@@ -75,6 +78,177 @@ def test_verify_names_a_corrupted_rollup_and_exits_1(tmp_path, oc_corpus):
                          text=True)
     assert bad.returncode == 1
     assert "usage_slots" in bad.stdout and "usage_slots" in bad.stderr
+
+
+def _agentledger(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _corrupt(db: Path) -> None:
+    """Rollup rows that no longer sum their rows: one off by a little, one gone, one made up."""
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE usage_slots SET cost_pico = cost_pico + 1 WHERE slot_ms = (SELECT min(slot_ms) FROM usage_slots)")
+    conn.execute("DELETE FROM session_totals WHERE session_id = (SELECT max(session_id) FROM session_totals)")
+    conn.execute("INSERT INTO tool_slots (slot_ms, agent_id, tool_name, calls, errors, duration_ms, timed_calls) "
+                 "VALUES (0, 'nobody', 'nothing', 3, 1, 0, 0)")
+    conn.close()
+
+
+def _answers(db: Path) -> tuple:
+    """What the reports built on the rollups say."""
+    conn = open_reader(db)
+    try:
+        window = queries.Window()
+        return (queries.usage(conn, window), queries.sessions(conn, window), queries.costs(conn, window, "model"),
+                queries.tools(conn, window))
+    finally:
+        conn.close()
+
+
+def _position(db: Path) -> int:
+    conn = open_reader(db)
+    try:
+        return queries.ledger_position(conn)
+    finally:
+        conn.close()
+
+
+def test_verify_repair_rebuilds_the_rollups_from_the_rows(tmp_path, oc_corpus):
+    # A failed verify left no way to repair but a fresh ledger from the logs, which are often gone
+    # (Claude Code deletes its transcripts after 30 days).
+    db, clean = tmp_path / "l.db", tmp_path / "clean.db"
+    ingest(db, oc_corpus)
+    ingest(clean, oc_corpus)
+    _corrupt(db)
+    bad = _agentledger(db, "verify")
+    assert bad.returncode == 1
+    found = re.search(r"^FAILED: (\d+) rollup differences \(([^)]*)\), 0 checkpoint problems; "
+                      r"`agentledger verify --repair` rebuilds the rollups from the rows$", bad.stderr.strip())
+    assert found and found.group(2) == "session_totals, tool_slots, usage_slots", bad.stderr
+    assert _answers(db) != _answers(clean)
+    before = _position(db)
+
+    out = _agentledger(db, "verify", "--repair")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == (f"repaired: {found.group(1)} rollup differences ({found.group(2)}); every rollup "
+                        "rebuilt from the base rows"), out.stdout
+    assert lines[1].startswith("ok: ") and out.stderr == ""
+    assert _agentledger(db, "verify").returncode == 0
+    assert verify(db) == []
+    assert _answers(db) == _answers(clean)
+    # The ledger moved: hot session views kept from before are rebuilt at serve's next start.
+    assert _position(db) == before + 1
+
+    again = _agentledger(db, "verify", "--repair", "--json")
+    assert again.returncode == 0, again.stderr
+    answer = orjson.loads(again.stdout)
+    assert answer["ok"] and answer["repaired"] == {"differences": 0, "tables": []}
+    assert _position(db) == before + 1  # nothing to repair: nothing written
+
+
+def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(llm_call(n, session=f"s{n % 3}") for n in range(1, 31)))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    _corrupt(db)
+    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--no-demo", "--listen",
+                               "127.0.0.1:0", str(logs.root)], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                              env=os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st")})
+    try:
+        for line in daemon.stderr:
+            if "caught up" in line:
+                break
+        else:
+            raise AssertionError("serve stopped before it caught up")
+        out = _agentledger(db, "verify", "--repair")
+        assert out.returncode == 1, out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith("agentledger: another agentledger process is writing") and "stop `serve`" in line
+        assert out.stdout == ""
+        assert _agentledger(db, "verify").returncode == 1  # untouched
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    assert _agentledger(db, "verify", "--repair").returncode == 0
+    assert _agentledger(db, "verify").returncode == 0
+
+
+def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1) + llm_call(2))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE session_totals SET llm_calls = llm_calls + 5")
+    conn.close()
+    # The views are written at the latest on the way out: the flush interval is far off.
+    env = os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_HOT_FLUSH_INTERVAL_S": "3600"}
+
+    def calls_in_the_hot_view() -> int:
+        daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--no-demo",
+                                   "--listen", "127.0.0.1:0", str(logs.root)], cwd=REPO, stderr=subprocess.PIPE,
+                                  text=True, env=env)
+        try:
+            said = ""
+            for line in daemon.stderr:
+                said += line
+                if "caught up" in line:
+                    break
+            url = re.search(r"listening on (http://[^\s\"]+)", said).group(1)
+            return http_get(url, "/v1/sessions/agent:main:s1/hot")[1]["llm_calls"]
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=30) == 0
+
+    assert calls_in_the_hot_view() == 7  # built from the corrupted totals, and kept in the state dir
+    assert _agentledger(db, "verify", "--repair").returncode == 0
+    assert calls_in_the_hot_view() == 2
+
+
+def test_verify_repair_leaves_checkpoints_alone_and_says_so(tmp_path, oc_corpus):
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(_lines(oc_corpus)[:50]))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE files SET offset = offset - 3")
+    conn.close()
+    out = _agentledger(db, "verify", "--repair")
+    assert out.returncode == 1
+    assert out.stdout.startswith("nothing to repair: every rollup equals its recomputation\n")
+    assert "line boundary" in out.stdout
+    (failed,) = out.stderr.strip().splitlines()
+    assert failed.startswith("FAILED: 0 rollup differences (none), 1 checkpoint problems")
+    assert "--repair rebuilds rollups only" in failed and "again from its start" in failed
+
+
+def test_verify_repair_of_no_ledger_is_one_line_and_makes_nothing(tmp_path):
+    db = tmp_path / "none" / "l.db"
+    out = _agentledger(db, "verify", "--repair")
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line == f"agentledger: no ledger at {db}: nothing to repair (pass --db)"
+    assert not db.parent.exists()
+
+
+def test_verify_repair_of_a_ledger_it_cannot_write_is_one_line(tmp_path, unprivileged):
+    # A member of the service's group may read its ledger, not write it: no other --db would help.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    _corrupt(db)
+    db.chmod(0o444)
+    out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--db", str(db), "verify", "--repair"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line == (f"agentledger: cannot repair {db}: Permission denied; `verify --repair` writes the ledger: run it "
+                    "as the ledger's owner (the service's: sudo -u agentledger), with `serve` stopped")
+    assert not Path(f"{db}.lock").exists()
 
 
 def test_verify_finds_a_checkpoint_off_a_line_boundary(tmp_path, oc_corpus):

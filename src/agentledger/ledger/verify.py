@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.rollups import DURATION_BOUNDS_MS, RUN_SESSION
+from agentledger.ledger.rollups import DURATION_BOUNDS_MS, RUN_SESSION, advance_position
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
@@ -428,3 +428,30 @@ def rebuild_rollups(conn: apsw.Connection, tables: tuple[str, ...] | None = None
             continue
         conn.execute(f"DELETE FROM {r.table}")
         conn.execute(f"INSERT INTO {r.table} ({', '.join(r.keys + r.values)}) {r.recompute}")
+
+
+# Every session marked changed at the repair's position: the hot views kept of any of them are rebuilt.
+_ALL_SESSIONS_CHANGED = """
+INSERT INTO session_changes (session_id, seq) SELECT session_id, ?1 FROM sessions WHERE true
+ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq
+"""
+
+
+def repair_rollups(conn: apsw.Connection) -> list[Difference]:
+    """Rebuild every rollup from the base rows if any differs from its recomputation, in one
+    transaction. Returns the differences found; with none, nothing is written.
+
+    The rebuild is a change of the ledger like any batch: it takes the next position, and every
+    session is marked changed at it, so that hot session views kept from before (``serve``'s state
+    dir) are rebuilt rather than trusted at its next start."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        diffs = check_rollups(conn)
+        if diffs:
+            rebuild_rollups(conn)
+            conn.execute(_ALL_SESSIONS_CHANGED, (advance_position(conn, set()),))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return diffs
