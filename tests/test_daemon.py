@@ -145,7 +145,7 @@ def test_a_closed_terminal_stops_serve_as_cleanly_as_sigterm(tmp_path):
     assert http_get(url, "/v1/sessions/agent:main:s1/hot")[1]["llm_calls"] == 1
     assert not any(hot.rglob("*.json"))
     os.close(terminal)  # the window closes: the kernel hangs the terminal up
-    _, rest = daemon.communicate(timeout=30)
+    rest = _rest_of_log(daemon)
     assert daemon.returncode == 0, "".join(said) + rest
     assert "stopped" in rest and "SIGHUP" not in rest
     assert any(hot.rglob("*.json"))
@@ -346,9 +346,23 @@ def _serve_awaiting(tmp_path: Path, state: Path) -> tuple[Path, subprocess.Popen
     return db, _serve(db, "--no-demo", "--rescan", "60", env=env)
 
 
+def _rest_of_log(daemon: subprocess.Popen) -> str:
+    """What serve writes to stderr from here until it exits, read through the file object ``_read_until``
+    iterates: communicate() reads the pipe itself, past the lines that iteration had buffered."""
+    read: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda name=name: read.__setitem__(name, getattr(daemon, name).read()),
+                                daemon=True) for name in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    daemon.wait(timeout=30)
+    for reader in readers:
+        reader.join(timeout=30)
+    return read.get("stderr", "")
+
+
 def _stop(daemon: subprocess.Popen, said: list[str]) -> str:
     daemon.send_signal(signal.SIGTERM)
-    _, rest = daemon.communicate(timeout=30)
+    rest = _rest_of_log(daemon)
     assert daemon.returncode == 0, "".join(said) + rest
     return "".join(said) + rest
 
