@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,25 @@ def forbid_call_scans(monkeypatch) -> None:
 
     for name in ("_EVERY_LLM_CALL_OF", "_EVERY_TOOL_CALL_OF"):
         monkeypatch.setattr(queries, name, "SELECT * FROM a_scan_of_every_call_was_not_expected")
+
+
+def as_of_version(conn, version: int) -> None:
+    """Takes a ledger back to schema ``version`` as far as later migrations only added to it: the indexes
+    and tables they created and the columns they added are dropped (indexes first: they may name those
+    columns), so that the next writer runs them again, as on a ledger that old."""
+    later = "\n".join(path.read_text() for path in sorted((REPO / "schema").glob("*.sql"))
+                      if int(path.name[:4]) > version)
+
+    def exists(name: str) -> bool:
+        return bool(conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (name,)).fetchall())
+
+    for name in re.findall(r"CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)", later):
+        if exists(name):
+            conn.execute(f"DROP INDEX {name}")
+    for table, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", later):
+        if exists(table) and any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})")):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    for name in re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", later):
+        if exists(name):
+            conn.execute(f"DROP TABLE {name}")
+    conn.execute(f"PRAGMA user_version = {version:d}")

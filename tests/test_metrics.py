@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import REPO, cli_env, cli_json
+from conftest import REPO, as_of_version, cli_env, cli_json
 from logwriter import event
 from prometheus_client.parser import text_string_to_metric_families
 from serving import Served, copy_logs, wait_for, write_config
@@ -173,9 +173,7 @@ def test_a_ledger_from_before_costs_by_source_gets_them_filled(tmp_path, oc_corp
     served = Served(config, tmp_path)
     assert served.stop() == 0
     conn = apsw.Connection(str(db))  # as a ledger was before: no spend kept by source
-    conn.execute("DROP TABLE cost_source_totals")
-    conn.execute("DROP TABLE session_fallback_costs")
-    conn.execute("PRAGMA user_version = 26")
+    as_of_version(conn, 26)
     conn.close()
     served = Served(config, tmp_path)
     try:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ingest, metric_counters
+from conftest import as_of_version, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,14 +248,7 @@ def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated
     log.ev("tool.end", {"toolName": "grep", "toolCallId": "T2"}, "agent:main:main", "S1", "R1")
     db = log.ledger(tmp_path)
     conn = apsw.Connection(str(db))  # as the ledger was before: no count of the calls that told a time
-    conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
-    conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
-    conn.execute("DROP TABLE cost_source_totals")
-    conn.execute("DROP TABLE session_fallback_costs")
-    conn.execute("PRAGMA user_version = 24")
+    as_of_version(conn, 24)
     conn.close()
     open_writer(db).close()
     assert _cli(db, "verify").returncode == 0

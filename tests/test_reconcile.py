@@ -11,7 +11,7 @@ from pathlib import Path
 
 import apsw
 import orjson
-from conftest import ingest, metric_counters
+from conftest import as_of_version, ingest, metric_counters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar
@@ -295,35 +295,8 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
                                                                   stop="end_turn"))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     conn = apsw.Connection(str(db))
-    conn.execute("ALTER TABLE runs DROP COLUMN end_rank")
-    # And what later migrations added, so that they apply again.
-    conn.execute("DROP INDEX llm_calls_by_branch")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN branch")
-    conn.execute("DROP INDEX tool_calls_by_branch")
-    conn.execute("ALTER TABLE tool_calls DROP COLUMN branch")
-    conn.execute("ALTER TABLE tool_calls DROP COLUMN session_id")
-    conn.execute("DROP INDEX tool_calls_unsettled")
-    conn.execute("DROP INDEX runs_by_session_start")
-    conn.execute("CREATE INDEX runs_by_session ON runs (session_id)")
-    conn.execute("ALTER TABLE subagents DROP COLUMN end_rank")
-    conn.execute("ALTER TABLE files DROP COLUMN tail_len")
-    conn.execute("ALTER TABLE files DROP COLUMN tail_hash")
-    conn.execute("DROP TABLE ledger_identity")
-    conn.execute("ALTER TABLE ledger_position DROP COLUMN repricings")
-    conn.execute("DROP TABLE unreadable_inputs")
-    conn.execute("ALTER TABLE subagents DROP COLUMN told_by_child")
-    conn.execute("DROP INDEX run_activity_by_session")
-    conn.execute("ALTER TABLE run_activity DROP COLUMN session_id")
-    conn.execute("ALTER TABLE run_activity DROP COLUMN session_ms")
-    conn.execute("DROP INDEX tool_calls_of_claude_code")
-    conn.execute("ALTER TABLE tool_slots DROP COLUMN timed_calls")
-    conn.execute("ALTER TABLE tool_days DROP COLUMN timed_calls")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN speed")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN web_searches")
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN inference_geo")
-    conn.execute("DROP TABLE cost_source_totals")
-    conn.execute("DROP TABLE session_fallback_costs")
-    conn.execute("PRAGMA user_version = 11")
+    as_of_version(conn, 11)  # before runs had end ranks, and all that later migrations added
+    conn.execute("CREATE INDEX runs_by_session ON runs (session_id)")  # which 0016 replaced
     conn.close()
     with transcript.open("ab") as f:
         f.write(cc_prompt("u2", "c", 10))
