@@ -64,13 +64,14 @@ limit = 1e9
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _serve(work: Path, root: Path) -> tuple[subprocess.Popen, str]:
+def _serve(work: Path, root: Path, gates: str = GATES) -> tuple[subprocess.Popen, str]:
+    """A `serve` of ``root`` with ``gates`` (TOML), caught up: the process and its host:port."""
     config = work / "config.toml"
     config.write_text(f'db = "{work / "ledger.db"}"\nstate_dir = "{work / "state"}"\nlisten = "127.0.0.1:0"\n'
-                      f'[[sources]]\nformat = "oc-telemetry"\nroot = "{root}"\n' + GATES)
+                      f'[[sources]]\nformat = "oc-telemetry"\nroot = "{root}"\n' + gates)
     proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(config), "serve"],
                             stderr=subprocess.PIPE, text=True)
     url = None

@@ -23,8 +23,6 @@ import argparse
 import datetime as dt
 import http.client
 import random
-import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +35,7 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from gates import _pct, _serve  # noqa: E402
 from gen import generate  # noqa: E402
 
 GATES = """
@@ -58,30 +57,6 @@ scope = "session"
 metric = "cost_usd"
 limit = 1000000
 """
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def _serve(work: Path, root: Path) -> tuple[subprocess.Popen, str, str]:
-    config = work / "config.toml"
-    config.write_text(f'db = "{work / "ledger.db"}"\nstate_dir = "{work / "state"}"\nlisten = "127.0.0.1:0"\n'
-                      f'[[sources]]\nformat = "oc-telemetry"\nroot = "{root}"\n' + GATES)
-    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(config), "serve"],
-                            stderr=subprocess.PIPE, text=True)
-    url = None
-    for line in proc.stderr:
-        m = re.search(r'listening on http://([^\s"]+)', line)
-        if m:
-            url = m.group(1)
-        if "following live" in line:
-            break
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-    assert url, "serve did not start"
-    host, port = url.rsplit(":", 1)
-    return proc, host, port
 
 
 class _Client:
@@ -199,7 +174,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="agentledger-gates-hooks-", dir=args.tmp))
     corpus = tmp / "corpus"
     generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
-    proc, host, port = _serve(tmp, corpus)
+    proc, url = _serve(tmp, corpus, GATES)
+    host, port = url.rsplit(":", 1)
     pre: list[tuple[float, float]] = []
     gates: list[tuple[float, float]] = []
     sent = [0]
