@@ -85,14 +85,15 @@ def ingest(db: Path, *roots: Path, fmt: str = "oc-telemetry", **kwargs) -> Inges
         conn.close()
 
 
-def metric_counters(db: Path, top_n: int = 20) -> dict:
-    """Every counter sample ``/metrics`` would show now, parsed as Prometheus parses it."""
+def metric_counters(db: Path, top_n: int = 20, floors=None) -> dict:
+    """Every counter sample ``/metrics`` would show now, parsed as Prometheus parses it; ``floors``: the
+    highest values a ``serve`` kept (metrics.CounterFloors), which it never serves below."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from agentledger.metrics import registry_for
 
-    text = generate_latest(registry_for(db, top_n)).decode()
+    text = generate_latest(registry_for(db, top_n, floors=floors)).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
             if f.type in ("counter", "histogram") for s in f.samples
             if s.name.endswith(("_total", "_bucket", "_count", "_sum"))}

@@ -5,17 +5,19 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import apsw
 import pytest
 from conftest import as_of_version, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader
+from agentledger.ledger.db import open_reader, open_writer
 
 
 @pytest.fixture(scope="module")
@@ -239,10 +241,6 @@ def test_costs_by_tool_keep_a_time_no_call_reported_unknown(tmp_path):
 
 
 def test_a_ledger_from_before_timed_tool_calls_tells_unknown_times_once_migrated(tmp_path):
-    import apsw
-
-    from agentledger.ledger.db import open_writer
-
     log = _HookLog()
     log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, "agent:main:main", "S1", "R1")
     log.ev("tool.end", {"toolName": "grep", "toolCallId": "T2"}, "agent:main:main", "S1", "R1")
@@ -621,24 +619,12 @@ def test_capped_label_series_never_go_back_as_other_values_grow(tmp_path, db):
             [(key, value, after.get(key)) for key, value in before.items() if after.get(key, 0) < value]
 
 
-def _served_counters(db, floors, top_n: int = 20) -> dict:
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from agentledger.metrics import registry_for
-
-    text = generate_latest(registry_for(db, top_n, floors=floors)).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
-            if f.type in ("counter", "histogram") for s in f.samples
-            if s.name.endswith(("_total", "_bucket", "_count", "_sum"))}
-
-
 def test_metric_floors_kept_in_a_file_that_cannot_be_read_start_from_the_ledger(corpus_db, tmp_path):
     from agentledger.metrics import CounterFloors
 
     path = tmp_path / "metric-floors.json"
     path.write_bytes(b'{"epoch": "torn')
-    assert _served_counters(corpus_db, CounterFloors(path)) == metric_counters(corpus_db)  # nothing held
+    assert metric_counters(corpus_db, floors=CounterFloors(path)) == metric_counters(corpus_db)  # nothing held
     assert json.loads(path.read_bytes())["samples"]  # and kept anew for the next start
 
 
@@ -647,15 +633,15 @@ def test_metric_floors_stand_only_for_the_label_cap_and_ledger_they_were_served_
     from agentledger.metrics import CounterFloors
 
     path = tmp_path / "metric-floors.json"
-    highest = {key: value * 10 for key, value in _served_counters(corpus_db, CounterFloors(path), top_n=3).items()}
+    highest = {key: value * 10 for key, value in metric_counters(corpus_db, top_n=3, floors=CounterFloors(path)).items()}
     saved = json.loads(path.read_bytes())
     path.write_bytes(json.dumps({**saved, "samples": [[n, [list(kv) for kv in labels], highest[(n, labels)]]
                                                       for n, labels in highest]}).encode())
-    assert _served_counters(corpus_db, CounterFloors(path), top_n=3) == highest  # held across a restart
-    assert _served_counters(corpus_db, CounterFloors(path), top_n=5) == metric_counters(corpus_db, top_n=5)
+    assert metric_counters(corpus_db, top_n=3, floors=CounterFloors(path)) == highest  # held across a restart
+    assert metric_counters(corpus_db, top_n=5, floors=CounterFloors(path)) == metric_counters(corpus_db, top_n=5)
     other = tmp_path / "other.json"
     other.write_bytes(json.dumps({**saved, "epoch": ["another ledger", 0, 3]}).encode())
-    assert _served_counters(corpus_db, CounterFloors(other), top_n=3) == metric_counters(corpus_db, top_n=3)
+    assert metric_counters(corpus_db, top_n=3, floors=CounterFloors(other)) == metric_counters(corpus_db, top_n=3)
 
 
 def test_timeline_holds_every_model_and_tool_call_of_the_session(corpus_db, oc_expected):
@@ -829,3 +815,22 @@ def test_costs_and_top_by_session_tell_instances_of_one_key_apart(corpus_db):
         assert header.split()[:2] == ["session", "id"]
         keyed = [row.split()[:2] for row in rows if not row.startswith("TOTAL")]
         assert len({key for key, _ in keyed}) < len(keyed) == len({sid for _, sid in keyed})
+
+
+def test_metric_floors_kept_before_spend_was_split_by_source_hold_no_series(corpus_db, tmp_path):
+    # 0027 split the spend series by source and added the snapshot fallbacks: highest values kept of the
+    # old layout held `log` at a sum that took in every source's costs, and hid new spend from delta().
+    from agentledger.metrics import CounterFloors
+
+    db = tmp_path / "ledger.db"
+    shutil.copyfile(corpus_db, db)
+    path = tmp_path / "metric-floors.json"
+    metric_counters(db, floors=CounterFloors(path))
+    saved = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps({**saved, "samples": [[n, labels, value * 10] for n, labels, value in saved["samples"]]})
+                     .encode())
+    conn = apsw.Connection(str(db))
+    as_of_version(conn, 27)
+    conn.close()
+    open_writer(db).close()
+    assert metric_counters(db, floors=CounterFloors(path)) == metric_counters(db)

@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import REPO, as_of_version, ingest
+from conftest import REPO, as_of_version, ingest, metric_counters
 from serving import http_get
 from ledgerdump import dump, usage, verify
 from logwriter import LogDir, event, llm_call
@@ -432,3 +432,20 @@ def test_a_ledger_from_before_run_sessions_counts_such_tool_calls_once_migrated(
     sid, tool_calls, tool_errors, listed, _, last = _session_view(db)
     assert (sid, tool_calls, tool_errors, listed) == ("S5", 1, 1, [("call-1", "error")])
     assert last.endswith(":20.004Z")
+
+
+def test_metrics_start_again_from_the_sums_a_repair_rebuilt(tmp_path, oc_corpus):
+    # serve never shows a counter below the highest value it showed (metric-floors.json): after a repair
+    # lowered wrong sums, the floors kept of them hid the repair until the ledger passed them again.
+    from agentledger.metrics import CounterFloors
+
+    db = tmp_path / "l.db"
+    ingest(db, oc_corpus)
+    right = metric_counters(db)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE usage_days SET llm_calls = llm_calls * 2")
+    conn.close()
+    path = tmp_path / "metric-floors.json"
+    assert metric_counters(db, floors=CounterFloors(path)) != right
+    assert _agentledger(db, "verify", "--repair").returncode == 0
+    assert metric_counters(db, floors=CounterFloors(path)) == right

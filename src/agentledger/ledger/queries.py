@@ -1109,8 +1109,8 @@ def ledger_id(conn: apsw.Connection) -> str:
 
 
 def series_epoch(conn: apsw.Connection) -> tuple[str, int]:
-    """What metric series' values stand on: the ledger, and how many repricings moved calls between
-    series in it."""
+    """What metric series' values stand on: the ledger, and how many times its series were rewritten
+    (``repricings``: each reprice, each repair of the rollups, a migration that changed what they hold)."""
     return conn.execute("SELECT ledger_id, repricings FROM ledger_identity, ledger_position").fetchall()[0]
 
 

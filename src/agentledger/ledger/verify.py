@@ -450,6 +450,9 @@ def repair_rollups(conn: apsw.Connection) -> list[Difference]:
         if diffs:
             rebuild_rollups(conn)
             conn.execute(_ALL_SESSIONS_CHANGED, (advance_position(conn, set()),))
+            # A new epoch for the metric series, as a reprice takes: the highest values `serve` kept of
+            # the wrong sums (metric-floors.json) would otherwise hide the repair until the ledger passed them.
+            conn.execute("UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
