@@ -378,8 +378,11 @@ def test_an_environment_name_that_is_no_setting_is_refused_as_an_unknown_key_is(
                          env=env)
     assert (ran.returncode, ran.stdout) == (2, "")
     assert ran.stderr == ("agentledger: invalid config: $AGENTLEDGER_RETENTION_RAWDAYS is not a setting agentledger "
-                          "knows: rename it to $AGENTLEDGER_RETENTION_RAW_DAYS; `agentledger --config /dev/null "
-                          "config show` lists the keys there are\n")
+                          "knows: rename it to $AGENTLEDGER_RETENTION_RAW_DAYS; `env -u AGENTLEDGER_RETENTION_RAWDAYS "
+                          "agentledger --config /dev/null config show` lists the keys there are\n")
+    listed = subprocess.run(["env", "-u", "AGENTLEDGER_RETENTION_RAWDAYS", sys.executable, "-m", "agentledger",
+                             "--config", "/dev/null", "config", "show"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "raw_days" in listed.stdout, listed.stderr
     with pytest.raises(ConfigError, match=r"\$AGENTLEDGER_COLOUR is not a setting agentledger knows: unset it \(a "
                                           r"setting's is named after its key, e\.g\. \$AGENTLEDGER_RETENTION_RAW_DAYS\)"):
         load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_COLOUR": "blue"})

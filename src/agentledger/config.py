@@ -297,8 +297,9 @@ def _check_env_names(env: Mapping[str, str]) -> None:
                                               sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)
             fix = f"rename it to ${ENV_PREFIX}{close[0]}" if close else \
                 "unset it (a setting's is named after its key, e.g. $AGENTLEDGER_RETENTION_RAW_DAYS)"
+            # The listing is run without the name: with it, `config show` stops on it too.
             raise ConfigError(f"invalid config: ${name} is not a setting agentledger knows: {fix}; "
-                              "`agentledger --config /dev/null config show` lists the keys there are")
+                              f"`env -u {name} agentledger --config /dev/null config show` lists the keys there are")
 
 
 def _set(doc: dict, path: tuple[str, ...], value: Any) -> None:
