@@ -208,7 +208,8 @@ def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start
     assert calls_in_the_hot_view() == 2
 
 
-def test_verify_repair_leaves_checkpoints_alone_and_says_so(tmp_path, oc_corpus):
+def _checkpoint_off_a_line(tmp_path: Path, oc_corpus: Path) -> Path:
+    """A ledger of some corpus lines whose file checkpoint no longer sits at a line's end."""
     logs = LogDir(tmp_path / "state")
     logs.append(b"".join(_lines(oc_corpus)[:50]))
     db = tmp_path / "l.db"
@@ -216,6 +217,11 @@ def test_verify_repair_leaves_checkpoints_alone_and_says_so(tmp_path, oc_corpus)
     conn = apsw.Connection(str(db))
     conn.execute("UPDATE files SET offset = offset - 3")
     conn.close()
+    return db
+
+
+def test_verify_repair_leaves_checkpoints_alone_and_says_so(tmp_path, oc_corpus):
+    db = _checkpoint_off_a_line(tmp_path, oc_corpus)
     out = _agentledger(db, "verify", "--repair")
     assert out.returncode == 1
     assert out.stdout.startswith("nothing to repair: every rollup equals its recomputation\n")
@@ -252,13 +258,7 @@ def test_verify_repair_of_a_ledger_it_cannot_write_is_one_line(tmp_path, unprivi
 
 
 def test_verify_finds_a_checkpoint_off_a_line_boundary(tmp_path, oc_corpus):
-    logs = LogDir(tmp_path / "state")
-    logs.append(b"".join(_lines(oc_corpus)[:50]))
-    db = tmp_path / "l.db"
-    ingest(db, logs.root)
-    conn = apsw.Connection(str(db))
-    conn.execute("UPDATE files SET offset = offset - 3")
-    conn.close()
+    db = _checkpoint_off_a_line(tmp_path, oc_corpus)
     bad = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
                          text=True)
     assert bad.returncode == 1 and "line boundary" in bad.stdout
