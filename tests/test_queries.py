@@ -199,13 +199,19 @@ def test_tool_percentiles(corpus_db):
     assert rows["read"]["p99_ms"] <= max(durations)
 
 
-def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
+def _timed_and_untimed_tools(tmp_path: Path) -> Path:
+    """read: two calls, one that told its duration (1.5 s); grep: two calls that told none."""
     log = _HookLog()
     key = "agent:main:main"
     log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, key, "S1", "R1")
     log.ev("tool.end", {"toolName": "read", "toolCallId": "T2"}, key, "S1", "R1")
     log.ev("tool.end", {"toolName": "grep", "toolCallId": "T3"}, key, "S1", "R1")
-    db = log.ledger(tmp_path)
+    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T4"}, key, "S1", "R1")
+    return log.ledger(tmp_path)
+
+
+def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
+    db = _timed_and_untimed_tools(tmp_path)
     rows = {r["tool"]: r for r in json.loads(_cli(db, "tools", "--json").stdout)}
     assert (rows["read"]["duration_s"], rows["read"]["p50_ms"]) == (1.5, 1500.0)  # the calls that told it
     assert (rows["grep"]["duration_s"], rows["grep"]["p50_ms"]) == (None, None)
@@ -215,13 +221,7 @@ def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
 
 def test_costs_by_tool_keep_a_time_no_call_reported_unknown(tmp_path):
     # The rollups summed a missing duration as 0: grep, whose calls never told theirs, showed 0.0 s.
-    log = _HookLog()
-    key = "agent:main:main"
-    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": 1500}, key, "S1", "R1")
-    log.ev("tool.end", {"toolName": "read", "toolCallId": "T2"}, key, "S1", "R1")
-    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T3"}, key, "S1", "R1")
-    log.ev("tool.end", {"toolName": "grep", "toolCallId": "T4"}, key, "S1", "R1")
-    db = log.ledger(tmp_path)
+    db = _timed_and_untimed_tools(tmp_path)
     doc = json.loads(_cli(db, "costs", "--group-by", "tool", "--json").stdout)
     rows = {r["tool"]: r for r in doc["rows"]}
     assert (rows["read"]["calls"], rows["read"]["duration_s"]) == (2, 1.5)  # the calls that told it
