@@ -11,13 +11,13 @@ import apsw
 import orjson
 import pytest
 from conftest import REPO, as_of_version, cli_env, cli_json
+from ledgerdump import verify
 from logwriter import event
 from prometheus_client.parser import text_string_to_metric_families
 from serving import Served, copy_logs, wait_for, write_config
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
-from agentledger.ledger.verify import check_rollups
 
 PICO = 10**12
 
@@ -88,11 +88,7 @@ def test_runs_without_model_calls_are_spent_at_their_snapshot_cost(tmp_path, oc_
         _agrees_with_the_reports(costs, db)
     finally:
         assert served.stop() == 0
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
 
 
 def _ledger_by_source(db: Path) -> dict[str, float]:
@@ -158,11 +154,7 @@ def test_cost_source_says_where_each_cost_came_from(tmp_path, oc_corpus, transcr
                                                                           if k != key}, abs=1e-9)
     assert _summed(after, 2) == pytest.approx(_ledger_by_source(db), abs=1e-9)
     _agrees_with_the_reports(after, db)
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
 
 
 def test_a_ledger_from_before_costs_by_source_gets_them_filled(tmp_path, oc_corpus, claude_corpus):
@@ -182,8 +174,4 @@ def test_a_ledger_from_before_costs_by_source_gets_them_filled(tmp_path, oc_corp
         assert served.stop() == 0
     assert set(_summed(costs, 2)) == {"log", "priced"}
     _agrees_with_the_reports(costs, db)
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
