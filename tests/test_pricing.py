@@ -12,7 +12,7 @@ import pytest
 from conftest import cli_env, ingest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar
+from ledgerdump import scalar, verify
 from test_transcript_sources import (
     SESSION,
     _project,
@@ -22,8 +22,6 @@ from test_transcript_sources import (
 )
 
 from agentledger.facts import LlmCall, Tokens
-from agentledger.ledger.db import open_reader
-from agentledger.ledger.verify import check_rollups
 from agentledger.pricing import Pricer, exclusive, load_overrides
 
 OCT_2026 = 1_790_812_800_000
@@ -138,11 +136,7 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
     added = (10 * 1 + 1000 * 1000 + 1000 * 0 + 100 * 1 + 200 * 2) / 10**6
     assert after["cost_usd"] == pytest.approx(before["cost_usd"] + added, abs=1e-9)
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
     again = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
                            env=env, capture_output=True, check=True)
     assert orjson.loads(again.stdout)["calls_changed"] == 0
@@ -469,11 +463,7 @@ def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stay
     after = _json(db, "usage")
     assert after["unpriced_calls"] == 0
     assert after["cost_usd"] == pytest.approx(usage["cost_usd"] + (10 * 18 + 100_000 * 90) / 10**6, abs=1e-9)
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
 
 
 def test_fast_rates_come_from_the_table_else_from_anthropic_s_documented_multiple():
@@ -537,11 +527,7 @@ def test_web_searches_are_charged_per_search_once_per_call_and_fetches_only_by_t
     assert _json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
     haiku = (10 * 0.25 + 100_000 * 1.25) / 10**6 + 25 / 1000
     assert _json(db, "usage")["cost_usd"] == pytest.approx(2 * sonnet + 3 * 5 / 1000 + haiku, abs=1e-9)
-    conn = open_reader(db)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(db) == []
 
 
 def test_web_searches_are_priced_from_the_table_of_the_call_s_date(tmp_path):
@@ -692,11 +678,7 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
     again = _json(other, "usage")
     keys = ("llm_calls", "unpriced_calls", "output_tokens", "cost_usd")
     assert [again[k] for k in keys] == [usage[k] for k in keys]
-    conn = open_reader(other)
-    try:
-        assert check_rollups(conn) == []
-    finally:
-        conn.close()
+    assert verify(other) == []
 
 
 def test_a_price_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, db):
