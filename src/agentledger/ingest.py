@@ -90,7 +90,8 @@ class Pipeline:
         pricer: Pricer | None = None,
     ):
         self.writer = writer
-        self.pricer = pricer or Pricer.default()
+        # The commands pass the pricer of their configuration; without one, the bundled table alone.
+        self.pricer = pricer or Pricer()
         self.max_line = max_line
         self.batch_lines = batch_lines
         self.stop = stop or threading.Event()

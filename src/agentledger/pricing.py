@@ -15,7 +15,7 @@ override's ``web_search`` price, else the bundled table's; a call with searches 
 stays unpriced. A call whose inference Anthropic confined to the US (usage ``inference_geo: "us"``)
 costs 1.1 times the price of its tokens; a confinement whose price is not known leaves it unpriced.
 A call priced above ``MAX_CALL_COST_USD``, a cost no real call has, stays unpriced too, as a cost a log
-carried above it is not kept: the ledger's 64-bit sums hold any number of calls below it.
+carried above it is not kept (the ledger's 64-bit sums would overflow at some 9,200 calls at it: see units).
 
 Token semantics: the ledger stores Anthropic's split, where ``input`` excludes cache
 reads and writes. OpenAI-style usage counts cached tokens inside the prompt; decoders
@@ -223,13 +223,6 @@ class Pricer:
     def from_file(cls, path: Path | None) -> Pricer:
         return cls(load_overrides(path) if path is not None else None)
 
-    @classmethod
-    def default(cls) -> Pricer:
-        """With the price file of the configuration in effect, where it names or finds one."""
-        from agentledger.config import load
-
-        return cls.from_file(load().prices)
-
     def price(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int,
               speed: str | None = None, web_searches: int = 0, inference_geo: str | None = None) -> int | None:
         """pico-USD for one call, or None when no price is known for the model at the call's speed
@@ -241,11 +234,11 @@ class Pricer:
         geo = Decimal(1) if inference_geo is None else _GEO_MULTIPLES.get(inference_geo)
         if geo is None:
             return None  # a confinement whose price is not known
-        usd = self._tokens_usd(provider, model, tokens, ts_ms, speed == FAST)
+        rates = self._override(model, ts_ms)
+        usd = self._tokens_usd(provider, model, tokens, ts_ms, speed == FAST, rates)
         if usd is not None:
             usd *= geo
         if usd is not None and web_searches:
-            rates = self._override(model, ts_ms)
             per_k = rates.web_search if rates is not None and rates.web_search is not None else \
                 self._bundled.search_price(provider, model, ts_ms)
             usd = None if per_k is None else usd + per_k * web_searches / _THOUSAND
@@ -262,8 +255,9 @@ class Pricer:
             return None
         return round(usd * PICO_PER_USD)
 
-    def _tokens_usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool) -> Decimal | None:
-        rates = self._override(model, ts_ms)
+    def _tokens_usd(self, provider: str | None, model: str, t: Tokens, ts_ms: int, fast: bool,
+                    rates: Rates | None) -> Decimal | None:
+        """``rates``: the override in force for the call (``_override``), None for the bundled table's."""
         if rates is not None and (not fast or rates.fast is not None):
             return rates.fast.usd(t) if fast else rates.usd(t)
         # None: a model the history does not know (remembered there), or usage its price cannot split.
