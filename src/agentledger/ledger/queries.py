@@ -325,7 +325,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
 def cost_total(rows: list[dict], group_by: str) -> dict:
     """The grand total of a ``costs`` grouping's rows (pass every row of the window, not those a limit
     shows): ``groups``, how many rows there are, then each value a row holds, summed. A tool's time is the
-    sum of the times known, null when none is; a cost is summed in pico-dollars, so exactly."""
+    sum of the times known, null when none is; costs are added in whole pico-dollars, so no float error
+    accumulates over the rows (a row's own float holds some 15 digits: above $1,000 its last pico-dollars)."""
     if group_by == "tool":
         known = [r["duration_s"] for r in rows if r["duration_s"] is not None]
         return {"groups": len(rows), "calls": sum(r["calls"] for r in rows), "errors": sum(r["errors"] for r in rows),

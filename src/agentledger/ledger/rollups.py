@@ -84,6 +84,8 @@ _RUNS_WITHOUT_CALLS = (
 )
 _RUNS_WITH_CALLS = "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?))"
 _NEXT_POSITION = "UPDATE ledger_position SET seq = seq + 1 WHERE id = 1 RETURNING seq"
+# The metric series start again from the ledger's sums (queries.series_epoch): a reprice or a repair moved them.
+NEW_SERIES_EPOCH = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
 _SESSION_CHANGED = (
     "INSERT INTO session_changes (session_id, seq) VALUES (?, ?) "
     "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq"

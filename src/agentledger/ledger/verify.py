@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
-from agentledger.ledger.rollups import DURATION_BOUNDS_MS, RUN_SESSION, advance_position
+from agentledger.ledger.rollups import DURATION_BOUNDS_MS, NEW_SERIES_EPOCH, RUN_SESSION, advance_position
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
@@ -92,8 +92,6 @@ SNAPSHOT_OF_RUN = (
 )
 
 
-# A run's model and provider are its own, else those of the snapshot that gave the cost (SQLite takes a
-# bare column from the row max() picked).
 # The runs without model calls of the session instances listed in parameter 1 (a JSON list), each session's
 # found through its runs: never a walk of every run without calls, which a ledger of old telemetry is full of.
 SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.session_id = j.value "
@@ -102,7 +100,8 @@ SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.sess
 
 def snapshot_fallback(runs: str) -> str:
     """The cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls) falls back
-    to, from its usage snapshot: a row per run that has one."""
+    to, from its usage snapshot: a row per run that has one. Its model and provider are the run's, else
+    those of the snapshot that gave the cost (SQLite takes a bare column from the row max() picked)."""
     return f"""
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
        coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
@@ -452,7 +451,7 @@ def repair_rollups(conn: apsw.Connection) -> list[Difference]:
             conn.execute(_ALL_SESSIONS_CHANGED, (advance_position(conn, set()),))
             # A new epoch for the metric series, as a reprice takes: the highest values `serve` kept of
             # the wrong sums (metric-floors.json) would otherwise hide the repair until the ledger passed them.
-            conn.execute("UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1")
+            conn.execute(NEW_SERIES_EPOCH)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -311,7 +311,6 @@ _REPRICEABLE = (
     "AND id > ? ORDER BY id LIMIT ?"
 )
 _SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
-_REPRICED = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
 # The run a session was in at a time: the latest begun by then.
 _RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
 _RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
@@ -1436,7 +1435,7 @@ class LedgerWriter:
                     updates.append((cost, source, rid))
                 if updates:
                     if not result.changed:  # in the first change's own commit: a run cut short moved calls too
-                        conn.execute(_REPRICED)
+                        conn.execute(rollups.NEW_SERIES_EPOCH)
                     conn.executemany(_SET_COST, updates)
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
                     result.changed += len(updates)
