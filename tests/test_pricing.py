@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import cli_env, ingest
+from conftest import cli_env, cli_json, ingest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar, verify
@@ -423,12 +423,6 @@ def _claude_call(uuid: str, message_id: str, model: str, second: int, usage: dic
                         | envelope) + b"\n"
 
 
-def _json(db: Path, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "agentledger", *args, "--json"], env=cli_env(db),
-                         capture_output=True, check=True)
-    return orjson.loads(out.stdout)
-
-
 def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stays_unpriced(tmp_path, db):
     """Claude Code writes usage.speed "fast" for a call in fast mode, which Anthropic bills at a multiple of
     the standard price: 6x for Opus 4.6 ($30/$150 per million), $10/$50 for Opus 5 (the bundled table's
@@ -445,22 +439,22 @@ def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stay
     opus_46_fast = (10 * 30 + 100_000 * 150) / 10**6
     opus_5_fast = (10 * 10 + 100_000 * 50) / 10**6
     opus_46 = (10 * 5 + 100_000 * 25) / 10**6
-    usage = _json(db, "usage")
+    usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (4, 1)
     assert usage["cost_usd"] == pytest.approx(opus_46_fast + opus_5_fast + opus_46, abs=1e-9)
-    rows = {r["model"]: r for r in _json(db, "costs", "--group-by", "model")["rows"]}
+    rows = {r["model"]: r for r in cli_json(db, "costs", "--group-by", "model")["rows"]}
     assert rows["claude-opus-4-6"]["cost_usd"] == pytest.approx(opus_46_fast + opus_46, abs=1e-9)
     assert rows["claude-opus-5"]["cost_usd"] == pytest.approx(opus_5_fast, abs=1e-9)
     assert (rows[SONNET]["cost_usd"], rows[SONNET]["unpriced_calls"]) == (0.0, 1)
 
     # The ledger keeps each call's speed: a reprice prices the fast calls as fast ones again, and an
     # override's fast rates price the one nobody knew.
-    assert _json(db, "reprice")["calls_changed"] == 0
-    assert _json(db, "usage")["cost_usd"] == usage["cost_usd"]
+    assert cli_json(db, "reprice")["calls_changed"] == 0
+    assert cli_json(db, "usage")["cost_usd"] == usage["cost_usd"]
     prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 3\noutput = 15\n'
                                   '[prices."claude-sonnet-4-5".fast]\ninput = 18\noutput = 90\n')
-    assert _json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
-    after = _json(db, "usage")
+    assert cli_json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
+    after = cli_json(db, "usage")
     assert after["unpriced_calls"] == 0
     assert after["cost_usd"] == pytest.approx(usage["cost_usd"] + (10 * 18 + 100_000 * 90) / 10**6, abs=1e-9)
     assert verify(db) == []
@@ -513,20 +507,20 @@ def test_web_searches_are_charged_per_search_once_per_call_and_fetches_only_by_t
         + _claude_call("a4", "msg_3", "claude-3-haiku-20240307", 4, {"server_tool_use": {"web_search_requests": 1}}))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
-    usage = _json(db, "usage")
+    usage = cli_json(db, "usage")
     # The Haiku 3 call searched, and the table has no search price for that model: unpriced, not free.
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 1)
     assert usage["cost_usd"] == pytest.approx(sonnet + 3 * 10 / 1000 + sonnet, abs=1e-9)
-    assert _json(db, "costs", "--group-by", "session")["total"]["cost_usd"] == usage["cost_usd"]
+    assert cli_json(db, "costs", "--group-by", "session")["total"]["cost_usd"] == usage["cost_usd"]
     assert scalar_rows(db, "SELECT web_searches FROM llm_calls ORDER BY ts_ms") == [(3,), (0,), (1,)]
 
     # A reprice charges the stored searches again, and an override's search price wins.
-    assert _json(db, "reprice")["calls_changed"] == 0
+    assert cli_json(db, "reprice")["calls_changed"] == 0
     prices = _overrides(tmp_path, '[prices."claude-3-haiku"]\ninput = 0.25\noutput = 1.25\nweb_search = 25\n'
                                   '[prices."claude-sonnet-4-5"]\ninput = 3\noutput = 15\nweb_search = 5\n')
-    assert _json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
+    assert cli_json(db, "reprice", "--prices", str(prices))["unpriced_calls"] == 0
     haiku = (10 * 0.25 + 100_000 * 1.25) / 10**6 + 25 / 1000
-    assert _json(db, "usage")["cost_usd"] == pytest.approx(2 * sonnet + 3 * 5 / 1000 + haiku, abs=1e-9)
+    assert cli_json(db, "usage")["cost_usd"] == pytest.approx(2 * sonnet + 3 * 5 / 1000 + haiku, abs=1e-9)
     assert verify(db) == []
 
 
@@ -554,14 +548,14 @@ def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_p
         + _claude_call("a4", "msg_3", SONNET, 4, {}, costUSD=0))  # a model the producer could not price
     ingest(db, tmp_path / "claude", fmt="claude-code")
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
-    usage = _json(db, "usage")
+    usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 0)
     assert usage["cost_usd"] == pytest.approx(0.05 + 2 * sonnet, abs=1e-9)
     assert scalar_rows(db, "SELECT cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")[0] == (5 * 10**10, "log")
 
     prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 1\n')
-    assert _json(db, "reprice", "--prices", str(prices))["calls_checked"] == 2
-    assert _json(db, "usage")["cost_usd"] == pytest.approx(0.05 + 2 * (10 + 100_000) / 10**6, abs=1e-9)
+    assert cli_json(db, "reprice", "--prices", str(prices))["calls_checked"] == 2
+    assert cli_json(db, "usage")["cost_usd"] == pytest.approx(0.05 + 2 * (10 + 100_000) / 10**6, abs=1e-9)
 
 
 def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
@@ -580,13 +574,13 @@ def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
     ingest(db, tmp_path / "claude", fmt="claude-code")
     opus = (10 * 5 + 100_000 * 25) / 10**6
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
-    usage = _json(db, "usage")
+    usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (5, 1)
     assert usage["cost_usd"] == pytest.approx(1.1 * opus + 2 * 10 / 1000 + opus + sonnet + 1.1 * 6 * opus, abs=1e-9)
     assert scalar_rows(db, "SELECT inference_geo FROM llm_calls ORDER BY ts_ms") == [
         ("us",), (None,), (None,), ("us",), ("eu",)]
-    assert _json(db, "reprice")["calls_changed"] == 0
-    assert _json(db, "usage")["cost_usd"] == usage["cost_usd"]
+    assert cli_json(db, "reprice")["calls_changed"] == 0
+    assert cli_json(db, "usage")["cost_usd"] == usage["cost_usd"]
 
 
 @pytest.mark.parametrize("body, key, unit", [
@@ -628,11 +622,11 @@ def test_a_price_too_high_to_store_stops_every_command_and_loses_no_call(tmp_pat
         assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", refusal), command
         assert not db.exists() or scalar(db, "SELECT count(*) FROM files") == 0, command
     assert run("ingest", "--source", source).returncode == 0
-    before = _json(db, "usage")
+    before = cli_json(db, "usage")
     assert (before["llm_calls"], before["unpriced_calls"], before["rejected_lines"]) == (1, 0, 0)
     out = run("reprice", "--prices", str(bad))
     assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", refusal)
-    assert _json(db, "usage") == before
+    assert cli_json(db, "usage") == before
     assert run("verify").returncode == 0
 
 
@@ -664,18 +658,18 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
                           "--source", f"claude-code={tmp_path / 'claude'}"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "claude-sonnet-4-5-20250929 priced at $1,800.00, more than the $1,000 a call can cost" in out.stderr
-    usage = _json(db, "usage")
+    usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"], usage["rejected_lines"]) == (2, 1, 0)
     assert usage["output_tokens"] == 250_000
     assert usage["cost_usd"] == pytest.approx((10 * 1 + 50_000 * 9000) / 10**6, abs=1e-9)
     # Priced from the bundled table first, then repriced at the dear override: it leaves the priced calls.
     other = tmp_path / "other.db"
     ingest(other, tmp_path / "claude", fmt="claude-code")
-    assert _json(other, "usage")["unpriced_calls"] == 0
-    assert _json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
+    assert cli_json(other, "usage")["unpriced_calls"] == 0
+    assert cli_json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
                                                              "unpriced_calls": 1, "prices": str(dear),
                                                              "unmatched_overrides": []}
-    again = _json(other, "usage")
+    again = cli_json(other, "usage")
     keys = ("llm_calls", "unpriced_calls", "output_tokens", "cost_usd")
     assert [again[k] for k in keys] == [usage[k] for k in keys]
     assert verify(other) == []
