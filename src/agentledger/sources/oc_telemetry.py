@@ -49,7 +49,7 @@ def _event_id(value: object, line: bytes) -> int:
         if len(value) == 20 and value[:4] == _EVT_PREFIX:
             digits = value[4:]
             if digits.isalnum():
-                try:  # the common case, twice as fast as int(): 16 ASCII hex digits are 8 bytes
+                try:  # the common case, in 0.6 of int()'s time: 16 ASCII hex digits are 8 bytes
                     return _from_bytes(_from_hex(digits), "big", signed=True)
                 except ValueError:
                     pass
