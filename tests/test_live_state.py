@@ -75,11 +75,11 @@ def test_a_view_read_again_unchanged_is_not_written_again(tmp_path):
         with readers.connection() as reader:
             assert hot.lookup(reader, KEY).own.llm_calls == 1  # the question comes first
         written = state_file()
-        hot.refresh(conn, results[-1].sessions, results[-1].position)
+        hot.apply(hot.read(conn, results[-1].sessions), results[-1].position)
         assert state_file().st_ino == written.st_ino  # not replaced
         logs.append(llm_call(2))
         pipeline.run_once()
-        hot.refresh(conn, results[-1].sessions, results[-1].position)
+        hot.apply(hot.read(conn, results[-1].sessions), results[-1].position)
         assert state_file().st_ino != written.st_ino  # a view that moved is written
         with readers.connection() as reader:
             assert hot.lookup(reader, KEY).own.llm_calls == 2

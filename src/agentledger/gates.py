@@ -32,7 +32,7 @@ from agentledger.units import PICO_PER_USD
 _CHECK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM calls", "tool_errors": "tool errors"}
 # How long a tool call answered here may wait to be recorded before it stops counting: past any catch-up
-# (a hook event the inbox refused, or one a failed pass lost, is let go at once, see ``recorded``).
+# (a hook event the inbox refused, or one a failed pass lost, is let go at once: see ``decide_call`` and ``lost``).
 _UNRECORDED_S = 3600.0
 _RECENT = 4096  # recorded calls whose answers are kept for a hook sent again
 _COUNTED = ("tool_calls", "tool_errors")  # the measures a tool call answered here moves before it is recorded

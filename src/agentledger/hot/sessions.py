@@ -139,11 +139,6 @@ class HotSessions:
                 self._fresh.clear()
                 self.position = position
 
-    def refresh(self, conn: apsw.Connection, session_ids: Iterable[str], position: int) -> None:
-        """Bring the views of sessions a committed transaction changed (and of their ancestors) up to it:
-        ``read`` then ``apply``."""
-        self.apply(self.read(conn, session_ids), position)
-
     def read(self, conn: apsw.Connection, session_ids: Iterable[str]) -> dict[str, HotSession]:
         """The views of sessions a committed transaction changed (and of their ancestors), read on the
         connection that committed it, right after: at its position exactly.
