@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentledger.sources.claude_code import SUBAGENT_DEPTH
+from agentledger.sources.claude_code import SUBAGENT_DEPTH, subagents_level
 from agentledger.sources.oc_transcript import is_live, is_transcript
 
 _ROTATED_DAY = re.compile(r"^events\.(\d{4})-(\d{2})-(\d{2})\.jsonl$")
@@ -146,7 +146,7 @@ def _subagent_files(directory: Path, depth: int, unreadable: dict[str, str]) -> 
 def _subagents_below(root: Path) -> int | None:
     """How many levels a root lies below a session's ``subagents/`` folder (0: the folder itself);
     None for any other root."""
-    up = next((up for up, d in enumerate((root, *root.parents[:SUBAGENT_DEPTH])) if d.name == "subagents"), None)
+    up = subagents_level(root / "agent-.jsonl")  # as deep as a subagent's transcript in it could be
     return None if up is None or os.path.isdir(root / "projects") else up
 
 
