@@ -1,12 +1,17 @@
 """Catch-up throughput: agentledger against a plain orjson loop over the same corpus.
 
-    python bench/catchup.py [--events 1000000] [--agents 2] [--seed 1] [--keep DIR | --corpus DIR] [--json]
+    python bench/catchup.py [--events 1000000] [--agents 2] [--seed 1] [--keep DIR | --corpus DIR] [--breakdown] [--json]
 
 1. Generates a corpus (bench/gen.py) in a temp dir, or into DIR with --keep (kept afterwards),
    or reuses an existing state dir with --corpus DIR.
 2. Baseline: read every telemetry file line by line and ``orjson.loads`` each line.
 3. agentledger: ``Pipeline(LedgerWriter(open_writer(db), background_checkpoints=True),
    specs_from("oc-telemetry", [root])).catch_up()`` on a fresh DB in a temp dir, as ``agentledger ingest`` does.
+
+4. With --breakdown, two more measurements say where the catch-up's time goes: the same loop as the
+   baseline decoding and pricing each line as the pipeline does (no ledger), and a second catch-up
+   with SQLite's statement profile on (``SQLITE_TRACE_PROFILE``), whose summed statement times are
+   the time spent inside SQLite. The profile slows that run a little: its total is not the figure.
 
 Each measurement runs in its own child process, so its peak RSS (VmHWM on Linux, else
 ``getrusage``) is that of the measurement alone. Figures and the ratio against the target are
@@ -77,13 +82,50 @@ def measure_baseline(root: Path) -> dict:
             "peak_rss": _peak_rss_bytes()}
 
 
-def measure_agentledger(root: Path, db: Path) -> dict:
+def measure_decode(root: Path) -> dict:
+    """The baseline's loop, decoding and pricing each line as the pipeline does: the part of a catch-up
+    that needs no ledger."""
+    from agentledger.facts import LlmCall
+    from agentledger.pricing import Pricer
+    from agentledger.sources.oc_telemetry import decode
+
+    files = _files(root)
+    for path in files:
+        with open(path, "rb") as fh:
+            while fh.read(8 << 20):
+                pass
+    price = Pricer().apply
+    lines = 0
+    t0 = time.perf_counter()
+    for path in files:
+        with open(path, "rb") as fh:
+            offset = 0
+            for line in fh:
+                fact = decode(line.rstrip(b"\n"), offset)
+                if type(fact) is LlmCall:
+                    price(fact)
+                offset += len(line)
+                lines += 1
+    return {"events": lines, "seconds": time.perf_counter() - t0}
+
+
+def measure_agentledger(root: Path, db: Path, profile_sql: bool = False) -> dict:
     from agentledger.ingest import Pipeline, specs_from
     from agentledger.ledger.db import open_writer
     from agentledger.ledger.writer import LedgerWriter
 
     t0 = time.perf_counter()
     conn = open_writer(db)
+    statements: dict[str, list] = {}
+    if profile_sql:
+        import apsw
+
+        def traced(event: dict) -> None:
+            acc = statements.setdefault(" ".join(event["sql"].split())[:90], [0, 0])
+            acc[0] += event["nanoseconds"]
+            acc[1] += 1
+
+        conn.trace_v2(apsw.SQLITE_TRACE_PROFILE, traced)
     writer = LedgerWriter(conn, background_checkpoints=True)  # as `agentledger ingest` runs it
     pipeline = Pipeline(writer, specs_from("oc-telemetry", [root]))
     t1 = time.perf_counter()
@@ -107,6 +149,9 @@ def measure_agentledger(root: Path, db: Path) -> dict:
         "wal_bytes": wal.stat().st_size if wal.exists() else 0,
         "event_rows": indexed_rows,
         "peak_rss": _peak_rss_bytes(),
+        "sql_seconds": sum(ns for ns, _ in statements.values()) / 1e9,
+        "dearest_sql": [(round(ns / 1e9, 3), n, sql) for sql, (ns, n) in
+                        sorted(statements.items(), key=lambda kv: -kv[1][0])[:5]],
     }
 
 
@@ -143,6 +188,21 @@ def _child(kind: str, *args: str) -> dict:
 # -- report --------------------------------------------------------------------------------
 def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
+
+
+def breakdown(base: dict, led: dict, dec: dict, prof: dict) -> str:
+    """Where the catch-up's time went, each part as a share of it, and what the target leaves."""
+    total = led["seconds"]
+    sql = prof["sql_seconds"]
+    budget = base["seconds"] / TARGET_RATIO
+    out = ["", "where the catch-up's time went (separate runs; shares of its {:.2f} s):".format(total),
+           f"  read, decode and price every line (no ledger):  {dec['seconds']:6.2f} s  {dec['seconds'] / total:5.1%}",
+           f"  inside SQLite (statement profile, its own run): {sql:6.2f} s  {sql / total:5.1%}",
+           f"  the rest (the pipeline's and writer's Python):  {max(total - dec['seconds'] - sql, 0):6.2f} s",
+           f"the target leaves {budget:.2f} s for all of it ({TARGET_RATIO}x a {base['seconds']:.2f} s parse)",
+           "dearest statements (seconds, runs, statement):"]
+    out += [f"  {sec:7.3f} {n:8,d}  {sql_text}" for sec, n, sql_text in prof["dearest_sql"]]
+    return "\n".join(out)
 
 
 def report(corpus: dict, base: dict, led: dict) -> tuple[str, bool]:
@@ -189,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--keep", type=Path, metavar="DIR", help="generate the corpus into DIR and keep it")
     where.add_argument("--corpus", type=Path, metavar="DIR", help="reuse an existing state dir as the corpus")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also measure decoding alone and the time inside SQLite (two more runs)")
     ap.add_argument("--json", action="store_true", help="also print the figures as JSON")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -198,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "baseline":
             res = measure_baseline(Path(rest[0]))
         elif kind == "agentledger":
-            res = measure_agentledger(Path(rest[0]), Path(rest[1]))
+            res = measure_agentledger(Path(rest[0]), Path(rest[1]), profile_sql=rest[2:] == ["profile"])
+        elif kind == "decode":
+            res = measure_decode(Path(rest[0]))
         else:
             raise SystemExit(f"unknown child {kind!r}")
         print(json.dumps(res))
@@ -242,10 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         led = _child("agentledger", str(root), str(dbdir / "ledger.sqlite"))
 
         text, ok = report(corpus, base, led)
+        figures = {"corpus": corpus, "baseline": base, "agentledger": led, "target_ratio": TARGET_RATIO}
+        if args.breakdown:
+            print("breakdown: decoding alone, then a catch-up with the statement profile ...", file=sys.stderr)
+            dec = _child("decode", str(root))
+            prof = _child("agentledger", str(root), str(dbdir / "profiled.sqlite"), "profile")
+            text += breakdown(base, led, dec, prof)
+            figures.update(decode=dec, profiled=prof)
         print(text)
         if args.json:
-            print(json.dumps({"corpus": corpus, "baseline": base, "agentledger": led,
-                              "target_ratio": TARGET_RATIO}, indent=2))
+            print(json.dumps(figures, indent=2))
         return 0 if ok else 1
     finally:
         for path in cleanup:
