@@ -335,14 +335,12 @@ def test_prune_keeps_the_configured_retention(tmp_path: Path):
 
 
 def test_prune_refuses_while_another_process_writes(ledger: Path):
-    lock = WriterLock(ledger)
-    try:
+    with WriterLock(ledger):
         out = agentledger(ledger, "prune", "--older-than", "30")
-    finally:
-        lock.close()
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1 and "prunes by itself" in out.stderr
     assert agentledger(ledger, "prune", "--dry-run").returncode == 0  # reading needs no lock
+    assert agentledger(ledger, "prune", "--older-than", "30").returncode == 0  # the other writer is gone
 
 
 def test_prune_without_a_config_keeps_the_built_in_thirty_days(ledger: Path, monkeypatch):

@@ -51,7 +51,8 @@ class NotALedger(LedgerError):
 
 
 class WriterLock:
-    """This process as the only writer of the ledger at ``path``, until ``close``; ``open`` opens the ledger.
+    """This process as the only writer of the ledger at ``path``, until ``close`` (or the end of its
+    ``with`` block); ``open`` opens the ledger.
 
     Two tailers on one ledger would race on the same checkpoints, so a second one is refused
     at once rather than left to fail mid-batch."""
@@ -89,6 +90,12 @@ class WriterLock:
 
     def close(self) -> None:
         os.close(self._fd)
+
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def migrations(schema_dir: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
