@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from pathlib import Path
 
 import click
@@ -82,18 +83,12 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
             lock = WriterLock(obj.db)
         except LedgerBusy as exc:
             raise LedgerBusy(f"{exc}; a running `serve` prunes by itself") from None
-        try:
-            conn = lock.open()
-            try:
-                result = retention.prune(conn, horizon)
-                result.reclaimed_bytes = retention.reclaim(conn)
-                # The file shrinks when the WAL is written back; empty it too.
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-                free = _free(conn)  # left after the prune: measured, as for a dry run
-            finally:
-                conn.close()
-        finally:
-            lock.close()
+        with lock, closing(lock.open()) as conn:
+            result = retention.prune(conn, horizon)
+            result.reclaimed_bytes = retention.reclaim(conn)
+            # The file shrinks when the WAL is written back; empty it too.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            free = _free(conn)  # left after the prune: measured, as for a dry run
     after = None if dry_run else _size(obj.db)
     if as_json:
         _emit_json(dry_run, days, horizon, result, before, after, free)

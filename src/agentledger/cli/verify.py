@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import closing
 
 import click
 
@@ -27,14 +28,8 @@ def _repair(db) -> list[Difference]:
     except LedgerBusy as exc:
         raise LedgerBusy(f"{exc}; `verify --repair` rewrites the rollups `serve` keeps: stop `serve` first, "
                          "repair, then start it again") from None
-    try:
-        conn = lock.open()
-        try:
-            return repair_rollups(conn)
-        finally:
-            conn.close()
-    finally:
-        lock.close()
+    with lock, closing(lock.open()) as conn:
+        return repair_rollups(conn)
 
 
 @cli.command()

@@ -80,7 +80,10 @@ class WriterLock:
         """The ledger opened for writing (``open_writer``). One refused (another program's database, a
         newer ledger) keeps no lock file this lock made beside it: the file is left as it was found.
         Any other writer would be refused that same file, so none can be holding the lock removed; a
-        refusal that may pass (a permission, a read-only mount) keeps it, as any writer may get past it."""
+        refusal that may pass (a permission, a read-only mount) keeps it, as any writer may get past it.
+
+        Close it before the lock ends (``with lock, closing(lock.open()) as conn:``): closing still
+        writes, a last checkpoint of the WAL; an apsw connection's own ``with`` is a transaction."""
         try:
             return open_writer(self.path)
         except NotALedger:
