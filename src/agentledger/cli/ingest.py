@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import click
@@ -110,23 +111,20 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
     pricer = pricer_for(prices, config)
-    lock = WriterLock(obj.db)
-    conn = lock.open()
-    writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
-    try:
-        if sys.stderr.isatty() and not as_json:
-            pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
-            with progress:
+    with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
+        writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
+        try:
+            if sys.stderr.isatty() and not as_json:
+                pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)
+                with progress:
+                    stats = pipeline.catch_up()
+            else:
+                pipeline = Pipeline(writer, specs, max_line=max_line, pricer=pricer)
                 stats = pipeline.catch_up()
-        else:
-            pipeline = Pipeline(writer, specs, max_line=max_line, pricer=pricer)
-            stats = pipeline.catch_up()
-        warn_empty_roots(pipeline)
-        interrupted = reconcile(writer, now_ms(), grace)
-    finally:
-        writer.close()
-    conn.close()
-    lock.close()
+            warn_empty_roots(pipeline)
+            interrupted = reconcile(writer, now_ms(), grace)
+        finally:
+            writer.close()
     # Runs cut off by a gateway restart were interrupted as their batch was written; the rest now.
     runs, tools, subagents = writer.interrupted
     summary = stats.as_dict() | {"interrupted_runs": runs + interrupted.runs,
@@ -153,13 +151,8 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
     configured = obj.config.prices
     pricer = pricer_for(prices, obj.config)
-    lock = WriterLock(obj.db)
-    conn = lock.open()
-    try:
+    with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
         result = LedgerWriter(conn).reprice(pricer)
-    finally:
-        conn.close()
-        lock.close()
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,
                "prices": str(prices or configured) if prices or configured else None}
     if prices is not None and (configured is None or not _same_file(prices, configured)):
