@@ -502,119 +502,118 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     except LedgerBusy as exc:
         _say(str(exc), logging.ERROR)
         return 1
-    hot = _open_hot(config)
-    found = hot if isinstance(hot, str) else _roots(config, demo)
-    if isinstance(found, str):
-        _say(found, logging.ERROR)
-        lock.close()
-        return 2
-    specs, undecided, demo_root = found
-    roots = [r for spec in specs for r in spec.roots] + undecided
-    where = ", ".join(roots)
-    conn = lock.open()
-    api = None
-    if hot.store.quarantined:
-        log.warning("hot store: %d unreadable session files set aside; those sessions are rebuilt from the ledger",
-                    hot.store.quarantined)
-    readers = ReaderPool(db)
-    keeper = GateKeeper(config.gates, hot, readers, config.zone)
-    writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
-    live = LiveState(conn, hot, keeper)
-    hooks = HookInbox(wake=wake.set)
-    demo_proc = None
-    try:
-        if demo_root is not None:
-            # Started only here, where the finally below ends it: a start that fails any earlier
-            # would leave it appending to the demo directory for good.
-            _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
-            demo_proc = _start_demo(demo_root)
-        try:
-            api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
-                            floors=CounterFloors(config.state_dir / FLOORS_FILE))
-        except OSError as exc:
-            _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
+    with lock:
+        hot = _open_hot(config)
+        found = hot if isinstance(hot, str) else _roots(config, demo)
+        if isinstance(found, str):
+            _say(found, logging.ERROR)
             return 2
-        api.start()
-        _say(f"listening on {api.address}")
-        # Ready once queries can be answered: a long catch-up is progress, not a failed start.
-        notifier.ready(f"catching up on {where}")
-        progress = _Progress(notifier, api.health, hangups)
-
-        def pipeline() -> Pipeline:
-            # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
-            return Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
-                            after_commit=lambda result: live.committed(result.sessions, result.position),
-                            pricer=pricer)
-
-        _say(f"ledger {db}; catching up on {where}")
-        # A directory created after its parent's watch began gets a watch of its own, and watchdog
-        # warns that it replaces one; replacing it is right, the warning is noise for operators.
-        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
-        observer = Observer()
-        changes = Changes(wake)
-        for root in roots:
-            changes.watch(observer, root)
-        for root in changes.awaited:
-            if root in undecided:
-                _say(f"{root} does not exist yet: waiting for it, its logs are read once it holds an agent's "
-                     "telemetry or sessions")
-            else:
-                _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
-        for root in undecided:
-            if root not in changes.awaited:
-                _say(f"{root} {_UNTOLD}")
-        observer.start()
-        flusher = _Flusher(hot, config.hot.flush_interval_s)
-        flusher.start()
-        follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
+        specs, undecided, demo_root = found
+        roots = [r for spec in specs for r in spec.roots] + undecided
+        where = ", ".join(roots)
+        conn = lock.open()
+        api = None
+        if hot.store.quarantined:
+            log.warning("hot store: %d unreadable session files set aside; those sessions are rebuilt from the ledger",
+                        hot.store.quarantined)
+        readers = ReaderPool(db)
+        keeper = GateKeeper(config.gates, hot, readers, config.zone)
+        writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
+        live = LiveState(conn, hot, keeper)
+        hooks = HookInbox(wake=wake.set)
+        demo_proc = None
         try:
-            while not stop.is_set():
-                hangups.tell()
-                notifier.watchdog()
-                api.health.tick()
-                if changes.awaited or undecided:
-                    told = _look_for_awaited(changes, observer, undecided)
-                    if told:
-                        specs[:] = specs_from_pairs([(spec.format, r) for spec in specs for r in spec.roots] + told)
-                        follower.rebuild()
-                        wake.set()  # found by a look, not by inotify: the pass need not wait for a wake-up
-                if follower.caught_up or not follower.due():
-                    # No pause after a wake-up to gather a burst: appends that come during a pass
-                    # make up the next one, and waiting only added to every line's latency.
-                    wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
-                    wake.clear()  # what changes from here on sets it again, for the next pass
-                if stop.is_set():
-                    break
-                if not follower.due():
-                    continue
-                was_caught_up = follower.caught_up
-                follower.step()
-                if follower.caught_up and not was_caught_up:
-                    notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
-        finally:
-            flusher.close()  # before hot.close(), which writes what is left
-            observer.stop()
-            observer.join(timeout=5)
-    finally:
-        if demo_proc is not None:  # first: nothing that fails below may leave it running
-            demo_proc.terminate()
+            if demo_root is not None:
+                # Started only here, where the finally below ends it: a start that fails any earlier
+                # would leave it appending to the demo directory for good.
+                _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
+                demo_proc = _start_demo(demo_root)
             try:
-                demo_proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # the rest of the shutdown must still run
-                demo_proc.kill()
-                demo_proc.wait()
-        if api is not None:
-            api.close()
-        try:
-            _record_gates(writer, keeper)
-            _record_hooks(writer, hooks, live)
-            hot.close()
-        except STALLS as exc:
-            _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
-                 "hot views are rebuilt from the ledger at the next start", logging.ERROR)
-        readers.close()
-        writer.close()
-        conn.close()
-        lock.close()
+                api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
+                                floors=CounterFloors(config.state_dir / FLOORS_FILE))
+            except OSError as exc:
+                _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
+                return 2
+            api.start()
+            _say(f"listening on {api.address}")
+            # Ready once queries can be answered: a long catch-up is progress, not a failed start.
+            notifier.ready(f"catching up on {where}")
+            progress = _Progress(notifier, api.health, hangups)
+
+            def pipeline() -> Pipeline:
+                # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
+                return Pipeline(writer, specs, max_line=config.max_line, stop=stop, on_progress=progress.advance,
+                                after_commit=lambda result: live.committed(result.sessions, result.position),
+                                pricer=pricer)
+
+            _say(f"ledger {db}; catching up on {where}")
+            # A directory created after its parent's watch began gets a watch of its own, and watchdog
+            # warns that it replaces one; replacing it is right, the warning is noise for operators.
+            warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
+            observer = Observer()
+            changes = Changes(wake)
+            for root in roots:
+                changes.watch(observer, root)
+            for root in changes.awaited:
+                if root in undecided:
+                    _say(f"{root} does not exist yet: waiting for it, its logs are read once it holds an agent's "
+                         "telemetry or sessions")
+                else:
+                    _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
+            for root in undecided:
+                if root not in changes.awaited:
+                    _say(f"{root} {_UNTOLD}")
+            observer.start()
+            flusher = _Flusher(hot, config.hot.flush_interval_s)
+            flusher.start()
+            follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
+            try:
+                while not stop.is_set():
+                    hangups.tell()
+                    notifier.watchdog()
+                    api.health.tick()
+                    if changes.awaited or undecided:
+                        told = _look_for_awaited(changes, observer, undecided)
+                        if told:
+                            specs[:] = specs_from_pairs([(spec.format, r) for spec in specs for r in spec.roots] + told)
+                            follower.rebuild()
+                            wake.set()  # found by a look, not by inotify: the pass need not wait for a wake-up
+                    if follower.caught_up or not follower.due():
+                        # No pause after a wake-up to gather a burst: appends that come during a pass
+                        # make up the next one, and waiting only added to every line's latency.
+                        wake.wait(min(config.rescan_s, WATCHDOG_MAX_WAIT_S, notifier.interval_s or WATCHDOG_MAX_WAIT_S))
+                        wake.clear()  # what changes from here on sets it again, for the next pass
+                    if stop.is_set():
+                        break
+                    if not follower.due():
+                        continue
+                    was_caught_up = follower.caught_up
+                    follower.step()
+                    if follower.caught_up and not was_caught_up:
+                        notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
+            finally:
+                flusher.close()  # before hot.close(), which writes what is left
+                observer.stop()
+                observer.join(timeout=5)
+        finally:
+            if demo_proc is not None:  # first: nothing that fails below may leave it running
+                demo_proc.terminate()
+                try:
+                    demo_proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # the rest of the shutdown must still run
+                    demo_proc.kill()
+                    demo_proc.wait()
+            if api is not None:
+                api.close()
+            try:
+                _record_gates(writer, keeper)
+                _record_hooks(writer, hooks, live)
+                hot.close()
+            except STALLS as exc:
+                _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
+                     "hot views are rebuilt from the ledger at the next start", logging.ERROR)
+            readers.close()
+            writer.close()
+            conn.close()
     _say("stopped")
     return 0
