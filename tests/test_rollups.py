@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +11,9 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import REPO, as_of_version, ingest, metric_counters
-from serving import http_get
+from conftest import as_of_version, ingest, metric_counters
+from served import Served
+from serving import wait_for
 from ledgerdump import dump, usage, verify
 from logwriter import LogDir, event, llm_call
 
@@ -151,18 +150,13 @@ def test_verify_repair_rebuilds_the_rollups_from_the_rows(tmp_path, oc_corpus):
 def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(b"".join(llm_call(n, session=f"s{n % 3}") for n in range(1, 31)))
-    db = tmp_path / "l.db"
+    daemon = Served(tmp_path, logs.root)
+    db = daemon.db
     ingest(db, logs.root)
     _corrupt(db)
-    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--no-demo", "--listen",
-                               "127.0.0.1:0", str(logs.root)], cwd=REPO, stderr=subprocess.PIPE, text=True,
-                              env=os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st")})
+    daemon.start()
     try:
-        for line in daemon.stderr:
-            if "caught up" in line:
-                break
-        else:
-            raise AssertionError("serve stopped before it caught up")
+        wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
         out = _agentledger(db, "verify", "--repair")
         assert out.returncode == 1, out.stderr
         (line,) = out.stderr.strip().splitlines()
@@ -170,8 +164,7 @@ def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
         assert out.stdout == ""
         assert _agentledger(db, "verify").returncode == 1  # untouched
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=30) == 0
+        assert daemon.stop() == 0
     assert _agentledger(db, "verify", "--repair").returncode == 0
     assert _agentledger(db, "verify").returncode == 0
 
@@ -179,29 +172,21 @@ def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
 def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1) + llm_call(2))
-    db = tmp_path / "l.db"
+    # The views are written at the latest on the way out: the flush interval is far off.
+    daemon = Served(tmp_path, logs.root, flush_interval_s=3600)
+    db = daemon.db
     ingest(db, logs.root)
     conn = apsw.Connection(str(db))
     conn.execute("UPDATE session_totals SET llm_calls = llm_calls + 5")
     conn.close()
-    # The views are written at the latest on the way out: the flush interval is far off.
-    env = os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_HOT_FLUSH_INTERVAL_S": "3600"}
 
     def calls_in_the_hot_view() -> int:
-        daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "serve", "--no-demo",
-                                   "--listen", "127.0.0.1:0", str(logs.root)], cwd=REPO, stderr=subprocess.PIPE,
-                                  text=True, env=env)
+        daemon.start()
         try:
-            said = ""
-            for line in daemon.stderr:
-                said += line
-                if "caught up" in line:
-                    break
-            url = re.search(r"listening on (http://[^\s\"]+)", said).group(1)
-            return http_get(url, "/v1/sessions/agent:main:s1/hot")[1]["llm_calls"]
+            wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
+            return daemon.get("/v1/sessions/agent:main:s1/hot")[1]["llm_calls"]
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(timeout=30) == 0
+            assert daemon.stop() == 0
 
     assert calls_in_the_hot_view() == 7  # built from the corrupted totals, and kept in the state dir
     assert _agentledger(db, "verify", "--repair").returncode == 0
