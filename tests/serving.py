@@ -38,13 +38,14 @@ def copy_logs(src: Path, dst: Path) -> Path:
     return dst
 
 
-def write_config(tmp_path: Path, root: Path, fmt: str = "oc-telemetry", extra: str = GATES) -> Path:
+def write_config(tmp_path: Path, root: Path, fmt: str = "oc-telemetry", extra: str = GATES, *,
+                 rescan_s: float = 0.2) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(f"""
 db = "{tmp_path / 'ledger.db'}"
 state_dir = "{tmp_path / 'state'}"
 listen = "127.0.0.1:0"
-rescan_s = 0.2
+rescan_s = {rescan_s}
 
 [[sources]]
 format = "{fmt}"

@@ -935,11 +935,7 @@ def test_a_workflow_begun_after_serve_started_is_followed(tmp_path):
     files = _workflow_files(project)
     main = project / f"{SESSION}.jsonl"
     _write({main: files[main]})
-    config = write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="")
-    text = config.read_text()
-    assert "rescan_s = 0.2" in text
-    config.write_text(text.replace("rescan_s = 0.2", "rescan_s = 3600"))
-    served = Served(config, tmp_path)
+    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="", rescan_s=3600), tmp_path)
     try:
         db = tmp_path / "ledger.db"
         wait_for(lambda: usage(db)["llm_calls"] == 2, what="the session read")
