@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -413,14 +414,8 @@ def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
 MARCH_1_2026 = 1_772_323_200_000  # 2026-03-01: Opus 4.6 still priced higher past 200k prompt tokens
 
 
-def _claude_call(uuid: str, message_id: str, model: str, second: int, usage: dict, **envelope) -> bytes:
-    """A Claude Code assistant line: 10 input and 100k output tokens unless ``usage`` says otherwise."""
-    return orjson.dumps({"type": "assistant", "uuid": uuid, "sessionId": SESSION, "isSidechain": False,
-                         "timestamp": f"2026-10-01T10:00:{second:02d}.000Z", "requestId": f"req_{message_id}",
-                         "message": {"id": message_id, "model": model, "role": "assistant",
-                                     "content": [{"type": "text", "text": "x"}], "stop_reason": None,
-                                     "usage": {"input_tokens": 10, "output_tokens": 100_000} | usage}}
-                        | envelope) + b"\n"
+# Sonnet, 10 input and 100k output tokens and no cache unless told: a call's cost is its rates' plain sum.
+_claude_call = partial(cc_assistant, block={"type": "text", "text": "x"}, model=SONNET, output=100_000, usage={})
 
 
 def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stays_unpriced(tmp_path, db):
@@ -431,10 +426,10 @@ def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stay
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(
         cc_prompt("u1", "hi", 0)
-        + _claude_call("a1", "msg_1", "claude-opus-4-6", 1, {"speed": "fast"})
-        + _claude_call("a2", "msg_2", "claude-opus-5", 2, {"speed": "fast"})
-        + _claude_call("a3", "msg_3", "claude-opus-4-6", 3, {"speed": "standard"})
-        + _claude_call("a4", "msg_4", SONNET, 4, {"speed": "fast"}))
+        + _claude_call("a1", "msg_1", model="claude-opus-4-6", second=1, usage={"speed": "fast"})
+        + _claude_call("a2", "msg_2", model="claude-opus-5", second=2, usage={"speed": "fast"})
+        + _claude_call("a3", "msg_3", model="claude-opus-4-6", second=3, usage={"speed": "standard"})
+        + _claude_call("a4", "msg_4", second=4, usage={"speed": "fast"}))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     opus_46_fast = (10 * 30 + 100_000 * 150) / 10**6
     opus_5_fast = (10 * 10 + 100_000 * 50) / 10**6
@@ -500,11 +495,12 @@ def test_web_searches_are_charged_per_search_once_per_call_and_fetches_only_by_t
     tools = {"server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 2}}
     (project / f"{SESSION}.jsonl").write_bytes(
         cc_prompt("u1", "hi", 0)
-        + _claude_call("a1", "msg_1", SONNET, 1, tools | {"output_tokens": 50})  # streamed: the same call, twice
-        + _claude_call("a2", "msg_1", SONNET, 2, tools)
-        + _claude_call("a3", "msg_2", SONNET, 3, {"server_tool_use": {"web_search_requests": 0,
-                                                                       "web_fetch_requests": 4}})
-        + _claude_call("a4", "msg_3", "claude-3-haiku-20240307", 4, {"server_tool_use": {"web_search_requests": 1}}))
+        + _claude_call("a1", "msg_1", second=1, output=50, usage=tools)  # streamed: the same call, twice
+        + _claude_call("a2", "msg_1", second=2, usage=tools)
+        + _claude_call("a3", "msg_2", second=3, usage={"server_tool_use": {"web_search_requests": 0,
+                                                                           "web_fetch_requests": 4}})
+        + _claude_call("a4", "msg_3", model="claude-3-haiku-20240307", second=4,
+                       usage={"server_tool_use": {"web_search_requests": 1}}))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
     usage = cli_json(db, "usage")
@@ -542,10 +538,10 @@ def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_p
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(
         cc_prompt("u1", "hi", 0)
-        + _claude_call("a1", "msg_1", SONNET, 1, {"output_tokens": 40}, costUSD=0.05)  # one response, two lines
-        + _claude_call("a2", "msg_1", SONNET, 2, {}, costUSD=0.05)
-        + _claude_call("a3", "msg_2", SONNET, 3, {}, costUSD=5000)  # past any call's cost: garbage
-        + _claude_call("a4", "msg_3", SONNET, 4, {}, costUSD=0))  # a model the producer could not price
+        + _claude_call("a1", "msg_1", second=1, output=40, costUSD=0.05)  # one response, two lines
+        + _claude_call("a2", "msg_1", second=2, costUSD=0.05)
+        + _claude_call("a3", "msg_2", second=3, costUSD=5000)  # past any call's cost: garbage
+        + _claude_call("a4", "msg_3", second=4, costUSD=0))  # a model the producer could not price
     ingest(db, tmp_path / "claude", fmt="claude-code")
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
     usage = cli_json(db, "usage")
@@ -566,11 +562,13 @@ def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
     search = {"server_tool_use": {"web_search_requests": 2}}
     (project / f"{SESSION}.jsonl").write_bytes(
         cc_prompt("u1", "hi", 0)
-        + _claude_call("a1", "msg_1", "claude-opus-4-6", 1, {"inference_geo": "us"} | search)
-        + _claude_call("a2", "msg_2", "claude-opus-4-6", 2, {"inference_geo": "global"})
-        + _claude_call("a3", "msg_3", SONNET, 3, {"inference_geo": "not_available"})
-        + _claude_call("a4", "msg_4", "claude-opus-4-6", 4, {"inference_geo": "us", "speed": "fast"})
-        + _claude_call("a5", "msg_5", "claude-opus-4-6", 5, {"inference_geo": "eu"}))  # a price no one knows
+        + _claude_call("a1", "msg_1", model="claude-opus-4-6", second=1, usage={"inference_geo": "us"} | search)
+        + _claude_call("a2", "msg_2", model="claude-opus-4-6", second=2, usage={"inference_geo": "global"})
+        + _claude_call("a3", "msg_3", second=3, usage={"inference_geo": "not_available"})
+        + _claude_call("a4", "msg_4", model="claude-opus-4-6", second=4,
+                       usage={"inference_geo": "us", "speed": "fast"})
+        + _claude_call("a5", "msg_5", model="claude-opus-4-6", second=5,
+                       usage={"inference_geo": "eu"}))  # a price no one knows
     ingest(db, tmp_path / "claude", fmt="claude-code")
     opus = (10 * 5 + 100_000 * 25) / 10**6
     sonnet = (10 * 3 + 100_000 * 15) / 10**6
@@ -605,7 +603,7 @@ def test_a_price_too_high_to_store_stops_every_command_and_loses_no_call(tmp_pat
     `reprice` died with an OverflowError traceback, `ingest` and `serve` turned the calls into rejects
     (their tokens lost for good, the checkpoint past them) and `verify` failed on integer overflow."""
     project = _project(tmp_path)
-    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", SONNET, 1, {}))
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", second=1))
     bad = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 100000000\noutput = 15\n')
     env = cli_env(db)
     refusal = [f'agentledger: price file {bad}: [prices."claude-sonnet-4-5"].input: 100000000 USD per million '
@@ -650,8 +648,8 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
     """A priced cost above the $1,000 a logged cost may be is no cost: kept with its tokens, unpriced."""
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(
-        cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", SONNET, 1, {"output_tokens": 200_000})
-        + _claude_call("a2", "msg_2", SONNET, 2, {"output_tokens": 50_000}))
+        cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", second=1, output=200_000)
+        + _claude_call("a2", "msg_2", second=2, output=50_000))
     dear = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 9000\n')
     env = cli_env(db)
     out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--prices", str(dear),
@@ -694,7 +692,7 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
 
     project = _project(tmp_path)
     transcript = project / f"{SESSION}.jsonl"
-    transcript.write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", "in-house-llm", 1, {}))
+    transcript.write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", model="in-house-llm", second=1))
     etc = tmp_path / "etc"
     etc.mkdir()
     daemon = Served(etc, tmp_path / "claude", fmt="claude-code")  # its config: etc/config.toml
@@ -722,7 +720,7 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
                                         "prices": str(prices), "unmatched_overrides": []}
     each = (10 * 1 + 100_000 * 2) * 10**6
-    transcript.write_bytes(transcript.read_bytes() + _claude_call("a2", "msg_2", "in-house-llm", 2, {}))
+    transcript.write_bytes(transcript.read_bytes() + _claude_call("a2", "msg_2", model="in-house-llm", second=2))
     daemon.start()
     wait_for(lambda: count(daemon.db, "SELECT count(*) FROM llm_calls") == 2)
     assert daemon.stop() == 0

@@ -36,15 +36,19 @@ def _line(obj: dict) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
 
+_CACHE_USAGE = {"cache_read_input_tokens": 1000, "cache_creation_input_tokens": 300,
+                "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}}
+
+
 def cc_assistant(uuid: str, message_id: str, block: dict, *, output: int, second: int, sidechain: bool = False,
-                 request: str = "req_1", stop: str | None = None) -> bytes:
-    usage = {"input_tokens": 10, "output_tokens": output, "cache_read_input_tokens": 1000,
-             "cache_creation_input_tokens": 300,
-             "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}}
+                 request: str = "req_1", stop: str | None = None, model: str = MODEL, usage: dict = _CACHE_USAGE,
+                 **envelope) -> bytes:
+    """An assistant line of 10 input and ``output`` tokens; ``usage`` holds its other usage fields (a cache
+    read and writes unless told), ``envelope`` any other top-level field."""
     return _line({"type": "assistant", "uuid": uuid, "sessionId": SESSION, "isSidechain": sidechain,
                   "timestamp": f"2026-10-01T10:00:{second:02d}.000Z", "requestId": request,
-                  "message": {"id": message_id, "model": MODEL, "content": [block], "stop_reason": stop,
-                              "usage": usage}})
+                  "message": {"id": message_id, "model": model, "content": [block], "stop_reason": stop,
+                              "usage": {"input_tokens": 10, "output_tokens": output} | usage}} | envelope)
 
 
 def cc_prompt(uuid: str, text: str, second: int) -> bytes:
