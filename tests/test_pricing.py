@@ -111,10 +111,10 @@ def test_a_price_file_s_unknown_table_is_refused_not_read_as_no_override(tmp_pat
 
 def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db):
     project = _project(tmp_path)
-    line = cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=1000, second=1)
-    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + line.replace(
-        b"claude-sonnet-4-5-20250929", b"in-house-llm") + cc_assistant("a2", "msg_2", {"type": "text", "text": "y"},
-                                                                       output=10, second=2))
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=1000, second=1, model="in-house-llm")
+        + cc_assistant("a2", "msg_2", {"type": "text", "text": "y"}, output=10, second=2))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     env = cli_env(db)
 
@@ -148,8 +148,8 @@ def test_a_cost_that_leaves_out_unpriced_calls_is_marked_in_every_table(tmp_path
     project = _project(tmp_path)
 
     def unknown(uuid: str) -> bytes:
-        return cc_assistant(uuid, f"msg_{uuid}", {"type": "text", "text": "x"}, output=1000, second=1).replace(
-            SONNET.encode(), b"in-house-llm")
+        return cc_assistant(uuid, f"msg_{uuid}", {"type": "text", "text": "x"}, output=1000, second=1,
+                            model="in-house-llm")
 
     # One session with a priced and an unpriced call, one with an unpriced call only.
     (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + unknown("a1") + cc_assistant(
@@ -388,8 +388,8 @@ def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
 
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + b"".join(
-        cc_assistant(f"a{n}", f"msg_{n}", {"type": "text", "text": "x"}, output=10, second=n).replace(
-            b"claude-sonnet-4-5-20250929", b"in-house-llm") for n in range(1, 4)))
+        cc_assistant(f"a{n}", f"msg_{n}", {"type": "text", "text": "x"}, output=10, second=n, model="in-house-llm")
+        for n in range(1, 4)))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     priced = Pricer(load_overrides(_overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1\n')))
     calls = []
