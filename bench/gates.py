@@ -27,6 +27,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -96,56 +98,85 @@ def _session_keys(db: Path, limit: int = 100) -> list[str]:
     return keys
 
 
+class Client:
+    """Keep-alive connections to ``host:port``, one per thread; each request's in-handler and end-to-end time
+    in ms."""
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        host, port = url.rsplit(":", 1)
+        self.host, self.port, self.timeout = host, int(port), timeout
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.errors: Counter[str] = Counter()  # by kind: the figure to report is how many failed, and how
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return conn
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                expect: bytes | None = None) -> tuple[float, float] | None:
+        """The timings of a 200 whose body holds ``expect``; None for any other answer or none."""
+        conn = self._conn()
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        started = time.perf_counter()
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            answer = response.read()
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status != 200 or (expect is not None and expect not in answer):
+                raise RuntimeError(response.status)
+        except Exception as exc:  # counted, not raised
+            with self.lock:
+                self.errors[type(exc).__name__] += 1
+            conn.close()
+            self.local.conn = None
+            return None
+        timing = response.getheader("Server-Timing", "")
+        return float(timing.split("dur=")[1]) if "dur=" in timing else float("nan"), elapsed
+
+
+def ask_gates(client: Client, path: Callable[[int], str], rate: float, deadline: float,
+              out: list[tuple[float, float]], first_at: float | None = None) -> None:
+    """Gate questions, GET ``path(n)`` for n = 0, 1, ..., at ``rate`` per second from ``first_at`` (default
+    now) until ``deadline``; each decision's timings go to ``out``. Paced by the clock, not by the answers:
+    a slow answer is not followed by fewer questions."""
+    interval, n = 1 / rate, 0
+    next_at = time.monotonic() if first_at is None else first_at
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return
+        if now < next_at:
+            time.sleep(next_at - now)
+        next_at += interval
+        got = client.request("GET", path(n), expect=b'"decision"')
+        n += 1
+        if got is not None:
+            out.append(got)
+
+
 def latency(url: str, keys: list[str], rate: int, seconds: float, workers: int = 4) -> dict:
     """Ask at ``rate`` requests/s in total, spread over ``workers`` keep-alive connections."""
-    host, port = url.rsplit(":", 1)
-    handler: list[float] = []
-    end_to_end: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    interval = workers / rate
-    deadline = time.monotonic() + seconds
+    client = Client(url)
+    timings: list[tuple[float, float]] = []
+    started = time.monotonic()
+    deadline = started + seconds
 
     def worker(offset: int) -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        n = offset
-        next_at = time.monotonic() + offset * interval / workers
-        mine_h, mine_e = [], []
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            if now < next_at:
-                time.sleep(next_at - now)
-            next_at += interval
-            key = keys[n % len(keys)]
-            n += workers
-            started = time.perf_counter()
-            try:
-                conn.request("GET", f"/v1/gate?session_key={key}&tool=exec")
-                response = conn.getresponse()
-                body = response.read()
-                elapsed = time.perf_counter() - started
-                if response.status != 200 or b'"decision"' not in body:
-                    raise RuntimeError(response.status)
-                timing = response.getheader("Server-Timing", "")
-                mine_h.append(float(timing.split("dur=")[1]) if "dur=" in timing else float("nan"))
-                mine_e.append(elapsed * 1000)
-            except Exception:  # counted: the figure to report is how many failed
-                with lock:
-                    errors[0] += 1
-                conn.close()
-                conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        with lock:
-            handler.extend(mine_h)
-            end_to_end.extend(mine_e)
+        # Staggered, so that together the workers ask at an even pace.
+        ask_gates(client, lambda n: f"/v1/gate?session_key={keys[(offset + n * workers) % len(keys)]}&tool=exec",
+                  rate / workers, deadline, timings, first_at=started + offset / rate)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return {"requests": len(end_to_end), "errors": errors[0], "rate": len(end_to_end) / seconds,
+    handler, end_to_end = [h for h, _ in timings], [e for _, e in timings]
+    return {"requests": len(end_to_end), "errors": sum(client.errors.values()), "rate": len(end_to_end) / seconds,
             "handler_p50_ms": _pct(handler, 0.5), "handler_p99_ms": _pct(handler, 0.99),
             "e2e_p50_ms": _pct(end_to_end, 0.5), "e2e_p99_ms": _pct(end_to_end, 0.99)}
 
