@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import http.client
 import random
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,7 +33,7 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gates import _pct, _serve  # noqa: E402
+from gates import Client, _pct, _serve, ask_gates  # noqa: E402
 from gen import generate  # noqa: E402
 
 GATES = """
@@ -59,47 +57,11 @@ limit = 1000000
 """
 
 
-class _Client:
-    """Keep-alive connections, one per thread; each request's in-handler and end-to-end time in ms."""
-
-    def __init__(self, host: str, port: str):
-        self.host, self.port = host, int(port)
-        self.local = threading.local()
-        self.lock = threading.Lock()
-        self.errors: Counter[str] = Counter()  # by kind: the figure to report is how many failed, and how
-
-    def _conn(self) -> http.client.HTTPConnection:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-        return conn
-
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[float, float] | None:
-        conn = self._conn()
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        started = time.perf_counter()
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            response.read()
-            elapsed = (time.perf_counter() - started) * 1000
-            if response.status != 200:
-                raise RuntimeError(response.status)
-        except Exception as exc:  # counted, not raised
-            with self.lock:
-                self.errors[type(exc).__name__] += 1
-            conn.close()
-            self.local.conn = None
-            return None
-        timing = response.getheader("Server-Timing", "")
-        return float(timing.split("dur=")[1]) if "dur=" in timing else float("nan"), elapsed
-
-
 def _session(n: int) -> str:
     return f"0b5c3f7e-cc11-4d7e-9c5e-{n:012d}"
 
 
-def stream_hooks(client: _Client, sessions: int, burst: tuple[int, int], turn_ms: float, deadline: float,
+def stream_hooks(client: Client, sessions: int, burst: tuple[int, int], turn_ms: float, deadline: float,
                  pre: list[tuple[float, float]], sent: list[int], with_pre: bool) -> None:
     """Each session: turns of a parallel burst of PreToolUse, then a PostToolUse per call, then a pause."""
     rng = random.Random(7)
@@ -134,22 +96,6 @@ def stream_hooks(client: _Client, sessions: int, burst: tuple[int, int], turn_ms
     pool.shutdown()
 
 
-def ask_gates(client: _Client, sessions: int, rate: int, deadline: float, out: list[tuple[float, float]]) -> None:
-    interval, n = 1 / rate, 0
-    next_at = time.monotonic()
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
-            return
-        if now < next_at:
-            time.sleep(next_at - now)
-        next_at += interval
-        got = client.request("GET", f"/v1/gate?session_key={_session(n % sessions)}&tool=Bash")
-        n += 1
-        if got is not None:
-            out.append(got)
-
-
 def _line(name: str, values: list[tuple[float, float]]) -> str:
     handler, e2e = [v[0] for v in values], [v[1] for v in values]
     return (f"  {name:<22} n={len(values):>6}  in handler p50 {_pct(handler, .5):.3f}  p99 {_pct(handler, .99):.3f}"
@@ -175,17 +121,17 @@ def main() -> int:
     corpus = tmp / "corpus"
     generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
     proc, url = _serve(tmp, corpus, GATES)
-    host, port = url.rsplit(":", 1)
     pre: list[tuple[float, float]] = []
     gates: list[tuple[float, float]] = []
     sent = [0]
     try:
-        hooks, asker = _Client(host, port), _Client(host, port)
+        hooks, asker = Client(url, timeout=30), Client(url, timeout=30)
         deadline = time.monotonic() + args.seconds
         streamer = threading.Thread(target=stream_hooks, args=(hooks, args.sessions, burst, args.turn_ms, deadline,
                                                                pre, sent, not args.no_pre))
         streamer.start()
-        ask_gates(asker, args.sessions, args.rate, deadline, gates)
+        ask_gates(asker, lambda n: f"/v1/gate?session_key={_session(n % args.sessions)}&tool=Bash", args.rate,
+                  deadline, gates)
         streamer.join()
     finally:
         proc.terminate()
