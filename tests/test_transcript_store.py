@@ -600,3 +600,42 @@ def test_a_subagent_only_in_the_store_read_before_sessions_json_named_it_ends_as
                 "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"):
         assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
     _clean(stepwise)
+
+
+def test_a_daemon_following_a_store_remembers_only_the_sessions_its_last_pass_named(tmp_path):
+    # Every session ever named as due a key stayed in memory for the daemon's life, one more with each new
+    # session: what a pass names is keyed before that pass ends, and is never asked for again.
+    state = tmp_path / "state"
+    producer = Producer(state)
+    sessions = state / "agents" / "main" / "sessions"
+    listed = {"agent:main:main": {"sessionId": SID}}
+    _index(state)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2))
+    stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
+    children: list[str] = []
+    conn = open_writer(stepwise)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        for n in range(6):
+            # A pass's children are read under the keys guessed for them, and named as subagents on the next
+            # pass: keyed then, their rows read again.
+            for child in children:
+                listed[f"agent:main:subagent:{child[-4:]}"] = {"sessionId": child, "spawnedBy": "agent:main:main"}
+            (sessions / "sessions.json").write_bytes(orjson.dumps(listed))
+            named_now = [str(sessions / f"{child}.jsonl") for child in children]
+            children = [f"3c9d7e1a-0000-4000-8000-00000000{n}{i:03d}" for i in range(3)] if n < 5 else []
+            for child in children:
+                producer.add(_header(2) | {"id": child}, _user("c1", 3), _assistant("c2", 9), session=child)
+            pipeline.run_once()
+        assert sorted(pipeline.tailers[0][2].named) == named_now
+    finally:
+        conn.close()
+    ingest(fresh, state, fmt="oc-transcript")
+    for db in (stepwise, fresh):
+        settle(db)
+    sql = "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"
+    assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql)
+    assert scalar(stepwise, "SELECT count(*) FROM sessions WHERE session_key LIKE 'agent:main:subagent:%'") == 15
+    for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents"):
+        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+    _clean(stepwise)

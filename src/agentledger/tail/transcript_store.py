@@ -84,7 +84,8 @@ class StoreReader:
         # store → session → (the transcript path it decodes as, its sessions.json entry) when it was last
         # named as due a key: all its key depends on, but for spawns in files, which the files' reads follow.
         self.keyed: dict[str, dict[str, tuple]] = {}
-        self.named: dict[str, tuple[str, str]] = {}  # transcript path last named as due a key → (store, session)
+        # transcript path named as due a key by the current or last pass → (store, session)
+        self.named: dict[str, tuple[str, str]] = {}
 
     def chunks(self, max_line: int) -> Iterator[tuple[Chunk | None, str]]:
         """(rows not indexed yet as a chunk, the transcript path they decode as); the caller commits each
@@ -92,6 +93,10 @@ class StoreReader:
         or whose path or sessions.json entry changed since, comes as (None, its path), new rows or not:
         the key its rows take may have changed. A store's (None, path) all come before its chunks, so
         their keys can be looked up together."""
+        # The caller keys what a pass names before that pass ends (Pipeline._read_store), so an earlier
+        # pass's names are never asked for again. Not dropped per store: a store with no new rows leaves
+        # its sessions to be keyed with the next store's.
+        self.named.clear()
         for root in self.roots:
             for store in stores(root):
                 yield from self._store(root, store, max_line)
