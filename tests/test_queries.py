@@ -60,9 +60,9 @@ def test_costs_by_tool_match_expected(corpus_db, oc_expected):
 
 
 def test_tz_moves_spend_across_the_day_boundary(corpus_db):
-    utc = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "UTC")}
-    la = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "America/Los_Angeles")}
-    tokyo = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", "Asia/Kolkata")}
+    utc = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", queries.zone("UTC"))}
+    la = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", queries.zone("America/Los_Angeles"))}
+    tokyo = {r["day"]: r["cost_usd"] for r in _q(corpus_db, queries.costs, "day", queries.zone("Asia/Kolkata"))}
     assert sum(utc.values()) == pytest.approx(sum(la.values())) == pytest.approx(sum(tokyo.values()))
     assert "2026-09-30" in la and "2026-09-30" not in utc  # early-UTC spend belongs to the evening before
     conn = open_reader(corpus_db)

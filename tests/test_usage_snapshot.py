@@ -125,7 +125,7 @@ def test_every_grouping_adds_up_to_usage(tmp_path, db, window):
         w = queries.Window(**window)
         want = queries.usage(conn, w)["cost_usd"]
         for group_by in ("model", "provider", "agent", "session", "day"):
-            rows = queries.costs(conn, w, group_by, "Asia/Tokyo")
+            rows = queries.costs(conn, w, group_by, queries.zone("Asia/Tokyo"))
             assert sum(r["cost_usd"] for r in rows) == pytest.approx(want), group_by
         assert sum(r["cost_usd"] for r in queries.daily_costs_by_model(conn, w)) == pytest.approx(want)
         assert sum(r["cost_usd"] for r in queries.top(conn, w, "models")) == pytest.approx(want)

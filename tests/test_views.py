@@ -36,10 +36,11 @@ def _sum(rows, key, value="cost_usd"):
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata"])
 def test_daily_costs_by_model_add_up_to_days_and_models(conn, tz):
     w = queries.Window(since=1_790_000_000_000 + 3_600_000)  # a window edge inside a 15-minute slot too
-    rows = queries.daily_costs_by_model(conn, w, tz)
-    assert _sum(rows, "day") == {r["day"]: round(r["cost_usd"], 9) for r in queries.costs(conn, w, "day", tz)}
+    local = queries.zone(tz)
+    rows = queries.daily_costs_by_model(conn, w, local)
+    assert _sum(rows, "day") == {r["day"]: round(r["cost_usd"], 9) for r in queries.costs(conn, w, "day", local)}
     assert _sum(rows, "model") == {r["model"]: round(r["cost_usd"], 9) for r in queries.costs(conn, w, "model")}
-    assert _sum(rows, "day", "llm_calls") == {r["day"]: r["llm_calls"] for r in queries.costs(conn, w, "day", tz)}
+    assert _sum(rows, "day", "llm_calls") == {r["day"]: r["llm_calls"] for r in queries.costs(conn, w, "day", local)}
     assert [r["day"] for r in rows] == sorted(r["day"] for r in rows)
 
 

@@ -190,8 +190,9 @@ def _forecast(conn: apsw.Connection, keeper: GateKeeper | None, key: str) -> dic
 
 def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> dict:
     group_by = (params.get("group_by") or ["model"])[-1]
-    tz = (params.get("tz") or ["UTC"])[-1]
-    return queries.costs_report(conn, _window(params, None), group_by, tz)
+    # Whatever the grouping: a zone that does not exist is a mistake to tell, not one to answer past.
+    local = queries.zone((params.get("tz") or ["UTC"])[-1])
+    return queries.costs_report(conn, _window(params, None), group_by, local)
 
 
 _READS = ("GET", "HEAD")

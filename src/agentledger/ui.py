@@ -237,7 +237,8 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
     days = _days(params, zone, now_ms)
     window = queries.Window(since=_ms(days[0], zone), until=_end_ms(days[-1], zone))
     snap = overview(conn, gates, zone, now_ms, problems_since=window.since)
-    daily = queries.daily_costs_by_model(conn, window, zone.key)
+    # Named again as the queries name zones: their UTC is read from whole days, tzdata's summed from slots.
+    daily = queries.daily_costs_by_model(conn, window, queries.zone(zone.key))
     totals: dict[str, float] = {}
     unpriced: dict[str, int] = {}
     for r in daily:

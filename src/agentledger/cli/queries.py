@@ -41,11 +41,11 @@ TEXT = _Text()
 
 
 def _zone(ctx, param, value):
+    """(the zone's name as typed, which titles say back; the zone)"""
     try:
-        queries.zone(value)
+        return value, queries.zone(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    return value
 
 
 def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True):
@@ -206,7 +206,8 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
 
     --json is one object: group_by, rows (at most --limit) and total, the window's grand total whatever
     the limit; --csv the rows alone."""
-    report = queries.costs_report(conn, w, group_by, tz)
+    _, local = tz
+    report = queries.costs_report(conn, w, group_by, local)
     rows, total = report["rows"], report["total"]
     if _charting(chart, fmt):
         _costs_chart(conn, w, rows, total, group_by, tz)
@@ -240,7 +241,7 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
                                     ("total_tokens", "tokens"), ("cost_usd", "cost $")] + latency_columns)
 
 
-def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: str) -> None:
+def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: tuple) -> None:
     from agentledger.cli import charts  # rich only when drawing
 
     if not rows:
@@ -254,10 +255,11 @@ def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: str)
     cost = display.cost(total["cost_usd"], unpriced)
     if group_by == "day":
         by_day: dict[str, list] = {}
-        for r in queries.daily_costs_by_model(conn, w, tz):
+        name, local = tz
+        for r in queries.daily_costs_by_model(conn, w, local):
             by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"], r["unpriced_calls"]))
         charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
-                          f"spend per day ({tz}), stacked by model; total {cost}")
+                          f"spend per day ({name}), stacked by model; total {cost}")
     else:
         label = queries.cost_fields(group_by)[0]
         charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])]) for r in rows],

@@ -290,12 +290,10 @@ def cost_fields(group_by: str) -> tuple[str, ...]:
     return ({"agent": "agent_id"}.get(group_by, group_by), *_LLM_FIELDS)
 
 
-def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> list[dict]:
-    """Spend grouped by one dimension; rows by cost, most first (days in order)."""
+def costs(conn: apsw.Connection, w: Window, group_by: str, local: dt.tzinfo = dt.timezone.utc) -> list[dict]:
+    """Spend grouped by one dimension; rows by cost, most first (days in order, in ``local``: see ``zone``)."""
     if group_by not in GROUP_BY:
         raise ValueError(f"cannot group by {group_by!r}: choose one of {', '.join(GROUP_BY)}")
-    # Whatever the grouping: a zone that does not exist is a mistake to tell, not one to answer past.
-    zone(tz)
     if group_by == "tool":
         return _tool_costs(conn, w)
     if group_by == "session":
@@ -304,9 +302,9 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> l
         return out[: w.limit] if w.limit else out
     dims = {"model": ("model", "coalesce(model, '')"), "provider": ("provider", "coalesce(provider, '')"),
             "agent": ("agent_id", "coalesce(agent_id, '')"), "day": ("slot_ms", f"ts_ms - ts_ms % {_SLOT}")}
-    groups = _llm_groups(conn, w, [dims[group_by]], tz, by_day=group_by == "day")
+    groups = _llm_groups(conn, w, [dims[group_by]], local, by_day=group_by == "day")
     if group_by == "day":
-        groups = _by_local_day(groups, tz)
+        groups = _by_local_day(groups, local)
     fields = cost_fields(group_by)
     label = fields[0]
     out = []
@@ -338,10 +336,10 @@ def cost_total(rows: list[dict], group_by: str) -> dict:
     return total
 
 
-def costs_report(conn: apsw.Connection, w: Window, group_by: str, tz: str = "UTC") -> dict:
+def costs_report(conn: apsw.Connection, w: Window, group_by: str, local: dt.tzinfo = dt.timezone.utc) -> dict:
     """``costs`` as scripts read it (``--json``, ``GET /v1/costs``): the grouping, its rows (at most
     ``w.limit``) and the window's grand total, which the limit does not cut."""
-    every = costs(conn, replace(w, limit=None), group_by, tz)
+    every = costs(conn, replace(w, limit=None), group_by, local)
     return {"group_by": group_by, "rows": every[: w.limit] if w.limit else every,
             "total": cost_total(every, group_by)}
 
@@ -361,11 +359,11 @@ def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     return [_row(fields, (keys.get(sid), sid, *_llm_values(vals))) for sid, vals in groups.items()]
 
 
-def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], tz: str,
+def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], local: dt.tzinfo,
                 by_day: bool) -> dict[tuple, list[int]]:
     """LLM sums over a window grouped by ``dims`` (each a rollup column and the same from the rows);
     ``by_day`` groups by slot first: local days in another zone do not line up with UTC days."""
-    days = not by_day or zone(tz) is dt.timezone.utc
+    days = not by_day or local is dt.timezone.utc
     groups: dict[tuple, list[int]] = {}
     width = len(dims)
     keys = ", ".join(str(i + 1) for i in range(width))
@@ -385,11 +383,11 @@ def _llm_groups(conn: apsw.Connection, w: Window, dims: list[tuple[str, str]], t
     return _with_fallback(groups, _fallback_groups(conn, w, [b for _, b in dims]))
 
 
-def daily_costs_by_model(conn: apsw.Connection, w: Window, tz: str = "UTC") -> list[dict]:
+def daily_costs_by_model(conn: apsw.Connection, w: Window, local: dt.tzinfo = dt.timezone.utc) -> list[dict]:
     """Spend per local day and model (what a chart stacks), days in order, models by cost within a day."""
     groups = _llm_groups(conn, w, [("slot_ms", f"ts_ms - ts_ms % {_SLOT}"), ("model", "coalesce(model, '')")],
-                         tz, by_day=True)
-    days = _by_local_day(groups, tz)
+                         local, by_day=True)
+    days = _by_local_day(groups, local)
     out = [{"day": day, "model": model or None, "llm_calls": calls - errors, "total_tokens": t,
             "cost_usd": _usd(cost), "unpriced_calls": unpriced}
            for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, unpriced) in days.items() if calls or cost]
@@ -423,9 +421,8 @@ def _durations(conn: apsw.Connection, w: Window, table: str, name: str, time: st
     return out
 
 
-def _by_local_day(groups: dict[tuple, list[int]], tz: str) -> dict[tuple, list[int]]:
+def _by_local_day(groups: dict[tuple, list[int]], local: dt.tzinfo) -> dict[tuple, list[int]]:
     """Groups keyed (slot, ...) summed into groups keyed (local day, ...)."""
-    local = zone(tz)
     days: dict = {}
     for (slot_ms, *rest), vals in groups.items():
         key = (dt.datetime.fromtimestamp(slot_ms / 1000, tz=local).date().isoformat(), *rest)
@@ -435,6 +432,7 @@ def _by_local_day(groups: dict[tuple, list[int]], tz: str) -> dict[tuple, list[i
 
 
 def zone(tz: str) -> dt.tzinfo:
+    """The zone days are counted in; UTC's days are the rollups' own, read whole rather than summed from slots."""
     if tz.upper() == "UTC":
         return dt.timezone.utc
     try:
