@@ -265,16 +265,12 @@ class FileDecoder:
         transcript says it is a subagent of the session. So the transcript's first line also records
         the spawn, in the child's own word (its workflow run as its label), and names the child session
         its calls then go to: a subagent session of the parent, whose family counts it."""
-        facts = decoded if isinstance(decoded, list) else [decoded]
         child = child_key(base["session_id"], agent)
-        n = len(facts)
-        return [*facts,
-                SubagentSpawned(**base | {"event_id": derived_id(base["event_id"], n)}, kind="subagent.spawn",
-                                run_id=self._run(base), child_session_key=child, child_agent_id=AGENT,
-                                label=self.workflow, mode=WORKFLOW_AGENT, by_child=True),
-                Marker(**base | {"event_id": derived_id(base["event_id"], n + 1), "session_key": child,
-                                 "session_id": child_session_id(base["session_id"], agent)},
-                       kind="subagent.start")]
+        return _numbered(base, decoded, [
+            SubagentSpawned(**base, kind="subagent.spawn", run_id=self._run(base), child_session_key=child,
+                            child_agent_id=AGENT, label=self.workflow, mode=WORKFLOW_AGENT, by_child=True),
+            Marker(**base | {"session_key": child, "session_id": child_session_id(base["session_id"], agent)},
+                   kind="subagent.start")])
 
     def _run(self, base: dict) -> str | None:
         return self.runs.current(base["session_id"], base["ts_ms"])
