@@ -354,15 +354,8 @@ class FileDecoder:
                     typed[2] = _ASKED  # a local command gave the model something to answer
                 return Marker(**base, kind="user.prompt")
             self.commands.pop(session_id, None)
-            # Claude Code mostly writes no stop reason, so many turns are never said to end: the
-            # next prompt ends the one before it (a reported end, before or after, outranks this).
-            previous = self.runs.previous(base["session_id"], base["ts_ms"])
-            self.runs.start(base["session_id"], uuid)
-            start = RunStarted(**base, kind="run.start", run_id=uuid)
-            if previous is None:
-                return start
-            return [start, RunEnded(**base | {"event_id": derived_id(base["event_id"], 1)}, kind="run.end",
-                                    run_id=previous, ended_by="next_prompt", stop_reason="next_prompt")]
+            start, *ended = self._begin_turn(base, uuid)
+            return _numbered(base, start, ended) if ended else start
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
                    and text(b.get("tool_use_id"))] if isinstance(content, list) else []
         if not results and not interrupt:
@@ -411,12 +404,19 @@ class FileDecoder:
 
     def _command_turn(self, base: dict, typed: list) -> list[Fact]:
         """The turn of a local command that asked the model (see _ECHO): it begins at the command, as a
-        prompt's turn does, and ends the one before it. Its facts' ids are the caller's to give."""
-        session_id, (uuid, ts) = base["session_id"], typed[:2]
-        previous = self.runs.previous(session_id, ts)
-        self.runs.start(session_id, uuid)
-        at = base | {"ts_ms": ts}
-        facts: list[Fact] = [RunStarted(**at, kind="run.start", run_id=uuid)]
+        prompt's turn does. Its facts' ids are the caller's to give."""
+        uuid, ts = typed[:2]
+        return self._begin_turn(base | {"ts_ms": ts}, uuid)
+
+    def _begin_turn(self, at: dict, run_id: str) -> list[Fact]:
+        """A turn begun at ``at``, a prompt's line or a local command's: its start and, if a turn came
+        before it, that turn's end, both with ``at``'s id for the caller to number among its line's facts."""
+        session_id = at["session_id"]
+        # Claude Code mostly writes no stop reason, so many turns are never said to end: the
+        # next prompt ends the one before it (a reported end, before or after, outranks this).
+        previous = self.runs.previous(session_id, at["ts_ms"])
+        self.runs.start(session_id, run_id)
+        facts: list[Fact] = [RunStarted(**at, kind="run.start", run_id=run_id)]
         if previous is not None:
             facts.append(RunEnded(**at, kind="run.end", run_id=previous, ended_by="next_prompt",
                                   stop_reason="next_prompt"))
