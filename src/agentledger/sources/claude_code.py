@@ -156,9 +156,7 @@ def child_key(session_id: str, agent_id: str) -> str:
     return f"agent:{AGENT}:subagent:{child_session_id(session_id, agent_id)}"
 
 
-def _tokens(usage: object) -> Tokens:
-    if not isinstance(usage, dict):
-        return Tokens()
+def _tokens(usage: dict) -> Tokens:
     if "prompt_tokens" in usage:  # OpenAI-style usage through a gateway: cached tokens inside the prompt
         details = usage.get("prompt_tokens_details")
         cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
@@ -174,16 +172,16 @@ def _tokens(usage: object) -> Tokens:
     return t
 
 
-def _speed(usage: object) -> str | None:
+def _speed(usage: dict) -> str | None:
     """The speed a call ran at where it was not the standard one (fast mode is priced apart)."""
-    speed = text(usage.get("speed")) if isinstance(usage, dict) else None
+    speed = text(usage.get("speed"))
     return None if speed == "standard" else speed
 
 
-def _inference_geo(usage: object) -> str | None:
+def _inference_geo(usage: dict) -> str | None:
     """Where a call's inference was confined to ("us"), None for the default global routing, or for
     a model that takes no such setting ("not_available")."""
-    geo = text(usage.get("inference_geo")) if isinstance(usage, dict) else None
+    geo = text(usage.get("inference_geo"))
     return None if geo in ("global", "not_available") else geo
 
 
@@ -191,10 +189,10 @@ def _inference_geo(usage: object) -> str | None:
 _MAX_SEARCHES = 10_000
 
 
-def _web_searches(usage: object) -> int:
+def _web_searches(usage: dict) -> int:
     """The web searches the API ran for a call, each charged apart from the tokens. Web fetches cost
     nothing beyond the tokens of what they fetched, so only their tokens count."""
-    tools = usage.get("server_tool_use") if isinstance(usage, dict) else None
+    tools = usage.get("server_tool_use")
     n = count(tools.get("web_search_requests")) if isinstance(tools, dict) else 0
     return n if n <= _MAX_SEARCHES else 0
 
@@ -293,6 +291,8 @@ class FileDecoder:
         message_key = f"{base['session_id']}:{message_id}" if message_id else None
         request_id = text(obj.get("requestId"))
         usage = msg.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}  # a missing or malformed usage reports nothing
         tokens = _tokens(usage)
         # Older transcripts (costUSD went in 2025) carry the producer's cost of each response: the log's
         # word, kept (a streamed response's lines each carry one, and the call keeps one line's). A 0
