@@ -425,7 +425,9 @@ class FileDecoder:
     def _system(self, base: dict, obj: dict, uuid: str | None) -> Fact:
         subtype = text(obj.get("subtype")) or "system"
         if subtype == "local_command" and _opening(obj.get("content")).startswith(_ECHO):
-            # Newer releases write some local commands' echo and output as system lines (see _ECHO).
+            # Newer releases may write a local command's echo as a system line: followed as a user line's echo
+            # is (see _ECHO). Only the echo is: an output written so is a marker like any system line, and
+            # leaves the command typed where a user line's output would mark it ran (see _user).
             self._typed(base, obj.get("isSidechain") is True, uuid)
         if subtype == "compact_boundary":
             meta = obj.get("compactMetadata")
