@@ -1419,6 +1419,13 @@ def test_local_commands_are_no_turns_and_a_custom_command_is_one_wherever_reads_
         "runs": {"u1": ("02.000Z", "ok", 1, 0), "k1": ("10.000Z", "ok", 2, 1), "u2": ("40.000Z", "ok", 1, 0)}}
 
 
+def _as_system(lines: list[bytes]) -> list[bytes]:
+    """A local command's user lines as newer releases may write them: system lines of the same content."""
+    return [_line({"type": "system", "subtype": "local_command", "uuid": (u := orjson.loads(line))["uuid"],
+                   "sessionId": SESSION, "timestamp": u["timestamp"], "content": u["message"]["content"],
+                   "level": "info"}) for line in lines]
+
+
 def _goal(second: int) -> list[bytes]:
     """A local command that asks the model (Claude Code's /goal): its echo, its output, then what it gives the
     model to answer, as an isMeta line."""
@@ -1437,10 +1444,7 @@ def test_a_command_that_asks_the_model_is_a_turn_of_its_own_and_one_that_does_no
     answer = cc_assistant("a2", "msg_2", {"type": "text", "text": "All pass now."}, output=20, second=13,
                           request="req_2", stop="end_turn")
     skill = {"type": "tool_use", "id": "toolu_s", "name": "SlashCommand", "input": {"command": "/fix-tests"}}
-    # Newer releases may write a local command's echo and output as system lines.
-    as_system = [_line({"type": "system", "subtype": "local_command", "uuid": (u := orjson.loads(line))["uuid"],
-                        "sessionId": SESSION, "timestamp": u["timestamp"], "content": u["message"]["content"],
-                        "level": "info"}) for line in _goal(10)[:2]]
+    as_system = _as_system(_goal(10)[:2])
     lines = {
         "goal-answered": [*first, *_goal(10), answer],
         "goal-answered-in-system-lines": [*first, *as_system, _goal(10)[2], answer],
@@ -1479,6 +1483,27 @@ def test_a_command_that_asks_the_model_is_a_turn_of_its_own_and_one_that_does_no
         "skill-the-model-ran": {"usage": {"runs": 1, "interrupted_runs": 0, "llm_calls": 2, "rejected_lines": 0},
                                 "runs": {"u1": ("00.000Z", "ok", 2, 1)}},
     }[case]
+
+
+@pytest.mark.parametrize("written_as", ["user-lines", "system-lines"])
+def test_a_turn_stopped_after_a_local_command_ran_in_it_is_interrupted_however_the_command_is_written(
+        tmp_path, db, written_as):
+    """/model run while the model waits on a tool, then the user's Esc: the command ran, so the interruption
+    is the turn's, not a command's stopped before it ran."""
+    bash = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "make"}}
+    caveat, *command = _local_command("m1", "model", "opus", "Set model to opus", 5)
+    lines = [cc_prompt("u1", "build it", 0),
+             cc_assistant("a1", "msg_1", bash, output=10, second=1, stop="tool_use"),
+             caveat, *(command if written_as == "user-lines" else _as_system(command)),
+             cc_user("i1", "[Request interrupted by user for tool use]", 6),
+             cc_prompt("u2", "try again", 10),
+             cc_assistant("a2", "msg_2", {"type": "text", "text": "Built."}, output=20, second=11,
+                          request="req_2", stop="end_turn")]
+    (_project(tmp_path) / f"{SESSION}.jsonl").write_bytes(b"".join(lines))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    picture = _commands_picture(db)
+    assert picture["usage"]["interrupted_runs"] == 1
+    assert picture["runs"] == {"u1": ("00.000Z", "interrupted", 1, 1), "u2": ("10.000Z", "ok", 1, 0)}
 
 
 @pytest.mark.parametrize("appended", [True, False], ids=["lines-read-from-the-archive", "nothing-left-to-read"])

@@ -341,9 +341,7 @@ class FileDecoder:
             # went, is followed within this read only: a read that begins between a local command and the
             # model's answer to it has the answer join the session's run, as any line does.
             if opening.startswith(_LOCAL):
-                typed = None if sidechain else self.commands.get(session_id)
-                if typed is not None and typed[2] == _TYPED:
-                    typed[2] = _RAN
+                self._ran(base, sidechain)
                 return Marker(**base, kind="user.local_command")
             if opening.startswith(_ECHO):
                 self._typed(base, sidechain, uuid)
@@ -402,6 +400,12 @@ class FileDecoder:
         if not sidechain and uuid:
             self.commands[base["session_id"]] = [uuid, base["ts_ms"], _TYPED]
 
+    def _ran(self, base: dict, sidechain: bool) -> None:
+        """A local command's output: the command ran, so an interruption after it is the turn's (see _user)."""
+        typed = None if sidechain else self.commands.get(base["session_id"])
+        if typed is not None and typed[2] == _TYPED:
+            typed[2] = _RAN
+
     def _command_turn(self, base: dict, typed: list) -> list[Fact]:
         """The turn of a local command that asked the model (see _ECHO): it begins at the command, as a
         prompt's turn does. Its facts' ids are the caller's to give."""
@@ -424,11 +428,14 @@ class FileDecoder:
 
     def _system(self, base: dict, obj: dict, uuid: str | None) -> Fact:
         subtype = text(obj.get("subtype")) or "system"
-        if subtype == "local_command" and _opening(obj.get("content")).startswith(_ECHO):
-            # Newer releases may write a local command's echo as a system line: followed as a user line's echo
-            # is (see _ECHO). Only the echo is: an output written so is a marker like any system line, and
-            # leaves the command typed where a user line's output would mark it ran (see _user).
-            self._typed(base, obj.get("isSidechain") is True, uuid)
+        if subtype == "local_command":
+            # Newer releases may write a local command's echo and output as system lines: followed as the user
+            # lines are (see _ECHO).
+            opening, sidechain = _opening(obj.get("content")), obj.get("isSidechain") is True
+            if opening.startswith(_ECHO):
+                self._typed(base, sidechain, uuid)
+            elif opening.startswith(_LOCAL):
+                self._ran(base, sidechain)
         if subtype == "compact_boundary":
             meta = obj.get("compactMetadata")
             return Compaction(**base, kind="compaction", run_id=self._run(base), phase="start",
