@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import tomllib
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import apsw
 from conftest import REPO, cli_env, ingest
 from ledgerdump import dump
-from serving import http_get, wait_for  # noqa: F401  (wait_for: the fault and stress tests take it from here)
+from serving import http_get, wait_for, write_config
 
 from agentledger.hot.sessions import HotSessions, _from_ledger
 from agentledger.ledger import queries
@@ -22,30 +26,23 @@ from agentledger.ledger.verify import check_checkpoints, check_rollups
 
 
 class Served:
-    """``serve`` on one root with its own config; stderr is collected as it comes."""
+    """``serve`` on a config file, until ``stop``; ``url`` once it listens. Its stderr is collected as it
+    comes for as long as it runs: a serve whose stderr nobody reads blocks once it logs a pipe's worth."""
 
-    def __init__(self, tmp_path: Path, root: Path, *, flush_interval_s: float = 0.0, rescan_s: float = 0.1,
-                 fmt: str = "oc-telemetry", state_dir: Path | None = None):
-        self.tmp_path = tmp_path
-        self.db = tmp_path / "ledger.db"
-        self.state_dir = state_dir or tmp_path / "state-dir"
-        self.config = tmp_path / "config.toml"
-        self.config.write_text(f"""
-db = "{self.db}"
-state_dir = "{self.state_dir}"
-listen = "127.0.0.1:0"
-rescan_s = {rescan_s}
-
-[hot]
-flush_interval_s = {flush_interval_s}
-
-[[sources]]
-format = "{fmt}"
-root = "{root}"
-""")
+    def __init__(self, config: Path):
+        self.config = config
+        settings = tomllib.loads(config.read_text())
+        self.db, self.state_dir = Path(settings["db"]), Path(settings["state_dir"])
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
         self.stderr: list[str] = []
+
+    @classmethod
+    def on(cls, tmp_path: Path, root: Path, *, flush_interval_s: float = 0.0, rescan_s: float = 0.1,
+           fmt: str = "oc-telemetry", state_dir: Path | None = None) -> Served:
+        """On ``root`` alone with a config of its own in ``tmp_path``, hot views on disk as soon as they change."""
+        hot = f"[hot]\nflush_interval_s = {flush_interval_s}\n"
+        return cls(write_config(tmp_path, root, fmt, hot, rescan_s=rescan_s, state_dir=state_dir))
 
     def start(self, fault: str | None = None, wait_listening: bool = True) -> None:
         env = cli_env(self.db)
@@ -72,13 +69,38 @@ root = "{root}"
         self.reader.start()
         if wait_listening:
             listening.wait(60)
-            assert self.url is not None, "serve did not start listening: " + "".join(self.stderr)
+            if self.url is None:
+                raise self._failed("serve did not start listening")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until /readyz says serve has caught up with its sources."""
+        try:
+            wait_for(lambda: self.proc.poll() is not None or self._ready(), timeout)
+        except AssertionError:
+            raise self._failed(f"serve not ready in {timeout}s") from None
+        if self.proc.poll() is not None:
+            raise self._failed(f"serve exited with {self.proc.returncode} before it was ready")
+
+    def _ready(self) -> bool:
+        try:
+            return self.get("/readyz")[0] == 200
+        except urllib.error.URLError:
+            return False  # no longer listening: its exit is told with its log
+
+    def _failed(self, why: str) -> AssertionError:
+        return AssertionError(f"{why}; its log:\n{self.log()}")
 
     def log(self) -> str:
         return "".join(self.stderr)
 
     def get(self, path: str) -> tuple[int, object]:
         return http_get(self.url, path)
+
+    def post(self, path: str, body: dict) -> tuple[int, object]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
 
     def wait(self, timeout: float = 60.0) -> int:
         code = self.proc.wait(timeout=timeout)
@@ -94,6 +116,18 @@ root = "{root}"
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.wait()
+
+
+def serve(config: Path) -> Served:
+    """``serve`` on ``config``, once it has caught up with its sources."""
+    served = Served(config)
+    try:
+        served.start()
+        served.wait_ready()
+    except BaseException:
+        served.kill()  # not left running for the rest of the session
+        raise
+    return served
 
 
 def count(db: Path, sql: str, params: tuple = ()) -> int:

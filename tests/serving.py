@@ -1,19 +1,13 @@
-"""A real ``agentledger serve`` subprocess for tests that look at it from outside: a browser, a terminal."""
+"""What a test of a real ``agentledger serve`` needs around it: its config, its logs, and asking it over HTTP."""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-
-from conftest import REPO, cli_env
 
 GATES = """
 [[gates]]
@@ -39,11 +33,11 @@ def copy_logs(src: Path, dst: Path) -> Path:
 
 
 def write_config(tmp_path: Path, root: Path, fmt: str = "oc-telemetry", extra: str = GATES, *,
-                 rescan_s: float = 0.2) -> Path:
+                 rescan_s: float = 0.2, state_dir: Path | None = None) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(f"""
 db = "{tmp_path / 'ledger.db'}"
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{state_dir or tmp_path / 'state'}"
 listen = "127.0.0.1:0"
 rescan_s = {rescan_s}
 
@@ -71,39 +65,3 @@ def http_get(url: str, path: str) -> tuple[int, object]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-class Served:
-    """``serve`` with a config file, until ``stop``; ``url`` once it listens and has caught up."""
-
-    def __init__(self, config: Path, tmp_path: Path):
-        self.config = config
-        self.env = cli_env(tmp_path / "ledger.db")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(config), "serve"],
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=self.env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = re.search(r'listening on (http://[^\s"]+)', self.proc.stderr.readline())
-            if m:
-                self.url = m.group(1)
-                break
-        else:
-            self.stop()
-            raise AssertionError("serve did not start listening")
-        wait_for(lambda: self.get("/readyz")[0] == 200, what="serve caught up")
-
-    def get(self, path: str) -> tuple[int, object]:
-        return http_get(self.url, path)
-
-    def post(self, path: str, body: dict) -> tuple[int, object]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        self.proc.stderr.close()
-        return code

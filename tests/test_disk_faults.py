@@ -46,7 +46,7 @@ def _stays(db, sql: str, seconds: float = 1.5) -> int:
 
 
 def _served(tmp_path, logs: LogDir, fault: str | None = None, **kwargs) -> Served:
-    daemon = Served(tmp_path, logs.root, **kwargs)
+    daemon = Served.on(tmp_path, logs.root, **kwargs)
     daemon.start(fault=fault)
     wait_for(lambda: daemon.get("/readyz")[0] == 200, what="ready")
     return daemon

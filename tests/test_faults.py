@@ -55,7 +55,7 @@ def test_a_crash_at_each_fault_point_loses_and_doubles_nothing(tmp_path, point):
     feed = Feed(logs)
     feed.step(10)
     rotate = point == "after_rotate"
-    daemon = Served(tmp_path, logs.root)
+    daemon = Served.on(tmp_path, logs.root)
     daemon.start(fault=f"{point}:3")
     deadline = time.monotonic() + 60
     while daemon.proc.poll() is None and time.monotonic() < deadline:
@@ -96,7 +96,7 @@ def test_a_kill_before_the_commit_of_a_pass_over_many_files_loses_and_doubles_no
         return count(daemon.db, "SELECT count(*) FROM events")
 
     feed()
-    daemon = Served(tmp_path, root)
+    daemon = Served.on(tmp_path, root)
     daemon.start()
     wait_for(lambda: events() == n, what="the first lines")
     assert daemon.stop() == 0, daemon.log()
@@ -125,7 +125,7 @@ def test_hot_views_reach_disk_while_the_daemon_runs_and_survive_kill_9(tmp_path)
     logs = LogDir(tmp_path / "logs")
     feed = Feed(logs)
     feed.step(lines=3)
-    daemon = Served(tmp_path, logs.root, flush_interval_s=0.2)
+    daemon = Served.on(tmp_path, logs.root, flush_interval_s=0.2)
     daemon.start()
     sessions = daemon.state_dir / "hot" / SESSIONS
 

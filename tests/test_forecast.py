@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from logwriter import LogDir, event
-from serving import Served, write_config
+from served import serve
+from serving import write_config
 
 from agentledger.forecast import (
     WINDOW_MS,
@@ -105,7 +106,7 @@ def daemon(tmp_path):
         logs.append(_call(k, "steady", now - (39 - k) * 15_000, 0.05))
     for k in range(10):  # spent two hours ago, nothing since
         logs.append(_call(100 + k, "idle", now - 7_200_000 + k * 1000, 0.25))
-    served = Served(write_config(tmp_path, logs.root, extra=FORECAST_GATES), tmp_path)
+    served = serve(write_config(tmp_path, logs.root, extra=FORECAST_GATES))
     yield served
     served.stop()
 

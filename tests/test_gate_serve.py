@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, event
-from serving import Served, wait_for, write_config
+from served import Served, serve
+from serving import wait_for, write_config
 
 from agentledger.hot.store import TMP_PREFIX
 
@@ -72,7 +73,7 @@ class Daemon:
         self.start()
 
     def start(self) -> None:
-        self.served = Served(self.config, self.tmp_path)
+        self.served = serve(self.config)
         self.url, self.proc = self.served.url, self.served.proc
 
     def get(self, path: str) -> tuple[int, object]:
@@ -201,7 +202,7 @@ def test_claude_code_hooks_over_http_and_through_the_command(daemon):
 def _served_with(tmp_path: Path, gates: str) -> Served:
     root = tmp_path / "logs"
     LogDir(root).append(llm(1, 0.5))
-    return Served(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + gates), tmp_path)
+    return serve(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + gates))
 
 
 def _tool_gate(name: str, scope: str, limit: int) -> str:

@@ -107,10 +107,10 @@ def test_limits_past_64_bits_are_400_and_ages_older_than_the_ledger_an_answer(ap
 
 def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
     (tmp_path / "logs").mkdir()
-    served = Served(tmp_path, tmp_path / "logs")
+    served = Served.on(tmp_path, tmp_path / "logs")
     served.start()
     try:
-        wait_for(lambda: served.get("/readyz")[0] == 200, what="serve caught up")
+        served.wait_ready()
         # A ledger edited under the daemon: every query of the day rollups now fails in SQLite.
         conn = apsw.Connection(str(served.db))
         conn.setbusytimeout(10_000)  # the daemon may be writing (its first reconcile, a prune)
@@ -233,7 +233,7 @@ def _ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to listen on")
 def test_serve_listens_on_an_ipv6_literal(tmp_path):
     (tmp_path / "logs").mkdir()
-    served = Served(tmp_path, tmp_path / "logs")
+    served = Served.on(tmp_path, tmp_path / "logs")
     served.config.write_text(served.config.read_text().replace('listen = "127.0.0.1:0"', 'listen = "[::1]:0"'))
     served.start()
     try:

@@ -14,7 +14,8 @@ from conftest import REPO, as_of_version, cli_env, cli_json
 from ledgerdump import verify
 from logwriter import event
 from prometheus_client.parser import text_string_to_metric_families
-from serving import Served, copy_logs, wait_for, write_config
+from served import serve
+from serving import copy_logs, wait_for, write_config
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader
@@ -66,7 +67,7 @@ def test_runs_without_model_calls_are_spent_at_their_snapshot_cost(tmp_path, oc_
     under the run's model and as the log's cost, from the catch-up on and as new runs come."""
     root = _without_model_calls(oc_corpus, tmp_path / "logs")
     db = tmp_path / "ledger.db"
-    served = Served(write_config(tmp_path, root, extra=""), tmp_path)
+    served = serve(write_config(tmp_path, root, extra=""))
     try:
         costs = _costs(served.url)
         assert sum(costs.values()) > 10  # the corpus's runs cost ~$14.7 by their snapshots
@@ -126,7 +127,7 @@ def test_cost_source_says_where_each_cost_came_from(tmp_path, oc_corpus, transcr
         path.write_bytes(b"".join(line for i, line in enumerate(lines)
                                   if not (b'"kind":"llm.call"' in line and b'"agentId":"work"' in line)))
     config = _all_sources_config(tmp_path, oc_root, transcript_corpus, claude_corpus)
-    served = Served(config, tmp_path)
+    served = serve(config)
     try:
         before = _costs(served.url)
     finally:
@@ -143,7 +144,7 @@ def test_cost_source_says_where_each_cost_came_from(tmp_path, oc_corpus, transcr
     out = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "reprice", "--prices",
                           str(prices)], env=cli_env(db), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    served = Served(config, tmp_path)
+    served = serve(config)
     try:
         after = _costs(served.url)
     finally:
@@ -162,12 +163,12 @@ def test_a_ledger_from_before_costs_by_source_gets_them_filled(tmp_path, oc_corp
     oc_root = _without_model_calls(oc_corpus, tmp_path / "oc")
     config = write_config(tmp_path, oc_root, extra=f'\n[[sources]]\nformat = "claude-code"\nroot = "{claude_corpus}"\n')
     db = tmp_path / "ledger.db"
-    served = Served(config, tmp_path)
+    served = serve(config)
     assert served.stop() == 0
     conn = apsw.Connection(str(db))  # as a ledger was before: no spend kept by source
     as_of_version(conn, 26)
     conn.close()
-    served = Served(config, tmp_path)
+    served = serve(config)
     try:
         costs = _costs(served.url)
     finally:

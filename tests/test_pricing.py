@@ -349,7 +349,8 @@ def test_metrics_after_a_reprice_count_each_call_once(tmp_path):
 
     from logwriter import LogDir, event
     from prometheus_client.parser import text_string_to_metric_families
-    from serving import Served, write_config
+    from served import serve
+    from serving import write_config
 
     logs = LogDir(tmp_path / "logs")
     logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "acme", "model": "acme-unknown-9",
@@ -364,7 +365,7 @@ def test_metrics_after_a_reprice_count_each_call_once(tmp_path):
                 if s.name == "agentledger_llm_calls_total" and s.labels["model"] == "acme-unknown-9"
                 and s.labels["outcome"] == "ok"}
 
-    served = Served(config, tmp_path)
+    served = serve(config)
     try:
         assert calls() == {"true": 0, "false": 1}
     finally:
@@ -373,7 +374,7 @@ def test_metrics_after_a_reprice_count_each_call_once(tmp_path):
     prices.write_text('[prices."acme-unknown-9"]\ninput = 1.0\noutput = 1.0\n')
     subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config), "reprice", "--prices", str(prices)],
                    env=cli_env(tmp_path / "ledger.db"), check=True, capture_output=True)
-    served = Served(config, tmp_path)
+    served = serve(config)
     try:
         assert calls() == {"true": 1, "false": 0}
     finally:
@@ -695,7 +696,7 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
     transcript.write_bytes(cc_prompt("u1", "hi", 0) + _claude_call("a1", "msg_1", model="in-house-llm", second=1))
     etc = tmp_path / "etc"
     etc.mkdir()
-    daemon = Served(etc, tmp_path / "claude", fmt="claude-code")  # its config: etc/config.toml
+    daemon = Served.on(etc, tmp_path / "claude", fmt="claude-code")  # its config: etc/config.toml
     env = cli_env(daemon.db)
 
     def calls() -> list[tuple]:

@@ -150,7 +150,7 @@ def test_verify_repair_rebuilds_the_rollups_from_the_rows(tmp_path, oc_corpus):
 def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(b"".join(llm_call(n, session=f"s{n % 3}") for n in range(1, 31)))
-    daemon = Served(tmp_path, logs.root)
+    daemon = Served.on(tmp_path, logs.root)
     db = daemon.db
     ingest(db, logs.root)
     _corrupt(db)
@@ -173,7 +173,7 @@ def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1) + llm_call(2))
     # The views are written at the latest on the way out: the flush interval is far off.
-    daemon = Served(tmp_path, logs.root, flush_interval_s=3600)
+    daemon = Served.on(tmp_path, logs.root, flush_interval_s=3600)
     db = daemon.db
     ingest(db, logs.root)
     conn = apsw.Connection(str(db))

@@ -148,7 +148,8 @@ def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
-    from serving import Served, wait_for, write_config
+    from served import serve
+    from serving import wait_for, write_config
 
     project = _project(tmp_path)
     sub = project / SESSION / "subagents"
@@ -161,7 +162,7 @@ def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
         return next((s.value for f in text_string_to_metric_families(text) for s in f.samples
                      if (s.name, tuple(sorted(s.labels.items()))) == key), 0.0)
 
-    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""), tmp_path)
+    served = serve(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""))
     try:
         (sub / "agent-a1b2c3d4.jsonl").write_bytes(
             cc_assistant("s1", "msg_1", {"type": "text", "text": "hi"}, output=900, second=9, sidechain=True,
@@ -186,7 +187,7 @@ def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
     # Found out while the daemon is down: the restart's catch-up lowers the sum, and the counter holds.
     with main.open("ab") as f:
         f.write(cc_assistant("a3", "msg_3", {"type": "text", "text": "again"}, output=20, second=3, request="req_3"))
-    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""), tmp_path)
+    served = serve(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra=""))
     try:
         assert usage(tmp_path / "ledger.db")["output_tokens"] == 1140
         assert output_tokens() == 1620
@@ -933,13 +934,14 @@ def test_a_ledger_read_before_workflows_were_found_reads_only_their_agents_once_
 def test_a_workflow_begun_after_serve_started_is_followed(tmp_path):
     """Claude Code makes the run's folders as the workflow starts: inotify's word that they appeared is
     enough for the daemon to find its agents (the periodic rescan is an hour away)."""
-    from serving import Served, wait_for, write_config
+    from served import serve
+    from serving import wait_for, write_config
 
     project = _project(tmp_path)
     files = _workflow_files(project)
     main = project / f"{SESSION}.jsonl"
     _write({main: files[main]})
-    served = Served(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="", rescan_s=3600), tmp_path)
+    served = serve(write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="", rescan_s=3600))
     try:
         db = tmp_path / "ledger.db"
         wait_for(lambda: usage(db)["llm_calls"] == 2, what="the session read")

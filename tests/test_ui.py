@@ -9,7 +9,8 @@ import urllib.request
 import pytest
 from browser import Browser, Page, find_chromium
 from logwriter import LogDir, event, partly_priced_log
-from serving import Served, http_get, write_config
+from served import serve
+from serving import http_get, write_config
 
 from agentledger import display
 
@@ -19,7 +20,7 @@ PANELS = ["spend", "sessions", "tools", "live", "ingest"]
 @pytest.fixture(scope="module")
 def corpus_daemon(oc_corpus, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui")
-    served = Served(write_config(tmp, oc_corpus), tmp)
+    served = serve(write_config(tmp, oc_corpus))
     yield served
     served.stop()
 
@@ -85,7 +86,7 @@ def test_the_page_runs_no_script_and_escapes_what_the_logs_say(tmp_path):
     logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "<b>model</b>",
                                       "delta": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "total": 2},
                                       "costUsd": 1.25}, session=hostile, ts=time.time_ns() // 1_000_000))
-    served = Served(write_config(tmp_path, logs.root), tmp_path)
+    served = serve(write_config(tmp_path, logs.root))
     try:
         status, headers, body = _fetch(f"{served.url}/ui")
         assert status == 200
@@ -120,7 +121,7 @@ def test_numbers_it_cannot_read_are_400_naming_the_parameter(corpus_daemon, para
 
 def test_costs_that_leave_out_unpriced_calls_are_marked_on_the_page_and_counted_in_the_overview(tmp_path):
     logs = partly_priced_log(tmp_path / "logs")
-    served = Served(write_config(tmp_path, logs.root), tmp_path)
+    served = serve(write_config(tmp_path, logs.root))
     try:
         status, _, body = _fetch(f"{served.url}/ui?refresh=0")
         status_json, overview = http_get(served.url, "/v1/overview")

@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from conftest import REPO, cli_env, ingest
 from logwriter import LogDir, event, partly_priced_log
-from serving import Served, copy_logs, write_config
+from served import serve
+from serving import copy_logs, write_config
 from terminal import Terminal, needs_tmux
 
 from agentledger import display
@@ -54,7 +55,7 @@ def env(tmp_path) -> dict:
 
 def test_watch_follows_the_daemon_and_quits_on_q(oc_corpus, tmp_path, env):
     logs = copy_logs(oc_corpus, tmp_path / "logs")
-    served = Served(write_config(tmp_path, logs), tmp_path)
+    served = serve(write_config(tmp_path, logs))
     term = None
     try:
         latest = _latest(tmp_path / "ledger.db")

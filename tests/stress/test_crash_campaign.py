@@ -78,7 +78,7 @@ def campaign(tmp_path: Path, cycles: int, seed: int, rescan_s: float) -> None:
     rng = random.Random(seed)
     writer = subprocess.Popen([sys.executable, str(WRITER), str(root), "--journal", str(journal), "--seed",
                                str(seed), "--rate", "1000"], stdout=subprocess.PIPE, text=True)
-    daemon = Served(tmp_path, root, rescan_s=rescan_s, flush_interval_s=0.5)
+    daemon = Served.on(tmp_path, root, rescan_s=rescan_s, flush_interval_s=0.5)
     clean_cycles = 0
     try:
         time.sleep(0.3)
