@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import CORPUS, REPO, cli_env, cli_json, forbid_call_scans, ingest, listed_as_counted
-from serving import wait_for
+from served import serve
+from serving import wait_for, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -284,55 +281,22 @@ def _json(db: Path, *args: str):
     return json.loads(out.stdout)
 
 
-class _Serve:
-    def __init__(self, tmp_path: Path, root: Path):
-        self.db = tmp_path / "ledger.db"
-        self.config = tmp_path / "config.toml"
-        self.config.write_text(f'db = "{self.db}"\nstate_dir = "{tmp_path / "state"}"\nlisten = "127.0.0.1:0"\n'
-                               f'rescan_s = 0.2\n\n[[sources]]\nformat = "claude-code"\nroot = "{root}"\n')
-
-    def __enter__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(self.db))
-        line = wait_for(lambda: self.proc.stderr.readline() or "eof")
-        while "listening on" not in line:
-            assert line != "eof", "serve exited"
-            line = self.proc.stderr.readline() or "eof"
-        self.url = re.search(r'listening on (http://[^\s"]+)', line).group(1)
-        wait_for(lambda: self._get("/readyz") == 200)
-        return self
-
-    def _get(self, path: str) -> int:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    def post(self, payload: dict) -> tuple[int, dict]:
-        req = urllib.request.Request(self.url + "/v1/hooks/claude-code", data=json.dumps(payload).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-
-    def __exit__(self, *exc):
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=60) == 0
-        self.proc.stderr.close()
-
-
 def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tmp_path, payloads, transcript_lines):
     root = tmp_path / "claude"
     write_transcript(root, transcript_lines[:2])  # the session's first prompt, as Claude Code writes it
-    serve = _Serve(tmp_path, root)
-    db = serve.db
+    config = write_config(tmp_path, root, fmt="claude-code", extra="")
+    db = tmp_path / "ledger.db"
 
     def tool_ids():
         return [t["tool_call_id"] for t in _json(db, "session", KEY)["tool_calls"]]
 
-    with serve:
+    def hooked(payload: dict) -> tuple[int, object]:
+        return served.post("/v1/hooks/claude-code", payload)
+
+    served = serve(config)
+    try:
         wait_for(lambda: _cli(db, "session", KEY).returncode == 0)
-        assert [serve.post(p) for p in payloads] == [(200, {})] * len(payloads)
+        assert [hooked(p) for p in payloads] == [(200, {})] * len(payloads)
         assert sorted(wait_for(lambda: len(tool_ids()) == 2 and tool_ids())) == sorted([SEARCH, BASH])
         tools = {t["tool"]: (t["calls"], t["errors"]) for t in _json(db, "tools")}
         assert tools == {"WebSearch": (1, 0), "Bash": (1, 1)}
@@ -344,10 +308,14 @@ def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tm
         (search,) = [t for t in detail["tool_calls"] if t["tool_call_id"] == SEARCH]
         assert search["status"] == "ok" and search["duration_ms"] == 1840 and search["run_id"] == FIRST_RUN
         assert detail["instances"][0]["status"] == "ended"  # SessionEnd: only the hook tells
+        assert served.stop() == 0, served.log()
+    finally:
+        served.kill()
 
-    with serve:  # restarted: the same POSTs again, then one new event to know they were all written
-        assert [serve.post(p)[0] for p in payloads] == [200] * len(payloads)
-        serve.post({"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "and now?"})
+    served = serve(config)  # restarted: the same POSTs again, then one new event to know they were all written
+    try:
+        assert [hooked(p)[0] for p in payloads] == [200] * len(payloads)
+        hooked({"session_id": SESSION, "hook_event_name": "Stop", "last_assistant_message": "and now?"})
         wait_for(lambda: len(_json(db, "events", "--kind", "hook.Stop")) == 2)
         again = _json(db, "session", KEY)
         for d in (again, detail):  # the new Stop is new activity; nothing else may move
@@ -355,6 +323,9 @@ def test_a_live_daemon_shows_hooked_tool_calls_at_once_and_never_doubles_them(tm
                 d["instances"][0].pop(k)
         assert again == detail
         assert _cli(db, "verify").returncode == 0
+        assert served.stop() == 0, served.log()
+    finally:
+        served.kill()
 
 
 def test_the_readme_registers_every_hook_event_at_the_endpoint_with_short_timeouts():
