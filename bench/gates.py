@@ -11,7 +11,8 @@
 3. Peak RSS of a daemon-like process (ledger writer + hot views fed after each commit + gates)
    that has seen N sessions live, for each N. Target: 100k / 1k <= 1.3 (the LRU bounds memory).
 
-Figures are printed, never asserted. Scratch files go under --tmp (default: a new temp dir).
+Figures are printed, never asserted. Scratch files go in a new temp dir under --tmp (default: the
+system's), removed when the run ends.
 """
 
 from __future__ import annotations
@@ -77,12 +78,17 @@ def _serve(work: Path, root: Path, gates: str = GATES) -> tuple[subprocess.Popen
     proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(config), "serve"],
                             stderr=subprocess.PIPE, text=True)
     url = None
-    for line in proc.stderr:
-        m = re.search(r'listening on http://([^\s"]+)', line)
-        if m:
-            url = m.group(1)
-        if "following live" in line:
-            break
+    try:
+        for line in proc.stderr:
+            m = re.search(r'listening on http://([^\s"]+)', line)
+            if m:
+                url = m.group(1)
+            if "following live" in line:
+                break
+    except BaseException:  # Ctrl-C during the catch-up: no serve left writing in a scratch dir being removed
+        proc.kill()
+        proc.wait()
+        raise
     threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
     assert url, "serve did not start"
     return proc, url
@@ -257,21 +263,23 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--sessions", default="1000,100000")
-    parser.add_argument("--tmp", type=Path, default=None, help="scratch dir (tmpfs such as /dev/shm keeps fsync cheap)")
+    parser.add_argument("--tmp", type=Path, default=None,
+                        help="where the scratch dir goes (tmpfs such as /dev/shm keeps fsync cheap)")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="agentledger-gates-", dir=args.tmp))
-    corpus = tmp / "corpus"
-    # Recent events, so the daemon's retention has nothing to prune while it is measured.
-    generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
-    proc, url = _serve(tmp, corpus)
-    try:
-        keys = _session_keys(tmp / "ledger.db")
-        lat = latency(url, keys, args.rate, args.seconds)
-        start = startup(url, keys[0])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-    mem = memory([int(s) for s in args.sessions.split(",")], tmp)
+    with tempfile.TemporaryDirectory(prefix="agentledger-gates-", dir=args.tmp) as scratch:
+        tmp = Path(scratch)
+        corpus = tmp / "corpus"
+        # Recent events, so the daemon's retention has nothing to prune while it is measured.
+        generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
+        proc, url = _serve(tmp, corpus)
+        try:
+            keys = _session_keys(tmp / "ledger.db")
+            lat = latency(url, keys, args.rate, args.seconds)
+            start = startup(url, keys[0])
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+        mem = memory([int(s) for s in args.sessions.split(",")], tmp)
     print(f"decisions over HTTP at {args.rate}/s for {args.seconds:.0f} s ({lat['requests']} asked, "
           f"{lat['errors']} errors, {lat['rate']:.0f}/s achieved; {len(keys)} sessions):")
     print(f"  inside the handler  p50 {lat['handler_p50_ms']:.3f} ms  p99 {lat['handler_p99_ms']:.3f} ms"

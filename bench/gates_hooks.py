@@ -117,25 +117,26 @@ def main() -> int:
                              "wait on nothing but the hook writer")
     args = parser.parse_args()
     burst = tuple(int(x) for x in args.burst.split(","))
-    tmp = Path(tempfile.mkdtemp(prefix="agentledger-gates-hooks-", dir=args.tmp))
-    corpus = tmp / "corpus"
-    generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
-    proc, url = _serve(tmp, corpus, GATES)
     pre: list[tuple[float, float]] = []
     gates: list[tuple[float, float]] = []
     sent = [0]
-    try:
-        hooks, asker = Client(url, timeout=30), Client(url, timeout=30)
-        deadline = time.monotonic() + args.seconds
-        streamer = threading.Thread(target=stream_hooks, args=(hooks, args.sessions, burst, args.turn_ms, deadline,
-                                                               pre, sent, not args.no_pre))
-        streamer.start()
-        ask_gates(asker, lambda n: f"/v1/gate?session_key={_session(n % args.sessions)}&tool=Bash", args.rate,
-                  deadline, gates)
-        streamer.join()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with tempfile.TemporaryDirectory(prefix="agentledger-gates-hooks-", dir=args.tmp) as scratch:
+        tmp = Path(scratch)
+        corpus = tmp / "corpus"
+        generate(corpus, args.events, days=2, start=(dt.date.today() - dt.timedelta(days=3)).isoformat())
+        proc, url = _serve(tmp, corpus, GATES)
+        try:
+            hooks, asker = Client(url, timeout=30), Client(url, timeout=30)
+            deadline = time.monotonic() + args.seconds
+            streamer = threading.Thread(target=stream_hooks, args=(hooks, args.sessions, burst, args.turn_ms,
+                                                                   deadline, pre, sent, not args.no_pre))
+            streamer.start()
+            ask_gates(asker, lambda n: f"/v1/gate?session_key={_session(n % args.sessions)}&tool=Bash", args.rate,
+                      deadline, gates)
+            streamer.join()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
     what = "PostToolUse only" if args.no_pre else "parallel PreToolUse then their PostToolUse"
     print(f"{args.sessions} Claude Code sessions, bursts of {burst[0]}-{burst[1]} calls ({what}), a turn every "
           f"~{args.turn_ms:.0f} ms: {sent[0] / args.seconds:.0f} hook events/s; "
