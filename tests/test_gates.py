@@ -590,9 +590,59 @@ def test_a_denied_call_its_transcript_told_first_counts_as_failed(tmp_path, ledg
     path.write_bytes(_turn(0, [("toolu_0", "Bash"), ("toolu_1", "Bash")]))
     pipeline.run_once()
     hooks = _Hooks(ledger, _SID)
-    assert hooks.pre("toolu_0") is False  # two Bash calls against a limit of one: denied, recorded as failed
+    assert hooks.pre("toolu_0") is True  # the first of two Bash calls under a limit of one
+    assert hooks.pre("toolu_1") is False  # the second: denied, recorded as failed
     hooks.tool = "Read"
     assert hooks.pre("toolu_r") is False  # one failed call already, before its hook event is recorded
+
+
+@pytest.mark.parametrize("limit", [1, 2, 4, 6])
+def test_a_limit_lets_exactly_that_many_of_a_turn_s_calls_through_when_its_transcript_told_them_first(
+        tmp_path, ledger_with, limit):
+    """Claude Code writes a turn's parallel tool_use blocks, then asks about each: the calls told are not
+    made yet, and a limit of N lets N of them through, not fewer."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=limit),
+                          gate(name="family", scope="session-family", metric="tool_calls", limit=limit),
+                          gate(name="today", scope="agent-day", metric="tool_calls", limit=limit)])
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [(f"toolu_{i}", "Bash") for i in range(4)]))
+    pipeline.run_once()
+    hooks = _Hooks(ledger, _SID)
+    allowed = [hooks.pre(f"toolu_{i}") for i in range(4)] + [hooks.pre("toolu_next")]
+    assert allowed == [i < limit for i in range(5)]
+    hooks.record()
+    with ledger.readers.connection() as conn:
+        state = ledger.hot.lookup(conn, _SID)
+    assert (state.own.tool_calls, state.own.tool_errors) == (5, 5 - min(limit, 5))
+
+
+def test_calls_told_one_at_a_time_before_their_hooks_are_each_counted_once(tmp_path, ledger_with):
+    """A turn's calls one after another, each read from the transcript before its hook asks: a limit of 4
+    lets 4 through."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=4)])
+    path, pipeline = _transcript(tmp_path, ledger)
+    hooks = _Hooks(ledger, _SID)
+    answers = []
+    for i in range(6):
+        with path.open("ab") as f:
+            f.write(_turn(i, [(f"toolu_{i}", "Bash")]))
+        pipeline.run_once()
+        answers.append(hooks.pre(f"toolu_{i}"))
+        hooks.record()
+    assert answers == [True, True, True, True, False, False]
+
+
+def test_a_call_asked_again_after_a_restart_is_not_counted_against_itself(tmp_path, ledger_with):
+    """A daemon that restarts forgets its answers; a hook sent again for a call the ledger holds is measured
+    without that call among those made before it."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=2)])
+    hooks = _Hooks(ledger, _SID)
+    assert [hooks.pre("toolu_0"), hooks.pre("toolu_1")] == [True, True]
+    hooks.record()
+    restarted = GateKeeper(ledger.keeper.gates, ledger.hot, ledger.readers, ZoneInfo("UTC"),
+                           clock=lambda: NOW_MS / 1000)
+    assert restarted.decide_call(_SID, "Bash", "claude-code", "toolu_1").decision == "allow"
+    assert restarted.decide_call(_SID, "Bash", "claude-code", "toolu_2").decision == "block"
 
 
 def test_calls_a_pass_tells_count_once_before_the_views_catch_up(tmp_path, ledger_with):

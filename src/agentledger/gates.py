@@ -306,7 +306,7 @@ class GateKeeper:
             waiting = self._unrecorded.get(call_id) if call_id is not None else None
             earlier = waiting or (self._recent.get(call_id) if call_id is not None else None)
             if earlier is None:
-                decision, answered = self._decide(session_key, tool, "claude-code", agent, count=call_id is not None)
+                decision, answered = self._decide(session_key, tool, "claude-code", agent, call_id)
             else:
                 decision, answered = earlier.decision, earlier
                 self._tell(decision)
@@ -366,17 +366,17 @@ class GateKeeper:
             self._recent.popitem(last=False)
 
     def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
-                count: bool = False) -> tuple[Decision, _Answered | None]:
-        """``count``: the decision is on a tool call that counts from now (``decide_call``): its waiting
-        entry comes with it."""
+                call_id: str | None = None) -> tuple[Decision, _Answered | None]:
+        """``call_id``: the decision is on this tool call, which counts from now (``decide_call``): its
+        waiting entry comes with it."""
         now_ms = int(self.clock() * 1000)
         day = self._day_bounds(now_ms)[0]
         with self.readers.connection() as conn:
             at = _At(conn, self.position)
             try:
-                measured = self._measure(at, session_key, tool, agent, now_ms, day)
+                measured = self._measure(at, session_key, tool, agent, now_ms, day, call_id)
             except _Moved:  # memory was behind the ledger read: all again, from the ledger alone
-                measured = self._measure(at, session_key, tool, agent, now_ms, day)
+                measured = self._measure(at, session_key, tool, agent, now_ms, day, call_id)
             at.end()
         state, agent, applicable, tripped, unpriced = measured
         base = {"session_key": state.session_key if state else session_key,
@@ -394,20 +394,22 @@ class GateKeeper:
         else:
             decision = Decision("allow", _within(unpriced), **base)
         self._tell(decision)
-        if not count:
+        if call_id is None:
             return decision, None
         # A denied call is recorded too, as a failed one.
         return decision, _Answered(session_key, agent, day, decision.decision == "block", time.monotonic(), decision)
 
     def _measure(self, at: _At, session_key: str | None, tool: str | None, agent: str | None, now_ms: int,
-                 day: int) -> tuple:
+                 day: int, call_id: str | None) -> tuple:
         state = self._view(at, session_key) if session_key else None
         if state is not None:
             agent = state.agent_id
         elif agent is None:
             agent = agent_from_key(session_key)
         applicable = self._gates_for(tool or "", agent or "")
-        waiting = self._waiting(at) if any(g.metric in _COUNTED for g in applicable) else []
+        counted = any(g.metric in _COUNTED for g in applicable)
+        waiting = self._waiting(at) if counted else []
+        ahead = self._not_made_yet(at, call_id) if counted and call_id is not None else None
         tripped, unpriced = [], []
         for gate in applicable:
             totals, who = self._totals(at, gate, state, agent, now_ms)
@@ -417,11 +419,17 @@ class GateKeeper:
                 # recorded: it counts as a call once, as an error here until the ledger's is one.
                 extra = sum(1 for w, held, failed in waiting if w.counts_in(gate, session_key, agent, day)
                             and (w.failed and not failed if gate.metric == "tool_errors" else not held))
-                if totals is None and extra and gate.scope != "agent-day":
+                # The calls a turn's transcript told before their hooks asked (the one asked about too)
+                # are not made yet: each counts from its own answer, so a limit of N lets N of them
+                # through. They are in the run's session: a subagent's, in the family of the one asked.
+                if gate.metric == "tool_calls" and ahead is not None and (
+                        gate.scope != "session" or (state is not None and ahead[0] == state.session_id)):
+                    extra -= ahead[1]
+                if totals is None and extra > 0 and gate.scope != "agent-day":
                     totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
             if totals is None:
                 continue
-            value = exact(totals, gate.metric) + extra
+            value = max(exact(totals, gate.metric) + extra, 0)
             unknown = exact(totals, "unpriced_calls") if gate.metric == "cost_usd" else 0
             if value >= self._thresholds[gate]:
                 tripped.append((gate, shown(gate.metric, value), who, unknown))
@@ -462,6 +470,19 @@ class GateKeeper:
             held = queries.claude_code_tool_calls(conn, list(self._unrecorded))
             self._told = (at.position, set(self._unrecorded), held)
         return [(a, c in held, held.get(c, False)) for c, a in self._unrecorded.items()]
+
+    def _not_made_yet(self, at: _At, call_id: str) -> tuple[str | None, int] | None:
+        """(session id, how many) of the calls the ledger holds at ``at``'s position that are not made yet
+        as the call ``call_id`` is asked about: itself, and the calls of its run its transcript told that
+        are still running and were never answered here (Claude Code writes a turn's parallel tool_use
+        blocks, then asks about each). None if the ledger does not hold the call. A call answered by a
+        daemon before a restart is such a call again until it ends."""
+        found = queries.claude_code_open_siblings(at.ledger(), call_id)
+        if found is None:
+            return None
+        session_id, running = found
+        unanswered = {c for c in running if c not in self._unrecorded and c not in self._recent}
+        return session_id, len(unanswered | {call_id})
 
     def _gates_for(self, tool: str, agent: str) -> tuple[GateConfig, ...]:
         found = self._applicable.get((tool, agent))

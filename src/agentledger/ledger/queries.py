@@ -1202,6 +1202,28 @@ def claude_code_tool_calls(conn: apsw.Connection, call_ids: list[str]) -> dict[s
     return held
 
 
+# A Claude Code tool call as the ledger holds it (its transcript told it, or its hook event was recorded): its
+# session, and the calls of its run its transcript tells that are still running, the call itself among them
+# if it is one. Each source has its partial index (see claude_code_tool_calls); a run's calls are its key's.
+_CALL_AND_OPEN_SIBLINGS = """
+WITH x AS (SELECT run_id, session_id FROM tool_calls WHERE source = 'claude-code' AND tool_call_id = ?1
+           UNION ALL
+           SELECT run_id, session_id FROM tool_calls WHERE source = 'claude-code-hook' AND tool_call_id = ?1
+           LIMIT 1)
+SELECT x.session_id, t.tool_call_id FROM x
+LEFT JOIN tool_calls AS t ON t.run_id = x.run_id AND t.status = 'running' AND t.source = 'claude-code'
+"""
+
+
+def claude_code_open_siblings(conn: apsw.Connection, call_id: str) -> tuple[str | None, set[str]] | None:
+    """(session id, ids of the running calls its transcript tells in its run) of a Claude Code tool call the
+    ledger holds; None if it holds no such call."""
+    rows = conn.execute(_CALL_AND_OPEN_SIBLINGS, (call_id,)).fetchall()
+    if not rows:
+        return None
+    return rows[0][0], {sibling for _, sibling in rows if sibling is not None}
+
+
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
     """What day-scoped gates measure in [since, until]: model and tool calls only, from the rollups,
     cost in exact pico-USD (snapshot fallbacks included)."""
