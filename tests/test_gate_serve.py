@@ -271,6 +271,14 @@ def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
     bad = _gate_cmd("--fail", "sideways", env=env)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "--fail open or --fail closed" in bad.stderr
+    # As a hook, a mistake on its command line must not deny every tool call (Claude Code's exit 2) unless
+    # it fails closed: exit 1 is an error Claude Code shows and lets the call through.
+    for args, code in [(("--hook", "claude-code", "--fail", "sideways"), 1), (("--hook=codex",), 1),
+                       (("--hook", "claude-code", "--timeout", "soon"), 1), (("--hook", "claude-code", "--urll", url), 1),
+                       (("--hook", "claude-code", "--fail=closed", "--timeout", "soon"), 2)]:
+        bad = _gate_cmd(*args, stdin=json.dumps(PRE_TOOL_USE), env=env)
+        assert (bad.returncode, bad.stdout) == (code, ""), args
+        assert bad.stderr.count("\n") == 1 and "see `agentledger gate --help`" in bad.stderr, args
     # A timeout no socket can wait for failed open with a made-up reason, or (inf) crashed with exit 1,
     # which Claude Code takes as "go ahead" even with --fail closed.
     for timeout in ("-1", "0", "nan", "inf", "1e999"):

@@ -11,6 +11,10 @@ itself does) lets the call through and ``--fail closed`` denies it.
 
 Without ``--hook`` it asks about ``--session``/``--tool`` and prints the decision JSON;
 the exit code is 0 for allow or warn and 1 for block.
+
+A mistake on its own command line is one line on stderr. Claude Code denies a tool call
+whose hook exits 2 and lets it through on any other failure, so as a hook (``--hook`` given)
+a mistake exits 1 and fails open, unless ``--fail closed`` asks for 2; otherwise it exits 2.
 """
 
 from __future__ import annotations
@@ -147,4 +151,14 @@ def main(argv: list[str]) -> int:
         return _claude_code(opts) if opts["hook"] else _ask(opts)
     except UsageError as exc:
         print(f"agentledger gate: {exc} (see `agentledger gate --help`)", file=sys.stderr)
+        return _usage_exit(argv)
+
+
+def _usage_exit(argv: list[str]) -> int:
+    """The exit code of a command line that could not be read: a hook's follows its --fail as far as the
+    words say it (a mistyped --hook value is still a hook), since a hook's exit 2 denies the tool call."""
+    words = [part for arg in argv for part in arg.split("=", 1)]
+    if not any(word == "--hook" for word in words):
         return 2
+    closed = any(a == "--fail" and b == "closed" for a, b in zip(words, words[1:]))
+    return 2 if closed else 1
