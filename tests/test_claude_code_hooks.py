@@ -15,8 +15,8 @@ from serving import wait_for, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
-from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, TASK_AGENT, WANT_TASK_OUTCOME, _task_lines,
-                                     _task_outcome, scalar_rows)
+from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, PARENT_KEY, TASK_AGENT, WANT_TASK_OUTCOME,
+                                     _task_lines, _task_outcome, scalar_rows)
 from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
@@ -357,5 +357,36 @@ def test_subagent_hooks_name_the_same_child_session_as_the_transcript(tmp_path, 
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE session_id = ?", (CHILD_ID,)) == 2
     post(db, [{**hook, "hook_event_name": "SubagentStop"}], started_ms + 17_000)
     (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+@pytest.mark.parametrize("task_first", [True, False], ids=["task-line-first", "hook-first"])
+def test_a_running_task_subagent_s_spend_counts_in_its_session_s_family_once_its_start_hook_came(
+        tmp_path, db, task_first):
+    """SubagentStart moves the subagent's calls to its own session; its spawn by the session comes with it,
+    so the family (what a family gate measures) holds them while the subagent runs, not only once the Task's
+    result is read. The result then merges that spawn with the Task's: one subagent."""
+    parent, child, btw = _task_lines()
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    transcript = project / f"{TASK_SESSION}.jsonl"
+    hook = {"session_id": TASK_SESSION, "agent_id": TASK_AGENT, "agent_type": "general-purpose",
+            "transcript_path": str(transcript), "hook_event_name": "SubagentStart"}
+    if task_first:  # the prompt and the Task call, read before the subagent starts
+        transcript.write_bytes(b"".join(parent[:2]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    post(db, [hook], 1_790_848_802_000)
+    (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    running = cli_json(db, "session", PARENT_KEY)
+    own_child = cli_json(db, "session", CHILD_KEY)["cost_usd"]
+    assert own_child > 0
+    assert running["family_cost_usd"] == pytest.approx(running["cost_usd"] + own_child, abs=1e-9)
+    assert [s["child_session_key"] for s in running["subagents"] if s["child_session_key"] == CHILD_KEY] == [CHILD_KEY]
+    transcript.write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     assert _task_outcome(db) == WANT_TASK_OUTCOME

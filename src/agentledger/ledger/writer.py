@@ -1344,6 +1344,7 @@ class LedgerWriter:
                         runs[fact.tool_call_id] = rows[0][0] if rows else self.run_at(fact.session_id, fact.ts_ms) or ""
                     fact.run_id = runs[fact.tool_call_id] or None
                 items.append((0, 0, fact))
+                items.extend((0, 0, more) for more in event.more)
             result = self._apply_facts(conn, [(HOOK_FILE_ID, HOOK_LOG, items)]) if items else ApplyResult(0, 0, 0)
             result.duplicate_facts = len(events) - len(items)
             result.position = rollups.advance_position(conn, result.sessions)

@@ -7,7 +7,9 @@ PreToolUse arrives, seconds before its transcript line is read; the ledger merge
 ``tool_use_id`` and the transcript's account wins wherever both say something. Hooks carry no
 tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own session
 (``<session_id>/<agent_id>``, as the transcript does), so its calls go there even before the
-Task's result is read.
+Task's result is read; SubagentStart records its spawn by the session too, so the session's
+family (and its gates) counts what the subagent spends while it runs. The Task's result, once
+read, merges that spawn with the one its call recorded (see the writer's _merge_spawns).
 
 A payload has no time and no id of its own, so an event's identity is what distinguishes it
 from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
@@ -27,9 +29,9 @@ from dataclasses import dataclass, replace
 
 import orjson
 
-from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, ToolObserved
+from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, SubagentSpawned, ToolObserved
 from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
-from agentledger.sources.common import duration, error_text, line_id, text, tool_target
+from agentledger.sources.common import derived_id, duration, error_text, line_id, text, tool_target
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 SUBAGENT_EVENTS = frozenset({"SubagentStart", "SubagentStop"})
@@ -43,13 +45,14 @@ class BadHook(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class HookEvent:
-    """One received hook event: its identity, when it arrived, and its fact."""
+    """One received hook event: its identity, when it arrived, and its fact (and any more it tells)."""
 
     id: int
     ts_ms: int
     session_id: str
     name: str
     fact: Fact
+    more: tuple[Fact, ...] = ()
 
 
 def event_id(name: str, session_id: str, payload: dict) -> int:
@@ -86,6 +89,7 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     base = {"event_id": eid, "ts_ms": received_ms, "kind": f"hook.{name}", "source": SOURCE, "agent_id": AGENT,
             "session_key": session_key(session_id), "session_id": session_id}
     fact: Fact
+    more: tuple[Fact, ...] = ()
     if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
         fact = _tool(base, name, payload)
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
@@ -95,9 +99,13 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
         child = (session_id, payload["agent_id"])
         fact = Marker(**base | {"session_key": child_key(*child), "session_id": child_session_id(*child)})
+        if name == "SubagentStart":
+            more = (SubagentSpawned(**base | {"event_id": derived_id(eid, 1), "kind": "subagent.spawn"},
+                                    child_session_key=child_key(*child), child_agent_id=AGENT,
+                                    mode=text(payload.get("agent_type"))),)
     else:
         fact = Marker(**base)
-    return HookEvent(eid, received_ms, session_id, name, fact)
+    return HookEvent(eid, received_ms, session_id, name, fact, more)
 
 
 def denied(event: HookEvent, reason: str) -> HookEvent:
