@@ -203,14 +203,20 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
            params: dict[str, list[str]]) -> tuple[tuple[str, ...], _Answer] | None:
     """The methods the JSON endpoint at ``path`` answers, and its answer; None when there is no such endpoint."""
 
-    def reading(query: Callable[[apsw.Connection], object]) -> tuple[tuple[str, ...], _Answer]:
+    def taking(takes: tuple[str, ...], answer: _Answer) -> _Answer:
+        def checked() -> tuple[int, object]:
+            _only(params, path, takes)
+            return answer()
+        return checked
+
+    def reading(query: Callable[[apsw.Connection], object], takes: tuple[str, ...] = ()) -> tuple[tuple[str, ...], _Answer]:
         def answer() -> tuple[int, object]:
             conn = open_reader(db)
             try:
                 return 200, query(conn)
             finally:
                 conn.close()
-        return _READS, answer
+        return _READS, taking(takes, answer)
 
     match [unquote(p) for p in path.strip("/").split("/")]:
         case ["healthz"]:
@@ -218,25 +224,38 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         case ["readyz"]:
             return _READS, lambda: _ready(db, health)
         case ["v1", "gate"]:
-            # Not HEAD: a decision is counted, and a block recorded, for an answer HEAD never shows.
+            # Not HEAD: a decision is counted, and a block recorded, for an answer HEAD never shows. Other
+            # parameters are let be: a gateway's hook may send more context than the gates read.
             return ("GET",), lambda: _gate(keeper, params)
         case ["v1", "hot"]:
-            return _READS, lambda: _hot_views(keeper, params)
+            return _READS, taking(_WINDOW, lambda: _hot_views(keeper, params))
         case ["v1", "sessions", key, "hot"]:
-            return _READS, lambda: _hot(keeper, key)
+            return _READS, taking((), lambda: _hot(keeper, key))
         case ["v1", "sessions", key, "forecast"]:
             return reading(lambda conn: _forecast(conn, keeper, key))
         case ["v1", "overview"]:
-            return reading(lambda conn: _overview(conn, keeper, params))
+            return reading(lambda conn: _overview(conn, keeper, params), _WINDOW)
         case ["v1", "sessions"]:
-            return reading(lambda conn: queries.sessions(conn, _window(params, 50)))
+            return reading(lambda conn: queries.sessions(conn, _window(params, 50)), _WINDOW)
         case ["v1", "sessions", key]:
             return reading(lambda conn: queries.session_detail(conn, key))
         case ["v1", "usage"]:
-            return reading(lambda conn: queries.usage(conn, _window(params, None)))
+            return reading(lambda conn: queries.usage(conn, _window(params, None)), _WINDOW)
         case ["v1", "costs"]:
-            return reading(lambda conn: _costs(conn, params))
+            return reading(lambda conn: _costs(conn, params), (*_WINDOW, "group_by", "tz"))
     return None
+
+
+_WINDOW = ("since", "until", "agent", "limit")
+
+
+def _only(params: dict[str, list[str]], path: str, takes: tuple[str, ...]) -> None:
+    """A parameter the endpoint does not read is a mistake to tell: a misspelt ``agnet`` answered every
+    agent's totals as if they were one agent's."""
+    unknown = sorted(set(params) - set(takes))
+    if unknown:
+        known = f"it takes {', '.join(takes)}" if takes else "it takes none"
+        raise BadRequest(f"{path} has no parameter {unknown[0]!r}: {known}")
 
 
 OVERVIEW_MAX = 50  # each session listed costs a forecast
