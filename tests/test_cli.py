@@ -78,6 +78,8 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     (["watch", "--interval", "nan"], "--interval"),  # would redraw without a pause
     (["watch", "--interval", "inf"], "--interval"),
     (["watch", "--interval", "1e300", "--once"], "--interval"),
+    (["usage", "--json", "--csv"], "print one format, --json or --csv"),  # where the last one given won
+    (["sessions", "--csv", "--json"], "print one format, --json or --csv"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")

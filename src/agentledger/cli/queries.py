@@ -52,10 +52,11 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
     """--json, --csv, --since/--until, --agent and --limit, the same on every query command that can apply
     them; a command about ``one`` session or run takes --json only. A flag a command would ignore is not
     offered, so giving it is an error rather than a surprise."""
-    options = [click.option("--json", "fmt", flag_value="json", help="Print JSON (stable keys) instead of a table.")]
+    # Apart, not one shared destination: given both, the last one silently won.
+    options = [click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table.")]
     if not one:
         options += [
-            click.option("--csv", "fmt", flag_value="csv", help="Print CSV with a header row."),
+            click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row."),
             click.option("--since", callback=_time, metavar="TIME",
                          help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
             click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms."),
@@ -67,7 +68,10 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
     def decorate(fn):
         @click.pass_obj
         @functools.wraps(fn)
-        def wrapper(obj, fmt=None, since=None, until=None, agent=None, limit=None, **kwargs):
+        def wrapper(obj, as_json=False, as_csv=False, since=None, until=None, agent=None, limit=None, **kwargs):
+            if as_json and as_csv:
+                raise click.BadParameter("--csv is given too: print one format, --json or --csv", param_hint="--json")
+            fmt = "json" if as_json else "csv" if as_csv else None
             if since is not None and until is not None and since > until:
                 raise click.BadParameter("--since is after --until", param_hint="--since")
             w = queries.Window(since=since, until=until, agent=agent, limit=limit)
