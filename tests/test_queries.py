@@ -834,3 +834,21 @@ def test_metric_floors_kept_before_spend_was_split_by_source_hold_no_series(corp
     conn.close()
     open_writer(db).close()
     assert metric_counters(db, floors=CounterFloors(path)) == metric_counters(db)
+
+
+def test_a_turn_cut_short_names_the_model_its_calls_used(tmp_path, db):
+    """A transcript's turn says its model only at its end: one that never ended (here its tool call got no
+    result) still shows the model its last call used, in `runs`, `run` and a session's page."""
+    from conftest import cli_json
+    from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_result, oc_user
+
+    sid = "5a5a5a5a-1111-4111-8111-111111111111"
+    sdir = _sessions_dir(tmp_path, "agent:main:main", sid)
+    (sdir / f"{sid}.jsonl").write_bytes(oc_header(sid) + oc_user("u1", 1)
+                                        + oc_assistant("a1", 2, tool="call-0", model="m-old") + oc_result("r1", 3, "call-0")
+                                        + oc_assistant("a2", 4, tool="call-1", model="m-new"))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    (run,) = cli_json(db, "runs")
+    assert (run["status"], run["model"], run["provider"]) == ("running", "m-new", "anthropic")
+    assert cli_json(db, "run", run["run_id"])["model"] == "m-new"
+    assert [r["model"] for r in cli_json(db, "session", "agent:main:main")["runs"]] == ["m-new"]

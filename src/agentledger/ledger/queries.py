@@ -529,8 +529,13 @@ def _llm_dict(vals) -> dict:
     return _row(_LLM_FIELDS, _llm_values(vals))
 
 
+# A run's model and provider as its start or end said them, else as its last model call did: a transcript's
+# turn says them only at its end, which an interrupted turn never wrote.
+_RUN_LAST_CALL = ("(SELECT c.{0} FROM llm_calls AS c WHERE c.run_id = r.run_id AND c.{0} IS NOT NULL "
+                  "ORDER BY c.ts_ms DESC, c.id DESC LIMIT 1)")
 # A run without model calls costs what its usage snapshot says, as it does in every total (_SNAPSHOT_FALLBACK).
-_RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, r.model, r.provider, r.status, r.started_ms,
+_RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, coalesce(r.model, {_RUN_LAST_CALL.format("model")}),
+    coalesce(r.provider, {_RUN_LAST_CALL.format("provider")}), r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
     coalesce(l.llm_calls, 0), coalesce(l.llm_errors, 0), coalesce(l.total_tokens, 0),
     iif(EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = r.run_id),
