@@ -90,6 +90,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert lines[0].startswith("agentledger: ")
 
 
+@pytest.mark.parametrize("name", ["OPENCLAW_STATE_DIR", "CLAUDE_CONFIG_DIR"])
+def test_ingest_names_a_producer_dir_its_environment_sets_that_does_not_exist(tmp_path, name):
+    """Set on purpose and mistyped, it was passed by with "no sources found", or another producer's logs were
+    read alone."""
+    (tmp_path / "home" / ".claude" / "projects").mkdir(parents=True)
+    env = {**os.environ, "HOME": str(tmp_path / "home"), name: str(tmp_path / "nowhere")}
+    env.pop({"OPENCLAW_STATE_DIR": "CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR": "OPENCLAW_STATE_DIR"}[name], None)
+    out = run("ingest", db=tmp_path / "l.db", env=env)
+    assert out.returncode == 2 and not (tmp_path / "l.db").exists()
+    assert out.stderr.count("\n") == 1 and f"${name} ({tmp_path / 'nowhere'}) does not exist" in out.stderr
+
+
 def test_ingest_prints_counts_and_json(tmp_path, oc_corpus):
     db = tmp_path / "l.db"
     out = run("ingest", "--json", str(oc_corpus), db=db)

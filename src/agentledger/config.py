@@ -86,6 +86,14 @@ def openclaw_format(state: Path) -> str | None:
     return None
 
 
+def missing_env_dirs() -> list[str]:
+    """The producers' dirs an environment variable names that do not exist, each as ``$NAME (path)``: set on
+    purpose, so a one-shot read that would pass them by says so instead."""
+    named = [("OPENCLAW_STATE_DIR", d) for d in openclaw_state_dirs() if os.environ.get("OPENCLAW_STATE_DIR")]
+    named += [("CLAUDE_CONFIG_DIR", d) for d in claude_config_dirs() if os.environ.get("CLAUDE_CONFIG_DIR")]
+    return [f"${name} ({path})" for name, path in named if not path.is_dir()]
+
+
 def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
     """(format, root) for every producer found in its usual place; empty when there is none.
 

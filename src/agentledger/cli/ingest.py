@@ -11,7 +11,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import PRICES_FILE, Config, config_file, default_sources
+from agentledger.config import PRICES_FILE, Config, config_file, default_sources, missing_env_dirs
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, WriterLock
@@ -107,6 +107,9 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     config = obj.configure(max_line=max_line, grace_s=grace, idle_s=idle, roots_exist=True,
                            sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
     max_line, grace = config.max_line, config.grace_s
+    if not config.sources and (missing := missing_env_dirs()):
+        raise click.UsageError(f"{', '.join(missing)} does not exist: fix or unset it, or pass ROOT..., "
+                               "or --source FORMAT=ROOT")
     specs = specs_from_pairs([(s.format, s.root) for s in config.sources] or default_sources())
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
