@@ -195,6 +195,12 @@ def test_unknown_sessions_are_allowed_and_told_why(ledger_with):
     ledger = ledger_with([gate(limit=1.0)])
     d = ledger.ask("agent:main:nobody")
     assert (d.decision, d.reason) == ("allow", "unknown session 'agent:main:nobody': no session gate applies")
+    # While serve's first catch-up reads the backlog, the session may just not be read yet: the reason says so.
+    ledger.keeper.catching_up = True
+    assert ledger.ask("agent:main:nobody").reason == \
+        "unknown session 'agent:main:nobody': the logs are still being read: no session gate applies"
+    ledger.live.caught_up()
+    assert ledger.ask("agent:main:nobody").reason == d.reason
 
 
 def test_the_family_scope_adds_subagents_spend(ledger_with):

@@ -246,6 +246,7 @@ class LiveState:
         if rebuilt:
             log.info("hot store: %d recovered session views were behind the ledger and were rebuilt", rebuilt)
         self.following = True
+        self.keeper.catching_up = False
 
 
 def _reconcile(writer: LedgerWriter, grace_s: float, live: LiveState) -> None:
@@ -518,6 +519,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                         hot.store.quarantined)
         readers = ReaderPool(db)
         keeper = GateKeeper(config.gates, hot, readers, config.zone)
+        keeper.catching_up = True
         writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
         live = LiveState(conn, hot, keeper)
         hooks = HookInbox(wake=wake.set)

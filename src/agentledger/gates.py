@@ -276,6 +276,8 @@ class GateKeeper:
         # (position, ids asked, {id: failed} of those the ledger held there), last read
         self._told: tuple[int, set[str], dict[str, bool]] = (-1, set(), {})
         self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
+        # While the daemon's first catch-up reads the backlog, a session it does not know may be one not read yet.
+        self.catching_up = False
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
 
@@ -388,7 +390,8 @@ class GateKeeper:
             decision = Decision(gate.action, _reason(gate, who, value, self.zone.key, unknown), gate.name, gate.scope,
                                 gate.metric, value, _limit(gate), **base)
         elif session_key and state is None:
-            decision = Decision("allow", f"unknown session {session_key!r}: no session gate applies", **base)
+            unread = ": the logs are still being read" if self.catching_up else ""
+            decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
         elif not applicable:
             decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
         else:
