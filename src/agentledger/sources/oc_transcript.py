@@ -7,13 +7,18 @@ before, so a read that resumes mid-file (after a restart or a rename) decodes as
 straight read would. ``sessions.json``'s token and cost fields are last-run snapshots and
 are never read.
 
-A session's key is the one ``sessions.json`` lists it under; an archive it no longer lists
-keeps a key of its own (``agent:<agentId>:<sessionId>``, or the subagent key its parent's
-spawn names). Nothing on disk says what key an archive once had, so a session followed
-while live and then archived takes the archive's key too: a ledger that followed it and
-one that reads the same files afresh agree. A subagent is the exception: the key its
-parent gave it names it better than one guessed once it left sessions.json, so the
-ledger keeps it until sessions.json lists another session under it (``yields_to``).
+A session's key is the one ``sessions.json`` lists it under. An archive it no longer lists
+takes the key the files beside it still name: the subagent key its parent's spawn names,
+or else the ``spawnedBy`` that ``sessions.json`` still lists the children of its own spawns
+under (it was that key's session when it spawned them; only a key of its own agent, and of
+several, the one its earliest answered spawn's child names); with neither, a key of its
+own, ``agent:<agentId>:<sessionId>``. Only what is on disk now names an archive's key,
+never what the ledger read before, so a session followed while live and then archived
+takes the archive's key too, and a guess again once the children that named its key leave
+``sessions.json``: a ledger that followed it and one that reads the same files afresh
+agree. A subagent is the exception: the key its parent gave it names it better than one
+guessed once it left sessions.json, so the ledger keeps it until sessions.json lists
+another session under it (``yields_to``).
 
 Each user message starts a run (a turn); each assistant line is one LLM call with the
 producer's own cost estimate; ``toolCall`` blocks pair with ``toolResult`` lines.
@@ -316,7 +321,8 @@ def _folder(sdir: str) -> _Folder:
     return known
 
 
-def _archived_child_key(path: str, agent_id: str | None, folders: tuple, listed: set[str]) -> str | None:
+def _archived_child_key(path: str, agent_id: str | None, folders: tuple,
+                        listed: dict[str, str | None]) -> str | None:
     """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
     whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
     first listed. ``folders``: the answered spawns of each sessions folder beside it (_Folder.spawns)."""
@@ -334,6 +340,15 @@ def _archived_child_key(path: str, agent_id: str | None, folders: tuple, listed:
                     and spawn.child_key not in listed and agent_from_key(spawn.child_key) == agent_id):
                 best = (gap, spawn.child_key)
     return best[1] if best else None
+
+
+def _spawner_key(spawned: tuple[_Spawn, ...], agent_id: str | None, listed: dict[str, str | None]) -> str | None:
+    """The key an archived transcript was listed under while it spawned: the spawnedBy its children's
+    sessions.json entries name, when it is a key of its own agent; of the keys they name, that of its
+    earliest answered spawn (None: no child of it is listed so)."""
+    named = [(spawn.answered_ms, parent) for spawn in spawned
+             if (parent := listed.get(spawn.child_key)) is not None and agent_from_key(parent) == agent_id]
+    return min(named, key=lambda n: n[0])[1] if named else None
 
 
 def _tokens(usage: object) -> Tokens:
@@ -354,11 +369,13 @@ class _Identity:
     session_id: str | None
     agent_id: str | None
     entry: dict  # its sessions.json entry, {} when it lists none
-    # Unlisted, an agent's transcript guesses its key (an archive may find it in a spawn beside it), and
-    # the folders beside it are inputs too:
+    # Unlisted, an agent's transcript guesses its key (an archive may find it in a spawn beside it, or in
+    # what its own spawns' children are listed as), and the folders beside it are inputs too:
     guesses: bool = False
-    listed: set[str] = frozenset()  # every key the sessions.json files beside it list: what a guess yields to
+    # every key the sessions.json files beside it list (what a guess yields to), with the spawnedBy each names
+    listed: dict[str, str | None] = field(default_factory=dict)
     spawns: tuple = ()  # the answered spawns of the folders beside an archive, which may name its key
+    spawned: tuple[_Spawn, ...] = ()  # an archive's own answered spawns, whose children's entries may name it
 
 
 def key_inputs(path: str) -> _Identity:
@@ -372,14 +389,17 @@ def key_inputs(path: str) -> _Identity:
     entry = by_id.get(session_id or "", {})
     if entry or agent_id is None or session_id is None:
         return _Identity(path, session_id, agent_id, entry)
-    spawns = () if m["archive"] is None else tuple(_folder(sdir).spawns for sdir in siblings)
-    return _Identity(path, session_id, agent_id, entry, True, listed, spawns)
+    if m["archive"] is None:
+        return _Identity(path, session_id, agent_id, entry, True, listed)
+    spawns = tuple(_folder(sdir).spawns for sdir in siblings)
+    own = _SPAWN_CACHE.get(path)  # looked at with its folder, just now
+    return _Identity(path, session_id, agent_id, entry, True, listed, spawns, tuple(own.spawns) if own else ())
 
 
-def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], set[str]]:
+def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], dict[str, str | None]]:
     """(its agent, None outside an ``agents/`` tree; its sessions.json by id; the sessions folders beside
-    it; the keys those list) of a sessions folder: looked at once a pass (see ``one_look``), not once a
-    transcript, so what a decoder learns its key from is what the pass recorded of it."""
+    it; the keys those list, with the spawnedBy of each) of a sessions folder: looked at once a pass (see
+    ``one_look``), not once a transcript, so what a decoder learns its key from is what the pass recorded of it."""
     memo = getattr(_pass, "keys", None)
     known = memo.get(folder) if memo is not None else None
     if known is None:
@@ -401,7 +421,8 @@ class FileDecoder:
         self.guessed = False
         if me.guesses:
             # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
-            found = _archived_child_key(path, me.agent_id, me.spawns, me.listed) if me.spawns else None
+            found = (_archived_child_key(path, me.agent_id, me.spawns, me.listed)
+                     or _spawner_key(me.spawned, me.agent_id, me.listed)) if me.spawns else None
             self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
         self.spawned_by = me.entry.get("spawnedBy")
@@ -411,8 +432,8 @@ class FileDecoder:
     def yields_to(self, held: str) -> bool:
         """Whether the key the ledger holds for the session stands against this decoder's. A subagent's
         key was learnt from sessions.json or its parent's spawn while they named it; a key of its own
-        guessed once sessions.json forgot it, with no spawn to say otherwise, knows less. Only another
-        session listed under that key now takes it away."""
+        guessed once sessions.json forgot it, with nothing beside it to say otherwise, knows less. Only
+        another session listed under that key now takes it away."""
         return self.guessed and is_subagent_key(held) and held not in self.inputs.listed
 
     def rederives(self, held: str) -> bool:
@@ -568,25 +589,26 @@ def _agents_dir(folder: str) -> tuple[str | None, str]:
 
 # sibling folders → (their indexes, the keys those list): every archive decoded asks, and a union of
 # sessions.json files is as long as they are.
-_LISTED: dict[tuple[str, ...], tuple[list[dict], set[str]]] = {}
+_LISTED: dict[tuple[str, ...], tuple[list[dict], dict[str, str | None]]] = {}
 
 
-def _listed_keys(siblings: list[str]) -> set[str]:
-    """Every session key the ``sessions.json`` files of the sessions folders ``siblings`` list."""
+def _listed_keys(siblings: list[str]) -> dict[str, str | None]:
+    """Every session key the ``sessions.json`` files of the sessions folders ``siblings`` list, with the
+    key of the session that spawned it (its ``spawnedBy``), None when it names none."""
     dirs = tuple(siblings)
     indexes = [index(d) for d in dirs]
     cached = _LISTED.get(dirs)
     # index() hands back the same dict while its sessions.json is unchanged (a new empty one while there is none).
     if cached is not None and all(a is b or not (a or b) for a, b in zip(cached[0], indexes)):
         return cached[1]
-    keys = {entry["key"] for by_id in indexes for entry in by_id.values()}
+    keys = {entry["key"]: entry["spawnedBy"] for by_id in indexes for entry in by_id.values()}
     _LISTED[dirs] = (indexes, keys)
     return keys
 
 
-def listed_beside(path: str) -> set[str]:
-    """Every session key the ``sessions.json`` files beside the transcript ``path`` list: whether a
-    key kept by a session they forgot is still its own depends on them."""
+def listed_beside(path: str) -> dict[str, str | None]:
+    """Every session key the ``sessions.json`` files beside the transcript ``path`` list, with the
+    spawnedBy each names: the key of a session they forgot depends on them."""
     return _folder_keys(os.path.dirname(path))[3]
 
 

@@ -132,8 +132,9 @@ class StoreReader:
                 listed.append((session_id, last, path))
                 entry = index.get(session_id)
                 if entry is None and listed_keys is None:
-                    listed_keys = frozenset(oc_transcript.listed_beside(path))
-                # One sessions.json forgot may keep the key it had, until sessions.json lists another under it.
+                    listed_keys = frozenset(oc_transcript.listed_beside(path).items())
+                # One sessions.json forgot may keep the key it had, until sessions.json lists another under it,
+                # or take the one its children's entries say spawned them.
                 seen = (path, entry if entry is not None else listed_keys)
                 if keyed.get(session_id) != seen:
                     keyed[session_id] = seen
