@@ -656,6 +656,25 @@ def test_a_session_archived_during_a_pass_is_not_keyed_by_its_own_spawns(tmp_pat
         assert oc_transcript.FileDecoder(str(archived), None).session_key == f"agent:main:{parent}"
 
 
+def test_an_archive_takes_the_parent_its_earliest_listed_child_of_its_own_agent_names(tmp_path):
+    sessions = {agent: tmp_path / "agents" / agent / "sessions" for agent in ("main", "work")}
+    listed = {"agent:work:subagent:a": "agent:work:main", "agent:main:subagent:b": "agent:main:telegram:direct:1",
+              "agent:main:subagent:c": "agent:main:main"}
+    for agent, folder in sessions.items():
+        folder.mkdir(parents=True)
+        (folder / "sessions.json").write_bytes(orjson.dumps({
+            key: {"sessionId": f"{key[-1]}0000000", "spawnedBy": parent}
+            for key, parent in listed.items() if key.startswith(f"agent:{agent}:")}))
+    spawner = "7a0c2f4e-0000-4000-8000-000000000001"
+    archive = sessions["main"] / f"{spawner}.jsonl.reset.2026-10-01T10-00-00.000Z"
+    archive.write_bytes(oc_header(spawner) + b"".join(
+        _spawn_call(f"p{n}", f"call_{n}", f"task {n}", minute) + _spawn_result(f"r{n}", f"call_{n}", key, minute)
+        for n, (minute, key) in enumerate(zip((10, 20, 30), listed))))
+    # Its first child runs as another agent, whose key it never had.
+    decode = oc_transcript.FileDecoder(str(archive), None)
+    assert (decode.session_key, decode.guessed) == ("agent:main:telegram:direct:1", False)
+
+
 # -- Task subagents and /btw side questions ------------------------------------------------------
 
 TASK_AGENT, BTW_AGENT = "a1b2c3d4", "b9e8f7a6"
@@ -1549,6 +1568,68 @@ def keys_seen(db: Path, old: str) -> tuple:
                          for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
                                       ["session", f"agent:main:{old}", "--json"]))
     return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
+
+
+RESET_NEW = "0d0d0d0d-2222-4222-8222-222222222222"
+
+
+def _index_after_reset(sessions: Path, child_listed: bool) -> None:
+    """sessions.json once SPAWNER was reset: agent:main:main names a new session, and SPAWNER's child is
+    listed as spawned by agent:main:main while ``child_listed``."""
+    index = {"agent:main:main": {"sessionId": RESET_NEW}}
+    if child_listed:
+        index[SPAWNED_KEY] = {"sessionId": SPAWNED, "spawnedBy": "agent:main:main", "label": "review"}
+    (sessions / "sessions.json").write_bytes(orjson.dumps(index))
+
+
+def _family_of_main(db: Path) -> tuple:
+    """Every session's key and id, and the instances and subagents ``session`` and ``tree`` show of
+    agent:main:main."""
+    _clean(db)
+    detail, tree = cli_json(db, "session", "agent:main:main"), cli_json(db, "tree", "agent:main:main")
+    return (sorted(scalar_rows(db, "SELECT session_key, session_id FROM sessions")),
+            sorted(i["session_id"] for i in detail["instances"]),
+            sorted(c["child_session_key"] for c in detail["subagents"]),
+            sorted(c["session_key"] for c in tree["children"]))
+
+
+@pytest.mark.parametrize("child_left", [False, True], ids=["child-listed", "child-left-since"])
+def test_an_archive_has_the_key_its_listed_child_was_spawned_by_followed_live_as_read_afresh(tmp_path, child_left):
+    # A reset session's archive was keyed as a guess, though sessions.json still listed the subagent it spawned
+    # as spawned by agent:main:main: that instance and its subagent were missing from agent:main:main's family.
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    write_spawn_index(sessions)
+    for session, lines in spawn_transcripts().items():
+        (sessions / f"{session}.jsonl").write_bytes(b"".join(lines))
+    followed = tmp_path / "followed.db"
+    conn = open_writer(followed)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.run_once()
+        (sessions / f"{SPAWNER}.jsonl").rename(sessions / f"{SPAWNER}.jsonl.reset.2026-10-01T10-00-00.000Z")
+        _index_after_reset(sessions, child_listed=True)
+        (sessions / f"{RESET_NEW}.jsonl").write_bytes(oc_header(RESET_NEW) + oc_user("n1", 1) + oc_assistant("n2", 2))
+        pipeline.catch_up()
+        if child_left:
+            assert ("agent:main:main", SPAWNER) in _family_of_main(followed)[0]
+            # The subagent's transcript archived and forgotten: nothing the spawner archive holds is new, so
+            # only its key inputs say it is due another key.
+            (sessions / f"{SPAWNED}.jsonl").rename(sessions / f"{SPAWNED}.jsonl.deleted.2026-10-01T11-00-00.000Z")
+            _index_after_reset(sessions, child_listed=False)
+            pipeline.catch_up()
+    finally:
+        conn.close()
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, state, fmt="oc-transcript")
+    got = _family_of_main(followed)
+    spawner_key = f"agent:main:{SPAWNER}" if child_left else "agent:main:main"
+    # The subagent keeps its key either way: its parent's spawn names it once sessions.json no longer does.
+    assert got[0] == sorted([("agent:main:main", RESET_NEW), (spawner_key, SPAWNER), (SPAWNED_KEY, SPAWNED)])
+    assert got[1:] == (([RESET_NEW], [], []) if child_left else ([RESET_NEW, SPAWNER], [SPAWNED_KEY], [SPAWNED_KEY]))
+    assert got == _family_of_main(afresh)
+    for db in (followed, afresh):
+        assert spawn_row(db)[0][:2] == (spawner_key, f"{SPAWNER}:p0")
 
 
 def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a_fresh_read_does(
