@@ -153,7 +153,8 @@ def test_transcript_sessions_sample(transcript_db, transcript_corpus):
         got = by_id[want["sessionId"]]
         assert got["agent_id"] == want["agentId"]
         # An archived session is no longer in sessions.json: it keeps a key of its own, unless it was a
-        # subagent, whose parent's spawn still names it.
+        # subagent, whose parent's spawn still names it (no archive of the sample spawned a subagent
+        # sessions.json still lists, whose spawnedBy would name its key).
         key = want["sessionKey"] if want["sessionId"] in listed or want["kind"] == "subagent" \
             else f"agent:{want['agentId']}:{want['sessionId']}"
         assert got["session_key"] == key
@@ -161,6 +162,29 @@ def test_transcript_sessions_sample(transcript_db, transcript_corpus):
         assert (got["runs"], got["llm_calls"], got["tool_calls"]) == (want["runs"], want["llm_calls"],
                                                                      want["tool_calls"])
         assert (got["input_tokens"], got["output_tokens"]) == (want["tokens"]["input"], want["tokens"]["output"])
+
+
+# Reset archives sessions.json forgot, each with the subagent it spawned that sessions.json still lists.
+_SPAWNER_ARCHIVES = {
+    "2a7d0d39-8946-4396-a6f5-eeda8063a19a":
+        ("agent:main:main", "agent:main:subagent:52f3a66c-6404-46a1-8e51-f5752f0c3344"),
+    "32009995-5111-4928-b736-aebe23f8ab87":
+        ("agent:work:main", "agent:work:subagent:8e777309-3c45-4068-be7b-51d1b03346d3"),
+}
+
+
+def test_transcript_archives_are_under_the_key_their_listed_subagents_were_spawned_by(transcript_db,
+                                                                                      transcript_corpus):
+    spawned_by = {key: entry.get("spawnedBy") for index in transcript_corpus.glob("agents/*/sessions/sessions.json")
+                  for key, entry in json.loads(index.read_text()).items()}
+    keys = dict(_rows(transcript_db, "SELECT session_id, session_key FROM sessions"))
+    for archive, (key, child) in _SPAWNER_ARCHIVES.items():
+        assert spawned_by[child] == key
+        assert keys[archive] == key
+        detail = cli_json(transcript_db, "session", key)
+        assert archive in [i["session_id"] for i in detail["instances"]]
+        assert child in [c["child_session_key"] for c in detail["subagents"]]
+        assert child in [c["session_key"] for c in cli_json(transcript_db, "tree", key)["children"]]
 
 
 def _assert_instance_family(db: Path, sid: str, family_usd: float, children: list[str]) -> None:
