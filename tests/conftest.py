@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -83,6 +85,20 @@ def ingest(db: Path, *roots: Path, fmt: str = "oc-telemetry", **kwargs) -> Inges
         return Pipeline(LedgerWriter(conn), specs_from(fmt, list(roots)), **kwargs).catch_up()
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def followed_then_afresh(tmp_path: Path, root: Path, fmt: str = "oc-transcript"):
+    """A pipeline following ``root`` on a ledger of its own (``.pipeline``, ``.followed``) while the block
+    runs, then the same files as they are read afresh into another (``.afresh``): the two must agree."""
+    ledgers = SimpleNamespace(followed=tmp_path / "followed.db", afresh=tmp_path / "afresh.db")
+    conn = open_writer(ledgers.followed)
+    try:
+        ledgers.pipeline = Pipeline(LedgerWriter(conn), specs_from(fmt, [root]))
+        yield ledgers
+    finally:
+        conn.close()
+    ingest(ledgers.afresh, root, fmt=fmt)
 
 
 def metric_counters(db: Path, top_n: int = 20, floors=None) -> dict:

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import cli_env, cli_json, ingest, settle
+from conftest import cli_env, cli_json, followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage, verify
@@ -1535,11 +1535,8 @@ def test_a_reset_session_has_the_same_key_followed_live_as_read_afresh(tmp_path,
     live.write_bytes(oc_header(old) + oc_user("u1", 1) + oc_assistant("a1", 2, cost=0.5)
                      + _oc_line({"type": "compaction", "id": "k1", "timestamp": "2026-10-01T08:00:02.500Z",
                                  "summary": "so far", "firstKeptEntryId": "a1", "tokensBefore": 5000}))
-    followed = tmp_path / "followed.db"
-    conn = open_writer(followed)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [tmp_path / "state"]))
-        pipeline.run_once()
+    with followed_then_afresh(tmp_path, tmp_path / "state") as ledgers:
+        ledgers.pipeline.run_once()
         if appended:  # written just before the reset, and read from the archive
             with live.open("ab") as f:
                 f.write(oc_user("u2", 3) + oc_assistant("a2", 4, cost=0.25))
@@ -1547,15 +1544,11 @@ def test_a_reset_session_has_the_same_key_followed_live_as_read_afresh(tmp_path,
         os.rename(live, sdir / f"{old}.jsonl.reset.2026-10-01T08-01-00.000Z")
         (sdir / "sessions.json").write_bytes(orjson.dumps({"agent:main:main": {"sessionId": new}}))
         (sdir / f"{new}.jsonl").write_bytes(oc_header(new) + oc_user("u1", 10) + oc_assistant("a1", 11, cost=1.0))
-        pipeline.catch_up()
-    finally:
-        conn.close()
-    afresh = tmp_path / "afresh.db"
-    ingest(afresh, tmp_path / "state", fmt="oc-transcript")
-    got = keys_seen(followed, old)
+        ledgers.pipeline.catch_up()
+    got = keys_seen(ledgers.followed, old)
     assert got[0] == [(f"agent:main:{old}", old, 0.75 if appended else 0.5), ("agent:main:main", new, 1.0)]
     assert got[1][1]["compactions"] != []
-    assert got == keys_seen(afresh, old)
+    assert got == keys_seen(ledgers.afresh, old)
 
 
 def keys_seen(db: Path, old: str) -> tuple:
@@ -1602,33 +1595,26 @@ def test_an_archive_has_the_key_its_listed_child_was_spawned_by_followed_live_as
     write_spawn_index(sessions)
     for session, lines in spawn_transcripts().items():
         (sessions / f"{session}.jsonl").write_bytes(b"".join(lines))
-    followed = tmp_path / "followed.db"
-    conn = open_writer(followed)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
-        pipeline.run_once()
+    with followed_then_afresh(tmp_path, state) as ledgers:
+        ledgers.pipeline.run_once()
         (sessions / f"{SPAWNER}.jsonl").rename(sessions / f"{SPAWNER}.jsonl.reset.2026-10-01T10-00-00.000Z")
         _index_after_reset(sessions, child_listed=True)
         (sessions / f"{RESET_NEW}.jsonl").write_bytes(oc_header(RESET_NEW) + oc_user("n1", 1) + oc_assistant("n2", 2))
-        pipeline.catch_up()
+        ledgers.pipeline.catch_up()
         if child_left:
-            assert ("agent:main:main", SPAWNER) in _family_of_main(followed)[0]
+            assert ("agent:main:main", SPAWNER) in _family_of_main(ledgers.followed)[0]
             # The subagent's transcript archived and forgotten: nothing the spawner archive holds is new, so
             # only its key inputs say it is due another key.
             (sessions / f"{SPAWNED}.jsonl").rename(sessions / f"{SPAWNED}.jsonl.deleted.2026-10-01T11-00-00.000Z")
             _index_after_reset(sessions, child_listed=False)
-            pipeline.catch_up()
-    finally:
-        conn.close()
-    afresh = tmp_path / "afresh.db"
-    ingest(afresh, state, fmt="oc-transcript")
-    got = _family_of_main(followed)
+            ledgers.pipeline.catch_up()
+    got = _family_of_main(ledgers.followed)
     spawner_key = f"agent:main:{SPAWNER}" if child_left else "agent:main:main"
     # The subagent keeps its key either way: its parent's spawn names it once sessions.json no longer does.
     assert got[0] == sorted([("agent:main:main", RESET_NEW), (spawner_key, SPAWNER), (SPAWNED_KEY, SPAWNED)])
     assert got[1:] == (([RESET_NEW], [], []) if child_left else ([RESET_NEW, SPAWNER], [SPAWNED_KEY], [SPAWNED_KEY]))
-    assert got == _family_of_main(afresh)
-    for db in (followed, afresh):
+    assert got == _family_of_main(ledgers.afresh)
+    for db in (ledgers.followed, ledgers.afresh):
         assert spawn_row(db)[0][:2] == (spawner_key, f"{SPAWNER}:p0")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import ingest, settle
+from conftest import followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -206,30 +206,23 @@ def test_a_reset_session_only_in_the_store_has_the_same_key_followed_live_as_rea
     _index(state)
     producer.add(_header(), _user("u1", 1), _assistant("a1", 2, cost=0.5),
                  _entry("compaction", "k1", 2, summary="so far", firstKeptEntryId="a1", tokensBefore=5000))
-    followed = tmp_path / "followed.db"
-    conn = open_writer(followed)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
-        pipeline.run_once()
+    with followed_then_afresh(tmp_path, state) as ledgers:
+        ledgers.pipeline.run_once()
         if reset == "rows-read-after-it":  # written just before the reset
             producer.add(_user("u2", 3), _assistant("a2", 4, cost=0.25))
         # A reset: the key names a new session, and the old one is no longer listed.
         if reset != "index-written-last":
             _index(state, session=new)
         producer.add(_header(10) | {"id": new}, _user("u1", 10), _assistant("a1", 11, cost=1.0), session=new)
-        pipeline.catch_up()
+        ledgers.pipeline.catch_up()
         if reset == "index-written-last":  # the new session's rows were read before the index named it
             _index(state, session=new)
-            pipeline.catch_up()
-    finally:
-        conn.close()
-    afresh = tmp_path / "afresh.db"
-    ingest(afresh, state, fmt="oc-transcript")
-    got = keys_seen(followed, SID)
+            ledgers.pipeline.catch_up()
+    got = keys_seen(ledgers.followed, SID)
     assert got[0] == [(f"agent:main:{SID}", SID, 0.75 if reset == "rows-read-after-it" else 0.5),
                       ("agent:main:main", new, 1.0)]
     assert got[1][1]["compactions"] != []
-    assert got == keys_seen(afresh, SID)
+    assert got == keys_seen(ledgers.afresh, SID)
 
 
 def test_a_write_to_sessions_json_looks_again_only_at_the_sessions_whose_entry_changed(tmp_path, db, monkeypatch):
