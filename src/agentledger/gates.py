@@ -412,7 +412,8 @@ class GateKeeper:
         applicable = self._gates_for(tool or "", agent or "")
         counted = any(g.metric in _COUNTED for g in applicable)
         waiting = self._waiting(at) if counted else []
-        ahead = self._not_made_yet(at, call_id) if counted and call_id is not None else None
+        calls_gated = call_id is not None and any(g.metric == "tool_calls" for g in applicable)
+        ahead = self._not_made_yet(at, call_id) if calls_gated else None
         tripped, unpriced = [], []
         for gate in applicable:
             totals, who = self._totals(at, gate, state, agent, now_ms)
