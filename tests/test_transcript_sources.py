@@ -816,7 +816,7 @@ def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
                 views[PARENT_KEY].family.tool_calls) == (1, 1, 2)
         d = keeper.decide(CHILD_KEY, "Grep")
         assert (d.decision, d.gate, d.value) == ("block", "tools", 1)
-        assert d.reason == f"session {CHILD_KEY} used 1 tool calls of its 1 limit (gate tools)"
+        assert d.reason == f"session {CHILD_KEY} used 1 tool call of its 1 limit (gate tools)"
     finally:
         hot.close()
         readers.close()

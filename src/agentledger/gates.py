@@ -138,7 +138,8 @@ def _reason(gate: GateConfig, who: str, value: float, zone: str, unpriced: int) 
         unknown = f", not counting {_unpriced(unpriced)}" if unpriced else ""
         text = f"{who} spent {used} of its {limit} {budget}{period}{unknown}"
     else:
-        text = f"{who} used {used} {_NOUNS[gate.metric]} of its {limit} limit{period}"
+        noun = _NOUNS[gate.metric]
+        text = f"{who} used {used} {noun[:-1] if used == '1' else noun} of its {limit} limit{period}"
     return f"{text} (gate {gate.name})"
 
 
