@@ -12,7 +12,8 @@ it was away. ``session.start`` with ``resumedFrom`` ends the old instance (reaso
 Transitions follow the file order of the batch's new facts, starting from what the ledger
 held before the batch, and the log's position is written in the same transaction: the
 outcome does not depend on where batches were cut or how often agentledger restarted.
-End reasons rank reset > end > subagent, so they do not depend on arrival order either.
+End reasons rank reset > end > subagent, and a session ended more than once ended at the
+earliest of those times, so neither depends on arrival order either.
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ _ENDED_SUBAGENTS = """
 SELECT child_session_key, ended_ms FROM subagents
 WHERE status = 'ended' AND child_session_key IN (SELECT value FROM json_each(?))
 """
+# The earliest end stands, whichever was read first.
 _WRITE_STATE = """
-UPDATE sessions SET status = ?, end_reason = ?, log_id = ?, ended_ms = coalesce(ended_ms, ?) WHERE session_id = ?
+UPDATE sessions SET status = ?1, end_reason = ?2, log_id = ?3,
+                    ended_ms = min(coalesce(ended_ms, ?4), coalesce(?4, ended_ms))
+WHERE session_id = ?5
 """
 # One hop of a reset link: the instance that has no key takes its partner's.
 _KEY_FROM_PREDECESSOR = """
@@ -97,6 +101,10 @@ WHERE status = 'running' AND child_session_key IN (SELECT value FROM json_each(?
 
 def _json(values) -> str:
     return orjson.dumps(sorted(values)).decode()
+
+
+def _earliest(ts: int | None, other: int | None) -> int | None:
+    return ts if other is None else other if ts is None else min(ts, other)
 
 
 @dataclass(slots=True)
@@ -287,7 +295,7 @@ class Lifecycle:
             if _REASON_RANK[reason] > _REASON_RANK[s.end_reason]:
                 s.end_reason = reason
             s.status = "ended"
-            s.ended_at = s.ended_at if s.ended_at is not None else ts
+            s.ended_at = _earliest(s.ended_at, ts)
             s.changed = True
 
         for log, restart, f in self._walk():
