@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,37 @@ def test_transcript_archives_are_under_the_key_their_listed_subagents_were_spawn
         assert archive in [i["session_id"] for i in detail["instances"]]
         assert child in [c["child_session_key"] for c in detail["subagents"]]
         assert child in [c["session_key"] for c in cli_json(transcript_db, "tree", key)["children"]]
+
+
+def _archived_at(stamp: str) -> int:
+    """An archive name's time: Unix ms, or ISO 8601 with dashes for the time's colons."""
+    if stamp.isdigit():
+        return int(stamp)
+    day, _, time = stamp.partition("T")
+    return int(datetime.fromisoformat(f"{day}T{time[:8].replace('-', ':')}{time[8:]}").timestamp() * 1000)
+
+
+def test_transcript_archives_end_their_sessions_and_live_transcripts_stay_open(transcript_db, transcript_corpus):
+    archives = {}
+    for path in transcript_corpus.glob("agents/*/sessions/*.jsonl.*"):
+        sid, _, archive = path.name.partition(".jsonl.")
+        reason, _, stamp = archive.partition(".")
+        archives[sid] = (reason, _archived_at(stamp))
+    assert len(archives) == 16
+    sessions = {s["session_id"]: s for s in cli_json(transcript_db, "sessions", "--limit", "1000")}
+    for sid, (reason, at) in archives.items():
+        got = sessions[sid]
+        if got["is_subagent"]:  # its own turn's end came first, and says more than the deletion
+            assert (reason, got["status"], got["end_reason"]) == ("deleted", "ended", "subagent")
+            assert _ms(got["ended_at"]) <= at
+        else:
+            assert (got["status"], got["end_reason"], _ms(got["ended_at"])) == ("ended", reason, at), sid
+    live = [s for sid, s in sessions.items() if sid not in archives and not s["is_subagent"]]
+    assert len(live) == 31 and {s["status"] for s in live} == {"active"}
+
+
+def _ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def _assert_instance_family(db: Path, sid: str, family_usd: float, children: list[str]) -> None:

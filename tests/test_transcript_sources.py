@@ -24,8 +24,9 @@ from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
+from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
@@ -1561,6 +1562,75 @@ def keys_seen(db: Path, old: str) -> tuple:
                          for args in (["sessions", "--json"], ["session", "agent:main:main", "--json"],
                                       ["session", f"agent:main:{old}", "--json"]))
     return sorted((s["session_key"], s["session_id"], s["cost_usd"]) for s in sessions), detail
+
+
+ARCHIVED = "0e0e0e0e-3333-4333-8333-333333333333"
+ARCHIVE_NAMES = {  # suffix → the end reason and time its name says (None: a time that does not read)
+    "reset.2026-10-01T08-01-00.000Z": ("reset", 1790841660000),
+    "deleted.1790841700000": ("deleted", 1790841700000),
+    "deleted.2026-10-01T08-01-99": ("deleted", None),
+}
+SECOND_2 = 1790841602000  # 2026-10-01T08:00:02Z, the time of oc_assistant(..., 2)
+
+
+def _archive_states(db: Path) -> list[tuple]:
+    _clean(db)
+    return scalar_rows(db, "SELECT session_id, session_key, status, end_reason, ended_ms, first_ms, last_ms "
+                           "FROM sessions ORDER BY session_id")
+
+
+def _reconciled(writer: LedgerWriter) -> int:
+    return reconcile(writer, now_ms()).archived_sessions
+
+
+@pytest.mark.parametrize("suffix", ARCHIVE_NAMES)
+def test_an_archive_ends_its_session_when_its_name_says_and_a_live_transcript_stays_open(tmp_path, db, suffix):
+    live = "0f0f0f0f-4444-4444-8444-444444444444"
+    sdir = _sessions_dir(tmp_path, "agent:main:main", live)
+    (sdir / f"{ARCHIVED}.jsonl.{suffix}").write_bytes(oc_header(ARCHIVED) + oc_user("u1", 1) + oc_assistant("a1", 2))
+    (sdir / f"{live}.jsonl").write_bytes(oc_header(live) + oc_user("u1", 5) + oc_assistant("a1", 6))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    settle(db)
+    states = {row[0]: row[2:5] for row in _archive_states(db)}
+    reason, ended = ARCHIVE_NAMES[suffix]
+    assert states == {ARCHIVED: ("ended", reason, ended or SECOND_2), live: ("active", None, None)}
+    conn = open_writer(db)
+    try:
+        assert _reconciled(LedgerWriter(conn)) == 0  # idempotent: nothing to commit a minute later
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("appended", [False, True])
+@pytest.mark.parametrize("suffix", ARCHIVE_NAMES)
+def test_an_archived_session_ends_the_same_followed_live_as_read_afresh(tmp_path, suffix, appended):
+    sdir = _sessions_dir(tmp_path, f"agent:main:{ARCHIVED}", ARCHIVED)
+    live = sdir / f"{ARCHIVED}.jsonl"
+    live.write_bytes(oc_header(ARCHIVED) + oc_user("u1", 1) + oc_assistant("a1", 2))
+    archive = sdir / f"{ARCHIVED}.jsonl.{suffix}"
+    with followed_then_afresh(tmp_path, tmp_path / "state") as ledgers:
+        writer = ledgers.pipeline.writer
+        ledgers.pipeline.run_once()
+        assert _reconciled(writer) == 0  # live: still open
+        if appended:  # written just before the archiving, and read from the archive
+            with live.open("ab") as f:
+                f.write(oc_user("u2", 3) + oc_assistant("a2", 4))
+        os.rename(live, archive)
+        ledgers.pipeline.catch_up()
+        assert _reconciled(writer) == 1
+        reason, ended = ARCHIVE_NAMES[suffix]
+        if ended is not None:
+            # A line written to the archive after the time its name says: counted, and the session
+            # stays ended then.
+            with archive.open("ab") as f:
+                f.write(_oc_line({"type": "message", "id": "u9", "timestamp": "2026-10-01T09:00:00.000Z",
+                                  "message": {"role": "user", "content": "late", "timestamp": 1}}))
+            ledgers.pipeline.catch_up()
+            assert _reconciled(writer) == 0
+    settle(ledgers.afresh)
+    got = _archive_states(ledgers.followed)
+    assert [row[2:5] for row in got] == [("ended", reason, ended or SECOND_2 + 2000 * appended)]
+    assert got == _archive_states(ledgers.afresh)
 
 
 RESET_NEW = "0d0d0d0d-2222-4222-8222-222222222222"

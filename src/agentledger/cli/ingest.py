@@ -133,7 +133,8 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     summary = stats.as_dict() | {"interrupted_runs": runs + interrupted.runs,
                                  "interrupted_tool_calls": tools + interrupted.tool_calls,
                                  "interrupted_subagents": subagents + interrupted.subagents,
-                                 "interrupted_sessions": interrupted.interrupted_sessions}
+                                 "interrupted_sessions": interrupted.interrupted_sessions,
+                                 "archived_sessions_ended": interrupted.archived_sessions}
     if as_json:
         emit_json(summary)
     else:

@@ -8,12 +8,14 @@ had open are interrupted at once (a late end still wins). The next event naming 
 suspended session makes it active again and closes the suspension, which keeps how long
 it was away. ``session.start`` with ``resumedFrom`` ends the old instance (reason
 ``reset``) and gives both the same session key; ``subagent.end`` ends the child's session.
+A transcript archived by a reset or a deletion ends its session too (``end_archived``).
 
 Transitions follow the file order of the batch's new facts, starting from what the ledger
 held before the batch, and the log's position is written in the same transaction: the
 outcome does not depend on where batches were cut or how often agentledger restarted.
-End reasons rank reset > end > subagent, and a session ended more than once ended at the
-earliest of those times, so neither depends on arrival order either.
+End reasons rank reset > end > subagent > deleted (a deletion says only that the session is gone,
+the others why), and a session ended more than once ended at the earliest of those times, so
+neither depends on arrival order either.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from agentledger.ledger import rollups
 from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
 
 _MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
-_REASON_RANK = {None: 0, "subagent": 1, "end": 2, "reset": 3}
+_REASON_RANK = {None: 0, "deleted": 1, "subagent": 2, "end": 3, "reset": 4}
 _AWAY = ("suspended", "interrupted")
 
 _READ_STATES = """
@@ -57,12 +59,15 @@ _ENDED_SUBAGENTS = """
 SELECT child_session_key, ended_ms FROM subagents
 WHERE status = 'ended' AND child_session_key IN (SELECT value FROM json_each(?))
 """
-# The earliest end stands, whichever was read first.
+# The earliest end stands, whichever was read first: an archive's end may come before a line read late.
 _WRITE_STATE = """
 UPDATE sessions SET status = ?1, end_reason = ?2, log_id = ?3,
                     ended_ms = min(coalesce(ended_ms, ?4), coalesce(?4, ended_ms))
 WHERE session_id = ?5
 """
+_ENDS = "SELECT session_id, status, end_reason, ended_ms, last_ms FROM sessions " \
+        "WHERE session_id IN (SELECT value FROM json_each(?))"
+_END = "UPDATE sessions SET status = 'ended', end_reason = ?, ended_ms = ? WHERE session_id = ?"
 # One hop of a reset link: the instance that has no key takes its partner's.
 _KEY_FROM_PREDECESSOR = """
 UPDATE sessions SET session_key = (SELECT o.session_key FROM sessions AS o WHERE o.session_id = sessions.resumed_from)
@@ -103,8 +108,29 @@ def _json(values) -> str:
     return orjson.dumps(sorted(values)).decode()
 
 
+def _stronger(reason: str | None, other: str | None) -> str | None:
+    return other if _REASON_RANK[other] > _REASON_RANK[reason] else reason
+
+
 def _earliest(ts: int | None, other: int | None) -> int | None:
     return ts if other is None else other if ts is None else min(ts, other)
+
+
+def end_archived(conn: apsw.Connection, archives: dict[str, list[tuple[str, int | None]]]) -> set[str]:
+    """End the sessions whose transcripts were archived: session id → each archive's (reason, time, None
+    when unknown: then the session's last activity). Ends already known fold in as the lines' own ends
+    do, so the outcome does not depend on whether the archive or the lines were seen first; idempotent.
+    Returns the sessions whose rows changed."""
+    rows = []
+    for sid, status, reason, ended, last in conn.execute(_ENDS, (_json(archives),)):
+        new_reason, new_end = reason, ended
+        for why, at in archives[sid]:
+            new_reason = _stronger(new_reason, why)
+            new_end = _earliest(new_end, last if at is None else at)
+        if (status, reason, ended) != ("ended", new_reason, new_end):
+            rows.append((new_reason, new_end, sid))
+    conn.executemany(_END, rows)
+    return {sid for *_, sid in rows}
 
 
 @dataclass(slots=True)
@@ -292,8 +318,7 @@ class Lifecycle:
         def end(sid: str, s: _Session, reason: str, ts: int | None) -> None:
             if s.status in _AWAY:
                 resume(sid, s, max(ts or f.ts_ms, s.away_since or 0))
-            if _REASON_RANK[reason] > _REASON_RANK[s.end_reason]:
-                s.end_reason = reason
+            s.end_reason = _stronger(s.end_reason, reason)
             s.status = "ended"
             s.ended_at = _earliest(s.ended_at, ts)
             s.changed = True

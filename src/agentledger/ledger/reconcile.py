@@ -11,17 +11,27 @@ Claude Code rarely writes that a turn is over: its last response simply asks for
 Claude Code run past the grace that has a response and no tool call still waiting for its
 result finished: it ends ``ok`` (at its last sign of life) instead. Only a run left waiting on
 a tool, as a killed session leaves its last turn, is orphaned.
+
+Nothing in an OpenClaw transcript says its session ended: its reset or deletion shows only as
+the file renamed to an archive (``<id>.jsonl.reset.<ts>`` / ``.deleted.<ts>``). A session whose
+transcripts on disk are all archives ends then, reason ``reset`` or ``deleted`` (lifecycle.
+end_archived). It is the files' names that say so, not their lines: a ledger that read the
+transcript live and followed its rename, perhaps without reading its first line again, ends it
+as one that reads the archive afresh does.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import orjson
 
 from agentledger.defaults import DEFAULT_GRACE_S
 from agentledger.ledger import rollups
+from agentledger.ledger.lifecycle import end_archived
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources import oc_transcript
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
 _OPEN_RUNS = """
@@ -64,6 +74,25 @@ WHERE a.status = 'running' AND max(coalesce(a.spawned_ms, 0),
 """
 
 
+# The transcripts on disk as last seen (a file gone since, or replaced, no longer says where its session is).
+_TRANSCRIPTS = "SELECT path FROM files WHERE source = ? AND status IN ('live', 'rotated')"
+
+
+def _archives(conn) -> dict[str, list[tuple[str, int | None]]]:
+    """Session id → its archives' (reason, time), for the sessions with no live transcript left."""
+    archives: dict[str, list[tuple[str, int | None]]] = {}
+    live = set()
+    for (path,) in conn.execute(_TRANSCRIPTS, (oc_transcript.SOURCE,)):
+        name = os.path.basename(path)
+        archive = oc_transcript.archived(name)
+        if archive is None:
+            live.add(oc_transcript.session_id_of(name))
+        else:
+            sid, reason, at = archive
+            archives.setdefault(sid, []).append((reason, at))
+    return {sid: ends for sid, ends in archives.items() if sid not in live}
+
+
 @dataclass(slots=True)
 class Reconciled:
     runs: int = 0  # interrupted
@@ -71,6 +100,7 @@ class Reconciled:
     tool_calls: int = 0
     subagents: int = 0
     interrupted_sessions: int = 0
+    archived_sessions: int = 0  # ended, or their end changed, by their transcripts' archiving
     sessions: set[str] = field(default_factory=set)  # session instances whose rows changed
     position: int = 0
 
@@ -85,7 +115,9 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
         tools = [(r, t) for r, t in conn.execute(_OPEN_TOOLS, (cutoff, orjson.dumps(runs).decode()))]
         subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (cutoff,))]
         vanished = [s for (s,) in conn.execute(_VANISHED_SESSIONS, (cutoff,))]
-        if not (open_runs or tools or subagents or vanished):
+        archives = _archives(conn)
+        archived = end_archived(conn, archives) if archives else set()
+        if not (open_runs or tools or subagents or vanished or archived):
             return Reconciled()
         tracker = rollups.Tracker(conn, set(open_runs), set(tools), set(), set(subagents))
         tracker.before()
@@ -99,6 +131,7 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
         tracker.after([], [])
         conn.executemany("UPDATE sessions SET status = 'interrupted' WHERE session_id = ? AND status = 'suspended'",
                          [(s,) for s in vanished])
-        touched = tracker.touched | set(vanished)
+        touched = tracker.touched | set(vanished) | archived
         position = rollups.advance_position(conn, touched)
-    return Reconciled(len(runs), len(finished), len(tools), len(subagents), len(vanished), touched, position)
+    return Reconciled(len(runs), len(finished), len(tools), len(subagents), len(vanished), len(archived), touched,
+                      position)

@@ -84,7 +84,9 @@ SOURCE = "oc-transcript"
 INDEX_NAME = "sessions.json"
 SPAWN_TOOL = "sessions_spawn"
 # <sessionId>[-topic-<id>].jsonl, optionally archived as .reset.<ts> / .deleted.<ts>
-_NAME = re.compile(r"^(?P<id>.+?)(?:-topic-[^.]+)?\.jsonl(?:\.(?P<archive>reset|deleted)\..+)?$")
+_NAME = re.compile(r"^(?P<id>.+?)(?:-topic-[^.]+)?\.jsonl(?:\.(?P<archive>reset|deleted)\.(?P<at>.+))?$")
+# An archive's time: ISO 8601 with dashes for the colons a file name may not hold, or Unix ms.
+_ARCHIVED_AT = re.compile(r"(?P<day>\d{4}-\d\d-\d\d)T(?P<h>\d\d)-(?P<m>\d\d)-(?P<s>\d\d(?:\.\d+)?Z)|(?P<ms>\d{10,})")
 # Stop reasons after which the turn is over (toolUse continues it with the tools' results), and the
 # outcome each gives a subagent whose turn it is, in the words of telemetry's subagent.end.
 _OUTCOMES = {"stop": "ok", "length": "ok", "error": "error", "aborted": "killed"}
@@ -109,6 +111,20 @@ def is_live(name: str) -> bool:
 # sessions.json per directory, reread only when it changes: (inode, mtime_ns, size) → {sessionId: entry}.
 # The inode too: a file written whole and renamed into place may keep its size within one mtime tick.
 _INDEX_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, dict]]] = {}
+
+
+def archived(name: str) -> tuple[str, str, int | None] | None:
+    """An archived transcript's (session id, ``reset`` | ``deleted``, when its name says it was archived,
+    None when the name's time does not read); None for any other name."""
+    m = _NAME.match(name)
+    if m is None or m["archive"] is None:
+        return None
+    at = _ARCHIVED_AT.fullmatch(m["at"])
+    if at is None:
+        return m["id"], m["archive"], None
+    if at["ms"]:
+        return m["id"], m["archive"], int(at["ms"])
+    return m["id"], m["archive"], iso_ms(f"{at['day']}T{at['h']}:{at['m']}:{at['s']}")
 
 
 def index(directory: str) -> dict[str, dict]:
