@@ -246,14 +246,12 @@ class FileDecoder:
         if kind in ("assistant", "user") and isinstance(msg, dict):
             agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
             branch = agent and child_session_id(session_id, agent)
+            decoded = (self._assistant(base, obj, msg, sidechain, branch) if kind == "assistant"
+                       else self._user(base, obj, msg, sidechain, uuid, branch))
             if offset == 0 and self.workflow is not None and agent:
                 # The first line of a workflow's subagent's transcript (see _spawned_by_workflow).
-                decoded = (self._assistant(base, obj, msg, sidechain, branch) if kind == "assistant"
-                           else self._user(base, obj, msg, sidechain, uuid, branch))
                 return self._spawned_by_workflow(base, agent, decoded)
-            if kind == "assistant":
-                return self._assistant(base, obj, msg, sidechain, branch)
-            return self._user(base, obj, msg, sidechain, uuid, branch)
+            return decoded
         if kind == "system":
             return self._system(base, obj, uuid)
         return RawEvent(**base, kind=kind, raw=line)
