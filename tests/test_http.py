@@ -94,10 +94,12 @@ def test_bad_parameters_are_400(api):
     # A misspelt parameter is a mistake told, not a different question answered (every agent's totals).
     for url, name in [("/v1/usage?agnet=work", "agnet"), ("/v1/costs?groupby=day", "groupby"),
                       ("/v1/sessions?limt=1", "limt"), ("/v1/sessions/agent:main:main?since=1d", "since"),
-                      ("/v1/overview?agent=main&x=1", "x")]:
+                      ("/v1/overview?agent=main", "agent"), ("/v1/usage?limit=1", "limit"),
+                      ("/v1/hot?since=1d", "since")]:
         status, body = get(api + url)
         assert status == 400 and f"has no parameter {name!r}" in body["error"], (url, body)
-    assert get(f"{api}/v1/usage?agent=main&since=2026-01-01&until=2099-01-01&limit=5")[0] == 200
+    assert get(f"{api}/v1/usage?agent=main&since=2026-01-01&until=2099-01-01")[0] == 200
+    assert get(f"{api}/v1/overview?limit=3")[0] == 200
 
 
 def test_limits_past_64_bits_are_400_and_ages_older_than_the_ledger_an_answer(api):

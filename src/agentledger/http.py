@@ -200,53 +200,48 @@ _Answer = Callable[[], tuple[int, object]]
 
 
 def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
-           params: dict[str, list[str]]) -> tuple[tuple[str, ...], _Answer] | None:
-    """The methods the JSON endpoint at ``path`` answers, and its answer; None when there is no such endpoint."""
+           params: dict[str, list[str]]) -> tuple[tuple[str, ...], tuple[str, ...] | None, _Answer] | None:
+    """The methods the JSON endpoint at ``path`` answers, the parameters it reads (None: any, unread ones let
+    be), and its answer; None when there is no such endpoint."""
 
-    def taking(takes: tuple[str, ...], answer: _Answer) -> _Answer:
-        def checked() -> tuple[int, object]:
-            _only(params, path, takes)
-            return answer()
-        return checked
-
-    def reading(query: Callable[[apsw.Connection], object], takes: tuple[str, ...] = ()) -> tuple[tuple[str, ...], _Answer]:
+    def reading(query: Callable[[apsw.Connection], object]) -> _Answer:
         def answer() -> tuple[int, object]:
             conn = open_reader(db)
             try:
                 return 200, query(conn)
             finally:
                 conn.close()
-        return _READS, taking(takes, answer)
+        return answer
 
     match [unquote(p) for p in path.strip("/").split("/")]:
         case ["healthz"]:
-            return _READS, health.alive
+            return _READS, None, health.alive
         case ["readyz"]:
-            return _READS, lambda: _ready(db, health)
+            return _READS, None, lambda: _ready(db, health)
         case ["v1", "gate"]:
             # Not HEAD: a decision is counted, and a block recorded, for an answer HEAD never shows. Other
             # parameters are let be: a gateway's hook may send more context than the gates read.
-            return ("GET",), lambda: _gate(keeper, params)
+            return ("GET",), None, lambda: _gate(keeper, params)
         case ["v1", "hot"]:
-            return _READS, taking(_WINDOW, lambda: _hot_views(keeper, params))
+            return _READS, ("agent", "limit"), lambda: _hot_views(keeper, params)
         case ["v1", "sessions", key, "hot"]:
-            return _READS, taking((), lambda: _hot(keeper, key))
+            return _READS, (), lambda: _hot(keeper, key)
         case ["v1", "sessions", key, "forecast"]:
-            return reading(lambda conn: _forecast(conn, keeper, key))
+            return _READS, (), reading(lambda conn: _forecast(conn, keeper, key))
         case ["v1", "overview"]:
-            return reading(lambda conn: _overview(conn, keeper, params), _WINDOW)
+            return _READS, ("limit",), reading(lambda conn: _overview(conn, keeper, params))
         case ["v1", "sessions"]:
-            return reading(lambda conn: queries.sessions(conn, _window(params, 50)), _WINDOW)
+            return _READS, _WINDOW, reading(lambda conn: queries.sessions(conn, _window(params, 50)))
         case ["v1", "sessions", key]:
-            return reading(lambda conn: queries.session_detail(conn, key))
+            return _READS, (), reading(lambda conn: queries.session_detail(conn, key))
         case ["v1", "usage"]:
-            return reading(lambda conn: queries.usage(conn, _window(params, None)), _WINDOW)
+            return _READS, _WINDOW[:3], reading(lambda conn: queries.usage(conn, _window(params, None)))
         case ["v1", "costs"]:
-            return reading(lambda conn: _costs(conn, params), (*_WINDOW, "group_by", "tz"))
+            return _READS, (*_WINDOW, "group_by", "tz"), reading(lambda conn: _costs(conn, params))
     return None
 
 
-_WINDOW = ("since", "until", "agent", "limit")
+_WINDOW = ("since", "until", "agent", "limit")  # what _window reads; usage has no rows to limit
 
 
 def _only(params: dict[str, list[str]], path: str, takes: tuple[str, ...]) -> None:
@@ -302,11 +297,17 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path.rstrip("/") == "/v1/hooks/claude-code":
             return ("POST",), lambda: self._answer(self._hook)
         # Blank values kept: a gate asked for a tool whose name is not known sends tool= (see _gate).
-        found = _route(self.db, self.health, self.keeper, url.path, parse_qs(url.query, keep_blank_values=True))
+        params = parse_qs(url.query, keep_blank_values=True)
+        found = _route(self.db, self.health, self.keeper, url.path, params)
         if found is None:
             return (), None
-        methods, route = found
-        return methods, lambda: self._answer(route)
+        methods, takes, route = found
+
+        def checked() -> tuple[int, object]:
+            if takes is not None:
+                _only(params, url.path, takes)
+            return route()
+        return methods, lambda: self._answer(checked)
 
     def _hook(self) -> tuple[int, object]:
         length = self.headers.get("Content-Length", "")
