@@ -218,6 +218,7 @@ class LiveState:
         self.hot = hot
         self.keeper = keeper
         self.following = False  # while catching up, views are rebuilt once at the end instead
+        keeper.catching_up = True  # and a session the gates do not know may be one not read yet
         # Sessions committed but not yet refreshed (reading the ledger failed): kept until a refresh succeeds.
         self.pending: set[str] = set()
         self.position = 0
@@ -519,7 +520,6 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                         hot.store.quarantined)
         readers = ReaderPool(db)
         keeper = GateKeeper(config.gates, hot, readers, config.zone)
-        keeper.catching_up = True
         writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
         live = LiveState(conn, hot, keeper)
         hooks = HookInbox(wake=wake.set)

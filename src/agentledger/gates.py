@@ -277,7 +277,7 @@ class GateKeeper:
         # (position, ids asked, {id: failed} of those the ledger held there), last read
         self._told: tuple[int, set[str], dict[str, bool]] = (-1, set(), {})
         self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
-        # While the daemon's first catch-up reads the backlog, a session it does not know may be one not read yet.
+        # While a catch-up reads the backlog (LiveState), a session the ledger does not know may be one not read yet.
         self.catching_up = False
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
