@@ -275,7 +275,9 @@ def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
     # it fails closed: exit 1 is an error Claude Code shows and lets the call through.
     for args, code in [(("--hook", "claude-code", "--fail", "sideways"), 1), (("--hook=codex",), 1),
                        (("--hook", "claude-code", "--timeout", "soon"), 1), (("--hook", "claude-code", "--urll", url), 1),
-                       (("--hook", "claude-code", "--fail=closed", "--timeout", "soon"), 2)]:
+                       (("--hook", "claude-code", "--fail=closed", "--timeout", "soon"), 2),
+                       # the last --fail given is the one read, for the exit code too
+                       (("--hook", "claude-code", "--fail", "closed", "--fail", "open", "--timeout", "0"), 1)]:
         bad = _gate_cmd(*args, stdin=json.dumps(PRE_TOOL_USE), env=env)
         assert (bad.returncode, bad.stdout) == (code, ""), args
         assert bad.stderr.count("\n") == 1 and "see `agentledger gate --help`" in bad.stderr, args

@@ -45,37 +45,51 @@ class Unreachable(Exception):
 
 
 class UsageError(Exception):
-    pass
+    """A command line that cannot be read; ``opts``: what was read of it, which says whether it is a hook's."""
+
+    def __init__(self, message: str, opts: dict):
+        super().__init__(message)
+        self.opts = opts
 
 
 def _parse(argv: list[str]) -> dict:
     opts = {"hook": None, "session": None, "tool": None, "url": os.environ.get("AGENTLEDGER_URL") or DEFAULT_URL,
             "fail": "open", "timeout": "2"}
+    unread = None  # the first mistake; every option is read before it is told, --hook and --fail among them
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
         key = name[2:] if name.startswith("--") else None
         if key not in opts:
-            raise UsageError(f"no such option {name!r}")
+            unread = unread or f"no such option {name!r}"
+            continue
         if not eq:
             if not args:
-                raise UsageError(f"{name} needs a value")
+                unread = unread or f"{name} needs a value"
+                continue
             value = args.pop(0)
         opts[key] = value
+    return _checked(opts, unread)
+
+
+def _checked(opts: dict, unread: str | None) -> dict:
+    if unread:
+        raise UsageError(unread, opts)
     if opts["hook"] not in (None, "claude-code"):
-        raise UsageError(f"--hook {opts['hook']!r} is not supported: use --hook claude-code")
+        raise UsageError(f"--hook {opts['hook']!r} is not supported: use --hook claude-code", opts)
     if opts["fail"] not in ("open", "closed"):
-        raise UsageError(f"--fail {opts['fail']!r}: use --fail open or --fail closed")
+        raise UsageError(f"--fail {opts['fail']!r}: use --fail open or --fail closed", opts)
     try:
         timeout = float(opts["timeout"])
     except ValueError:
         timeout = math.nan
     if not 0 < timeout <= MAX_TIMEOUT_S:
-        raise UsageError(f"--timeout {opts['timeout']!r}: give a number of seconds above 0, at most {MAX_TIMEOUT_S}")
+        raise UsageError(f"--timeout {opts['timeout']!r}: give a number of seconds above 0, at most {MAX_TIMEOUT_S}",
+                         opts)
     opts["timeout"] = timeout
     if not opts["url"].startswith("http://"):
-        raise UsageError(f"--url {opts['url']!r}: give http://HOST:PORT")
+        raise UsageError(f"--url {opts['url']!r}: give http://HOST:PORT", opts)
     return opts
 
 
@@ -127,7 +141,7 @@ def _claude_code(opts: dict) -> int:
 
 def _ask(opts: dict) -> int:
     if not opts["session"]:
-        raise UsageError("give --session KEY (and --tool NAME), or --hook claude-code")
+        raise UsageError("give --session KEY (and --tool NAME), or --hook claude-code", opts)
     path = f"/v1/gate?session_key={quote(opts['session'], safe='')}&tool={quote(opts['tool'] or '', safe='')}"
     try:
         status, body = _request(opts["url"], "GET", path, None, opts["timeout"])
@@ -151,14 +165,6 @@ def main(argv: list[str]) -> int:
         return _claude_code(opts) if opts["hook"] else _ask(opts)
     except UsageError as exc:
         print(f"agentledger gate: {exc} (see `agentledger gate --help`)", file=sys.stderr)
-        return _usage_exit(argv)
-
-
-def _usage_exit(argv: list[str]) -> int:
-    """The exit code of a command line that could not be read: a hook's follows its --fail as far as the
-    words say it (a mistyped --hook value is still a hook), since a hook's exit 2 denies the tool call."""
-    words = [part for arg in argv for part in arg.split("=", 1)]
-    if not any(word == "--hook" for word in words):
-        return 2
-    closed = any(a == "--fail" and b == "closed" for a, b in zip(words, words[1:]))
-    return 2 if closed else 1
+        # A hook's exit 2 denies the tool call: a hook's mistake fails as its --fail says (see the docstring).
+        hook = exc.opts["hook"] is not None
+        return 2 if not hook or exc.opts["fail"] == "closed" else 1
