@@ -468,3 +468,27 @@ def test_a_pass_over_many_logs_indexes_what_each_line_alone_would(tmp_path):
     assert _session(dbs["pass"], "W1")["status"] == "suspended"
     assert _session(dbs["pass"], "C")["end_reason"] == "subagent"
     assert _session(dbs["pass"], "O1")["end_reason"] == "reset"
+
+
+def test_a_session_away_when_its_transcript_is_archived_comes_back_at_its_end(tmp_path, db):
+    """An archive's end folds in as a line's end does: a session a gateway restart suspended is no longer
+    away once it ended, and its time away stops at the end."""
+    from agentledger.ledger.lifecycle import end_archived
+
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1")
+    log.restart()
+    log.ev(T0 + 3 * MIN, "session.start", {"sessionId": "S9"}, key="unknown", sid="S9")
+    ingest(db, log.write(tmp_path / "state").root)
+    assert _session(db, "S1")["status"] == "suspended"
+    conn = open_writer(db)
+    try:
+        with conn:
+            assert end_archived(conn, {"S1": [("reset", T0 + 10 * MIN)]}) == {"S1"}
+            assert end_archived(conn, {"S1": [("reset", T0 + 10 * MIN)]}) == set()  # idempotent
+    finally:
+        conn.close()
+    s1 = _session(db, "S1")
+    assert (s1["status"], s1["end_reason"], s1["suspensions"], s1["suspended_since"]) == ("ended", "reset", 1, None)
+    assert s1["suspended_s"] == (10 * MIN - 1000) / 1000

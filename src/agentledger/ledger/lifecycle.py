@@ -68,6 +68,8 @@ WHERE session_id = ?5
 _ENDS = "SELECT session_id, status, end_reason, ended_ms, last_ms FROM sessions " \
         "WHERE session_id IN (SELECT value FROM json_each(?))"
 _END = "UPDATE sessions SET status = 'ended', end_reason = ?, ended_ms = ? WHERE session_id = ?"
+_CLOSE_SUSPENSION = ("UPDATE session_suspensions SET until_ms = max(coalesce(?1, from_ms), from_ms) "
+                     "WHERE session_id = ?2 AND until_ms IS NULL")
 # One hop of a reset link: the instance that has no key takes its partner's.
 _KEY_FROM_PREDECESSOR = """
 UPDATE sessions SET session_key = (SELECT o.session_key FROM sessions AS o WHERE o.session_id = sessions.resumed_from)
@@ -130,6 +132,8 @@ def end_archived(conn: apsw.Connection, archives: dict[str, list[tuple[str, int 
         if (status, reason, ended) != ("ended", new_reason, new_end):
             rows.append((new_reason, new_end, sid))
     conn.executemany(_END, rows)
+    # As a line's end does (``resume`` in _replay): a session away when it ended is back then.
+    conn.executemany(_CLOSE_SUSPENSION, [(end, sid) for _, end, sid in rows])
     return {sid for *_, sid in rows}
 
 
