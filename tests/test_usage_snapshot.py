@@ -387,19 +387,21 @@ def test_each_run_without_calls_costs_its_own_snapshot_and_no_snapshot_counts_tw
         conn.close()
 
 
-def test_the_fallback_of_a_few_sessions_walks_their_runs_only(tmp_path, db):
+def test_the_fallback_of_a_few_sessions_reads_only_theirs(tmp_path, db):
     # Old telemetry has no llm.call lines: every run falls back to its snapshot, and a question about the
-    # sessions a batch changed (the hot views', a sessions page's) must not walk all of them.
+    # sessions a batch changed (the hot views', a sessions page's) reads what the writer kept of those
+    # sessions alone, never every run's fallback again.
     logs = LogDir(tmp_path / "state")
     logs.append(b"".join(run(100 * i, f"R{i}", calls=[], snap=0.5 + i, sessionId=f"S{i % 3}")
                          for i in range(9)))
     ingest(db, logs.root)
     conn = open_reader(db)
     try:
-        assert queries._fallback_cost(conn, queries.Window(), ["S1", "S2"]) == {
+        assert queries._session_fallbacks(conn, ["S1", "S2"]) == {
             "S1": round((1.5 + 4.5 + 7.5) * 10**12), "S2": round((2.5 + 5.5 + 8.5) * 10**12)}
         params = [orjson.dumps(["S1"]).decode()]
-        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries._SESSIONS_FALLBACK, params))
+        sql = queries._SESSION_FALLBACKS.format(keys="session_id")
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
         conn.close()
-    assert "SCAN w" not in plan and "SCAN r" not in plan, plan
+    assert "SCAN session_fallback_costs" not in plan and "runs" not in plan, plan

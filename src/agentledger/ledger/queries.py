@@ -10,7 +10,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS,
-                                      SESSION_RUNS_WITHOUT_CALLS, SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
+                                      SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
                                       TOOL_SESSION, UNPRICED, snapshot_fallback)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
@@ -41,7 +41,6 @@ def _row(fields: tuple[str, ...], values: tuple) -> dict:
 # Runs that produced no per-call cost fall back to the run-total cost of their usage snapshot (see
 # verify.SNAPSHOT_OWNER). CROSS JOIN keeps SQLite walking from the (small) list of such runs, never the snapshots.
 _SNAPSHOT_FALLBACK = snapshot_fallback("runs_without_calls AS w CROSS JOIN runs AS r ON r.run_id = w.run_id")
-_SESSIONS_FALLBACK = snapshot_fallback(SESSION_RUNS_WITHOUT_CALLS)
 
 _SLOT = 900_000
 _SLOT_LLM_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in LLM_COLUMNS)
@@ -174,20 +173,29 @@ _TOOL_MEASURES = [
 ]
 
 
-def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str],
-                     session_ids: list[str] | None = None) -> dict[tuple, int]:
+def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str]) -> dict[tuple, int]:
     """Snapshot costs of runs without per-call costs, grouped by ``keys``: expressions over the
     fallback's columns, which bear the names llm_calls gives the same things."""
     params: list = []
-    source = _SNAPSHOT_FALLBACK
-    if session_ids is not None:  # the listed sessions' runs, not a filter on every run's fallback
-        source = _SESSIONS_FALLBACK
-        params.append(_json_list(session_ids))
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
     group = ", ".join(str(i + 1) for i in range(len(keys)))
     rows = conn.execute(
-        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({source}) WHERE {cond} GROUP BY {group}", params)
+        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}", params)
     return {tuple(row[:-1]): row[-1] or 0 for row in rows}
+
+
+# The writer keeps every session's fallback by provider and model (session_fallback_costs): a session's
+# whole history is read there, not worked out again from its runs on every commit's hot views.
+_SESSION_FALLBACKS = """
+SELECT {keys}, sum(cost_pico) FROM session_fallback_costs
+WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY {keys}"""
+
+
+def _session_fallbacks(conn: apsw.Connection, session_ids, keys: str = "session_id") -> dict:
+    """These sessions' snapshot fallback costs over their whole history, by ``keys`` (columns of
+    session_fallback_costs: session_id, provider, model; '' for an unknown provider or model)."""
+    rows = conn.execute(_SESSION_FALLBACKS.format(keys=keys), (_json_list(session_ids),))
+    return {row[0] if len(row) == 2 else tuple(row[:-1]): row[-1] for row in rows}
 
 
 def _with_fallback(groups: dict, fallback: dict) -> dict:
@@ -199,9 +207,9 @@ def _with_fallback(groups: dict, fallback: dict) -> dict:
     return groups
 
 
-def _fallback_cost(conn: apsw.Connection, w: Window, session_ids: list[str] | None = None) -> dict[str | None, int]:
-    """Snapshot costs of runs without per-call costs, by session."""
-    return {sid: cost for (sid,), cost in _fallback_groups(conn, w, ["session_id"], session_ids).items()}
+def _fallback_cost(conn: apsw.Connection, w: Window) -> dict[str | None, int]:
+    """Snapshot costs of runs without per-call costs in the window, by session."""
+    return {sid: cost for (sid,), cost in _fallback_groups(conn, w, ["session_id"]).items()}
 
 
 # How often a session was suspended, for how long in all before it came back, and since when it
@@ -243,7 +251,7 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
     {limit}
     """
     rows = conn.execute(sql, params).fetchall()
-    fallback = _fallback_cost(conn, Window(), [r[1] for r in rows]) if rows else {}
+    fallback = _session_fallbacks(conn, [r[1] for r in rows]) if rows else {}
     out = []
     for (key, sid, agent, source, status, started, ended, first, last, is_sub, runs, llm, llm_err, tools,
          tool_err, i, o, cr, cw, t, cost, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
@@ -649,7 +657,7 @@ def _own_costs(conn: apsw.Connection, keys: list[str]) -> dict[str, tuple[int, i
     key), snapshot fallbacks included, and the unpriced calls it leaves out; keys with no session left
     out. Two statements however many keys: a family of hundreds is read at once."""
     rows = conn.execute(_KEY_TOTALS, (_json_list(dict.fromkeys(keys)),)).fetchall()
-    fallback = _fallback_cost(conn, Window(), [sid for _, sid, _, _ in rows]) if rows else {}
+    fallback = _session_fallbacks(conn, [sid for _, sid, _, _ in rows]) if rows else {}
     out: dict[str, tuple[int, int]] = {}
     for key, sid, cost, unpriced in rows:
         total, left_out = out.get(key, (0, 0))
@@ -662,7 +670,7 @@ def _instances_cost(conn: apsw.Connection, ids: list[str]) -> tuple[int, int]:
     cost, unpriced = conn.execute(
         "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
         "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
-    return cost + sum(_fallback_cost(conn, Window(), ids).values()), unpriced
+    return cost + sum(_session_fallbacks(conn, ids).values()), unpriced
 
 
 def _spawned(conn: apsw.Connection, keys: list[str]) -> _Spawned:
@@ -703,7 +711,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         "sum(cache_read_tokens), sum(cache_write_tokens), sum(total_tokens), sum(cost_pico), "
         "sum(unpriced_calls) FROM session_model_totals WHERE session_id IN (SELECT value FROM json_each(?)) "
         "GROUP BY 1, 2", (id_list,))},
-        _fallback_groups(conn, Window(), ["coalesce(provider, '')", "coalesce(model, '')"], ids))
+        _session_fallbacks(conn, ids, "provider, model"))
     # A model all of whose calls here moved to a subagent's session (its side branch) leaves a row of zeros.
     by_model = sorted(({"provider": p or None, "model": m or None, **_llm_dict(vals)}
                        for (p, m), vals in models.items() if any(vals)),
@@ -1142,7 +1150,7 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
         family.setdefault(key, []).append(sid)
     ids = {row[0] for row in current.values()}.union(*family.values())
     totals = {sid: values for sid, *values in conn.execute(_INSTANCE_TOTALS, (_json_list(ids),))}
-    fallback = _fallback_cost(conn, Window(), list(ids))
+    fallback = _session_fallbacks(conn, ids)
     runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(ids),)))
     ledger = ledger_id(conn)
 
