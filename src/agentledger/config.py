@@ -327,7 +327,13 @@ def _env_value(path: tuple[str, ...], raw: str) -> Any:
     return _EnvText(raw)  # pydantic converts numbers and checks them
 
 
-def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+def prices_beside(explicit: Path | None, env: Mapping[str, str]) -> Path:
+    """Where the configuration in effect finds its price file when it names none: beside the config file
+    (the systemd unit's /etc/agentledger), whichever command reads that config."""
+    return config_file(explicit, env)[0].parent / PRICES_FILE
+
+
+def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, bool]:
     """The file to read and whether it must exist (named by flag or environment)."""
     if explicit is not None:
         return explicit.expanduser(), True
@@ -407,10 +413,9 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
             key_path = tuple(dotted.split("."))
             _set(doc, key_path, value)
             origins[key_path] = "the command line"
-    if "prices" not in doc and path is not None:
-        # The one place a deployment keeps its prices, beside its config (the systemd unit's
-        # /etc/agentledger), whichever command reads that config: serve and reprice alike.
-        beside = path.parent / PRICES_FILE
+    if "prices" not in doc:
+        # The one place a deployment keeps its prices: serve and reprice alike read it.
+        beside = prices_beside(explicit, env)
         if os.path.isfile(beside):
             doc["prices"] = str(beside)
     try:

@@ -11,7 +11,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import PRICES_FILE, Config, config_file, default_sources, missing_env_dirs
+from agentledger.config import Config, default_sources, missing_env_dirs, prices_beside
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, WriterLock
@@ -163,7 +163,7 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
         # The calls indexed from now on would be priced from the configured file, not from this one.
         click.echo(f"agentledger: --prices {prices} is not the configuration's price file "
                    f"({configured or 'none: the bundled table alone'}), which serve and ingest price new calls "
-                   f"from: copy it to {configured or _where(obj.config_path)}, or set `prices` in the config to it",
+                   f"from: copy it to {configured or prices_beside(obj.config_path, os.environ)}, or set `prices` in the config to it",
                    err=True)
     unmatched = pricer.unmatched()
     # A mistyped model id otherwise just leaves the old price, with "calls changed 0" as the only sign.
@@ -183,7 +183,3 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _where(config_path: Path | None) -> Path:
-    """Where the configuration in effect finds its price file when it names none."""
-    path, _ = config_file(config_path, os.environ)
-    return path.parent / PRICES_FILE
