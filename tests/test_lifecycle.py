@@ -485,8 +485,8 @@ def test_a_session_away_when_its_transcript_is_archived_comes_back_at_its_end(tm
     conn = open_writer(db)
     try:
         with conn:
-            assert end_archived(conn, {"S1": [("reset", T0 + 10 * MIN)]}) == {"S1"}
-            assert end_archived(conn, {"S1": [("reset", T0 + 10 * MIN)]}) == set()  # idempotent
+            assert end_archived(conn, {"S1": (("reset", T0 + 10 * MIN),)}) == {"S1"}
+            assert end_archived(conn, {"S1": (("reset", T0 + 10 * MIN),)}) == set()  # idempotent
     finally:
         conn.close()
     s1 = _session(db, "S1")

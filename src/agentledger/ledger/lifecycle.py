@@ -118,7 +118,7 @@ def _earliest(ts: int | None, other: int | None) -> int | None:
     return ts if other is None else other if ts is None else min(ts, other)
 
 
-def end_archived(conn: apsw.Connection, archives: dict[str, list[tuple[str, int | None]]]) -> set[str]:
+def end_archived(conn: apsw.Connection, archives: dict[str, tuple[tuple[str, int | None], ...]]) -> set[str]:
     """End the sessions whose transcripts were archived: session id → each archive's (reason, time, None
     when unknown: then the session's last activity). Ends already known fold in as the lines' own ends
     do, so the outcome does not depend on whether the archive or the lines were seen first; idempotent.

@@ -22,6 +22,7 @@ as one that reads the archive afresh does.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -78,19 +79,29 @@ WHERE a.status = 'running' AND max(coalesce(a.spawned_ms, 0),
 _TRANSCRIPTS = "SELECT path FROM files WHERE source = ? AND status IN ('live', 'rotated')"
 
 
-def _archives(conn) -> dict[str, list[tuple[str, int | None]]]:
+def _archives(conn) -> dict[str, tuple[tuple[str, int | None], ...]]:
     """Session id → its archives' (reason, time), for the sessions with no live transcript left."""
     archives: dict[str, list[tuple[str, int | None]]] = {}
     live = set()
     for (path,) in conn.execute(_TRANSCRIPTS, (oc_transcript.SOURCE,)):
-        name = os.path.basename(path)
-        archive = oc_transcript.archived(name)
-        if archive is None:
-            live.add(oc_transcript.session_id_of(name))
+        sid, end = _transcript_name(path)
+        if end is None:
+            live.add(sid)
         else:
-            sid, reason, at = archive
-            archives.setdefault(sid, []).append((reason, at))
-    return {sid: ends for sid, ends in archives.items() if sid not in live}
+            archives.setdefault(sid, []).append(end)
+    return {sid: tuple(sorted(ends, key=repr)) for sid, ends in archives.items() if sid not in live}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _transcript_name(path: str) -> tuple[str | None, tuple[str, int | None] | None]:
+    """(session id, (reason, time) if it is an archive) of a transcript's path: every reconcile reads
+    every one, and a name never changes."""
+    name = os.path.basename(path)
+    archive = oc_transcript.archived(name)
+    if archive is None:
+        return oc_transcript.session_id_of(name), None
+    sid, reason, at = archive
+    return sid, (reason, at)
 
 
 @dataclass(slots=True)
@@ -115,9 +126,10 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
         tools = [(r, t) for r, t in conn.execute(_OPEN_TOOLS, (cutoff, orjson.dumps(runs).decode()))]
         subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (cutoff,))]
         vanished = [s for (s,) in conn.execute(_VANISHED_SESSIONS, (cutoff,))]
-        archives = _archives(conn)
+        archives = {sid: ends for sid, ends in _archives(conn).items() if writer.archive_ends.get(sid) != ends}
         archived = end_archived(conn, archives) if archives else set()
         if not (open_runs or tools or subagents or vanished or archived):
+            writer.archive_ends.update(archives)  # nothing to commit: they hold what the archives say
             return Reconciled()
         tracker = rollups.Tracker(conn, set(open_runs), set(tools), set(), set(subagents))
         tracker.before()
@@ -133,5 +145,6 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
                          [(s,) for s in vanished])
         touched = tracker.touched | set(vanished) | archived
         position = rollups.advance_position(conn, touched)
+    writer.archive_ends.update(archives)  # committed
     return Reconciled(len(runs), len(finished), len(tools), len(subagents), len(vanished), len(archived), touched,
                       position)

@@ -1097,6 +1097,9 @@ class LedgerWriter:
         self.idle_ms = int(idle_s * 1000)
         self.interrupted = [0, 0, 0]  # committed so far: runs, tool calls, subagents cut off by restarts
         self.rekeys = 0  # sessions given another key so far (committed or not): what a key was checked against
+        # session → the archives' ends reconcile folded into it and committed: an archive's name never changes,
+        # so a session whose archives are as they were has nothing new to fold (see reconcile._archives)
+        self.archive_ends: dict[str, tuple] = {}
         self.wal_limit = wal_limit
         self._wal = f"{conn.filename}-wal"
         self._wal_retry_at = 0.0
