@@ -509,7 +509,7 @@ def test_once_recorded_the_ledger_s_count_is_the_truth_again(ledger_with):
     keeper = ledger.keeper
     assert [keeper.decide_call("s-new", "Bash", "claude-code", f"t{i}").decision for i in range(3)] == \
         ["allow", "allow", "block"]
-    keeper.recorded(["t0", "t1", "t2"])  # recorded elsewhere: the ledger holds nothing of s-new
+    keeper.recorded(["t0", "t1", "t2"], keeper.position)  # recorded elsewhere: the ledger holds nothing of s-new
     assert keeper.decide_call("s-new", "Bash", "claude-code", "t3").decision == "allow"
     # Sent again once recorded, a call is answered as it was, and counts no more than once.
     assert keeper.decide_call("s-new", "Bash", "claude-code", "t1").decision == "allow"

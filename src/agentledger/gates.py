@@ -325,17 +325,17 @@ class GateKeeper:
         self.checks.observe(time.perf_counter() - started)
         return decision
 
-    def recorded(self, call_ids: list[str], at: int | None = None) -> None:
+    def recorded(self, call_ids: list[str], at: int) -> None:
         """These calls' hook events were committed at ledger position ``at``: they wait until memory holds it
-        (``advance``). ``at`` None: memory holds them already."""
+        (``advance``)."""
         with self._calls:
             position = self.position or 0
             for call_id in call_ids:
                 answered = self._unrecorded.get(call_id)
                 if answered is None or answered.recorded_at is not None:
                     continue
-                answered.recorded_at = position if at is None else at
-                if answered.recorded_at <= position:
+                answered.recorded_at = at
+                if at <= position:
                     self._let_go(call_id)
 
     def lost(self, call_ids: list[str]) -> None:
