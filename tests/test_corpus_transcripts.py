@@ -286,6 +286,14 @@ def test_transcript_subagents_are_the_same_whichever_transcripts_are_read_first(
 
 # -- claude-code -----------------------------------------------------------------------------------
 
+def test_a_timeline_shows_a_call_of_no_model_as_a_dash_not_as_none(claude_db):
+    """Claude Code's API-error placeholders name no model."""
+    (session_id,) = _rows(claude_db, "SELECT session_id FROM llm_calls WHERE model IS NULL LIMIT 1")[0]
+    items = cli_json(claude_db, "timeline", session_id, "--json")
+    unnamed = [i for i in items if i["kind"] == "llm" and i["what"].startswith("- ")]
+    assert unnamed and not any("None" in i["what"] for i in items)
+
+
 def test_claude_code_totals(claude_db, claude_corpus):
     want = _expected(claude_corpus)
     t = want["totals"]

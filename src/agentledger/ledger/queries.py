@@ -1029,7 +1029,7 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
     items = []
     if "run" in want:
         for r in detail["runs"]:
-            items.append(_item(r["started_at"] or r["ended_at"], "run", f"{r['model']} {r['status']}", r["run_id"],
+            items.append(_item(r["started_at"] or r["ended_at"], "run", f"{r['model'] or '-'} {r['status']}", r["run_id"],
                                r["cost_usd"], r["unpriced_calls"]))
     if "llm" in want:
         instances = detail["instances"]
@@ -1037,11 +1037,11 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
         rows = _calls_of(conn, [i["session_id"] for i in instances], counted, _SESSION_LLM_CALLS,
                          _EVERY_LLM_CALL_OF)
         for ts, run_id, model, tokens, cost, unpriced in rows:
-            items.append(_item(iso(ts), "llm", f"{model} {tokens} tokens", run_id, None if cost is None else _usd(cost),
+            items.append(_item(iso(ts), "llm", f"{model or '-'} {tokens} tokens", run_id, None if cost is None else _usd(cost),
                                unpriced))
     if "tool" in want:
         for t in detail["tool_calls"]:
-            items.append(_item(t["started_at"] or t["ended_at"], "tool", f"{t['tool_name']} {t['status']}",
+            items.append(_item(t["started_at"] or t["ended_at"], "tool", f"{t['tool_name'] or '-'} {t['status']}",
                                t["tool_call_id"]))
     if "compaction" in want:
         for c in detail["compactions"]:
