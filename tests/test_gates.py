@@ -502,6 +502,20 @@ def test_a_tool_call_counts_from_its_answer_once_however_often_it_is_asked(ledge
     assert other.pre("toolu_c") is False
 
 
+def test_a_claude_code_session_is_named_by_its_key_before_and_after_the_ledger_holds_it(ledger_with):
+    """Decisions on a session not read yet name it as the ledger will: one session, one key, one agent."""
+    ledger = ledger_with([gate(name="tools", metric="tool_calls", limit=1)])
+    hooks = _Hooks(ledger)
+    key = f"agent:claude-code:{hooks.session}"
+    assert [hooks.pre("toolu_1"), hooks.pre("toolu_2")] == [True, False]
+    hooks.record()
+    assert hooks.pre("toolu_3") is False
+    blocked, _ = ledger.keeper.drain()
+    assert [(d.session_key, d.agent_id) for d in blocked] == [(key, "claude-code")] * 2
+    assert [d.value for d in blocked] == [1, 2]
+    assert blocked[0].reason == f"session {key} used 1 tool call of its 1 limit (gate tools)"
+
+
 def test_once_recorded_the_ledger_s_count_is_the_truth_again(ledger_with):
     """A call counted from its answer stops counting so once the ledger holds it, which may count it
     elsewhere (a subagent's call moves to the subagent's session): the count is the ledger's again."""

@@ -381,10 +381,10 @@ class GateKeeper:
             except _Moved:  # memory was behind the ledger read: all again, from the ledger alone
                 measured = self._measure(at, session_key, tool, agent, now_ms, day, call_id)
             at.end()
-        state, agent, applicable, tripped, unpriced = measured
+        state, named, agent, applicable, tripped, unpriced = measured
         base = {"session_key": state.session_key if state else session_key,
                 "session_id": state.session_id if state else None,
-                "agent_id": state.agent_id if state else None, "tool": tool, "ts_ms": now_ms, "via": via}
+                "agent_id": agent, "tool": tool, "ts_ms": now_ms, "via": via}
         tripped.sort(key=lambda t: t[0].action != "block")  # stable: config order within an action
         if tripped:
             gate, value, who, unknown = tripped[0]
@@ -401,13 +401,16 @@ class GateKeeper:
         if call_id is None:
             return decision, None
         # A denied call is recorded too, as a failed one.
-        return decision, _Answered(session_key, agent, day, decision.decision == "block", time.monotonic(), decision)
+        return decision, _Answered(named, agent, day, decision.decision == "block", time.monotonic(), decision)
 
     def _measure(self, at: _At, session_key: str | None, tool: str | None, agent: str | None, now_ms: int,
                  day: int, call_id: str | None) -> tuple:
+        """(the session's view, the name its waiting calls go by, its agent, the gates that apply, those
+        tripped, those whose measure leaves unpriced calls out)."""
         state = self._view(at, session_key) if session_key else None
         if state is not None:
-            agent = state.agent_id
+            # Asked by id or by key, a session's waiting calls are told by its key.
+            session_key, agent = state.session_key or session_key, state.agent_id
         elif agent is None:
             agent = agent_from_key(session_key)
         applicable = self._gates_for(tool or "", agent or "")
@@ -440,7 +443,7 @@ class GateKeeper:
                 tripped.append((gate, shown(gate.metric, value), who, unknown))
             elif unknown:
                 unpriced.append((gate, who, unknown))
-        return state, agent, applicable, tripped, unpriced
+        return state, session_key, agent, applicable, tripped, unpriced
 
     def _view(self, at: _At, key: str) -> HotSession | None:
         if at.memory:
