@@ -361,6 +361,21 @@ def test_subagent_hooks_name_the_same_child_session_as_the_transcript(tmp_path, 
     assert _task_outcome(db) == WANT_TASK_OUTCOME
 
 
+def test_a_subagent_known_only_from_its_hooks_ends_at_its_stop_hook(db):
+    """Without its transcripts (not read, or not kept), SubagentStop is the only word of the end: the
+    subagent is not left running, to be taken for interrupted once its grace runs out."""
+    hook = {"session_id": TASK_SESSION, "agent_id": TASK_AGENT, "agent_type": "general-purpose",
+            "transcript_path": f"/home/dev/.claude/{PROJECT}/{TASK_SESSION}.jsonl"}
+    started_ms = 1_790_848_802_000  # 2026-10-01T10:00:02Z
+    post(db, [{**hook, "hook_event_name": "SubagentStart"}], started_ms)
+    (row,) = cli_json(db, "subagents")
+    assert (row["child_session_key"], row["status"]) == (CHILD_KEY, "running")
+    post(db, [{**hook, "hook_event_name": "SubagentStop"}] * 2, started_ms + 17_000)  # sent twice: one end
+    (row,) = cli_json(db, "subagents")
+    assert (row["status"], row["ended_at"], row["outcome"]) == ("ended", "2026-10-01T10:00:19.000Z", None)
+    assert cli_json(db, "usage")["subagents"] == 1
+
+
 @pytest.mark.parametrize("task_first", [True, False], ids=["task-line-first", "hook-first"])
 def test_a_running_task_subagent_s_spend_counts_in_its_session_s_family_once_its_start_hook_came(
         tmp_path, db, task_first):

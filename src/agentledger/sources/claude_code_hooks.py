@@ -8,8 +8,9 @@ PreToolUse arrives, seconds before its transcript line is read; the ledger merge
 tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own session
 (``<session_id>/<agent_id>``, as the transcript does), so its calls go there even before the
 Task's result is read; SubagentStart records its spawn by the session too, so the session's
-family (and its gates) counts what the subagent spends while it runs. The Task's result, once
-read, merges that spawn with the one its call recorded (see the writer's _merge_spawns).
+family (and its gates) counts what the subagent spends while it runs, and SubagentStop its end.
+The Task's result, once read, merges that spawn with the one its call recorded (see the writer's
+_merge_spawns), and its end, the surer word, says how the subagent ended.
 
 A payload has no time and no id of its own, so an event's identity is what distinguishes it
 from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
-from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, SubagentSpawned, ToolObserved
+from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, SubagentEnded, SubagentSpawned, ToolObserved
 from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
 from agentledger.sources.common import derived_id, duration, error_text, line_id, text, tool_target
 
@@ -99,10 +100,12 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
         child = (session_id, payload["agent_id"])
         fact = Marker(**base | {"session_key": child_key(*child), "session_id": child_session_id(*child)})
+        told = base | {"event_id": derived_id(eid, 1)}
         if name == "SubagentStart":
-            more = (SubagentSpawned(**base | {"event_id": derived_id(eid, 1), "kind": "subagent.spawn"},
-                                    child_session_key=child_key(*child), child_agent_id=AGENT,
-                                    mode=text(payload.get("agent_type"))),)
+            more = (SubagentSpawned(**told | {"kind": "subagent.spawn"}, child_session_key=child_key(*child),
+                                    child_agent_id=AGENT, mode=text(payload.get("agent_type"))),)
+        else:  # the session's word that its subagent is done; the Task's result, once read, says how
+            more = (SubagentEnded(**told | {"kind": "subagent.stop"}, child_session_key=child_key(*child)),)
     else:
         fact = Marker(**base)
     return HookEvent(eid, received_ms, session_id, name, fact, more)
