@@ -151,6 +151,22 @@ def test_rejects_lists_file_offset_reason(tmp_path, oc_corpus):
     assert "blank line" in text and "events.2026-10-01.jsonl" in text
 
 
+def test_rejects_name_the_file_a_bad_line_is_in_once_it_was_rotated(tmp_path):
+    from logwriter import LogDir
+
+    logs = LogDir(tmp_path / "state")
+    good = b'{"id":"evt_%016x","ts":1790000000000,"kind":"llm.input","sessionKey":"agent:main:main"}\n'
+    logs.append(good % 1 + b'{"broken\n' + good % 2)
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    rotated = logs.rotate()
+    logs.append(good % 3 * 4)  # the live name's new file is as long as the bad line's offset, and longer
+    ingest(db, logs.root)
+    (row,) = json.loads(run("rejects", "--json", db=db).stdout)
+    assert (row["path"], row["offset"]) == (str(rotated), len(good % 1))
+    assert rotated.read_bytes()[row["offset"]:].startswith(b'{"broken')
+
+
 def test_db_from_environment(tmp_path, oc_corpus):
     db = tmp_path / "env.db"
     ingest(db, oc_corpus)

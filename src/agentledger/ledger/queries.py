@@ -486,10 +486,13 @@ REJECT_FIELDS = ("path", "offset", "length", "reason", "head", "read_at")
 
 def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
     params: list = []
-    cond = _between("ts_ms", w.since, w.until, params)
+    cond = _between("r.ts_ms", w.since, w.until, params)
     limit = _limit(w, params)
+    # Under the file's name now (a rotated or archived file's, as `events` and `inputs` give it): the
+    # name it had when the line was read may be another file's since.
     rows = conn.execute(
-        f"SELECT path, offset, length, reason, head, ts_ms FROM rejects WHERE {cond} ORDER BY path, offset {limit}",
+        "SELECT coalesce(f.path, r.path) AS shown, r.offset, r.length, r.reason, r.head, r.ts_ms "
+        f"FROM rejects AS r LEFT JOIN files AS f ON f.id = r.file_id WHERE {cond} ORDER BY shown, r.offset {limit}",
         params,
     )
     return [_row(REJECT_FIELDS, (path, off, length, reason, printable(bytes(head))[:120], iso(ts)))
