@@ -89,6 +89,9 @@ def test_bad_parameters_are_400(api):
     status, body = get(f"{api}/v1/usage?until=tomorrow")
     assert status == 400 and body["error"].startswith("until: cannot read time")
     assert get(f"{api}/v1/sessions?limit=-1")[0] == 400
+    for route in ("usage?", "sessions?", "costs?group_by=model&"):  # an empty window is no "nothing happened"
+        status, body = get(f"{api}/v1/{route}since=2026-10-05&until=2026-10-01")
+        assert status == 400 and body["error"].startswith("since is after until"), (route, body)
     assert get(f"{api}/v1/nothing")[0] == 404
     assert get(f"{api}/healthz") == (200, {"status": "ok"})
     # A misspelt parameter is a mistake told, not a different question answered (every agent's totals).

@@ -78,8 +78,11 @@ def _time(params: dict[str, list[str]], name: str) -> int | None:
 def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
     since, until = _time(params, "since"), _time(params, "until")
     limit = _one(params, "limit")
-    return queries.Window(since=since, until=until, agent=_one(params, "agent"),
-                          limit=default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT))
+    limit = default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT)
+    try:
+        return queries.Window(since=since, until=until, agent=_one(params, "agent"), limit=limit)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _error(text: str) -> bytes:

@@ -72,9 +72,11 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
             if as_json and as_csv:
                 raise click.BadParameter("--csv is given too: print one format, --json or --csv", param_hint="--json")
             fmt = "json" if as_json else "csv" if as_csv else None
-            if since is not None and until is not None and since > until:
-                raise click.BadParameter("--since is after --until", param_hint="--since")
-            w = queries.Window(since=since, until=until, agent=agent, limit=limit)
+            try:
+                w = queries.Window(since=since, until=until, agent=agent, limit=limit)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc).replace("since", "--since").replace("until", "--until"),
+                                         param_hint="--since") from None
             if kwargs.get("live"):  # answered by the running daemon, not the database
                 return fn(None, w, fmt, **kwargs)
             conn = open_reader(obj.db)

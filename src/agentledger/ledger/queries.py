@@ -28,6 +28,11 @@ class Window:
     agent: str | None = None
     limit: int | None = None
 
+    def __post_init__(self) -> None:
+        # An empty window would answer "nothing happened", which reads as a believable zero.
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("since is after until: give a since at or before the until")
+
 
 def _usd(pico: int | None) -> float:
     return round((pico or 0) / PICO_PER_USD, 12)
