@@ -78,6 +78,13 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
      "gates[0].limit: must be greater than 0 (from {file})"),
     ("colour = 1\n", {}, "colour: unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are) "
                        "(from {file})"),
+    # A key under a table it is not in: the place it is kept is named.
+    ("[reconcile]\ngrace_s = 60\n", {}, "reconcile: unknown key: grace_s is a top-level key: move it there"),
+    ("[store]\nmax_entries = 5\nflush_interval_s = 1\n", {},
+     "store: unknown key: max_entries is a key of [hot]; flush_interval_s is a key of [hot]: move them there"),
+    ("[hot]\nlisten = \"127.0.0.1:1\"\n", {}, "hot.listen: unknown key: listen is a top-level key: move it there"),
+    ("", {"AGENTLEDGER_RECONCILE_GRACE_S": "60"}, "rename it to $AGENTLEDGER_GRACE_S"),
+    ("", {"AGENTLEDGER_STORE_STATE_DIR": "/tmp"}, "rename it to $AGENTLEDGER_STATE_DIR"),
     ("", {"AGENTLEDGER_GRACE_S": "soon"}, "grace_s: must be a valid number, unable to parse string as a number "
                                           "(from $AGENTLEDGER_GRACE_S)"),
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "

@@ -15,7 +15,7 @@ import difflib
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -294,6 +294,19 @@ def env_names() -> frozenset[str]:
     return OTHER_ENV | {env_name(path) for path in _scalar_paths(Config)}
 
 
+def _elsewhere(keys: Iterable[str]) -> str | None:
+    """Where keys given in the wrong place are kept (``[reconcile] grace_s`` is the top-level ``grace_s``):
+    a hint naming each key that is one setting's, None when none is."""
+    paths = _scalar_paths(Config)
+    found = []
+    for key in keys:
+        same = [p for p in paths if p[-1] == key]
+        if len(same) == 1:
+            found.append(f"{key} is a key of [{'.'.join(same[0][:-1])}]" if len(same[0]) > 1 else
+                         f"{key} is a top-level key")
+    return "; ".join(found) or None
+
+
 def _check_env_names(env: Mapping[str, str]) -> None:
     """Refuse an AGENTLEDGER_* name that is no setting, as an unknown key in the file is: a mistyped one
     (RAWDAYS for RAW_DAYS) would otherwise leave its setting at the default without a word."""
@@ -303,6 +316,10 @@ def _check_env_names(env: Mapping[str, str]) -> None:
             # Compared without the prefix they share, which made any two names look alike.
             close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX),
                                               sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)
+            # A key under a table it is not in (RECONCILE_ before GRACE_S): the one setting it ends with.
+            placed = [p for p in _scalar_paths(Config) if name.endswith("_" + env_name(p).removeprefix(ENV_PREFIX))]
+            if not close and len(placed) == 1:
+                close = [env_name(placed[0]).removeprefix(ENV_PREFIX)]
             fix = f"rename it to ${ENV_PREFIX}{close[0]}" if close else \
                 "unset it (a setting's is named after its key, e.g. $AGENTLEDGER_RETENTION_RAW_DAYS)"
             # The listing is run without the name: with it, `config show` stops on it too.
@@ -351,7 +368,9 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
     kind, given = error["type"], error.get("input")
     if kind == "extra_forbidden":
         # Not `config show` alone: it reads this same file and stops at this same key.
-        message = "unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are)"
+        hint = _elsewhere(given.keys() if isinstance(given, dict) and len(loc) == 1 else loc[-1:])
+        message = (f"unknown key: {hint}: move {'them' if '; ' in hint else 'it'} there" if hint else "unknown key: remove it") + \
+            " (`agentledger --config /dev/null config show` lists the keys there are)"
     elif kind == "literal_error":
         message = message.replace("must be", "must be one of", 1)
     # Else pydantic's words: "a valid dictionary or instance of HotConfig", "a valid tuple", "not a valid
