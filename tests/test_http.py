@@ -65,6 +65,10 @@ def test_sessions_usage_and_costs(api, oc_expected):
     status, costs = get(f"{api}/v1/costs?group_by=day&since=2026-10-02&until=2026-10-02T23:59:59.999Z")
     assert status == 200 and [r["day"] for r in costs["rows"]] == ["2026-10-02"]
     assert round(costs["rows"][0]["cost_usd"] * 10**12) == oc_expected["per_day"]["2026-10-02"]["cost_pico_usd"]
+    # Under tz, a date is that zone's day: the whole of it, as the zone's own row of it.
+    status, every = get(f"{api}/v1/costs?group_by=day&tz=Asia/Kolkata")
+    status, costs = get(f"{api}/v1/costs?group_by=day&tz=Asia/Kolkata&since=2026-10-02&until=2026-10-02")
+    assert costs["rows"] == [r for r in every["rows"] if r["day"] == "2026-10-02"]
     # The same object as costs --json: the window's total beside the rows a limit cuts.
     status, costs = get(f"{api}/v1/costs?group_by=model&limit=1")
     assert status == 200 and len(costs["rows"]) == 1 and costs["total"]["groups"] > 1

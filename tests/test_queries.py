@@ -696,6 +696,18 @@ def test_every_grouping_of_one_day_adds_up_to_that_day(corpus_db, oc_expected, g
     assert sum(r["llm_calls"] for r in rows) == day["llm_calls"]
 
 
+@pytest.mark.parametrize("zone", ["Asia/Kolkata", "America/New_York"])
+def test_a_day_asked_for_under_tz_is_that_zone_s_whole_day(corpus_db, zone):
+    every = json.loads(_cli(corpus_db, "costs", "--json", "--group-by", "day", "--tz", zone).stdout)["rows"]
+    day = next(r for r in every if r["day"] == "2026-10-02")
+    one = json.loads(_cli(corpus_db, "costs", "--json", "--group-by", "day", "--tz", zone, "--since", "2026-10-02",
+                          "--until", "2026-10-02").stdout)["rows"]
+    assert one == [day]
+    local = json.loads(_cli(corpus_db, "costs", "--json", "--group-by", "day", "--tz", zone, "--since",
+                            "2026-10-02T00:00:00", "--until", "2026-10-02T23:59:59.999").stdout)["rows"]
+    assert local == [day]  # a time without an offset is the zone's too
+
+
 @pytest.mark.parametrize("command", [["session", "agent:main:main"], ["run", "x"], ["tree", "agent:main:main"]])
 @pytest.mark.parametrize("flag", [["--since", "1d"], ["--until", "1d"], ["--agent", "main"], ["--limit", "1"],
                                   ["--csv"]])

@@ -6,6 +6,7 @@ lock and a slow client never blocks ingestion.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import socket
 import threading
@@ -67,16 +68,18 @@ class Health:
         return 200, {"ready": True}
 
 
-def _time(params: dict[str, list[str]], name: str) -> int | None:
+def _time(params: dict[str, list[str]], name: str, zone: dt.tzinfo) -> int | None:
     value = _one(params, name)
     try:
-        return parse_time(value, end=name == "until") if value else None
+        return parse_time(value, end=name == "until", zone=zone) if value else None
     except ValueError as exc:
         raise BadRequest(f"{name}: {exc}") from None
 
 
-def _window(params: dict[str, list[str]], default_limit: int | None) -> queries.Window:
-    since, until = _time(params, "since"), _time(params, "until")
+def _window(params: dict[str, list[str]], default_limit: int | None,
+            zone: dt.tzinfo = dt.timezone.utc) -> queries.Window:
+    """``zone``: where a date or a time without an offset is read (the zone the answer counts days in)."""
+    since, until = _time(params, "since", zone), _time(params, "until", zone)
     limit = _one(params, "limit")
     limit = default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT)
     try:
@@ -196,7 +199,7 @@ def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> dict:
     group_by = (params.get("group_by") or ["model"])[-1]
     # Whatever the grouping: a zone that does not exist is a mistake to tell, not one to answer past.
     local = queries.zone((params.get("tz") or ["UTC"])[-1])
-    return queries.costs_report(conn, _window(params, None), group_by, local)
+    return queries.costs_report(conn, _window(params, None, local), group_by, local)
 
 
 _READS = ("GET", "HEAD")

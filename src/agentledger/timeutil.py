@@ -15,11 +15,13 @@ EARLIEST_MS = 0
 LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
-def parse_time(value: str, *, now_ms: int | None = None, end: bool = False) -> int:
-    """``2026-11-01``, an ISO 8601 time (naive means UTC), or ``7d``/``24h``/``30m`` ago → ms,
-    held within [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event). ``end``: the
-    time is where an inclusive range ends, so a date means its last millisecond: ``--until
-    2026-11-01`` takes in that day, as ``--since 2026-11-01`` does."""
+def parse_time(value: str, *, now_ms: int | None = None, end: bool = False,
+               zone: dt.tzinfo = dt.timezone.utc) -> int:
+    """``2026-11-01``, an ISO 8601 time, or ``7d``/``24h``/``30m`` ago → ms, held within
+    [EARLIEST_MS, LATEST_MS] (``100000d`` means since the first event). A date, and a time that names no
+    offset, are read in ``zone`` (the zone days are counted in, UTC unless told). ``end``: the time is
+    where an inclusive range ends, so a date means its last millisecond: ``--until 2026-11-01`` takes in
+    that day, as ``--since 2026-11-01`` does."""
     value = value.strip()
     m = _RELATIVE.match(value)
     if m and len(m[1]) > 15:  # older than 1970 in any unit, and too long for int() past 4300 digits
@@ -34,12 +36,22 @@ def parse_time(value: str, *, now_ms: int | None = None, end: bool = False) -> i
             f"cannot read time {value!r}: use a date (2026-11-01), an ISO time (2026-11-01T08:00:00Z) "
             "or an age (30m, 24h, 7d)"
         ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    ms = int(parsed.timestamp() * 1000)
     if end and _DATE.match(value):
-        ms += _UNIT_MS["d"] - 1
-    return min(max(ms, EARLIEST_MS), LATEST_MS)
+        try:  # the next day's first instant, less one: a day of a zone's clock change is not 24 hours
+            parsed = dt.datetime.combine(parsed.date() + dt.timedelta(days=1), dt.time())
+        except OverflowError:  # the end of 9999-12-31
+            return LATEST_MS
+        return min(max(_ms(parsed.replace(tzinfo=zone)) - 1, EARLIEST_MS), LATEST_MS)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return min(max(_ms(parsed), EARLIEST_MS), LATEST_MS)
+
+
+def _ms(moment: dt.datetime) -> int:
+    try:
+        return int(moment.timestamp() * 1000)
+    except (OverflowError, ValueError):  # a zone's offset taking 0001-01-01 or 9999-12-31 off the calendar
+        return EARLIEST_MS if moment.year < 2 else LATEST_MS
 
 
 def iso(ms: int | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import sys
 from collections.abc import Iterable
@@ -17,13 +18,13 @@ from agentledger.ledger.db import open_reader
 from agentledger.timeutil import parse_time
 
 
-def _time(ctx, param, value):
+def _time(value: str | None, name: str, zone) -> int | None:
     if value is None:
         return None
     try:
-        return parse_time(value, end=param.name == "until")
+        return parse_time(value, end=name == "until", zone=zone)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint=f"--{name}") from None
 
 
 class _Text(click.ParamType):
@@ -57,9 +58,9 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
     if not one:
         options += [
             click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row."),
-            click.option("--since", callback=_time, metavar="TIME",
+            click.option("--since", metavar="TIME",
                          help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
-            click.option("--until", callback=_time, metavar="TIME", help="Up to this time (inclusive), same forms."),
+            click.option("--until", metavar="TIME", help="Up to this time (inclusive), same forms."),
             *([click.option("--agent", type=TEXT, metavar="ID", help="Only this agent id.")] if agent else []),
             *([click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
                             show_default=True, help="At most this many rows.")] if limit else []),
@@ -72,6 +73,9 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
             if as_json and as_csv:
                 raise click.BadParameter("--csv is given too: print one format, --json or --csv", param_hint="--json")
             fmt = "json" if as_json else "csv" if as_csv else None
+            # A command that counts days in a zone (--tz) reads a date there too: its days are that zone's.
+            zone = kwargs["tz"][1] if "tz" in kwargs else dt.timezone.utc
+            since, until = _time(since, "since", zone), _time(until, "until", zone)
             try:
                 w = queries.Window(since=since, until=until, agent=agent, limit=limit)
             except ValueError as exc:
