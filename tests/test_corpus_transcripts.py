@@ -284,6 +284,26 @@ def test_transcript_subagents_are_the_same_whichever_transcripts_are_read_first(
     assert _read(db, check_rollups) == []
 
 
+def test_a_subagent_has_the_label_and_mode_its_parent_s_spawn_call_asked_for(transcript_db, transcript_corpus):
+    """Also a subagent whose own transcript was archived, which sessions.json no longer lists with its label."""
+    asked, answered = {}, {}
+    for path in transcript_corpus.rglob("*.jsonl*"):
+        for line in path.read_bytes().splitlines():
+            if b"sessions_spawn" not in line:
+                continue
+            msg = json.loads(line).get("message", {})
+            for block in msg.get("content") or []:
+                if isinstance(block, dict) and block.get("name") == "sessions_spawn":
+                    asked[block["id"]] = block["arguments"]
+            if msg.get("role") == "toolResult" and not msg.get("isError"):
+                child = json.loads(msg["content"][0]["text"]).get("childSessionKey")
+                answered[child] = asked[msg["toolCallId"]]
+    rows = {r["child_session_key"]: r for r in cli_json(transcript_db, "subagents", "--limit", "500")}
+    assert answered and set(answered) <= set(rows)
+    for child, args in answered.items():
+        assert (rows[child]["label"], rows[child]["mode"]) == (args["label"], args["mode"]), child
+
+
 # -- claude-code -----------------------------------------------------------------------------------
 
 def test_a_timeline_shows_a_call_of_no_model_as_a_dash_not_as_none(claude_db):

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import cli_env, cli_json, followed_then_afresh, ingest, settle
+from conftest import CORPUS, cli_env, cli_json, followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage, verify
@@ -1526,6 +1526,24 @@ def test_a_turn_stopped_after_a_local_command_ran_in_it_is_interrupted_however_t
     picture = _commands_picture(db)
     assert picture["usage"]["interrupted_runs"] == 1
     assert picture["runs"] == {"u1": ("00.000Z", "interrupted", 1, 1), "u2": ("10.000Z", "ok", 1, 0)}
+
+
+def test_a_spawn_s_label_and_mode_are_learnt_when_its_call_was_read_before_a_restart(tmp_path):
+    """The result names the child, its call (read before, by another process) the label and the mode."""
+    state = tmp_path / "state"
+    shutil.copytree(CORPUS / "oc-transcript", state)
+    parent = next(p for p in sorted(state.rglob("*.jsonl")) if b'"name":"sessions_spawn"' in p.read_bytes())
+    whole = parent.read_bytes()
+    cut = whole.index(b"\n", whole.index(b'"name":"sessions_spawn"')) + 1
+    parent.write_bytes(whole[:cut])
+    with followed_then_afresh(tmp_path, state) as ledgers:
+        ledgers.pipeline.run_once()
+        oc_transcript._WORDS_CACHE.clear()  # a restart: the call's line is behind the file's checkpoint
+        parent.write_bytes(whole)
+        ledgers.pipeline.run_once()
+    assert dump(ledgers.followed, ("subagents",)) == dump(ledgers.afresh, ("subagents",))
+    rows = cli_json(ledgers.followed, "subagents", "--limit", "500")
+    assert rows and all(r["label"] and r["mode"] == "run" for r in rows)
 
 
 @pytest.mark.parametrize("appended", [True, False], ids=["lines-read-from-the-archive", "nothing-left-to-read"])

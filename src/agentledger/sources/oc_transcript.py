@@ -175,24 +175,29 @@ class _Scanned:
     offset: int = 0
     asked: dict[str, str] = field(default_factory=dict)  # toolCall id → task, not answered yet
     spawns: list[_Spawn] = field(default_factory=list)
+    words: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # toolCall id → (label, mode)
 
 
 # Transcripts only grow until they are archived (a rename keeps the inode): each is read once, onward.
 _SPAWN_CACHE: dict[str, _Scanned] = {}
+# The same, for the decoders' _spawn_words: apart, so that a decoder's read never passes for the folder
+# looks' (see _folder), which rebuild a folder's spawns only when one of its files had something new.
+_WORDS_CACHE: dict[str, _Scanned] = {}
+_WORDS_CACHED = 4096
 
 
-def _scan_spawns(entry: os.DirEntry) -> bool:
-    """Reads what was added to one transcript since the last look for answered sessions_spawn calls;
-    whether there was anything to read."""
-    known = _SPAWN_CACHE.get(entry.path)
+def _scan_spawns(path: str, cache: dict[str, _Scanned]) -> bool:
+    """Reads what was added to one transcript since the last look into ``cache`` for answered
+    sessions_spawn calls; whether there was anything to read."""
+    known = cache.get(path)
     try:
-        st = entry.stat()
+        st = os.stat(path)
         if known is not None and known.ino == st.st_ino and known.offset == st.st_size:
             return False
-        with open(entry.path, "rb") as f:
+        with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if known is None or known.ino != st.st_ino or st.st_size < known.offset:
-                known = _SPAWN_CACHE[entry.path] = _Scanned(st.st_ino)
+                known = cache[path] = _Scanned(st.st_ino)
             if st.st_size > known.offset:
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                     _scan_lines(known, data)
@@ -225,14 +230,31 @@ def _note_spawn(scanned: _Scanned, line: bytes) -> None:
     if msg.get("role") == "assistant" and isinstance(msg.get("content"), list):
         for block in msg["content"]:
             if isinstance(block, dict) and block.get("type") == "toolCall" and block.get("name") == SPAWN_TOOL \
-                    and text(block.get("id")) and isinstance(block.get("arguments"), dict) \
-                    and text(block["arguments"].get("task")):
-                scanned.asked[block["id"]] = block["arguments"]["task"]
+                    and text(block.get("id")) and isinstance(block.get("arguments"), dict):
+                args = block["arguments"]
+                if text(args.get("task")):
+                    scanned.asked[block["id"]] = args["task"]
+                words = (text(args.get("label")), text(args.get("mode")))
+                if words != (None, None):
+                    scanned.words[block["id"]] = words
     elif msg.get("role") == "toolResult" and msg.get("toolName") == SPAWN_TOOL and msg.get("isError") is not True:
         task = scanned.asked.pop(text(msg.get("toolCallId")) or "", None)
         child = _spawned_key(msg.get("content"))
         if task is not None and child is not None:
             scanned.spawns.append(_Spawn(task=task, answered_ms=ts, child_key=child))
+
+
+def _spawn_words(path: str, call_id: str) -> tuple[str | None, str | None]:
+    """(label, mode) a transcript's sessions_spawn call ``call_id`` asked for. Its line is before its
+    result's in the same file, wherever a read of the file began: read from the file, not from lines
+    decoded so far, a followed ledger and one read afresh learn the same."""
+    known = _WORDS_CACHE.get(path)
+    if known is None or call_id not in known.words:
+        if known is None and len(_WORDS_CACHE) >= _WORDS_CACHED:  # archived and deleted files' entries
+            _WORDS_CACHE.clear()
+        _scan_spawns(path, _WORDS_CACHE)
+        known = _WORDS_CACHE.get(path)
+    return known.words.get(call_id, (None, None)) if known is not None else (None, None)
 
 
 # path → ((ino, size, mtime_ns), head): an archive's key is looked for again whenever the folders beside
@@ -322,7 +344,7 @@ def _folder(sdir: str) -> _Folder:
         entries = [e for e in os.scandir(sdir) if is_transcript(e.name)]
     except OSError:
         entries = []
-    read = [_scan_spawns(e) for e in entries]
+    read = [_scan_spawns(e.path, _SPAWN_CACHE) for e in entries]
     paths = [e.path for e in entries]
     if known is not None and not any(read) and paths == known.paths:
         known.stamp = stamp
@@ -527,9 +549,10 @@ class FileDecoder:
                 return ended
             # The spawn's result is the one place that names the child: its own transcript may be
             # archived where sessions.json no longer lists it.
+            label, mode = _spawn_words(self.inputs.path, call_id)
             return [ended, SubagentSpawned(**base | {"event_id": derived_id(base["event_id"], 1)},
                                            kind="subagent.spawn", run_id=run_id, child_session_key=child,
-                                           child_agent_id=agent_from_key(child))]
+                                           child_agent_id=agent_from_key(child), label=label, mode=mode)]
         return Marker(**base, kind=f"message.{role}" if isinstance(role, str) and role else "message")
 
     def _assistant(self, base: dict, msg: dict) -> Fact | list[Fact]:
