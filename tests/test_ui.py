@@ -95,7 +95,7 @@ def test_the_page_runs_no_script_and_escapes_what_the_logs_say(tmp_path):
         assert "<script" not in body and hostile not in body and "<b>model</b>" not in body
         assert "agent:main:&lt;img src=x onerror=alert(1)&gt;" in body
         assert "$1.25" in body
-        for bad in ("days=0", "days=x", "until=yesterday", "tz=Mars/Base", "refresh=-1"):
+        for bad in ("days=0", "days=x", "until=yesterday", "tz=Mars/Base", "refresh=-1", "day=7"):
             status, _, body = _fetch(f"{served.url}/ui?{bad}")
             assert status == 400, bad
             assert body.count("\n") == 1  # one line naming the problem

@@ -184,9 +184,8 @@ def _hot_views(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple
 
 def _overview(conn: apsw.Connection, keeper: GateKeeper | None, params: dict[str, list[str]]) -> dict:
     gates, zone = _gates_of(keeper)
-    limit = _window(params, 8).limit
-    if limit > OVERVIEW_MAX:
-        raise BadRequest(f"limit for the overview is at most {OVERVIEW_MAX} sessions")
+    limit = _one(params, "limit")
+    limit = 8 if limit is None else ui.whole(limit, "limit", 1, OVERVIEW_MAX)
     return overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
 
 
@@ -368,13 +367,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _ui(self, params: dict[str, list[str]]) -> None:
         gates, zone = _gates_of(self.keeper)
         try:
+            _only(params, "/ui", ui.PARAMS)
             conn = open_reader(self.db)
             try:
                 data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
             finally:
                 conn.close()
             ctype = "text/html; charset=utf-8"
-        except ui.BadParam as exc:
+        except (ui.BadParam, BadRequest) as exc:
             data, status, ctype = f"{exc}\n".encode(), 400, "text/plain; charset=utf-8"
         except LedgerError as exc:
             data, status, ctype = f"{exc}\n".encode(), 503, "text/plain; charset=utf-8"

@@ -224,9 +224,13 @@ def _problems(problems: list[dict]) -> str:
     return f'<h3>Latest failed or interrupted</h3><ul class="problems">{listing}</ul>' if problems else ""
 
 
+PARAMS = ("days", "until", "tz", "refresh")
+
+
 def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now_ms: int,
          params: dict[str, list[str]]) -> str:
-    """The whole page; ``params`` from the query string: ``days``, ``until`` (a date), ``tz``, ``refresh``."""
+    """The whole page; ``params`` from the query string (PARAMS): ``days``, ``until`` (a date), ``tz``,
+    ``refresh``."""
     tz = _param(params, "tz")
     if tz is not None:
         try:
