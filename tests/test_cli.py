@@ -68,6 +68,8 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     (["ingest", "--grace", "99999999999999999999", "."], "--grace"),  # past 64-bit milliseconds
     (["serve", "--idle", "1e20", "."], "--idle"),
     (["ingest", "/does/not/exist"], "does not exist"),
+    (["ingest", "--source", "oc-telemetry=/does/not/exist"], "does not exist: correct the path, or run serve"),
+    (["serve", "--source", "oc-telemetry=/dev/null"], "is not a directory"),
     (["ingest", "--format", "nope", "."], "--format"),
     (["usage"], "no ledger at"),
     (["top"], "Choose from: runs, tools, models, sessions"),

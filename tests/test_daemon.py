@@ -392,14 +392,16 @@ def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path)
     assert f"{state} holds OpenClaw telemetry: reading it as oc-telemetry" in err
 
 
-def test_serve_waits_for_a_configured_root_that_does_not_exist_yet(tmp_path):
-    # `ingest` refuses such a root; a daemon started before the gateway has written must not.
+@pytest.mark.parametrize("given", ["config", "argument", "source"])
+def test_serve_waits_for_a_root_that_does_not_exist_yet(tmp_path, given):
+    # `ingest` refuses such a root; a daemon started before the gateway has written must not, however named.
     state = tmp_path / "gateway" / "state"
     config = tmp_path / "c.toml"
-    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{state}"\n')
+    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{state}"\n' if given == "config" else "")
     db = tmp_path / "ledger.db"
     env = _without_logs(tmp_path) | {"AGENTLEDGER_CONFIG": str(config)}
-    daemon = _serve(db, "--no-demo", "--rescan", "60", env=env)
+    roots = {"config": [], "argument": [str(state)], "source": ["--source", f"oc-telemetry={state}"]}[given]
+    daemon = _serve(db, "--no-demo", "--rescan", "60", *roots, env=env)
     said: list[str] = []
     try:
         _read_until(daemon, "caught up", said)

@@ -29,7 +29,8 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
         if fmt not in FORMATS:
             raise click.BadParameter(f"unknown format {fmt!r} in {value!r}: choose one of {', '.join(FORMATS)}")
         path = Path(root).expanduser()
-        if not path.is_dir():
+        # One that does not exist yet: serve waits for it, ingest refuses it (the configuration's check).
+        if path.exists() and not path.is_dir():
             raise click.BadParameter(f"{root!r} is not a directory (in {value!r})")
         pairs.append((fmt, path))
     return pairs
