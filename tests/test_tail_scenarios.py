@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, ingest
+from conftest import cli_env, ingest, metric_counters
 from ledgerdump import scalar
 from logwriter import LogDir, llm_call
 
@@ -324,6 +324,34 @@ def test_copytruncate_does_not_record_a_bad_line_twice(tmp_path, db):
     stats = ingest(db, logs.root)
     assert (stats.events, stats.rejects) == (1, 0)
     assert scalar(db, "SELECT count(*) FROM rejects") == 1
+
+
+def rejected(db: Path) -> tuple[int, int, float]:
+    """Rejected lines as `usage`, `rejects` and /metrics count them."""
+    conn = open_reader(db)
+    try:
+        counts = (queries.usage(conn, queries.Window())["rejected_lines"], len(queries.rejects(conn, queries.Window())))
+    finally:
+        conn.close()
+    metric = metric_counters(db)[("agentledger_ingest_lines_total", (("result", "rejected"), ("source", "oc-telemetry")))]
+    return (*counts, metric)
+
+
+@pytest.mark.parametrize("unread_bad_line", [False, True])
+def test_a_copy_of_a_file_rejects_its_bad_lines_once_as_a_fresh_read_of_it_does(tmp_path, db, unread_bad_line):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1) + b'{"bad": \n' + llm_call(2))
+    ingest(db, logs.root)
+    if unread_bad_line:  # the copy and the original both hold it, both read on in the next pass
+        logs.append(b'{"worse": \n' + llm_call(3))
+    shutil.copyfile(logs.live, logs.rotated_name())
+    ingest(db, logs.root)
+    logs.truncate()
+    ingest(db, logs.root)
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, logs.root)
+    bad = 2 if unread_bad_line else 1
+    assert rejected(db) == rejected(afresh) == (bad, bad, bad)
 
 
 def test_hard_link_is_one_file(tmp_path, db):

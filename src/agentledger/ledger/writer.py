@@ -522,9 +522,18 @@ _MESSAGE = """
 INSERT INTO messages (event_id, ts_ms, direction, source, session_key, channel, peer, preview, success, error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+# A line of a file, or of a copy of it (the same first line), already rejected is not rejected again:
+# the same place, length and first bytes (or first bytes retention emptied) are the same line, as the
+# same id is the same event. A copy's bad lines are then counted as a fresh read of the files counts them.
 _REJECT = """
 INSERT OR IGNORE INTO rejects (ts_ms, file_id, path, offset, length, reason, head)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7
+WHERE NOT EXISTS (
+    SELECT 1 FROM files AS f
+    JOIN files AS copy ON copy.source = f.source AND copy.fingerprint = f.fingerprint
+    JOIN rejects AS r ON r.file_id = copy.id AND r.offset = ?4
+    WHERE f.id = ?2 AND r.length = ?5 AND r.head IN (?7, x'')
+)
 """
 _GATE_DECISION = """
 INSERT INTO gate_decisions (ts_ms, gate, scope, metric, decision, session_key, agent_id, tool, value, limit_value,
@@ -1188,7 +1197,8 @@ class LedgerWriter:
             conn.executemany(_REJECT, [
                 (ts, b.file_id, b.path, r.offset, r.length, r.reason, r.head) for b, r in rejects
             ])
-        # A file read again from its start (restored in place) meets its bad lines again: they were counted.
+        # A file read again from its start (restored in place), or a copy of one, meets bad lines already
+        # rejected: they were counted (see _REJECT).
         result.rejects = conn.total_changes() - before
         before = conn.total_changes()
         conn.executemany(_CHECKPOINT, [
