@@ -18,7 +18,9 @@ from logwriter import LogDir, llm_call
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
+from agentledger.faults import EXIT_CODE
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.tail.tailer import Tailer
 
 
 def ids(db: Path) -> set[int]:
@@ -354,6 +356,61 @@ def test_a_copy_of_a_file_rejects_its_bad_lines_once_as_a_fresh_read_of_it_does(
     assert rejected(db) == rejected(afresh) == (bad, bad, bad)
 
 
+@pytest.mark.parametrize(("copied", "written_after_copy"), [(True, 0), (True, 3), (False, 3)])
+def test_a_file_truncated_after_a_crash_is_lost_only_where_no_copy_of_it_holds_its_lines(tmp_path, db, copied,
+                                                                                        written_after_copy):
+    # Killed once both files were recorded and before any line was read: the copy, read after the original is
+    # found truncated, holds every line of it but those written after it was taken.
+    logs = LogDir(tmp_path / "state")
+    before, after = lines(range(1, 6)), lines(range(6, 6 + written_after_copy))
+    logs.append(before)
+    if copied:
+        shutil.copyfile(logs.live, logs.rotated_name())
+    logs.append(after)
+    assert _cli_ingest(db, logs.root, fault="before_commit:1").returncode == EXIT_CODE
+    logs.truncate()
+    out = _cli_ingest(db, logs.root)
+    assert out.returncode == 0, out.stderr
+    lost = len(after) if copied else len(before + after)
+    summary = json.loads(out.stdout)
+    assert (summary["lost_files"], summary["lost_bytes"]) == (1 if lost else 0, lost)
+    assert inputs(db)[str(logs.live)]["lost_bytes"] == (lost or None)
+    assert ids(db) == (want(range(1, 6)) if copied else set())
+
+
+@pytest.mark.parametrize("copy_removed", [False, True])
+def test_a_copy_read_before_its_original_is_found_truncated_leaves_nothing_lost(tmp_path, db, monkeypatch,
+                                                                               copy_removed):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 6)))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+        pipeline.run_once()
+        logs.append(lines(range(6, 11)))
+        copy = logs.rotated_name()
+        shutil.copyfile(logs.live, copy)
+        read = Tailer.read
+
+        def truncated_once_the_copy_is_read(tailer, row, p):
+            # copytruncate's truncate, landing between the pass's read of the copy (rotated: first) and the original
+            yield from read(tailer, row, p)
+            if not p.live:
+                logs.truncate()
+
+        monkeypatch.setattr(Tailer, "read", truncated_once_the_copy_is_read)
+        pipeline.run_once()
+        monkeypatch.undo()
+        if copy_removed:  # by retention, read to its end
+            os.unlink(copy)
+        stats = pipeline.run_once()
+    finally:
+        conn.close()
+    assert (stats.truncated, stats.lost_files, stats.lost_bytes) == (1, 0, 0)
+    assert inputs(db)[str(logs.live)]["lost_bytes"] is None
+    assert ids(db) == want(range(1, 11))
+
+
 def test_hard_link_is_one_file(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     logs.append(lines(range(1, 6)))
@@ -396,9 +453,10 @@ def test_a_pass_over_the_files_written_to_reads_only_them_and_scans_in_full_on_a
     assert ids(db) == want(range(1, 7), range(100, 104), range(200, 201))
 
 
-def _cli_ingest(db: Path, root: Path) -> subprocess.CompletedProcess:
+def _cli_ingest(db: Path, root: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = cli_env(db) | ({"AGENTLEDGER_FAULT": fault} if fault else {})
     return subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "--log-format", "text", "ingest",
-                           str(root), "--json"], capture_output=True, env=cli_env(db), timeout=60)
+                           str(root), "--json"], capture_output=True, env=env, timeout=60)
 
 
 def test_a_symlink_loop_among_the_agents_is_skipped_with_one_warning(tmp_path, db, caplog):

@@ -412,9 +412,17 @@ class Tailer:
                 if event[0] == "rotate":
                     fault("after_rotate")
 
+    def _unread_bytes(self, row: FileRow, physicals: list[Physical]) -> int:
+        """What of a file no longer on disk was read neither from it nor from a copy of it (the same first
+        line), such as logrotate's copytruncate leaves: what a copy was read to, or holds on disk to be read
+        (in this pass, perhaps after its original is settled, or the next), was not lost."""
+        read = [r.offset for r in self.by_fp[row.fingerprint]]
+        held = [p.size for p in physicals if p.fp == row.fingerprint]
+        return row.size - max(read + held)
+
     def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk."""
-        unread = row.size - row.offset
+        unread = self._unread_bytes(row, physicals)
         was_live = row.status == "live"
         replaced = any((p.dev, p.ino, p.path) == (row.dev, row.ino, row.path) for p in physicals)
         if replaced:
