@@ -356,6 +356,16 @@ def test_a_copy_of_a_file_rejects_its_bad_lines_once_as_a_fresh_read_of_it_does(
     assert rejected(db) == rejected(afresh) == (bad, bad, bad)
 
 
+def test_files_that_begin_with_the_same_bad_line_are_no_copies_of_each_other(tmp_path, db):
+    # A bad line names no event: two files may well begin with the same one, then differ.
+    logs = LogDir(tmp_path / "state")
+    logs.append(b'{"bad": \n' + llm_call(1) + b'{"bad": \n')
+    logs.rotate()
+    logs.append(b'{"bad": \n' + llm_call(2) + b'{"bad": \n')  # as long as the other's
+    ingest(db, logs.root)
+    assert rejected(db) == (4, 4, 4)
+
+
 @pytest.mark.parametrize(("copied", "written_after_copy"), [(True, 0), (True, 3), (False, 3)])
 def test_a_file_truncated_after_a_crash_is_lost_only_where_no_copy_of_it_holds_its_lines(tmp_path, db, copied,
                                                                                         written_after_copy):

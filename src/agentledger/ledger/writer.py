@@ -525,6 +525,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 # A line of a file, or of a copy of it (the same first line), already rejected is not rejected again:
 # the same place, length and first bytes (or first bytes retention emptied) are the same line, as the
 # same id is the same event. A copy's bad lines are then counted as a fresh read of the files counts them.
+# A first line that is itself rejected names no event: files that begin with the same bad line may differ.
 _REJECT = """
 INSERT OR IGNORE INTO rejects (ts_ms, file_id, path, offset, length, reason, head)
 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7
@@ -533,6 +534,7 @@ WHERE NOT EXISTS (
     JOIN files AS copy ON copy.source = f.source AND copy.fingerprint = f.fingerprint
     JOIN rejects AS r ON r.file_id = copy.id AND r.offset = ?4
     WHERE f.id = ?2 AND r.length = ?5 AND r.head IN (?7, x'')
+      AND NOT EXISTS (SELECT 1 FROM rejects AS first WHERE first.file_id = copy.id AND first.offset = 0)
 )
 """
 _GATE_DECISION = """
