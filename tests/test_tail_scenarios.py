@@ -15,11 +15,11 @@ from conftest import cli_env, ingest, metric_counters
 from ledgerdump import scalar
 from logwriter import LogDir, llm_call
 
-from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader, open_writer
 from agentledger.faults import EXIT_CODE
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ingest import Pipeline, specs_from
+from agentledger.ledger import queries, retention
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.tail.tailer import Tailer
 
 
@@ -335,15 +335,23 @@ def rejected(db: Path) -> tuple[int, int, float]:
         counts = (queries.usage(conn, queries.Window())["rejected_lines"], len(queries.rejects(conn, queries.Window())))
     finally:
         conn.close()
-    metric = metric_counters(db)[("agentledger_ingest_lines_total", (("result", "rejected"), ("source", "oc-telemetry")))]
-    return (*counts, metric)
+    labels = (("result", "rejected"), ("source", "oc-telemetry"))
+    return (*counts, metric_counters(db)[("agentledger_ingest_lines_total", labels)])
 
 
+@pytest.mark.parametrize("heads_pruned", [False, True])
 @pytest.mark.parametrize("unread_bad_line", [False, True])
-def test_a_copy_of_a_file_rejects_its_bad_lines_once_as_a_fresh_read_of_it_does(tmp_path, db, unread_bad_line):
+def test_a_copy_of_a_file_rejects_its_bad_lines_once_as_a_fresh_read_of_it_does(tmp_path, db, unread_bad_line,
+                                                                                heads_pruned):
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1) + b'{"bad": \n' + llm_call(2))
     ingest(db, logs.root)
+    if heads_pruned:  # by retention, before the copy is read
+        conn = open_writer(db)
+        try:
+            retention.prune(conn, now_ms() + 1)
+        finally:
+            conn.close()
     if unread_bad_line:  # the copy and the original both hold it, both read on in the next pass
         logs.append(b'{"worse": \n' + llm_call(3))
     shutil.copyfile(logs.live, logs.rotated_name())
