@@ -80,9 +80,17 @@ _DROP_FALLBACKS = ("DELETE FROM session_fallback_costs WHERE session_id IN (SELE
 _PUT_FALLBACK = "INSERT INTO session_fallback_costs (session_id, provider, model, cost_pico) VALUES (?, ?, ?, ?)"
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
-    "WHERE value NOT IN (SELECT run_id FROM run_llm_totals)"
+    "WHERE value NOT IN (SELECT run_id FROM run_llm_totals WHERE llm_calls > 0)"
 )
-_RUNS_WITH_CALLS = "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?))"
+_RUNS_WITH_CALLS = (
+    "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?) "
+    "JOIN run_llm_totals AS t ON t.run_id = value WHERE t.llm_calls > 0)"
+)
+# Of these runs whose calls moved, the runs rows left with none (a call moved to another run).
+_RUNS_EMPTIED = (
+    "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT r.run_id FROM json_each(?) AS j "
+    "JOIN runs AS r ON r.run_id = j.value JOIN run_llm_totals AS t ON t.run_id = j.value WHERE t.llm_calls = 0"
+)
 _NEXT_POSITION = "UPDATE ledger_position SET seq = seq + 1 WHERE id = 1 RETURNING seq"
 # The metric series start again from the ledger's sums (queries.series_epoch): a reprice or a repair moved them.
 NEW_SERIES_EPOCH = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
@@ -370,7 +378,9 @@ class Tracker:
         if new_runs:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
         if d.run_llm:
-            self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(list(d.run_llm)).decode(),))
+            moved_runs = orjson.dumps(list(d.run_llm)).decode()
+            self.conn.execute(_RUNS_WITH_CALLS, (moved_runs,))
+            self.conn.execute(_RUNS_EMPTIED, (moved_runs,))
         # A spawn moves its parent's family totals though no session row or total changed: the parent's
         # current instance counts as touched, so its hot view (and the ancestors' above) follows.
         moved = _family_moves(self.old_subagents, subagents)
