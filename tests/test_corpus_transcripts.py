@@ -364,6 +364,47 @@ def test_a_task_s_side_branch_read_before_its_result_leaves_the_parent_as_one_re
     assert all(m["llm_calls"] or m["llm_errors"] for m in by_model[0])
 
 
+def _prompt_lines(lines: list[bytes]) -> list[int]:
+    """Where a main transcript's prompts are (lines a user typed, each the start of a run)."""
+    at = []
+    for n, line in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if obj.get("type") == "user" and not obj.get("isSidechain") and not obj.get("isMeta") \
+                and not obj.get("isCompactSummary") and isinstance((obj.get("message") or {}).get("content"), str):
+            at.append(n)
+    return at
+
+
+def _runs(db: Path) -> list[dict]:
+    return sorted(cli_json(db, "runs", "--limit", "10000"), key=lambda r: r["run_id"])
+
+
+def test_side_branch_calls_are_in_the_run_of_their_time_whichever_prompt_was_read_first(tmp_path, claude_corpus):
+    """Each session with side-branch transcripts, its own transcript read up to one of its prompts and every
+    side branch whole, then the rest: a side branch's call made after that prompt is in that prompt's run,
+    as in a read of the final files, not in the run that was the session's latest when the call was read."""
+    sessions = sorted(path.parent.with_suffix(".jsonl") for path in claude_corpus.glob("projects/*/*/subagents"))
+    assert sessions
+    for session in sessions:
+        lines = session.read_bytes().splitlines(keepends=True)
+        folder = tmp_path / session.stem / "projects" / "p"
+        shutil.copytree(session.with_suffix("") / "subagents", folder / session.stem / "subagents")
+        (folder / session.name).write_bytes(b"".join(lines))
+        ingest(tmp_path / session.stem / "fresh.db", folder.parents[1], fmt="claude-code")
+        want = _runs(tmp_path / session.stem / "fresh.db")
+        for cut in _prompt_lines(lines):
+            db = tmp_path / session.stem / f"cut-{cut}.db"
+            (folder / session.name).write_bytes(b"".join(lines[:cut]))
+            ingest(db, folder.parents[1], fmt="claude-code")
+            (folder / session.name).write_bytes(b"".join(lines))
+            ingest(db, folder.parents[1], fmt="claude-code")
+            assert _runs(db) == want, (session.stem, cut)
+            assert _read(db, check_rollups) == [], (session.stem, cut)
+
+
 def test_claude_code_traps_are_avoided(claude_db, claude_corpus):
     traps = _expected(claude_corpus)["detail"]["traps"]
     u = _read(claude_db, queries.usage, queries.Window())

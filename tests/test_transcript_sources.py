@@ -28,6 +28,8 @@ from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
+from agentledger.sources.common import iso_ms
+from agentledger.timeutil import iso
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -1126,6 +1128,50 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     assert (u1["tool_calls"], u1["llm_calls"]) == ((2, 3) if order.endswith("mid-turn") else (2, 4))
     got = _read_in_steps(root, [session | subagent] if order == "in-one-read" else [subagent, session])
     assert got == want
+
+
+def _later_by(seconds: int, lines: list[bytes]) -> list[bytes]:
+    """The same lines, each written ``seconds`` later."""
+    return [_line(obj | {"timestamp": iso(iso_ms(obj["timestamp"]) + seconds * 1000)})
+            for obj in map(orjson.loads, lines)]
+
+
+def _turns_and_branches(project: Path) -> dict[Path, list[bytes]]:
+    """A session's files: its first turn stopped before any answer; a second that runs a Task, whose subagent
+    writes a file of its own; a third, during which a side question is asked (a file of its own too)."""
+    parent, child, _ = _task_lines()
+    parent = [cc_prompt("u0", "look at paginate", 0), cc_user("i0", "[Request interrupted by user]", 1),
+              *_later_by(5, parent), *_later_turn(40)]
+    btw = [_side(BTW_AGENT, line) for line in (
+        cc_prompt("b0", "btw, which file failed?", 42),
+        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=43,
+                     request="req_b1", stop="end_turn"))]
+    subagents = project / SESSION / "subagents"
+    return {project / f"{SESSION}.jsonl": parent, subagents / f"agent-{TASK_AGENT}.jsonl": _later_by(5, child),
+            subagents / f"agent-{BTW_AGENT}.jsonl": btw}
+
+
+def _run_picture(db: Path) -> dict:
+    """What a ledger says of each run and of the calls in it, rollups checked."""
+    _clean(db)
+    totals = {t: sorted((row for row in scalar_rows(db, f"SELECT * FROM {t}") if any(row[1:])), key=repr)
+              for t in ("run_llm_totals", "run_tool_totals", "runs_without_calls")}
+    return dump(db, ("runs", "llm_calls", "tool_calls", "subagents")) | totals
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_side_branchs_calls_are_in_the_run_of_their_time_whichever_prompt_was_read_first(tmp_path_factory, data):
+    """A side branch's line read before the prompt of its time's turn found the turn before as the session's
+    latest: once that prompt is read, the line's calls are its run's, as when it is read first. A turn left
+    with no call of its own is a run without calls again."""
+    root = tmp_path_factory.mktemp("later-prompt")
+    files = _turns_and_branches(root / "claude" / "projects" / "-home-dev-src-app")
+    _read_interleaved(data, root, files)
+    ingest(root / "fresh.db", root / "claude", fmt="claude-code")
+    assert _run_picture(root / "l.db") == _run_picture(root / "fresh.db")
+    assert scalar_rows(root / "fresh.db", "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [
+        ("u1", 4), ("u2", 2)]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -314,26 +314,36 @@ _SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
 # The run a session was in at a time: the latest begun by then.
 _RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
 _RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
-# Rows of these sessions' side branches ([session, lowest, highest branch] each) stored under no run,
-# with the run their session was in at their time (None: none the ledger knows).
-_RUNLESS_TOOLS = f"""
-SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "coalesce(tc.started_ms, tc.ended_ms)")}), tc.tool_call_id,
-       tc.started_ms, tc.ended_ms
-FROM json_each(?) AS j
-JOIN tool_calls AS tc ON tc.run_id = '' AND tc.branch > j.value ->> 1 AND tc.branch < j.value ->> 2
+# Rows of these sessions' side branches ([session, lowest, highest branch, time] each) that may not be in
+# the run their session was in at their time, now that runs begun at that time are known: those stored
+# under no run, and those of that time or later. Each with that run (None: none the ledger knows) and the
+# one it is in, where the two differ. A branch written inline in its session's file (older versions) is in
+# that run already: a transcript is written in time order.
+_MISPLACED_TOOLS = f"""
+SELECT * FROM (
+    SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "coalesce(tc.started_ms, tc.ended_ms)")}) AS run,
+           tc.run_id, tc.tool_call_id, tc.started_ms, tc.ended_ms
+    FROM json_each(?) AS j
+    JOIN tool_calls AS tc ON tc.branch > j.value ->> 1 AND tc.branch < j.value ->> 2
+    WHERE tc.run_id = '' OR coalesce(tc.started_ms, tc.ended_ms) >= j.value ->> 3)
+WHERE run IS NOT NULL AND run != run_id
 """
-_RUNLESS_CALLS = f"""
-SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}), l.id, {LLM_CALL_COLUMNS}
-FROM json_each(?) AS j
-JOIN llm_calls AS l ON l.run_id IS NULL AND l.branch > j.value ->> 1 AND l.branch < j.value ->> 2
+_MISPLACED_CALLS = f"""
+SELECT * FROM (
+    SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}) AS run, l.id, {LLM_CALL_COLUMNS}
+    FROM json_each(?) AS j
+    JOIN llm_calls AS l ON l.branch > j.value ->> 1 AND l.branch < j.value ->> 2
+    WHERE l.run_id IS NULL OR l.ts_ms >= j.value ->> 3)
+WHERE run IS NOT NULL AND run IS NOT run_id
 """
-# Subagents of these sessions ([session, lowest, highest child key] each) whose spawn named no run, with
-# the run their session was in when they were spawned: a workflow's agent tells its own spawn (see
-# claude_code.py), and its transcript may be read before its session's prompt.
-_RUNLESS_SPAWNS = f"""
+# Subagents of these sessions ([session, lowest, highest child key, time] each) spawned under no run, or at
+# that time or later, take the run their session was in when they were spawned, as calls do (see above): a
+# workflow's agent tells its own spawn (see claude_code.py), as a side branch's Task does, and their
+# transcripts may be read before their session's prompt. A spawn on the main branch is in that run already.
+_MISPLACED_SPAWNS = f"""
 UPDATE subagents SET parent_run_id = ({_RUN_BEGUN_BY.format("j.value ->> 0", "subagents.spawned_ms")})
 FROM json_each(?) AS j
-WHERE subagents.parent_run_id IS NULL AND subagents.spawned_ms IS NOT NULL
+WHERE subagents.spawned_ms IS NOT NULL AND (subagents.parent_run_id IS NULL OR subagents.spawned_ms >= j.value ->> 3)
   AND subagents.child_session_key > j.value ->> 1 AND subagents.child_session_key < j.value ->> 2
 """
 _SET_CALL_RUN = "UPDATE llm_calls SET run_id = ? WHERE id = ?"
@@ -948,34 +958,46 @@ def _branch_bounds(session_id: str) -> tuple[str, str]:
     return _bounds(child_session_id(session_id, ""))
 
 
-def _runless_into_runs(conn: apsw.Connection, session_ids: set[str]) -> set[str]:
-    """Rows of these sessions' side branches stored under no run join the run of their time, now that
-    the ledger knows it: their lines were read before their session's prompt (a subagent's file read
-    first), and a read of the prompt first puts every line of theirs in its run. The rollups and the
-    run's activity follow, and so does the run of a spawn that named none. Returns the sessions whose
-    totals moved."""
-    if not session_ids:
+def _run_starts(rows: Iterable[tuple]) -> dict[str, int]:
+    """Each Claude Code session's earliest start among these _RUN_STARTED rows."""
+    begun: dict[str, int] = {}
+    for row in rows:
+        if row[4] == CLAUDE_CODE:
+            begun[row[2]] = min(row[7], begun.get(row[2], row[7]))
+    return begun
+
+
+def _side_rows_into_runs(conn: apsw.Connection, begun: dict[str, int]) -> set[str]:
+    """Rows of these sessions' side branches join the run of their time, now that the ledger knows it:
+    ``begun`` has each session's earliest run start in the batch. A side branch's line takes the run its
+    session was in at its time as far as the ledger knew when it was read: none, if it was read before its
+    session's prompt (a subagent's file read first), or an earlier turn, if it was read before the prompt
+    of the turn it was made in. A read of the prompt first puts it in that prompt's run. The rollups and
+    the run's activity follow (the run it leaves keeps the span it had: a span only ever widens), and so
+    does the run of a spawn. Returns the sessions whose totals moved."""
+    if not begun:
         return set()
-    children = orjson.dumps([(sid, *_bounds(child_key(sid, ""))) for sid in sorted(session_ids)]).decode()
-    conn.execute(_RUNLESS_SPAWNS, (children,))  # no total counts a spawn's run
-    bounds = orjson.dumps([(sid, *_branch_bounds(sid)) for sid in sorted(session_ids)]).decode()
-    tools = [row for row in conn.execute(_RUNLESS_TOOLS, (bounds,)) if row[0] is not None]
-    calls = [row for row in conn.execute(_RUNLESS_CALLS, (bounds,)) if row[0] is not None]
+    sessions = sorted(begun.items())
+    children = orjson.dumps([(sid, *_bounds(child_key(sid, "")), ts) for sid, ts in sessions]).decode()
+    conn.execute(_MISPLACED_SPAWNS, (children,))  # no total counts a spawn's run
+    bounds = orjson.dumps([(sid, *_branch_bounds(sid), ts) for sid, ts in sessions]).decode()
+    tools = conn.execute(_MISPLACED_TOOLS, (bounds,)).fetchall()
+    calls = conn.execute(_MISPLACED_CALLS, (bounds,)).fetchall()
     if not tools and not calls:
         return set()
-    times = [(run_id, ts) for run_id, _, started, ended in tools for ts in (started, ended) if ts is not None]
+    times = [(run_id, ts) for run_id, _, _, started, ended in tools for ts in (started, ended) if ts is not None]
     times += [(call[0], call[3]) for call in calls]  # (run, id, event_id, ts_ms, ...)
     spans: dict[str, list[int]] = {}
     for run_id, ts in times:
         span = spans.setdefault(run_id, [ts, ts])
         span[0], span[1] = min(span[0], ts), max(span[1], ts)
-    moved = {(run_id, call_id) for run_id, call_id, _, _ in tools}
-    tracker = rollups.Tracker(conn, set(spans), moved | {("", call_id) for _, call_id in moved}, set(), set())
+    keys = {key for run_id, old_run, call_id, _, _ in tools for key in ((run_id, call_id), (old_run, call_id))}
+    tracker = rollups.Tracker(conn, set(spans), keys, set(), set())
     tracker.before()
-    for run_id, call_id in moved:
+    for run_id, old_run, call_id, _, _ in tools:
         # A line of the call read since the prompt may have started a row there: this one fills its gaps.
-        conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, "", call_id))
-        conn.execute(_DROP_TOOL_ROW, ("", call_id))
+        conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, old_run, call_id))
+        conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
     conn.executemany(_SET_CALL_RUN, [(run_id, rid) for run_id, rid, *_ in calls])
     conn.executemany(_RUN_ACTIVITY, [(run_id, a, b, None, None) for run_id, (a, b) in spans.items()])
     old = [tuple(row) for _, _, *row in calls]
@@ -1298,8 +1320,7 @@ class LedgerWriter:
         lifecycle.link()
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
         if branching:
-            moved |= _runless_into_runs(conn, {row[2] for row in prepared.rows.get(_RUN_STARTED, ())
-                                               if row[4] == CLAUDE_CODE})
+            moved |= _side_rows_into_runs(conn, _run_starts(prepared.rows.get(_RUN_STARTED, ())))
         changed = lifecycle.after(tracker)
         new = len(lifecycle.facts)
         return ApplyResult(new_facts=new, duplicate_facts=len(facts) - new, rejects=0,
