@@ -28,8 +28,6 @@ from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
-from agentledger.sources.common import iso_ms
-from agentledger.timeutil import iso
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -1130,24 +1128,33 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     assert got == want
 
 
-def _later_by(seconds: int, lines: list[bytes]) -> list[bytes]:
-    """The same lines, each written ``seconds`` later."""
-    return [_line(obj | {"timestamp": iso(iso_ms(obj["timestamp"]) + seconds * 1000)})
-            for obj in map(orjson.loads, lines)]
-
-
 def _turns_and_branches(project: Path) -> dict[Path, list[bytes]]:
-    """A session's files: its first turn stopped before any answer; a second that runs a Task, whose subagent
-    writes a file of its own; a third, during which a side question is asked (a file of its own too)."""
-    parent, child, _ = _task_lines()
+    """A session's files: its first turn stopped before any answer; a second that starts a Task in the
+    background, whose subagent writes a file of its own and is still at work, its Grep running, when the
+    third turn begins; a side question asked during the third (a file of its own too)."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "general-purpose",
+                      "run_in_background": True}}
+    launched = orjson.loads(cc_result("r_task", "toolu_task", 7))
+    launched["toolUseResult"] = {"status": "async_launched", "agentId": TASK_AGENT}
     parent = [cc_prompt("u0", "look at paginate", 0), cc_user("i0", "[Request interrupted by user]", 1),
-              *_later_by(5, parent), *_later_turn(40)]
+              cc_prompt("u1", "who calls paginate?", 5),
+              cc_assistant("a1", "msg_p1", task, output=60, second=6, stop="tool_use"), _line(launched),
+              cc_assistant("a2", "msg_p2", {"type": "text", "text": "Looking."}, output=8, second=8, stop="end_turn"),
+              *_later_turn(10)]
+    child = [_side(TASK_AGENT, line) for line in (
+        cc_prompt("c0", "List callers", 7),
+        cc_assistant("c1", "msg_c1", {"type": "tool_use", "id": "toolu_grep", "name": "Grep", "input": {}},
+                     output=300, second=8, request="req_c1", stop="tool_use"),
+        cc_result("c2", "toolu_grep", 12),
+        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=13, request="req_c2",
+                     stop="end_turn"))]
     btw = [_side(BTW_AGENT, line) for line in (
-        cc_prompt("b0", "btw, which file failed?", 42),
-        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=43,
+        cc_prompt("b0", "btw, which file failed?", 14),
+        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=15,
                      request="req_b1", stop="end_turn"))]
     subagents = project / SESSION / "subagents"
-    return {project / f"{SESSION}.jsonl": parent, subagents / f"agent-{TASK_AGENT}.jsonl": _later_by(5, child),
+    return {project / f"{SESSION}.jsonl": parent, subagents / f"agent-{TASK_AGENT}.jsonl": child,
             subagents / f"agent-{BTW_AGENT}.jsonl": btw}
 
 
@@ -1164,14 +1171,18 @@ def _run_picture(db: Path) -> dict:
 def test_a_side_branchs_calls_are_in_the_run_of_their_time_whichever_prompt_was_read_first(tmp_path_factory, data):
     """A side branch's line read before the prompt of its time's turn found the turn before as the session's
     latest: once that prompt is read, the line's calls are its run's, as when it is read first. A turn left
-    with no call of its own is a run without calls again."""
+    with no call of its own is a run without calls again, and a tool call the prompt came during is one
+    row, in the turn it began in."""
     root = tmp_path_factory.mktemp("later-prompt")
     files = _turns_and_branches(root / "claude" / "projects" / "-home-dev-src-app")
     _read_interleaved(data, root, files)
     ingest(root / "fresh.db", root / "claude", fmt="claude-code")
     assert _run_picture(root / "l.db") == _run_picture(root / "fresh.db")
     assert scalar_rows(root / "fresh.db", "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [
-        ("u1", 4), ("u2", 2)]
+        ("u1", 3), ("u2", 3)]
+    assert scalar_rows(root / "fresh.db", "SELECT run_id, tool_call_id, started_ms % 60000, ended_ms % 60000 "
+                                          "FROM tool_calls ORDER BY 2") == [
+        ("u1", "toolu_grep", 8_000, 12_000), ("u1", "toolu_task", 6_000, 7_000)]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

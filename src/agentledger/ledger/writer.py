@@ -305,6 +305,12 @@ _BRANCH_ROWS = (
     "SELECT tc.branch, tc.tool_call_id FROM json_each(?) AS j "
     "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1"
 )
+# The runs the stored starts of these (branch, call) pairs are in.
+_BRANCH_STARTS = (
+    "SELECT tc.branch, tc.tool_call_id, tc.run_id FROM json_each(?) AS j "
+    "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1 "
+    "WHERE tc.started_ms IS NOT NULL"
+)
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
     f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
@@ -918,6 +924,23 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     return spans, rollups.move_llm_calls(conn, [row[1:] for row in old], new)
 
 
+def _ends_with_their_starts(conn: apsw.Connection, facts: list[Fact]) -> None:
+    """A side branch's tool call is one row, in the run of its start (see _side_rows_into_runs). Its end
+    names the run of its own time, another turn if the user's next prompt came while the call ran (a
+    subagent working in the background): it takes its start's run, the batch's start's or the stored one's,
+    or a read of the prompt before the end would make the call two rows."""
+    ends = [f for f in facts if type(f) is ToolEnded and f.branch is not None and f.source == CLAUDE_CODE]
+    if not ends:
+        return
+    runs = {(f.branch, f.tool_call_id): f.run_id for f in facts if type(f) is ToolStarted and f.branch is not None}
+    asked = sorted({(f.branch, f.tool_call_id) for f in ends} - runs.keys())
+    if asked:
+        for branch, call_id, run_id in conn.execute(_BRANCH_STARTS, (orjson.dumps(asked).decode(),)):
+            runs[(branch, call_id)] = run_id or None  # '': its start found no run, which its end may have
+    for f in ends:
+        f.run_id = runs.get((f.branch, f.tool_call_id)) or f.run_id
+
+
 def _branch_tools(conn: apsw.Connection, facts: list[Fact], tool_keys: set[tuple[str, str]]) -> bool:
     """Tool calls on a side branch count in its session once any event names it, as its calls do.
 
@@ -1264,6 +1287,8 @@ class LedgerWriter:
         fresh = parts
         renamed = _rename_subagents(conn, facts)
         spans, moved = _side_branches(conn, facts) if branching else ({}, set())
+        if branching:
+            _ends_with_their_starts(conn, facts)
         prepared = _prepare(parts)
         conn.execute("SAVEPOINT events")
         before = conn.total_changes()
