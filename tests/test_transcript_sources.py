@@ -911,6 +911,23 @@ def test_a_workflows_agents_are_subagent_sessions_of_the_session_that_ran_it(tmp
     assert _task_outcome(db) == WANT_WORKFLOW_OUTCOME
 
 
+def test_a_workflows_agents_read_before_the_prompt_of_their_turn_are_that_turns(tmp_path, db):
+    """The agents' transcripts read while the turn before the workflow's was the session's latest: once the
+    workflow's prompt is read, their spawns and calls are its turn's, as when it is read first."""
+    project = _project(tmp_path)
+    files = _workflow_files(project)
+    main = project / f"{SESSION}.jsonl"
+    earlier = cc_user("u0", "hello", 0, timestamp="2026-10-01T09:59:00.000Z")
+    _write({path: earlier if path == main else data for path, data in files.items()})
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    _write({main: earlier + files[main]})
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert scalar_rows(db, "SELECT child_session_key, parent_run_id FROM subagents ORDER BY 1") == [
+        (key, "u1") for key in WF_KEYS]
+    assert scalar_rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 5)]
+    _clean(db)
+
+
 @pytest.mark.parametrize("where", ["subagents", "workflows", "run"])
 def test_a_root_in_a_sessions_subagents_folder_reads_only_the_agents_transcripts(tmp_path, db, where):
     project = _project(tmp_path)
