@@ -99,14 +99,15 @@ def test_journal_lines_carry_their_priority(old_ledger: Path, oc_corpus: Path, t
 @pytest.mark.parametrize("args, env, needle", [
     (["serve", "--no-demo", "ROOT"], {"AGENTLEDGER_GRACE_S": "x"}, "invalid config: grace_s: "),
     (["--config", "MISSING", "serve", "--no-demo"], {}, "does not exist: create it or pass another --config"),
-    (["serve", "--no-demo", "MISSING"], {}, "Invalid value for '[ROOTS]...'"),
+    (["serve", "--no-demo", "JOURNAL"], {}, "Invalid value for '[ROOTS]...'"),  # a file, not a directory
 ])
 def test_a_fatal_error_in_the_journal_carries_the_error_priority(tmp_path: Path, args, env, needle):
     # Printed outside logging, it had no priority: journald filed it as info, and `journalctl -p warning`
     # left out why the unit failed.
-    args = [arg.replace("ROOT", str(tmp_path)).replace("MISSING", str(tmp_path / "missing")) for arg in args]
-    command = [sys.executable, "-m", "agentledger", *args]
     journal = tmp_path / "journal"
+    args = [arg.replace("ROOT", str(tmp_path)).replace("MISSING", str(tmp_path / "missing"))
+            .replace("JOURNAL", str(journal)) for arg in args]
+    command = [sys.executable, "-m", "agentledger", *args]
     with open(journal, "wb") as fh:
         st = os.fstat(fh.fileno())
         env = cli_env(tmp_path / "ledger.db") | env | {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}

@@ -370,7 +370,7 @@ def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
     assert scalar_rows(db, "SELECT source, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1") == [
         ("claude-code", 1), ("oc-transcript", 1)]
     for bad, words in ((f"nonsense={tmp_path}", "unknown format 'nonsense'"), ("claude-code", "FORMAT=ROOT"),
-                       (f"claude-code={tmp_path / 'missing'}", "not a directory")):
+                       (f"claude-code={tmp_path / 'missing'}", "does not exist: correct the path, or run serve")):
         out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--source", bad], env=env,
                              capture_output=True, text=True, check=False)
         assert out.returncode == 2
