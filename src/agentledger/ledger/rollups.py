@@ -82,11 +82,8 @@ _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals WHERE llm_calls > 0)"
 )
-_RUNS_WITH_CALLS = (
-    "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?) "
-    "JOIN run_llm_totals AS t ON t.run_id = value WHERE t.llm_calls > 0)"
-)
-# Of these runs whose calls moved, the runs rows left with none (a call moved to another run).
+_RUNS_WITH_CALLS = "DELETE FROM runs_without_calls WHERE run_id IN (SELECT value FROM json_each(?))"
+# Of these runs that lost calls, the runs rows left with none (a call moved to another run).
 _RUNS_EMPTIED = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT r.run_id FROM json_each(?) AS j "
     "JOIN runs AS r ON r.run_id = j.value JOIN run_llm_totals AS t ON t.run_id = j.value WHERE t.llm_calls = 0"
@@ -377,10 +374,14 @@ class Tracker:
         _write(self.conn, _ADD_COST_SOURCE, d.cost_sources)
         if new_runs:
             self.conn.execute(_RUNS_WITHOUT_CALLS, (orjson.dumps(new_runs).decode(),))
-        if d.run_llm:
-            moved_runs = orjson.dumps(list(d.run_llm)).decode()
-            self.conn.execute(_RUNS_WITH_CALLS, (moved_runs,))
-            self.conn.execute(_RUNS_EMPTIED, (moved_runs,))
+        # Only a run that gained calls can have stopped being one without, and only one that lost some
+        # can have become one: every batch adds calls, few take any away.
+        gained = [run_id for run_id, acc in d.run_llm.items() if acc[0] > 0]
+        if gained:
+            self.conn.execute(_RUNS_WITH_CALLS, (orjson.dumps(gained).decode(),))
+        lost = [run_id for run_id, acc in d.run_llm.items() if acc[0] < 0]
+        if lost:
+            self.conn.execute(_RUNS_EMPTIED, (orjson.dumps(lost).decode(),))
         # A spawn moves its parent's family totals though no session row or total changed: the parent's
         # current instance counts as touched, so its hot view (and the ancestors' above) follows.
         moved = _family_moves(self.old_subagents, subagents)
