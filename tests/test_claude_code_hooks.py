@@ -361,6 +361,36 @@ def test_subagent_hooks_name_the_same_child_session_as_the_transcript(tmp_path, 
     assert _task_outcome(db) == WANT_TASK_OUTCOME
 
 
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "transcripts-first"])
+def test_a_tool_call_a_subagent_asks_about_is_the_subagent_s_from_its_hook_on(tmp_path, db, hooks_first):
+    """Inside a Task subagent, a tool event names the subagent (agent_id): the call is in the subagent's
+    session before its transcript line is read, and one call once it is, whichever comes first."""
+    parent, child, btw = _task_lines()
+    hook = {"session_id": TASK_SESSION, "agent_id": TASK_AGENT, "agent_type": "general-purpose",
+            "transcript_path": f"/home/dev/.claude/{PROJECT}/{TASK_SESSION}.jsonl"}
+    started_ms = 1_790_848_802_000  # 2026-10-01T10:00:02Z
+    tool = {"tool_name": "Grep", "tool_input": {"pattern": "paginate"}, "tool_use_id": "toolu_grep"}
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    if not hooks_first:
+        (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    post(db, [{**hook, "hook_event_name": "SubagentStart"},
+              {**hook, **tool, "hook_event_name": "PreToolUse"}], started_ms)
+    if hooks_first:
+        assert scalar_rows(db, "SELECT session_id, status FROM tool_calls") == [(CHILD_ID, "running")]
+    assert cli_json(db, "session", PARENT_KEY)["tool_calls"] == []
+    post(db, [{**hook, **tool, "hook_event_name": "PostToolUse", "duration_ms": 900}], started_ms + 2000)
+    (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+    assert scalar_rows(db, "SELECT session_id, duration_ms FROM tool_calls WHERE tool_call_id = 'toolu_grep'") == \
+        [(CHILD_ID, 900)]
+
+
 def test_a_subagent_known_only_from_its_hooks_ends_at_its_stop_hook(db):
     """Without its transcripts (not read, or not kept), SubagentStop is the only word of the end: the
     subagent is not left running, to be taken for interrupted once its grace runs out."""

@@ -49,7 +49,7 @@ from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
-from agentledger.sources.claude_code import child_key, child_session_id
+from agentledger.sources.claude_code import branch_key, child_key, child_session_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 
 if TYPE_CHECKING:
@@ -1370,7 +1370,9 @@ class LedgerWriter:
         out = []
         for run_id, call_id, key in conn.execute(_HOOK_ROWS, (orjson.dumps(list(told)).decode(),)):
             row = told[call_id]
-            if key == row[5]:
+            # A hook asked from inside a Task subagent put its row in the subagent's session, whose lines
+            # are its parent's, on the subagent's branch (a start's or an end's branch is its last value).
+            if key == row[5] or (row[-1] is not None and key == branch_key(row[-1])):
                 out.append((run_id, call_id, row[0], row[3]))
                 prepared.tool_keys.add((run_id, call_id))
         placed = [call_id for call_id, row in told.items() if row[0] and row[3] == CLAUDE_CODE]

@@ -153,7 +153,12 @@ def child_session_id(session_id: str, agent_id: str) -> str:
 
 
 def child_key(session_id: str, agent_id: str) -> str:
-    return f"agent:{AGENT}:subagent:{child_session_id(session_id, agent_id)}"
+    return branch_key(child_session_id(session_id, agent_id))
+
+
+def branch_key(branch: str) -> str:
+    """The key of the subagent whose session is the side branch ``branch`` (``<sessionId>/<agentId>``)."""
+    return f"agent:{AGENT}:subagent:{branch}"
 
 
 def _tokens(usage: dict) -> Tokens:

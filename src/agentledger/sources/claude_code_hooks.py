@@ -6,7 +6,8 @@ same session the transcript decoder (``claude_code.py``) keys: ``session_id`` is
 PreToolUse arrives, seconds before its transcript line is read; the ledger merges the two by
 ``tool_use_id`` and the transcript's account wins wherever both say something. Hooks carry no
 tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own session
-(``<session_id>/<agent_id>``, as the transcript does), so its calls go there even before the
+(``<session_id>/<agent_id>``, as the transcript does), and so do the tool events of the calls the
+subagent makes (their ``agent_id``), so its calls go there even before the
 Task's result is read; SubagentStart records its spawn by the session too, so the session's
 family (and its gates) counts what the subagent spends while it runs, and SubagentStop its end.
 The Task's result, once read, merges that spawn with the one its call recorded (see the writer's
@@ -92,7 +93,11 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     fact: Fact
     more: tuple[Fact, ...] = ()
     if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
-        fact = _tool(base, name, payload)
+        # Asked from inside a Task subagent (agent_id), the call is the subagent's, in its own session.
+        agent = text(payload.get("agent_id"))
+        fact = _tool(base if agent is None else base | {"session_key": child_key(session_id, agent),
+                                                        "session_id": child_session_id(session_id, agent)},
+                     name, payload)
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
         fact = SessionStarted(**base)
     elif name == "SessionEnd":
