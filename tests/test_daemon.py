@@ -192,6 +192,32 @@ def test_sighup_without_a_terminal_is_told_and_serve_keeps_running(tmp_path):
     assert "stopped" in err
 
 
+def test_a_storm_of_signals_never_hangs_the_daemon(tmp_path):
+    """A handler that set the loop's Event ran in the main thread, perhaps while that thread held the
+    Event's lock (in its wait or its clear): it waited for itself, for ever, and SIGTERM went unheard."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.05", str(logs.root), start_new_session=True)
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    drained = threading.Thread(target=lambda: said.extend(daemon.stderr), daemon=True)  # each SIGHUP is told
+    drained.start()
+    try:
+        ended = time.monotonic() + 4
+        while time.monotonic() < ended:
+            daemon.send_signal(signal.SIGHUP)
+            time.sleep(0.0002)
+        logs.append(llm_call(2))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2, timeout=15)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        daemon.kill()
+    drained.join(timeout=10)
+    assert "stopped" in said[-1], said[-3:]
+
+
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
     logs = LogDir(tmp_path / "state")
     with open(logs.live, "wb") as f:

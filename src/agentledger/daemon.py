@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -178,7 +179,7 @@ class _Hangups:
         self.wake = wake
         self.pending = 0
 
-    def received(self, signum, frame) -> None:
+    def received(self, signum: int) -> None:
         self.pending += 1
         self.wake.set()
 
@@ -186,6 +187,35 @@ class _Hangups:
         while self.pending:
             self.pending -= 1
             _say(HANGUP_TOLD, logging.WARNING)
+
+
+class _Signals:
+    """Signals acted on by a thread of their own. A Python handler runs in the main thread between two of
+    its bytecodes, perhaps while that thread holds an Event's lock (the loop's wake.wait or wake.clear):
+    setting the Event from the handler waited for its own thread, for ever, and SIGTERM went unheard.
+    Here the C handler only writes the signal's number to a pipe (signal.set_wakeup_fd), and the
+    thread reading it does what the signal asks. Only from the main thread, once."""
+
+    def __init__(self, actions: dict[int, Callable[[int], None]]):
+        self.actions = actions
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        for signum in actions:
+            signal.signal(signum, _noted)
+        signal.set_wakeup_fd(write)
+        self._read = read
+        threading.Thread(target=self._run, name="signals", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            for signum in os.read(self._read, 64):
+                action = self.actions.get(signum)
+                if action is not None:
+                    action(signum)
+
+
+def _noted(signum, frame) -> None:
+    """Python's part of a relayed signal: nothing (see _Signals); installed so that it does not kill."""
 
 
 class _Progress:
@@ -483,21 +513,21 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
     wake = threading.Event()
     notifier = Notifier()
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int) -> None:
         if stop.is_set():
             os._exit(128 + signum)
         notifier.stopping()
         stop.set()
         wake.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
+    actions = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal}
     hangups = _Hangups(wake)
     if not _has_terminal():
-        signal.signal(signal.SIGHUP, hangups.received)
+        actions[signal.SIGHUP] = hangups.received
     elif signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup the terminal's closing must not stop it
         # Closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
-        signal.signal(signal.SIGHUP, on_signal)
+        actions[signal.SIGHUP] = on_signal
+    _Signals(actions)
     db = config.db
     try:
         lock = WriterLock(db)
