@@ -167,16 +167,22 @@ def test_a_closed_terminal_leaves_serve_run_under_nohup(tmp_path):
     _stop(daemon, said)
 
 
-def test_sighup_without_a_terminal_is_told_and_serve_keeps_running(tmp_path):
-    # Under systemd there is no terminal to close: a SIGHUP is an operator's (`systemctl kill -s HUP`,
-    # `kill -HUP`), most likely expecting a reload. It stopped the service for good: exit 0 is not a
-    # failure, so Restart=on-failure left it down.
+def _serving_without_a_terminal(tmp_path: Path) -> tuple[LogDir, Path, subprocess.Popen, list[str]]:
+    """A caught-up serve of one line, in a session of its own (as under systemd), passing every 0.05 s."""
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1))
     db = tmp_path / "ledger.db"
     daemon = _serve(db, "--no-demo", "--rescan", "0.05", str(logs.root), start_new_session=True)
     said: list[str] = []
     _read_until(daemon, "caught up", said)
+    return logs, db, daemon, said
+
+
+def test_sighup_without_a_terminal_is_told_and_serve_keeps_running(tmp_path):
+    # Under systemd there is no terminal to close: a SIGHUP is an operator's (`systemctl kill -s HUP`,
+    # `kill -HUP`), most likely expecting a reload. It stopped the service for good: exit 0 is not a
+    # failure, so Restart=on-failure left it down.
+    logs, db, daemon, said = _serving_without_a_terminal(tmp_path)
     daemon.send_signal(signal.SIGHUP)
     _read_until(daemon, "SIGHUP", said)
     daemon.send_signal(signal.SIGHUP)
@@ -195,12 +201,7 @@ def test_sighup_without_a_terminal_is_told_and_serve_keeps_running(tmp_path):
 def test_a_storm_of_signals_never_hangs_the_daemon(tmp_path):
     """A handler that set the loop's Event ran in the main thread, perhaps while that thread held the
     Event's lock (in its wait or its clear): it waited for itself, for ever, and SIGTERM went unheard."""
-    logs = LogDir(tmp_path / "state")
-    logs.append(llm_call(1))
-    db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--no-demo", "--rescan", "0.05", str(logs.root), start_new_session=True)
-    said: list[str] = []
-    _read_until(daemon, "caught up", said)
+    logs, db, daemon, said = _serving_without_a_terminal(tmp_path)
     drained = threading.Thread(target=lambda: said.extend(daemon.stderr), daemon=True)  # each SIGHUP is told
     drained.start()
     try:
