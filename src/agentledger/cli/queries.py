@@ -79,8 +79,7 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
             try:
                 w = queries.Window(since=since, until=until, agent=agent, limit=limit)
             except ValueError as exc:
-                raise click.BadParameter(str(exc).replace("since", "--since").replace("until", "--until"),
-                                         param_hint="--since") from None
+                raise click.BadParameter(str(exc), param_hint="--since") from None
             if kwargs.get("live"):  # answered by the running daemon, not the database
                 return fn(None, w, fmt, **kwargs)
             conn = open_reader(obj.db)
