@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 from conftest import CORPUS, cli_env, cli_json, followed_then_afresh, ingest, settle
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage, verify
 
@@ -266,6 +266,39 @@ def test_a_reset_while_tailing_is_a_rotation_and_nothing_is_lost_or_counted_twic
     assert scalar_rows(db, "SELECT session_key, input_tokens FROM sessions JOIN session_totals USING (session_id)") \
         == [("agent:main:main", 10)]
     _clean(db)
+
+
+def _topic_sessions(db: Path) -> list[tuple]:
+    return sorted((r["session_id"], r["session_key"], r["llm_calls"], r["end_reason"], r["ended_at"])
+                  for r in cli_json(db, "sessions"))
+
+
+# What OpenClaw's encodeURIComponent leaves of a topic id, dots included (a Slack thread's ts has one). A
+# topic id holding ".jsonl." would make an archive's name read as a live one's: no name can tell them apart.
+_TOPIC_IDS = st.text("abcXYZ0189-_.!~*'()%", min_size=1, max_size=20).filter(lambda t: ".jsonl." not in t)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(topic=_TOPIC_IDS)
+@example(topic="1712345678.123456")
+def test_a_topic_transcript_is_its_sessions_whatever_its_topic_id_live_or_archived(tmp_path_factory, topic):
+    tmp = tmp_path_factory.mktemp("topic")
+    sdir = _sessions_dir(tmp, f"agent:main:slack:channel:c1:thread:{topic}", "sid3")
+    for sid in ("sid2", "sid3"):
+        (sdir / f"{sid}-topic-{topic}.jsonl").write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2))
+    with followed_then_afresh(tmp, tmp / "state") as ledgers:
+        ledgers.pipeline.run_once()
+        # Followed while live, then archived by a reset; an archive of a deleted session appears beside them.
+        os.rename(sdir / f"sid2-topic-{topic}.jsonl", sdir / f"sid2-topic-{topic}.jsonl.reset.2026-10-01T08-01-00.000Z")
+        (sdir / f"sid1-topic-{topic}.jsonl.deleted.1790841720000").write_bytes(
+            oc_header("sid1") + oc_user("u1", 1) + oc_assistant("a1", 2))
+        ledgers.pipeline.run_once()
+    settle(ledgers.followed)
+    settle(ledgers.afresh)
+    want = [("sid1", "agent:main:sid1", 1, "deleted", "2026-10-01T08:02:00.000Z"),
+            ("sid2", "agent:main:sid2", 1, "reset", "2026-10-01T08:01:00.000Z"),
+            ("sid3", f"agent:main:slack:channel:c1:thread:{topic}", 1, None, None)]
+    assert _topic_sessions(ledgers.followed) == _topic_sessions(ledgers.afresh) == want
 
 
 def test_a_read_resumed_after_a_restart_pairs_tools_with_the_run_they_belong_to(tmp_path, db):

@@ -83,8 +83,10 @@ from agentledger.sources.common import (
 SOURCE = "oc-transcript"
 INDEX_NAME = "sessions.json"
 SPAWN_TOOL = "sessions_spawn"
-# <sessionId>[-topic-<id>].jsonl, optionally archived as .reset.<ts> / .deleted.<ts>
-_NAME = re.compile(r"^(?P<id>.+?)(?:-topic-[^.]+)?\.jsonl(?:\.(?P<archive>reset|deleted)\.(?P<at>.+))?$")
+# <sessionId>[-topic-<id>].jsonl, optionally archived as .reset.<ts> / .deleted.<ts>. A topic id may hold
+# dots (OpenClaw encodes it with encodeURIComponent, and a Slack thread's ts is one): it ends at the first
+# ".jsonl" the rest of the name reads after.
+_NAME = re.compile(r"^(?P<id>.+?)(?:-topic-.+?)?\.jsonl(?:\.(?P<archive>reset|deleted)\.(?P<at>.+))?$")
 # An archive's time: ISO 8601 with dashes for the colons a file name may not hold, or Unix ms.
 _ARCHIVED_AT = re.compile(r"(?P<day>\d{4}-\d\d-\d\d)T(?P<h>\d\d)-(?P<m>\d\d)-(?P<s>\d\d(?:\.\d+)?Z)|(?P<ms>\d{10,})")
 # Stop reasons after which the turn is over (toolUse continues it with the tools' results), and the
