@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import followed_then_afresh, ingest, settle
+from conftest import cli_json, followed_then_afresh, ingest, metric_counters, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
@@ -28,7 +28,8 @@ from test_transcript_sources import (
 
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_writer
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.tail import transcript_store
 from agentledger.tail.tailer import ReadBackFailed
@@ -44,10 +45,10 @@ def _user(entry: str, second: int) -> dict:
     return _entry("message", entry, second, message={"role": "user", "content": "hi", "timestamp": 1})
 
 
-def _assistant(entry: str, second: int, cost: float = 0.01) -> dict:
+def _assistant(entry: str, second: int, cost: float = 0.01, tokens_in: int = 5) -> dict:
     return _entry("message", entry, second, message={
         "role": "assistant", "content": [], "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "stop",
-        "usage": {"input": 5, "output": 7, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
+        "usage": {"input": tokens_in, "output": 7, "cacheRead": 0, "cacheWrite": 0, "totalTokens": tokens_in + 7,
                   "cost": {"total": cost}}})
 
 
@@ -157,6 +158,41 @@ def test_where_both_copies_are_there_the_store_row_is_the_one_indexed(tmp_path, 
     stats = ingest(db, state, fmt="oc-transcript")
     assert (stats.lines, stats.events, stats.duplicates) == (6, 4, 4)
     assert scalar(db, "SELECT cost_pico FROM llm_calls") == 3 * 10**10
+
+
+def _figures(db: Path) -> tuple[list, list]:
+    """What the ledger shows of the session: its totals, and its model calls in its timeline."""
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
+    totals = [(r["session_key"], r["llm_calls"], r["total_tokens"], r["cost_usd"]) for r in cli_json(db, "sessions")]
+    return totals, [(i["what"], i["cost_usd"]) for i in cli_json(db, "timeline", SID) if i["kind"] == "llm"]
+
+
+@pytest.mark.parametrize(("store_in", "store_cost"), [(5193, 0.5), (93, 0.001)],
+                         ids=["store-says-more", "store-says-less"])
+def test_a_store_that_appears_after_its_jsonl_copy_was_indexed_wins_as_in_a_fresh_read(tmp_path, store_in, store_cost):
+    # An OpenClaw upgrade migrates the history it had in JSONL into its store: the same entries, the store's
+    # figures for a1, and a2 only in the store.
+    state = tmp_path / "state"
+    (state / "agents" / "main" / "sessions").mkdir(parents=True)
+    _index(state)
+    (state / "agents" / "main" / "sessions" / f"{SID}.jsonl").write_bytes(
+        b"".join(orjson.dumps(e) + b"\n" for e in (_header(), _user("u1", 1), _assistant("a1", 2, cost=0.006,
+                                                                                        tokens_in=1193))))
+    followed, afresh = tmp_path / "followed.db", tmp_path / "afresh.db"
+    ingest(followed, state, fmt="oc-transcript")
+    Producer(state).add(_header(), _user("u1", 1), _assistant("a1", 2, cost=store_cost, tokens_in=store_in),
+                        _user("u2", 3), _assistant("a2", 4))
+    ingest(followed, state, fmt="oc-transcript")
+    assert ingest(followed, state, fmt="oc-transcript").events == 0
+    ingest(afresh, state, fmt="oc-transcript")
+    want = ([("agent:main:main", 2, store_in + 7 + 12, round(store_cost + 0.01, 6))],
+            [(f"claude-sonnet-4-5 {store_in + 7} tokens", store_cost), ("claude-sonnet-4-5 12 tokens", 0.01)])
+    assert _figures(followed) == _figures(afresh) == want
+    assert metric_counters(followed) == metric_counters(afresh)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -278,6 +278,7 @@ class Pipeline:
             if path != decoding:  # a session's pages come one after another, read as one file's chunks
                 decode, decoding = built.pop(path, None) or opener(path, self.writer.run_at), path
             batch = self._batch(chunk, decode)
+            batch.prevails = True  # the store's row wins over its JSONL copy, whichever was read first
             result = self.writer.apply(batch)
             store.advance(chunk)
             rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted

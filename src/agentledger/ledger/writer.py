@@ -90,6 +90,9 @@ class Batch:
     rejects: list[Reject] = field(default_factory=list)
     tail_len: int = 0  # the bytes before end_offset the checkpoint keeps a hash of (see FileRow)
     tail_hash: bytes | None = None
+    # Its model calls' figures replace those another copy of the same entries gave before (OpenClaw's
+    # transcript store over its JSONL files, FORMATS.md §2), so which copy was read first does not matter.
+    prevails: bool = False
 
 
 @dataclass(slots=True)
@@ -259,6 +262,12 @@ SELECT j.value, {LLM_CALL_COLUMNS} FROM json_each(?1) AS j
 JOIN llm_calls ON call_key > j.value || ':' AND call_key < j.value || ';'
 """
 _DROP_KEYED_CALL = "DELETE FROM llm_calls WHERE call_key = ?"
+# The stored calls of these events ([ts_ms, event id] each).
+_EVENT_CALLS = (
+    f"SELECT l.id, {LLM_CALL_COLUMNS} FROM json_each(?) AS j "
+    "JOIN llm_calls AS l ON l.ts_ms = j.value ->> 0 AND l.event_id = j.value ->> 1"
+)
+_DROP_CALL = "DELETE FROM llm_calls WHERE id = ?"
 _NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
 # Calls of side branches that have become sessions but are still where they were made.
 _BRANCH_CALLS = (
@@ -593,6 +602,21 @@ def _rivals(a: tuple, b: tuple, response: str) -> bool:
     if a[20] != b[20]:
         return True
     return a[19] == b[19] or response in (a[19], b[19])
+
+
+def _prevailing_calls(conn: apsw.Connection, copies: list[LlmCall]) -> tuple[list[tuple], list[tuple]]:
+    """The llm_calls rows to insert for calls indexed before whose prevailing copy (see Batch.prevails) says
+    otherwise, and the stored rows they replace, which are dropped. Whose call it is (its session, key and
+    run) stays as the ledger holds it; what the call was and cost is the copy's."""
+    told = {(f.ts_ms, f.event_id): _llm_call(f) for f in copies}
+    taken, dropped = [], []
+    for row_id, *stored in conn.execute(_EVENT_CALLS, (orjson.dumps(list(told)).decode(),)):
+        row = (*stored[:7], *told[(stored[1], stored[0])][7:])
+        if row != tuple(stored):
+            conn.execute(_DROP_CALL, (row_id,))
+            taken.append(row)
+            dropped.append(tuple(stored))
+    return taken, dropped
 
 
 def _tool_started(f: ToolStarted) -> tuple:
@@ -1229,7 +1253,8 @@ class LedgerWriter:
         refused: list[tuple[Batch, Reject]] = []
         try:
             with conn:  # a savepoint: a value SQLite refuses must not cost the batches
-                result = self._apply_facts(conn, [(b.file_id, b.path, b.facts) for b in batches])
+                result = self._apply_facts(conn, [(b.file_id, b.path, b.facts) for b in batches],
+                                           {b.file_id for b in batches if b.prevails})
         except _DATA_ERRORS:
             if len(batches) > 1:  # find the file that holds it
                 result = ApplyResult(0, 0, 0)
@@ -1266,7 +1291,8 @@ class LedgerWriter:
         for item in batch.facts:
             try:
                 with conn:
-                    one = self._apply_facts(conn, [(batch.file_id, batch.path, [item])])
+                    one = self._apply_facts(conn, [(batch.file_id, batch.path, [item])],
+                                            {batch.file_id} if batch.prevails else set())
             except _DATA_ERRORS as exc:
                 refused.append(Reject(offset=item[0], length=item[1], reason=f"could not be stored: {exc}"[:300],
                                       head=b""))
@@ -1274,8 +1300,10 @@ class LedgerWriter:
             total.add(one)
         return total, refused
 
-    def _apply_facts(self, conn: apsw.Connection, parts: list[_Part]) -> ApplyResult:
-        """Insert the batch's events, then the entity rows of those that were new."""
+    def _apply_facts(self, conn: apsw.Connection, parts: list[_Part],
+                     prevailing: set[int] | frozenset[int] = frozenset()) -> ApplyResult:
+        """Insert the batch's events, then the entity rows of those that were new; the model calls of
+        the files in ``prevailing`` indexed before take those files' figures (see Batch.prevails)."""
         facts = [item[2] for _, _, items in parts for item in items]
         sources = {f.source for f in facts}
         # Only Claude Code sessions have side branches: other batches skip every lookup of them.
@@ -1285,6 +1313,7 @@ class LedgerWriter:
             parts = _as_events(parts, replayed)
             facts = [item[2] for _, _, items in parts for item in items]
         fresh = parts
+        copies: list[LlmCall] = []
         renamed = _rename_subagents(conn, facts)
         spans, moved = _side_branches(conn, facts) if branching else ({}, set())
         if branching:
@@ -1299,6 +1328,8 @@ class LedgerWriter:
             conn.execute("ROLLBACK TO events")
             keys = orjson.dumps([(f.ts_ms, f.event_id) for f in facts]).decode()
             seen = set(conn.execute(_EXISTING_EVENTS, (keys,)).fetchall())
+            copies = [item[2] for file_id, _, items in parts if file_id in prevailing for item in items
+                      if type(item[2]) is LlmCall and (item[2].ts_ms, item[2].event_id) in seen]
             fresh = []
             for file_id, path, items in parts:
                 kept = []
@@ -1316,6 +1347,10 @@ class LedgerWriter:
                                         self.idle_ms)
         linked = lifecycle.before()
         added, replaced = self._keyed_calls(conn, prepared)  # first: a replay's tool calls are no takeover
+        if copies:
+            taken, dropped = _prevailing_calls(conn, copies)
+            prepared.rows[_LLM_CALL] = added = [*added, *taken]
+            replaced = [*replaced, *dropped]
         takeovers = self._rows_told(conn, prepared)
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
         replays = _replayed_tools(conn, facts) if branching else []

@@ -12,7 +12,8 @@ The store is the producer's: it is opened read-only, and read one page of rows p
 statement, so a read transaction never outlives the page and is never held while the ledger
 writes. A row decodes exactly as the JSONL line of the same entry would, to the same event
 ids, so the two copies never count twice; the stores are read before the files, so where
-both hold an entry the row is the one indexed.
+both hold an entry the row is the one indexed, and a row read after its line (a store that
+appeared later) still gives the line's model call its figures (``Batch.prevails``).
 """
 
 from __future__ import annotations
