@@ -98,7 +98,7 @@ def _ledger_by_source(db: Path) -> dict[str, float]:
     try:
         out = dict(conn.execute(
             "SELECT cost_source, sum(cost_pico) FROM llm_calls WHERE cost_pico IS NOT NULL GROUP BY 1").fetchall())
-        out["log"] = out.get("log", 0) + sum(queries._fallback_cost(conn, queries.Window()).values())
+        out["log"] = out.get("log", 0) + queries._fallback_total(conn, queries.Window())[-1]
     finally:
         conn.close()
     return {source: pico / PICO for source, pico in out.items()}

@@ -6,15 +6,18 @@ import random
 import subprocess
 import sys
 
+import apsw
 import orjson
 import pytest
-from conftest import ingest
+from conftest import as_of_version, cli_json, ingest, metric_counters
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from ledgerdump import verify
 from logwriter import LogDir
 
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader
+from agentledger.ledger.db import open_reader, open_writer
+from agentledger.ledger.verify import repair_rollups
 
 T = 1_790_000_000_000
 
@@ -129,10 +132,10 @@ def test_every_grouping_adds_up_to_usage(tmp_path, db, window):
             assert sum(r["cost_usd"] for r in rows) == pytest.approx(want), group_by
         assert sum(r["cost_usd"] for r in queries.daily_costs_by_model(conn, w)) == pytest.approx(want)
         assert sum(r["cost_usd"] for r in queries.top(conn, w, "models")) == pytest.approx(want)
-        if "since" in window:  # only R2, which has no model calls: its snapshot's cost, under its model
+        if "since" in window:  # only R2, which has no model calls: its snapshot's tokens and cost, under its model
             assert queries.costs(conn, w, "model") == [{
-                "model": "m", "llm_calls": 0, "llm_errors": 0, "input_tokens": 0, "output_tokens": 0,
-                "cache_read_tokens": 0, "cache_write_tokens": 0, "total_tokens": 0, "cost_usd": 2.0,
+                "model": "m", "llm_calls": 0, "llm_errors": 0, "input_tokens": 1, "output_tokens": 1,
+                "cache_read_tokens": 0, "cache_write_tokens": 0, "total_tokens": 2, "cost_usd": 2.0,
                 "unpriced_calls": 0}]
     finally:
         conn.close()
@@ -397,11 +400,105 @@ def test_the_fallback_of_a_few_sessions_reads_only_theirs(tmp_path, db):
     ingest(db, logs.root)
     conn = open_reader(db)
     try:
+        # each session's three snapshots: their tokens (input 1, output 1, total 2 each), then their cost
         assert queries._session_fallbacks(conn, ["S1", "S2"]) == {
-            "S1": round((1.5 + 4.5 + 7.5) * 10**12), "S2": round((2.5 + 5.5 + 8.5) * 10**12)}
+            "S1": [3, 3, 0, 0, 6, round((1.5 + 4.5 + 7.5) * 10**12)],
+            "S2": [3, 3, 0, 0, 6, round((2.5 + 5.5 + 8.5) * 10**12)]}
         params = [orjson.dumps(["S1"]).decode()]
         sql = queries._SESSION_FALLBACKS.format(keys="session_id")
         plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
         conn.close()
     assert "SCAN session_fallback_costs" not in plan and "runs" not in plan, plan
+
+
+# -- a run without model calls counts its snapshot's tokens with its cost ---------------------------------
+
+def _kinds(i: int, o: int) -> dict:
+    return {"input": i, "output": o, "cacheRead": 0, "cacheWrite": 0, "total": i + o}
+
+
+# R1 makes one model call (1,200 tokens, $0.01); R2 makes none: its end and its snapshot say 3,100 tokens,
+# and the snapshot $0.50.
+NO_CALLS = [start(10_000, "R1"),
+            at(11_000, "llm.call", {"callIndex": 0, "provider": "p", "model": "m", "costUsd": 0.01,
+                                    "delta": _kinds(1000, 200)}, run_id="R1", agentId="unknown"),
+            at(12_000, "run.end", {"model": "m", "provider": "p", "usage": _kinds(1000, 200)}, run_id="R1"),
+            start(20_000, "R2"),
+            at(21_000, "usage.snapshot", {"provider": "p", "model": "m", "costUsd": 0.5, "usage": _kinds(2000, 1100)},
+               agentId="unknown"),
+            at(22_000, "run.end", {"model": "m", "provider": "p", "usage": _kinds(2000, 1100)}, run_id="R2")]
+SPENT = {"input_tokens": 3000, "output_tokens": 1300, "cache_read_tokens": 0, "cache_write_tokens": 0,
+         "total_tokens": 4300, "cost_usd": pytest.approx(0.51)}
+
+
+def _spent(row: dict) -> dict:
+    return {k: row[k] for k in SPENT}
+
+
+def test_a_run_without_calls_counts_its_snapshot_s_tokens_where_it_counts_its_cost(tmp_path, db):
+    """Every report that counts R2's snapshot cost counts the tokens of that snapshot beside it, by kind."""
+    _ingested(tmp_path, db, NO_CALLS).close()
+    runs = {r["run_id"]: (r["total_tokens"], r["cost_usd"]) for r in cli_json(db, "runs")}
+    assert runs == {"R1": (1200, pytest.approx(0.01)), "R2": (3100, pytest.approx(0.5))}
+    assert cli_json(db, "run", "R2")["total_tokens"] == 3100
+    assert _spent(cli_json(db, "usage")) == SPENT
+    for group_by in ("model", "provider", "agent", "session", "day"):
+        assert _spent(cli_json(db, "costs", "--group-by", group_by)["total"]) == SPENT, group_by
+    assert _spent(cli_json(db, "costs", "--group-by", "model", "--since", "2026-09-21T14:13:40Z")["total"]) == {
+        "input_tokens": 2000, "output_tokens": 1100, "cache_read_tokens": 0, "cache_write_tokens": 0,
+        "total_tokens": 3100, "cost_usd": pytest.approx(0.5)}  # R2 alone
+    (session,) = cli_json(db, "sessions")
+    assert _spent(session) == SPENT
+    detail = cli_json(db, "session", "agent:main:main")
+    assert [_spent(r) for r in detail["cost_by_model"]] == [SPENT]
+    conn = open_reader(db)
+    try:
+        hot = queries.hot_session(conn, "agent:main:main")
+        assert {k: hot[k] for k in ("input_tokens", "output_tokens", "total_tokens")} == {
+            "input_tokens": 3000, "output_tokens": 1300, "total_tokens": 4300}
+        assert hot["family"]["total_tokens"] == 4300
+        assert queries.day_totals(conn, T, T + 86_400_000)["total_tokens"] == 4300
+    finally:
+        conn.close()
+    tokens = {dict(labels)["token_type"]: value for (name, labels), value in metric_counters(db).items()
+              if name == "agentledger_tokens_total"}
+    assert tokens == {"input": 3000, "output": 1300, "cache_read": 0, "cache_write": 0}
+    assert verify(db) == []
+
+
+def test_verify_checks_the_fallback_tokens_and_repair_restores_them(tmp_path, db):
+    _ingested(tmp_path, db, NO_CALLS).close()
+    conn = open_writer(db)
+    try:
+        conn.execute("UPDATE session_fallback_costs SET input_tokens = 7, total_tokens = 7")
+    finally:
+        conn.close()
+    assert [d.table for d in verify(db)] == ["session_fallback_costs"]
+    assert cli_json(db, "sessions")[0]["total_tokens"] == 1207  # what the stored fallback says, until repaired
+    conn = open_writer(db)
+    try:
+        repair_rollups(conn)
+    finally:
+        conn.close()
+    assert verify(db) == []
+    assert _spent(cli_json(db, "sessions")[0]) == SPENT
+
+
+def test_a_ledger_from_before_fallback_tokens_gets_them_from_its_runs_ends(tmp_path, db):
+    """Snapshots read before their kinds were kept: the migration takes them from the run.end that says the
+    same total. R3's end says none: its snapshot counts its total alone."""
+    r3 = [start(30_000, "R3"),
+          at(31_000, "usage.snapshot", {"provider": "p", "model": "m", "costUsd": 0.25, "usage": _kinds(400, 100)},
+             agentId="unknown"),
+          at(32_000, "run.end", {"model": "m", "provider": "p"}, run_id="R3")]
+    _ingested(tmp_path, db, NO_CALLS + r3).close()
+    conn = apsw.Connection(str(db))
+    try:
+        as_of_version(conn, 28)
+    finally:
+        conn.close()
+    open_writer(db).close()
+    assert _spent(cli_json(db, "usage")) == {**SPENT, "total_tokens": 4800, "cost_usd": pytest.approx(0.76)}
+    assert {r["run_id"]: r["total_tokens"] for r in cli_json(db, "runs")} == {"R1": 1200, "R2": 3100, "R3": 500}
+    assert verify(db) == []

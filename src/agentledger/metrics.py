@@ -164,6 +164,11 @@ class LedgerCollector(Collector):
             a = acc.setdefault(key, [0.0] * 7)
             for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw)):
                 a[k] += v
+        # The tokens of runs without model calls, at their usage snapshot's, as every report counts them.
+        for (provider, model), (i, o, cr, cw, _total, _cost) in queries.fallbacks_by_model(conn).items():
+            a = acc.setdefault((provider, label[model]), [0.0] * 7)
+            for k, v in enumerate((i, o, cr, cw), start=3):
+                a[k] += v
         for (provider, model), (priced, unpriced, errors, i, o, cr, cw) in sorted(acc.items()):
             for token_type, value in zip(_TOKEN_TYPES, (i, o, cr, cw)):
                 tokens.add_metric([provider, model, token_type], value)

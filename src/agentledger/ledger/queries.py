@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 import apsw
 import orjson
 
-from agentledger.ledger.verify import (LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS, RUN_ROW_SUMS,
-                                      SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
+from agentledger.ledger.verify import (FALLBACK_COLUMNS, FALLBACK_SUMS, LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS,
+                                      RUN_ROW_SUMS, SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
                                       TOOL_SESSION, UNPRICED, snapshot_fallback)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
@@ -178,43 +178,63 @@ _TOOL_MEASURES = [
 ]
 
 
-def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str]) -> dict[tuple, int]:
-    """Snapshot costs of runs without per-call costs, grouped by ``keys``: expressions over the
-    fallback's columns, which bear the names llm_calls gives the same things."""
+def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str]) -> dict[tuple, list[int]]:
+    """Snapshot tokens and costs (FALLBACK_COLUMNS) of runs without per-call costs, grouped by ``keys``:
+    expressions over the fallback's columns, which bear the names llm_calls gives the same things."""
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
     group = ", ".join(str(i + 1) for i in range(len(keys)))
     rows = conn.execute(
-        f"SELECT {', '.join(keys)}, sum(cost_pico) FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}", params)
-    return {tuple(row[:-1]): row[-1] or 0 for row in rows}
+        f"SELECT {', '.join(keys)}, {FALLBACK_SUMS} FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}",
+        params)
+    width = len(FALLBACK_COLUMNS)
+    return {tuple(row[:-width]): list(row[-width:]) for row in rows}
 
 
 # The writer keeps every session's fallback by provider and model (session_fallback_costs): a session's
 # whole history is read there, not worked out again from its runs on every commit's hot views.
-_SESSION_FALLBACKS = """
-SELECT {keys}, sum(cost_pico) FROM session_fallback_costs
-WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY {keys}"""
+_SESSION_FALLBACKS = f"""
+SELECT {{keys}}, {FALLBACK_SUMS} FROM session_fallback_costs
+WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY {{keys}}"""
 
 
-def _session_fallbacks(conn: apsw.Connection, session_ids, keys: str = "session_id") -> dict:
-    """These sessions' snapshot fallback costs over their whole history, by ``keys`` (columns of
-    session_fallback_costs: session_id, provider, model; '' for an unknown provider or model)."""
+def _session_fallbacks(conn: apsw.Connection, session_ids, keys: str = "session_id") -> dict[object, list[int]]:
+    """These sessions' snapshot fallback tokens and costs (FALLBACK_COLUMNS) over their whole history, by
+    ``keys`` (columns of session_fallback_costs: session_id, provider, model; '' for an unknown provider or
+    model)."""
     rows = conn.execute(_SESSION_FALLBACKS.format(keys=keys), (_json_list(session_ids),))
-    return {row[0] if len(row) == 2 else tuple(row[:-1]): row[-1] for row in rows}
+    width = len(FALLBACK_COLUMNS)
+    return {row[0] if len(row) == width + 1 else tuple(row[:-width]): list(row[-width:]) for row in rows}
+
+
+_FALLBACK_AT = LLM_COLUMNS.index(FALLBACK_COLUMNS[0])
+
+
+def _plus_fallback(vals: list[int], fallback: list[int]) -> list[int]:
+    """LLM sums (LLM_COLUMNS) with a snapshot fallback's tokens and cost added where they keep the same."""
+    end = _FALLBACK_AT + len(fallback)
+    return [*vals[:_FALLBACK_AT], *_add(vals[_FALLBACK_AT:end], fallback), *vals[end:]]
 
 
 def _with_fallback(groups: dict, fallback: dict) -> dict:
-    """LLM sums by key (LLM_COLUMNS each) with the snapshot fallback costs of the same keys added: runs
-    without model calls cost what their snapshot says, as in ``usage``, so every grouping adds up to it."""
-    cost_at = LLM_COLUMNS.index("cost_pico")
-    for key, cost in fallback.items():
-        groups.setdefault(key, [0] * len(LLM_COLUMNS))[cost_at] += cost
+    """LLM sums by key (LLM_COLUMNS each) with the snapshot fallbacks of the same keys added: runs without
+    model calls count what their snapshot says, as in ``usage``, so every grouping adds up to it."""
+    for key, vals in fallback.items():
+        groups[key] = _plus_fallback(groups.get(key, [0] * len(LLM_COLUMNS)), vals)
     return groups
 
 
-def _fallback_cost(conn: apsw.Connection, w: Window) -> dict[str | None, int]:
-    """Snapshot costs of runs without per-call costs in the window, by session."""
-    return {sid: cost for (sid,), cost in _fallback_groups(conn, w, ["session_id"]).items()}
+def _window_fallbacks(conn: apsw.Connection, w: Window) -> dict[str | None, list[int]]:
+    """Snapshot tokens and costs of runs without per-call costs in the window, by session."""
+    return {sid: vals for (sid,), vals in _fallback_groups(conn, w, ["session_id"]).items()}
+
+
+def _fallback_total(conn: apsw.Connection, w: Window) -> list[int]:
+    """Snapshot tokens and costs of runs without per-call costs in the window, summed."""
+    total = [0] * len(FALLBACK_COLUMNS)
+    for vals in _window_fallbacks(conn, w).values():
+        total = _add(total, vals)
+    return total
 
 
 # How often a session was suspended, for how long in all before it came back, and since when it
@@ -257,13 +277,15 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
     """
     rows = conn.execute(sql, params).fetchall()
     fallback = _session_fallbacks(conn, [r[1] for r in rows]) if rows else {}
+    none = [0] * len(FALLBACK_COLUMNS)
     out = []
     for (key, sid, agent, source, status, started, ended, first, last, is_sub, runs, llm, llm_err, tools,
-         tool_err, i, o, cr, cw, t, cost, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
+         tool_err, *spent, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
+        i, o, cr, cw, t, cost = _add(spent, fallback.get(sid, none))
         out.append(_row(SESSION_FIELDS, (
             key, sid, agent, source, status, iso(started), iso(ended), iso(first), iso(last),
             round((last - first) / 1000, 3), bool(is_sub), runs, llm, llm_err, tools, tool_err, i, o, cr, cw, t,
-            _usd(cost + fallback.get(sid, 0)), unpriced, reason, resumed, messages, reported, suspensions,
+            _usd(cost), unpriced, reason, resumed, messages, reported, suspensions,
             round(away / 1000, 3), iso(since))))
     return out
 
@@ -271,7 +293,7 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
 def usage(conn: apsw.Connection, w: Window) -> dict:
     llm, runs, (sess, sub_sess), (compactions,), (subagents,) = _windowed(conn, w, "usage", _USAGE_MEASURES)
     (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
-    fallback = sum(_fallback_cost(conn, w).values())
+    llm = _plus_fallback(llm, _fallback_total(conn, w))
     # A line that could not be read names no agent: for one agent their number is unknown. A reject's
     # only time is when it was read.
     rejected = None
@@ -287,7 +309,7 @@ def usage(conn: apsw.Connection, w: Window) -> dict:
         "subagents": subagents, "compactions": compactions, "rejected_lines": rejected,
         "unpriced_calls": unpriced,
         "input_tokens": i, "output_tokens": o, "cache_read_tokens": cr, "cache_write_tokens": cw,
-        "total_tokens": t, "cost_usd": _usd(cost + fallback),
+        "total_tokens": t, "cost_usd": _usd(cost),
     }
 
 
@@ -310,7 +332,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, local: dt.tzinfo = dt
     if group_by == "tool":
         return _tool_costs(conn, w)
     if group_by == "session":
-        out = [r for r in _session_costs(conn, w) if r["llm_calls"] or r["llm_errors"] or r["cost_usd"]]
+        out = [r for r in _session_costs(conn, w)
+               if r["llm_calls"] or r["llm_errors"] or r["total_tokens"] or r["cost_usd"]]
         out.sort(key=lambda r: (-r["cost_usd"], str(r["session_key"]), str(r["session_id"])))
         return out[: w.limit] if w.limit else out
     dims = {"model": ("model", "coalesce(model, '')"), "provider": ("provider", "coalesce(provider, '')"),
@@ -322,8 +345,8 @@ def costs(conn: apsw.Connection, w: Window, group_by: str, local: dt.tzinfo = dt
     label = fields[0]
     out = []
     for (key,), vals in groups.items():
-        calls, *_, cost, _unpriced = vals
-        if not (calls or cost):
+        calls, _errors, *_kinds, tokens, cost, _unpriced = vals
+        if not (calls or tokens or cost):
             continue  # slots that only count sessions or compactions
         out.append(_row(fields, (key if key != "" else None, *_llm_values(vals))))
     if group_by == "day":
@@ -366,7 +389,8 @@ def _session_costs(conn: apsw.Connection, w: Window) -> list[dict]:
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
     groups = _with_fallback({sid: list(vals) for sid, *vals in conn.execute(
-        f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)}, _fallback_cost(conn, w))
+        f"SELECT session_id, {LLM_ROW_SUMS} FROM llm_calls WHERE {cond} GROUP BY 1", params)},
+        _window_fallbacks(conn, w))
     keys = dict(conn.execute("SELECT session_id, session_key FROM sessions WHERE session_id IN "
                              "(SELECT value FROM json_each(?))", (_json_list(groups),)))
     return [_row(fields, (keys.get(sid), sid, *_llm_values(vals))) for sid, vals in groups.items()]
@@ -403,7 +427,7 @@ def daily_costs_by_model(conn: apsw.Connection, w: Window, local: dt.tzinfo = dt
     days = _by_local_day(groups, local)
     out = [{"day": day, "model": model or None, "llm_calls": calls - errors, "total_tokens": t,
             "cost_usd": _usd(cost), "unpriced_calls": unpriced}
-           for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, unpriced) in days.items() if calls or cost]
+           for (day, model), (calls, errors, _i, _o, _cr, _cw, t, cost, unpriced) in days.items() if calls or t or cost]
     out.sort(key=lambda r: (r["day"], -r["cost_usd"], str(r["model"])))
     return out
 
@@ -549,16 +573,19 @@ def _llm_dict(vals) -> dict:
 # turn says them only at its end, which an interrupted turn never wrote.
 _RUN_LAST_CALL = ("(SELECT c.{0} FROM llm_calls AS c WHERE c.run_id = r.run_id AND c.{0} IS NOT NULL "
                   "ORDER BY c.ts_ms DESC, c.id DESC LIMIT 1)")
-# A run without model calls costs what its usage snapshot says, as it does in every total (_SNAPSHOT_FALLBACK).
+# A run without model calls counts the tokens and cost of its usage snapshot ``f``, as it does in every total
+# (_SNAPSHOT_FALLBACK: the snapshot of the highest cost of those of the run).
 _RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, coalesce(r.model, {_RUN_LAST_CALL.format("model")}),
     coalesce(r.provider, {_RUN_LAST_CALL.format("provider")}), r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
-    coalesce(l.llm_calls, 0), coalesce(l.llm_errors, 0), coalesce(l.total_tokens, 0),
-    iif(EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = r.run_id),
-        (SELECT max(u.cost_pico) FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN}),
-        l.cost_pico) AS run_cost, coalesce(l.unpriced_calls, 0)"""
-_RUN_FROM = """runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
-    LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id"""
+    coalesce(l.llm_calls, 0), coalesce(l.llm_errors, 0), iif(f.id IS NULL, coalesce(l.total_tokens, 0), f.total_tokens),
+    iif(f.id IS NULL, l.cost_pico, f.cost_pico) AS run_cost, coalesce(l.unpriced_calls, 0)"""
+_RUN_FROM = f"""runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
+    LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id
+    LEFT JOIN usage_snapshots AS f
+        ON f.id = iif(EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = r.run_id),
+                      (SELECT u.id FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN} ORDER BY u.cost_pico DESC LIMIT 1),
+                      NULL)"""
 
 
 RUN_FIELDS = ("run_id", "session_key", "session_id", "agent_id", "model", "provider", "status", "started_at",
@@ -669,7 +696,7 @@ def _own_costs(conn: apsw.Connection, keys: list[str]) -> dict[str, tuple[int, i
     out: dict[str, tuple[int, int]] = {}
     for key, sid, cost, unpriced in rows:
         total, left_out = out.get(key, (0, 0))
-        out[key] = (total + cost + fallback.get(sid, 0), left_out + unpriced)
+        out[key] = (total + cost + fallback.get(sid, [0])[-1], left_out + unpriced)
     return out
 
 
@@ -678,7 +705,7 @@ def _instances_cost(conn: apsw.Connection, ids: list[str]) -> tuple[int, int]:
     cost, unpriced = conn.execute(
         "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
         "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
-    return cost + sum(_session_fallbacks(conn, ids).values()), unpriced
+    return cost + sum(vals[-1] for vals in _session_fallbacks(conn, ids).values()), unpriced
 
 
 def _spawned(conn: apsw.Connection, keys: list[str]) -> _Spawned:
@@ -1167,7 +1194,9 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
         rows = [totals[sid] for sid in sids]
         out = {name: sum(row[i] for row in rows) for i, name in enumerate(_HOT_TOTALS)}
         out["llm_calls"] -= out["llm_errors"]  # as every report counts them: failed calls apart
-        out["cost_pico"] += sum(fallback.get(sid, 0) for sid in sids)
+        for sid in sids:
+            for name, value in zip(FALLBACK_COLUMNS, fallback.get(sid, ())):
+                out[name] += value
         return out, max((row[-1] for row in rows), default=0)
 
     views = {}
@@ -1251,10 +1280,9 @@ def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None 
     w = Window(since=since, until=until, agent=agent)
     (llm,) = _windowed(conn, w, "usage", _USAGE_MEASURES[:1])
     (tools,) = _windowed(conn, w, "tool", _TOOL_MEASURES)
-    totals = dict(zip(LLM_COLUMNS, llm))
+    totals = dict(zip(LLM_COLUMNS, _plus_fallback(llm, _fallback_total(conn, w))))
     return {"llm_calls": totals["llm_calls"] - totals["llm_errors"], "llm_errors": totals["llm_errors"],
-            "total_tokens": totals["total_tokens"],
-            "cost_pico": totals["cost_pico"] + sum(_fallback_cost(conn, w).values()),
+            "total_tokens": totals["total_tokens"], "cost_pico": totals["cost_pico"],
             "unpriced_calls": totals["unpriced_calls"],
             "tool_calls": tools[0], "tool_errors": tools[1]}
 
@@ -1342,6 +1370,14 @@ _LABEL_SOURCES = {
     "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0 OR (runs > 0 AND model <> '')"),
     "tool": ("tool_days", "tool_name", "calls > 0"),
 }
+
+
+def fallbacks_by_model(conn: apsw.Connection) -> dict[tuple[str, str], list[int]]:
+    """The snapshot fallbacks (FALLBACK_COLUMNS) of every run without model calls, by provider and model ('' for
+    none): from what the writer keeps per session, never from the runs."""
+    width = len(FALLBACK_COLUMNS)
+    return {tuple(row[:-width]): list(row[-width:]) for row in conn.execute(
+        f"SELECT provider, model, {FALLBACK_SUMS} FROM session_fallback_costs GROUP BY 1, 2")}
 
 
 def first_seen_values(conn: apsw.Connection, dimension: str, limit: int) -> set[str]:

@@ -77,7 +77,8 @@ _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provide
 _ADD_COST_SOURCE = _upsert_add("cost_source_totals", ("provider", "model", "cost_source"), ("cost_pico",))
 _DROP_FALLBACKS = ("DELETE FROM session_fallback_costs WHERE session_id IN (SELECT value FROM json_each(?)) "
                    "RETURNING provider, model, cost_pico")
-_PUT_FALLBACK = "INSERT INTO session_fallback_costs (session_id, provider, model, cost_pico) VALUES (?, ?, ?, ?)"
+_PUT_FALLBACK = ("INSERT INTO session_fallback_costs (session_id, provider, model, input_tokens, output_tokens, "
+                 "cache_read_tokens, cache_write_tokens, total_tokens, cost_pico) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals WHERE llm_calls > 0)"
@@ -112,27 +113,28 @@ def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
 
 @functools.cache
 def _session_fallbacks() -> str:
-    """The snapshot fallback costs of these session instances' runs without calls (verify.snapshot_fallback),
-    by provider and model: from each session's runs, so a batch walks only the runs of the sessions it changed."""
+    """The snapshot fallbacks (tokens, then cost: verify.FALLBACK_COLUMNS) of these session instances' runs
+    without calls (verify.snapshot_fallback), by provider and model: from each session's runs, so a batch
+    walks only the runs of the sessions it changed."""
     # not at the top: verify reads this module's constants
-    from agentledger.ledger.verify import SESSION_RUNS_WITHOUT_CALLS, snapshot_fallback
+    from agentledger.ledger.verify import FALLBACK_SUMS, SESSION_RUNS_WITHOUT_CALLS, snapshot_fallback
 
-    return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), coalesce(sum(cost_pico), 0) "
+    return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS} "
             f"FROM ({snapshot_fallback(SESSION_RUNS_WITHOUT_CALLS)}) GROUP BY 1, 2, 3")
 
 
 def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:
     """Recompute the snapshot fallbacks of these session instances and move cost_source_totals by the
-    difference. A fallback depends only on its session's runs, snapshots and runs without calls, and every
-    change to those marks the session changed (the hot views depend on the same)."""
+    difference in their cost. A fallback depends only on its session's runs, snapshots and runs without
+    calls, and every change to those marks the session changed (the hot views depend on the same)."""
     ids = orjson.dumps(sorted(session_ids)).decode()
     moved: dict[tuple, list[int]] = defaultdict(lambda: [0])
     for provider, model, cost in conn.execute(_DROP_FALLBACKS, (ids,)).fetchall():
         moved[(provider, model, "log")][0] -= cost
-    rows = [row for row in conn.execute(_session_fallbacks(), (ids,)) if row[3]]
+    rows = [row for row in conn.execute(_session_fallbacks(), (ids,)) if any(row[3:])]
     if rows:
         conn.executemany(_PUT_FALLBACK, rows)
-    for _, provider, model, cost in rows:
+    for _, provider, model, *_tokens, cost in rows:
         moved[(provider, model, "log")][0] += cost
     _write(conn, _ADD_COST_SOURCE, moved)
 

@@ -98,14 +98,23 @@ SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.sess
                               "CROSS JOIN runs_without_calls AS w ON w.run_id = r.run_id")
 
 
+# What a run without model calls falls back to, named as llm_calls names the same sums (LLM_COLUMNS): its
+# usage snapshot's tokens by kind and its cost.
+FALLBACK_COLUMNS = LLM_COLUMNS[2:8]
+FALLBACK_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in FALLBACK_COLUMNS)
+
+
 def snapshot_fallback(runs: str) -> str:
-    """The cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls) falls back
-    to, from its usage snapshot: a row per run that has one. Its model and provider are the run's, else
-    those of the snapshot that gave the cost (SQLite takes a bare column from the row max() picked)."""
+    """The tokens and cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls)
+    falls back to, from its usage snapshot: a row per run that has one. The tokens, model and provider are
+    those of the snapshot that gave the cost (SQLite takes a bare column from the row max() picked), the
+    model and provider the run's first; a snapshot read before its kinds were kept has its total alone."""
     return f"""
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
        coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
-       max(u.cost_pico) AS cost_pico
+       max(u.cost_pico) AS cost_pico, coalesce(u.input_tokens, 0) AS input_tokens,
+       coalesce(u.output_tokens, 0) AS output_tokens, coalesce(u.cache_read_tokens, 0) AS cache_read_tokens,
+       coalesce(u.cache_write_tokens, 0) AS cache_write_tokens, u.total_tokens AS total_tokens
 FROM {runs}
 CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
 GROUP BY r.run_id
@@ -232,15 +241,16 @@ _BASE_ROLLUPS = (
 
 # Spend by where its cost came from, what /metrics serves by cost_source (a call's cost_source: the log's,
 # a transcript's, or priced here). A run without model calls costs what its usage snapshot says, in every
-# total: that is a cost the log wrote down, so it counts as the log's. Kept per session instance too
-# (session_fallback_costs): a batch recomputes the fallbacks of the sessions it changed, and moves the
-# totals by the difference. Runs without calls are those no llm_calls row names (runs_without_calls).
+# total: that is a cost the log wrote down, so it counts as the log's. Kept per session instance too, with
+# the snapshots' tokens (session_fallback_costs): a batch recomputes the fallbacks of the sessions it
+# changed, and moves the totals by the difference. Runs without calls are those no llm_calls row names
+# (runs_without_calls).
 _FALLBACK_RUNS = snapshot_fallback(
     "(SELECT * FROM runs WHERE run_id NOT IN (SELECT run_id FROM llm_calls WHERE run_id IS NOT NULL)) AS r")
 _COST_ROLLUPS = (
     Rollup(
-        "session_fallback_costs", ("session_id", "provider", "model"), ("cost_pico",),
-        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), coalesce(sum(cost_pico), 0)
+        "session_fallback_costs", ("session_id", "provider", "model"), FALLBACK_COLUMNS,
+        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS}
             FROM ({_FALLBACK_RUNS}) GROUP BY 1, 2, 3""",
     ),
     Rollup(

@@ -366,8 +366,9 @@ _LATEST_RUN = (
     "SELECT run_id FROM runs WHERE session_id = ? ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT 1"
 )
 _USAGE_SNAPSHOT = """
-INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, total_tokens, cost_pico)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, input_tokens, output_tokens,
+                             cache_read_tokens, cache_write_tokens, total_tokens, cost_pico)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # A call keeps the first session a line gave it (a side branch's moves it later, see
 # _branch_tools), and is on the branch its latest line names: a main-branch line takes back a call a
@@ -697,7 +698,9 @@ _END_RANK = {name: rank for rank, name in enumerate(ENDED_BY, start=1)}
 
 
 def _usage_snapshot(f: UsageSnapshot) -> tuple:
-    return (f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, f.tokens.total, f.cost_pico)
+    t = f.tokens
+    return (f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, t.input, t.output, t.cache_read,
+            t.cache_write, t.total, f.cost_pico)
 
 
 def _session_started(f: SessionStarted) -> tuple | None:
