@@ -351,3 +351,49 @@ def test_the_openclaw_plugin_blocks_with_the_daemons_reason(daemon):
     assert _plugin("http://127.0.0.1:9", "agent:main:s1", "exec") is None
     closed = _plugin("http://127.0.0.1:9", "agent:main:s1", "exec", failClosed=True)
     assert closed["block"] is True and "unreachable" in closed["blockReason"]
+
+
+SESS_COST_1 = """
+[[gates]]
+name = "sess-cost"
+scope = "session"
+metric = "cost_usd"
+limit = 1.0
+"""
+
+
+def test_hot_views_kept_past_a_restored_backup_that_reached_their_position_are_not_trusted(tmp_path):
+    root = tmp_path / "logs"
+    LogDir(root).append(llm(1, 0.5, session="a"))
+    served = serve(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + SESS_COST_1))
+    hot, ask = "/v1/sessions/agent:main:a/hot", "/v1/gate?session_key=agent:main:a&tool=x"
+    try:
+        wait_for(lambda: served.get(hot)[1].get("cost_usd") == 0.5)
+        assert served.stop() == 0
+        backup = tmp_path / "backup.db"
+        shutil.copy(served.db, backup)
+
+        served.start()
+        LogDir(root, "second").append(llm(2, 0.6, session="a"))
+        wait_for(lambda: served.get(hot)[1].get("cost_usd") == 1.1)
+        assert served.get(ask)[1]["decision"] == "block"
+        assert served.stop() == 0
+
+        # The backup is restored, and a line of another session takes it to the position the views were kept at.
+        shutil.rmtree(root / "agents" / "second")
+        for path in tmp_path.glob("ledger.db*"):
+            path.unlink()
+        shutil.copy(backup, served.db)
+        LogDir(root).append(llm(3, 0.1, session="z"))
+        served.start()
+        served.wait_ready()
+        decision = served.get(ask)[1]
+        assert decision["decision"] == "allow", decision["reason"]
+        assert served.get(hot)[1]["cost_usd"] == 0.5
+        live = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(served.config), "sessions",
+                               "--live", "--json", "--url", served.url], capture_output=True, text=True, cwd=REPO,
+                              env=cli_env(served.db))
+        assert live.returncode == 0, live.stderr
+        assert {s["session_key"]: s["cost_usd"] for s in json.loads(live.stdout)}["agent:main:a"] == 0.5
+    finally:
+        served.kill()

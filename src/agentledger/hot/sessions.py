@@ -4,8 +4,8 @@ Every value is copied from the ledger's rollups, never accumulated here, so refr
 session twice, or after a crash, cannot count anything twice: a hot view is a replay of
 the ledger by construction. The daemon refreshes the views it holds of the sessions each
 committed transaction changed; a view that was not kept fresh this way (recovered from disk,
-or reloaded after eviction) is checked against the ledger's change numbers before it is
-trusted, and a session without a view in memory gets one from the ledger when asked.
+or reloaded after eviction) is checked against the commit the ledger last changed its sums at
+before it is trusted, and a session without a view in memory gets one from the ledger when asked.
 
 The views trusted in memory all equal the ledger at one position, ``HotSessions.position``: the
 daemon moves it with the views a commit changed (``apply``), and a view read from the ledger is
@@ -55,6 +55,7 @@ class HotSession:
     own: Totals = field(default_factory=Totals)
     family: Totals = field(default_factory=Totals)  # own plus the subagents spawned since it started
     ledger: str | None = None  # the ledger read (see queries.ledger_id): its positions mean nothing in another
+    changed: str | None = None  # the commit its sums last changed at (see queries.hot_sessions)
 
 
 _TOTAL_NAMES = tuple(f.name for f in fields(Totals))
@@ -83,6 +84,7 @@ def _from_ledger(view: dict) -> HotSession:
         status=view["status"], started_ms=view["started_ms"], ended_ms=view["ended_ms"],
         last_activity_ms=view["last_activity_ms"], current_run=view["current_run"],
         own=Totals(**{k: view[k] for k in _TOTAL_NAMES}), family=Totals(**view["family"]), ledger=view["ledger"],
+        changed=view["changed"],
     )
 
 
@@ -232,18 +234,18 @@ class HotSessions:
     # -- internals --------------------------------------------------------------------
 
     def _check(self, conn: apsw.Connection, key: str) -> int:
-        """Keep a stored view if it was read from this ledger and nothing it sums changed after its
-        position, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own)."""
+        """Keep a stored view if it was read from this ledger and what it sums last changed at the same
+        commit there, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own)."""
         with conn:
             now = queries.ledger_position(conn)
             view = queries.hot_session(conn, key)
         if view is None:
             self.store.delete(key)
             return 1
-        position = self.store.position(key)
-        # A position past the ledger's own is one a restored copy of the ledger has not reached.
-        if position is not None and view["changed"] <= position <= now and \
-                self.store.get(key).ledger == view["ledger"]:
+        stored = self.store.get(key)
+        # The commit's mark, not only its position: a restored copy of the ledger reaches the positions
+        # the view may have been read at with commits of its own.
+        if (stored.ledger, stored.changed) == (view["ledger"], view["changed"]):
             self._trust(key, now)
             return 0
         self._put_view(key, _from_ledger(view), now)

@@ -1131,7 +1131,7 @@ SELECT fam.key, s.session_id FROM fam JOIN roots AS r ON r.key = fam.key
 JOIN sessions AS s ON s.session_key = fam.k WHERE s.session_key != r.session_key
 """
 _INSTANCE_TOTALS = f"""
-SELECT j.value, {', '.join(f'coalesce(t.{c}, 0)' for c in _HOT_TOTALS)}, coalesce(c.seq, 0)
+SELECT j.value, {', '.join(f'coalesce(t.{c}, 0)' for c in _HOT_TOTALS)}, coalesce(c.seq, 0), coalesce(c.mark, '')
 FROM json_each(?) AS j LEFT JOIN session_totals AS t ON t.session_id = j.value
 LEFT JOIN session_changes AS c ON c.session_id = j.value
 """
@@ -1189,7 +1189,7 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(ids),)))
     ledger = ledger_id(conn)
 
-    def summed(sids: list[str]) -> tuple[dict, int]:
+    def summed(sids: list[str]) -> tuple[dict, tuple[int, str]]:
         """Totals summed over session instances (snapshot fallbacks included) and their last change."""
         rows = [totals[sid] for sid in sids]
         out = {name: sum(row[i] for row in rows) for i, name in enumerate(_HOT_TOTALS)}
@@ -1197,17 +1197,20 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
         for sid in sids:
             for name, value in zip(FALLBACK_COLUMNS, fallback.get(sid, ())):
                 out[name] += value
-        return out, max((row[-1] for row in rows), default=0)
+        return out, max((tuple(row[-2:]) for row in rows), default=(0, ""))
 
     views = {}
     for key, (sid, session_key, agent, status, started, ended, last) in current.items():
         own, own_changed = summed([sid])
         kin, kin_changed = summed(family.get(key, []))
+        seq, mark = max(own_changed, kin_changed)
         views[key] = {
             "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
             "started_ms": started, "ended_ms": ended, "last_activity_ms": last, "current_run": runs.get(sid),
             **own, "family": {k: own[k] + kin[k] for k in _HOT_TOTALS},
-            "changed": max(own_changed, kin_changed), "ledger": ledger,
+            # The commit its sums last changed at, by position and mark: a restored copy of the ledger
+            # numbers its own commits as the original did, but marks them anew.
+            "changed": f"{seq}:{mark}", "ledger": ledger,
         }
     return views
 

@@ -89,12 +89,14 @@ _RUNS_EMPTIED = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT r.run_id FROM json_each(?) AS j "
     "JOIN runs AS r ON r.run_id = j.value JOIN run_llm_totals AS t ON t.run_id = j.value WHERE t.llm_calls = 0"
 )
-_NEXT_POSITION = "UPDATE ledger_position SET seq = seq + 1 WHERE id = 1 RETURNING seq"
+# Each commit's mark tells it from the commit a restored copy of the ledger numbers the same (0030).
+_NEXT_POSITION = ("UPDATE ledger_position SET seq = seq + 1, mark = lower(hex(randomblob(8))) WHERE id = 1 "
+                  "RETURNING seq, mark")
 # The metric series start again from the ledger's sums (queries.series_epoch): a reprice or a repair moved them.
 NEW_SERIES_EPOCH = "UPDATE ledger_position SET repricings = repricings + 1 WHERE id = 1"
 _SESSION_CHANGED = (
-    "INSERT INTO session_changes (session_id, seq) VALUES (?, ?) "
-    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq"
+    "INSERT INTO session_changes (session_id, seq, mark) VALUES (?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, mark = excluded.mark"
 )
 _SESSION_SPAN = (
     "UPDATE sessions SET first_ms = min(first_ms, ?), last_ms = max(last_ms, ?) WHERE session_id = ?"
@@ -104,9 +106,9 @@ _SESSION_SPAN = (
 def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
     """Number this transaction's changes and mark the session instances they touched (whose snapshot
     fallbacks follow, see ``refresh_fallbacks``)."""
-    seq = conn.execute(_NEXT_POSITION).fetchall()[0][0]
+    seq, mark = conn.execute(_NEXT_POSITION).fetchall()[0]
     if session_ids:
-        conn.executemany(_SESSION_CHANGED, [(sid, seq) for sid in session_ids])
+        conn.executemany(_SESSION_CHANGED, [(sid, seq, mark) for sid in session_ids])
         refresh_fallbacks(conn, session_ids)
     return seq
 

@@ -439,10 +439,11 @@ def rebuild_rollups(conn: apsw.Connection, tables: tuple[str, ...] | None = None
         conn.execute(f"INSERT INTO {r.table} ({', '.join(r.keys + r.values)}) {r.recompute}")
 
 
-# Every session marked changed at the repair's position: the hot views kept of any of them are rebuilt.
+# Every session marked changed at the repair's position, just taken: the hot views kept of any of them are rebuilt.
 _ALL_SESSIONS_CHANGED = """
-INSERT INTO session_changes (session_id, seq) SELECT session_id, ?1 FROM sessions WHERE true
-ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq
+INSERT INTO session_changes (session_id, seq, mark)
+SELECT s.session_id, p.seq, p.mark FROM sessions AS s, ledger_position AS p WHERE true
+ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, mark = excluded.mark
 """
 
 
@@ -458,7 +459,8 @@ def repair_rollups(conn: apsw.Connection) -> list[Difference]:
         diffs = check_rollups(conn)
         if diffs:
             rebuild_rollups(conn)
-            conn.execute(_ALL_SESSIONS_CHANGED, (advance_position(conn, set()),))
+            advance_position(conn, set())
+            conn.execute(_ALL_SESSIONS_CHANGED)
             # A new epoch for the metric series, as a reprice takes: the highest values `serve` kept of
             # the wrong sums (metric-floors.json) would otherwise hide the repair until the ledger passed them.
             conn.execute(NEW_SERIES_EPOCH)
