@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import CORPUS, ingest
+from conftest import CORPUS, cli_json, ingest
 from logwriter import BASE_TS, LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,11 +33,12 @@ NOW_MS = BASE_TS + 3_600_000
 
 
 def llm(n: int, cost_usd: float, *, session: str = "s1", agent: str = "main", ts: int | None = None,
-        total: int = 10, model: str = "claude-sonnet-4-5") -> bytes:
+        total: int = 10, model: str = "claude-sonnet-4-5", **keyed) -> bytes:
+    """``keyed``: the line's run and session id, when not ``event``'s."""
     return event(n, "llm.call", {"callIndex": n, "provider": "anthropic", "model": model,
                                  "delta": {"input": total, "output": 0, "cacheRead": 0, "cacheWrite": 0,
                                            "total": total}, "costUsd": cost_usd},
-                 session=session, agent=agent, ts=ts)
+                 session=session, agent=agent, ts=ts, **keyed)
 
 
 def tool_end(n: int, name: str = "exec", *, error: bool = False, session: str = "s1") -> bytes:
@@ -245,6 +246,24 @@ def test_a_spawn_read_while_the_daemon_was_down_moves_the_recovered_family(ledge
     again = HotSessions(tmp_path / "hot")
     assert again.validate(ledger.conn) == 2  # the parent's view and the child's
     assert again.lookup(ledger.conn, "agent:main:s1").family.cost_pico == 2_200_000_000_000
+
+
+def test_an_earlier_instances_family_ends_where_its_successor_began(ledger_with):
+    ledger = ledger_with([gate(name="fam-cost", scope="session-family", limit=2.0)])
+    for n, (sid, resumed, own, child, spent) in enumerate([("S1", {}, 0.8, "c1", 0.9),
+                                                           ("S2", {"resumedFrom": "S1"}, 0.3, "c2", 0.4)]):
+        instance = {"session": "main", "session_id": sid, "run": f"run-{sid}"}
+        ledger.add(event(10 * n + 1, "session.start", {"sessionId": sid, **resumed}, **instance),
+                   llm(10 * n + 2, own, **instance),
+                   event(10 * n + 3, "subagent.spawn", {"childSessionKey": f"agent:main:subagent:{child}",
+                                                        "agentId": "main", "label": child}, **instance),
+                   llm(10 * n + 4, spent, session=f"subagent:{child}"))
+    for key, family in (("S1", 1.7), ("S2", 0.7), ("agent:main:main", 0.7)):
+        assert (ledger.ask(key, "x").decision, hot_json(ledger.hot.lookup(ledger.conn, key))["family"]["cost_usd"]) \
+            == ("allow", family), key
+    for sid, family in (("S1", 1.7), ("S2", 0.7)):
+        assert cli_json(ledger.db, "session", sid)["family_cost_usd"] == family
+        assert cli_json(ledger.db, "tree", sid)["cumulative_cost_usd"] == family
 
 
 def test_day_scopes_count_today_in_the_configured_zone(ledger_with):

@@ -139,8 +139,7 @@ class Forecaster:
         if gate.scope == "session":
             totals, act = view, self.activity(session_ids=[view["session_id"]])
         elif gate.scope == "session-family":
-            ids = [view["session_id"]] + queries.family_session_ids(self.conn, view["session_key"],
-                                                                    view["started_ms"] or 0)
+            ids = [view["session_id"]] + queries.family_session_ids(self.conn, view["session_key"], view["session_id"])
             totals, act = view["family"], self.activity(session_ids=ids)
         else:
             agent = view["agent_id"] if gate.scope == "agent-day" else None

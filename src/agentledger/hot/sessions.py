@@ -53,7 +53,7 @@ class HotSession:
     last_activity_ms: int | None = None
     current_run: str | None = None
     own: Totals = field(default_factory=Totals)
-    family: Totals = field(default_factory=Totals)  # own plus the subagents spawned since it started
+    family: Totals = field(default_factory=Totals)  # own plus the subagents spawned while it was current
     ledger: str | None = None  # the ledger read (see queries.ledger_id): its positions mean nothing in another
     changed: str | None = None  # the commit its sums last changed at (see queries.hot_sessions)
 

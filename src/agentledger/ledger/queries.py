@@ -906,12 +906,14 @@ def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None
     return _subagent_dicts(rows, _own_costs(conn, [r[0] for r in rows]))
 
 
-# A subagent belongs to the instance of its parent's key that was current when it was spawned: the
-# one whose validity window (session_ids) holds the spawn, as the hot views' families count it
-# (_FAMILIES). One spawned before the key's first known instance (say by a reset transcript the
-# ledger keys apart) belongs to none of them.
-_SPAWNED_BY_INSTANCE = """EXISTS (
-    SELECT 1 FROM session_ids AS m WHERE m.session_id IN (SELECT value FROM json_each(?))
+def _spawned_by_instance(instances: str) -> str:
+    """Whether a subagents row was spawned by one of the instances ``instances`` picks (a condition on
+    ``session_ids AS m``). A subagent belongs to the instance of its parent's key that was current when it
+    was spawned: the one whose validity window (session_ids) holds the spawn, as the hot views' families
+    count it too (_FAMILIES). One spawned before the key's first known instance (say by a reset transcript
+    the ledger keys apart) belongs to none of them."""
+    return f"""EXISTS (
+    SELECT 1 FROM session_ids AS m WHERE {instances}
     AND m.session_key = subagents.parent_session_key
     AND coalesce(subagents.spawned_ms, subagents.ended_ms, 0) >= m.valid_from_ms
     AND (m.valid_until_ms IS NULL OR coalesce(subagents.spawned_ms, subagents.ended_ms, 0) < m.valid_until_ms))"""
@@ -927,7 +929,7 @@ def _subagent_rows(conn: apsw.Connection, w: Window, parent_keys: list[str] | No
         cond += " AND parent_session_key IN (SELECT value FROM json_each(?))"
         params.append(_json_list(parent_keys))
     if parent_ids is not None:
-        cond += f" AND {_SPAWNED_BY_INSTANCE}"
+        cond += f" AND {_spawned_by_instance('m.session_id IN (SELECT value FROM json_each(?))')}"
         params.append(_json_list(parent_ids))
     limit = _limit(w, params)
     return conn.execute(
@@ -1116,14 +1118,16 @@ SELECT j.value, s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.st
 FROM json_each(?1) AS j JOIN sessions AS s ON s.session_id = j.value
 WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = j.value)
 """
-# For each [key, session key, since]: the subagent sessions that key spawned (directly or not)
-# since the instant; a malformed log cannot loop here: UNION drops pairs already seen.
-_FAMILIES = """
-WITH RECURSIVE roots(key, session_key, since) AS (
+# For each [key, session key, session id]: the subagent sessions that instance spawned while it was its
+# key's current one (as `session ID` and `tree ID` count them), and the ones those spawned, at any depth;
+# a malformed log cannot loop here: UNION drops pairs already seen.
+_FAMILIES = f"""
+WITH RECURSIVE roots(key, session_key, session_id) AS (
     SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)
 ), fam(key, k) AS (
-    SELECT r.key, a.child_session_key FROM roots AS r
-    JOIN subagents AS a ON a.parent_session_key = r.session_key AND coalesce(a.spawned_ms, a.ended_ms, 0) >= r.since
+    SELECT r.key, subagents.child_session_key FROM roots AS r
+    JOIN subagents ON subagents.parent_session_key = r.session_key
+    WHERE {_spawned_by_instance("m.session_id = r.session_id")}
     UNION
     SELECT fam.key, a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
 )
@@ -1163,8 +1167,8 @@ def series_epoch(conn: apsw.Connection) -> tuple[str, int]:
 
 def hot_session(conn: apsw.Connection, key: str) -> dict | None:
     """What gates measure of a session: its current instance (a reset starts a new one), alone
-    and with the subagents spawned since that instance began; None when the ledger has no such
-    session. ``key`` is a session key, or a session id for sources keyed by id."""
+    and with the subagents spawned while it was its key's current one; None when the ledger has no
+    such session. ``key`` is a session key, or a session id (that instance, current or not)."""
     return hot_sessions(conn, [key]).get(key)
 
 
@@ -1179,7 +1183,7 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     current = {row[0]: row[1:] for row in conn.execute(_CURRENT_INSTANCES, (_json_list(keys),))}
     if not current:
         return {}
-    roots = [(key, session_key or key, started or 0) for key, (_, session_key, _, _, started, _, _) in current.items()]
+    roots = [(key, session_key or key, sid) for key, (sid, session_key, *_) in current.items()]
     family: dict[str, list[str]] = {}
     for key, sid in conn.execute(_FAMILIES, (_json_list(roots),)):
         family.setdefault(key, []).append(sid)
@@ -1215,9 +1219,10 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     return views
 
 
-def family_session_ids(conn: apsw.Connection, session_key: str, since_ms: int) -> list[str]:
-    """Instances of the subagents a session key spawned (at any depth) since ``since_ms``."""
-    return [sid for _, sid in conn.execute(_FAMILIES, (_json_list([(session_key, session_key, since_ms)]),))]
+def family_session_ids(conn: apsw.Connection, session_key: str, session_id: str) -> list[str]:
+    """Instances of the subagents an instance of a session key spawned (at any depth), as ``hot_session``
+    counts them in its family."""
+    return [sid for _, sid in conn.execute(_FAMILIES, (_json_list([(session_key, session_key, session_id)]),))]
 
 
 def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[str], set[str]]:
