@@ -27,7 +27,8 @@ from served import assert_consistent
 
 from agentledger.facts import Fact, Reject
 from agentledger.ledger.db import open_reader
-from agentledger.sources import opener_for
+from agentledger.sources import SKIPPED_HEADS, opener_for
+from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.reader import BLOCK
 
 SID = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"
@@ -188,8 +189,9 @@ def _stream(draw, fmt: Format, max_lines: int = 30) -> tuple[list[tuple[str, byt
 
 
 def _not_an_object(fmt: Format, line: bytes) -> bool:
-    if fmt.name == "claude-code" and line[:1] == b"{" and b'"type":"file-history-snapshot"' in line[:64]:
-        return False  # skipped unparsed by design: these lines can be hundreds of MB
+    skipped = SKIPPED_HEADS.get(fmt.name)
+    if skipped is not None and skipped(line[:HEAD_BYTES]):
+        return False  # skipped unparsed by design: Claude Code's snapshots can be hundreds of MB
     try:
         return not isinstance(orjson.loads(line), dict)
     except orjson.JSONDecodeError:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ledgerdump import dump, scalar, usage, verify
 
 from agentledger.config import GateConfig
+from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
@@ -353,6 +354,41 @@ def test_huge_file_snapshots_are_skipped_unread(tmp_path, db):
     # The snapshot line is not even valid JSON: it was recognised by its first bytes, not parsed.
     assert (stats.lines, stats.rejects) == (3, 0)
     assert scalar(db, "SELECT count(*) FROM runs") == 2
+
+
+def _snapshot(fields: bytes, size: int) -> bytes:
+    """A file-history-snapshot line of about ``size`` bytes, its ``fields`` before its snapshot."""
+    return b"{" + fields + b'"snapshot":{"blob":"' + b"a" * size + b'"}}\n'
+
+
+def test_a_snapshot_longer_than_max_line_is_skipped_not_rejected(tmp_path, db):
+    """Snapshots can be hundreds of MB, past any max_line: one whose first bytes say it is one is skipped,
+    wherever its type is among them. A line whose first bytes cannot tell stays a reject, as does a long
+    line that merely mentions snapshots."""
+    project = _project(tmp_path)
+    said_late = b'"isSnapshotUpdate": false, "messageId": "m1", "type": "file-history-snapshot", '
+    said_past_the_head = _snapshot(b'"messageId":"m2",', 4000)[:-3] + b'},"type":"file-history-snapshot"}\n'
+    mention = cc_prompt("u3", "the file-history-snapshot " + "b" * 4000, 3)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + _snapshot(b'"type":"file-history-snapshot","messageId":"m0",', 4000)
+        + _snapshot(said_late, 4000) + cc_prompt("u2", "again", 2) + said_past_the_head + mention)
+    out = cli_json(db, "ingest", "--source", f"claude-code={tmp_path / 'claude'}", "--max-line", "1024")
+    assert (out["lines"], out["rejected_lines"]) == (6, 2)
+    u = cli_json(db, "usage")
+    assert (u["runs"], u["rejected_lines"]) == (2, 2)
+    assert sorted(r["reason"] for r in cli_json(db, "rejects")) == sorted(
+        f"line of {len(line) - 1} bytes exceeds max_line (1024)" for line in (said_past_the_head, mention))
+
+
+def test_a_snapshot_longer_than_the_default_max_line_is_skipped_not_rejected(tmp_path, db):
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + _snapshot(b'"type":"file-history-snapshot",', DEFAULT_MAX_LINE)
+        + cc_prompt("u2", "again", 5))
+    stats = ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert (stats.lines, stats.rejects) == (3, 0)
+    settle(db)
+    assert (cli_json(db, "usage")["runs"], cli_json(db, "rejects")) == (2, [])
 
 
 def test_records_the_ledger_does_not_read_are_skipped_and_broken_lines_are_still_rejects(tmp_path, db):

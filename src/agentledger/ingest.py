@@ -15,7 +15,7 @@ from pathlib import Path
 from agentledger.facts import Fact, LlmCall, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
-from agentledger.sources import KEY_INPUTS, Decoder, asks_ledger, oc_transcript, opener_for
+from agentledger.sources import KEY_INPUTS, SKIPPED_HEADS, Decoder, asks_ledger, oc_transcript, opener_for
 from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.layouts import LAYOUTS
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, ReadBackFailed, Tailer
@@ -132,7 +132,10 @@ class Pipeline:
                 if t is LlmCall:
                     price(out)
                 facts.append((off, len(line), out))
+        skipped = SKIPPED_HEADS.get(chunk.row.source)
         for off, length, head in chunk.result.too_long:
+            if skipped is not None and skipped(head):
+                continue  # a line the decoder would skip unread is no fault for being long
             rejects.append(Reject(offset=off, length=length,
                                   reason=f"line of {length} bytes exceeds max_line ({self.max_line})", head=head))
         res = chunk.result

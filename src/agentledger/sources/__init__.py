@@ -39,6 +39,11 @@ OPENERS: dict[str, Opener] = {
 KEY_INPUTS: dict[str, Callable[[str], object]] = {"oc-transcript": oc_transcript.key_inputs}
 
 
+# What a format's decoders skip unread, known by a line's first bytes (HEAD_BYTES of them, as a line too
+# long to read whole is known by, see tail/reader.py): such a line is skipped however long, not rejected.
+SKIPPED_HEADS: dict[str, Callable[[bytes], bool]] = {"claude-code": claude_code.skipped_head}
+
+
 def asks_ledger(fmt: str) -> bool:
     """Whether the format's decoders may ask the ledger while decoding, so a file's facts must be
     written before the next file is decoded."""

@@ -48,6 +48,7 @@ by reconcile (see ledger/reconcile.py).
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 
 from agentledger.facts import (
@@ -67,6 +68,7 @@ from agentledger.facts import (
 )
 from agentledger.pricing import exclusive
 from agentledger.sources.common import (
+    HEAD_BYTES,
     RunLookup,
     RunTracker,
     cost_pico,
@@ -88,9 +90,11 @@ SOURCE = "claude-code"
 AGENT = "claude-code"
 SYNTHETIC = "<synthetic>"
 # These lines can be hundreds of MB and say nothing about spend: recognised by their first
-# bytes and never parsed.
-_SNAPSHOT_MARK = b'"type":"file-history-snapshot"'
-_SNAPSHOT_PREFIX = 64
+# bytes and never parsed (see skipped_head).
+_SNAPSHOT = "file-history-snapshot"
+_SNAPSHOT_MARK = _SNAPSHOT.encode()
+_JSON_SPACE = " \t\r\n"
+_SCAN = json.JSONDecoder().raw_decode
 # The record types the ledger reads, whose lines must carry what it needs (a time, first). Claude Code
 # writes others beside them, more with each release: `summary`, `ai-title`, `custom-title`,
 # `agent-name`, `last-prompt`, `permission-mode`, `mode`, `relocated`, `content-replacement`…, titles
@@ -161,6 +165,41 @@ def branch_key(branch: str) -> str:
     return f"agent:{AGENT}:subagent:{branch}"
 
 
+def skipped_head(head: bytes) -> bool:
+    """Whether a line beginning with ``head`` is a file-history snapshot, skipped unread however long
+    it is: the object's own ``type`` says so among the keys ``head`` holds whole. Claude Code writes
+    it first; a line whose first bytes do not reach it is read, or rejected if too long to be."""
+    return _SNAPSHOT_MARK in head and _head_type(head.decode("utf-8", "replace")) == _SNAPSHOT
+
+
+def _head_type(head: str) -> object:
+    """The top-level ``type`` of the JSON object ``head`` begins, None unless ``head`` holds it whole
+    (a nested object's ``type`` is inside a value, decoded past whole)."""
+    pos = _skip_space(head, 0)
+    if head[pos:pos + 1] != "{":
+        return None
+    try:
+        while True:
+            key, pos = _SCAN(head, _skip_space(head, pos + 1))
+            pos = _skip_space(head, pos)
+            if key.__class__ is not str or head[pos] != ":":
+                return None
+            value, pos = _SCAN(head, _skip_space(head, pos + 1))
+            if key == "type":
+                return value
+            pos = _skip_space(head, pos)
+            if head[pos] != ",":
+                return None
+    except (ValueError, IndexError):  # the head ends, or is no JSON, before the key
+        return None
+
+
+def _skip_space(s: str, pos: int) -> int:
+    while pos < len(s) and s[pos] in _JSON_SPACE:
+        pos += 1
+    return pos
+
+
 def _tokens(usage: dict) -> Tokens:
     if "prompt_tokens" in usage:  # OpenAI-style usage through a gateway: cached tokens inside the prompt
         details = usage.get("prompt_tokens_details")
@@ -225,7 +264,7 @@ class FileDecoder:
         self.commands: dict[str, list] = {}
 
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
-        if line[:1] == b"{" and _SNAPSHOT_MARK in line[:_SNAPSHOT_PREFIX]:
+        if skipped_head(line[:HEAD_BYTES]):
             return []  # an object that says it is a snapshot; a line that is no object at all is rejected
         obj = json_object(line, offset)
         if obj.__class__ is Reject:
