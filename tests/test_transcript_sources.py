@@ -124,6 +124,24 @@ def test_a_streamed_response_is_one_call_with_its_final_usage_across_ingests(tmp
     assert u["cost_usd"] > 0
 
 
+@pytest.mark.parametrize("usage", [
+    {"input_tokens": 100_000, "input_tokens_details": {"cached_tokens": 90_000}, "output_tokens": 1000},
+    {"prompt_tokens": 100_000, "prompt_tokens_details": {"cached_tokens": 90_000}, "completion_tokens": 1000}],
+    ids=["responses", "chat-completions"])
+def test_openai_usage_through_a_gateway_counts_its_cached_tokens_inside_input_once(tmp_path, db, usage):
+    """A gpt-5 call through a gateway reports OpenAI's usage, whose input holds the cached tokens: the
+    Responses API's form (input_tokens_details) as Chat Completions' (prompt_tokens) is priced so."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + cc_assistant("a1", "msg_1", {"type": "text", "text": "Done."}, output=0,
+                                                second=1, stop="end_turn", model="gpt-5", usage=usage))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    u = cli_json(db, "usage")
+    assert (u["input_tokens"], u["cache_read_tokens"], u["cache_write_tokens"], u["output_tokens"]) == (
+        10_000, 90_000, 0, 1000)
+    assert (u["cost_usd"], u["unpriced_calls"]) == (pytest.approx(0.03375, abs=1e-9), 0)
+
+
 def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path, db):
     project = _project(tmp_path)
     sub = project / SESSION / "subagents"

@@ -201,11 +201,13 @@ def _skip_space(s: str, pos: int) -> int:
 
 
 def _tokens(usage: dict) -> Tokens:
-    if "prompt_tokens" in usage:  # OpenAI-style usage through a gateway: cached tokens inside the prompt
-        details = usage.get("prompt_tokens_details")
-        cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        return exclusive(Tokens(input=count(usage.get("prompt_tokens")), output=count(usage.get("completion_tokens")),
-                                cache_read=cached))
+    # OpenAI-style usage through a gateway counts cached tokens inside the prompt: Chat Completions' as
+    # prompt_tokens, the Responses API's as input_tokens, named so by its input_tokens_details.
+    if "prompt_tokens" in usage:
+        return _openai(usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("prompt_tokens_details"))
+    details = usage.get("input_tokens_details")
+    if isinstance(details, dict) and "cached_tokens" in details:
+        return _openai(usage.get("input_tokens"), usage.get("output_tokens"), details)
     t = Tokens(input=count(usage.get("input_tokens")), output=count(usage.get("output_tokens")),
                cache_read=count(usage.get("cache_read_input_tokens")),
                cache_write=count(usage.get("cache_creation_input_tokens")))
@@ -214,6 +216,11 @@ def _tokens(usage: dict) -> Tokens:
         t.cache_write_1h = min(count(split.get("ephemeral_1h_input_tokens")), t.cache_write)
     t.total = t.input + t.output + t.cache_read + t.cache_write
     return t
+
+
+def _openai(prompt: object, completion: object, details: object) -> Tokens:
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return exclusive(Tokens(input=count(prompt), output=count(completion), cache_read=cached))
 
 
 def _speed(usage: dict) -> str | None:
