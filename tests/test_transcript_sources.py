@@ -142,6 +142,28 @@ def test_openai_usage_through_a_gateway_counts_its_cached_tokens_inside_input_on
     assert (u["cost_usd"], u["unpriced_calls"]) == (pytest.approx(0.03375, abs=1e-9), 0)
 
 
+def test_a_message_claude_code_wrote_itself_is_no_call_and_its_api_error_placeholder_a_failed_one(tmp_path, db):
+    """Claude Code writes some assistant lines itself as model "<synthetic>" with no usage: a message of
+    its own ("No response requested.") asked no model anything, an API error's placeholder
+    (isApiErrorMessage) is a call that failed."""
+    project = _project(tmp_path)
+    zero = {"input_tokens": 0, "output_tokens": 0}
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "No response requested."}, output=0, second=1,
+                       stop="stop_sequence", model="<synthetic>", usage=zero)
+        + cc_prompt("u2", "again", 2)
+        + cc_assistant("a2", "msg_2", {"type": "text", "text": "API Error: 529 Overloaded"}, output=0, second=3,
+                       stop="stop_sequence", model="<synthetic>", usage=zero, isApiErrorMessage=True)
+        + cc_assistant("a3", "msg_3", {"type": "text", "text": "Done."}, output=5, second=4, stop="end_turn"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    settle(db)
+    u = cli_json(db, "usage")
+    assert (u["runs"], u["llm_calls"], u["llm_errors"], u["output_tokens"]) == (2, 1, 1, 5)
+    assert sorted((r["run_id"], r["llm_calls"], r["llm_errors"]) for r in cli_json(db, "runs")) == [
+        ("u1", 0, 0), ("u2", 1, 1)]
+
+
 def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path, db):
     project = _project(tmp_path)
     sub = project / SESSION / "subagents"

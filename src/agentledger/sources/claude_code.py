@@ -333,6 +333,9 @@ class FileDecoder:
         run_id = self._run(base)
         model = text(msg.get("model"))
         message_id = text(msg.get("id"))
+        if model == SYNTHETIC and obj.get("isApiErrorMessage") is not True:
+            # A message Claude Code wrote itself ("No response requested."): no model was called.
+            return Marker(**base, kind="assistant.synthetic")
         if model == SYNTHETIC or obj.get("isApiErrorMessage") is True:
             # An API error shown as a message: a failed call, with no usage and no call of its own.
             return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
