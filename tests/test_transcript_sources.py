@@ -164,6 +164,19 @@ def test_a_message_claude_code_wrote_itself_is_no_call_and_its_api_error_placeho
         ("u1", 0, 0), ("u2", 1, 1)]
 
 
+def test_a_gateways_models_are_spend_of_the_provider_the_price_table_lists_them_under(tmp_path, db):
+    """Claude Code through a gateway may call another provider's models: each is that provider's spend,
+    and a model the price table does not know names no provider."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(cc_prompt("u1", "hi", 0) + b"".join(
+        cc_assistant(f"a{i}", f"msg_{i}", {"type": "text", "text": "Done."}, output=100, second=i, model=model)
+        for i, model in enumerate((MODEL, "gpt-5", "gpt-5-mini", "our-own-model"), 1)))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    rows = cli_json(db, "costs", "--group-by", "provider")["rows"]
+    assert sorted((r["provider"] or "", r["llm_calls"]) for r in rows) == [
+        ("", 1), ("anthropic", 1), ("openai", 2)]
+
+
 def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path, db):
     project = _project(tmp_path)
     sub = project / SESSION / "subagents"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import re
 import tomllib
@@ -399,6 +400,14 @@ class _Bundled:
         if known is None or known[0] is not standard:
             known = self._fast[key] = (standard, model_info.get_prices(when, _FAST_CONTEXT))
         return known[1]
+
+
+# Decoders ask for every call; the names are few, but a hostile log may hold any number.
+@functools.lru_cache(maxsize=4096)
+def provider_of(model: str) -> str | None:
+    """The provider the bundled price table lists ``model`` under ("openai"), None for a model it does not know."""
+    found = _find(None, model)
+    return found[0].id if found is not None else None
 
 
 def _find(provider: str | None, model: str) -> tuple | None:

@@ -66,7 +66,7 @@ from agentledger.facts import (
     ToolEnded,
     ToolStarted,
 )
-from agentledger.pricing import exclusive
+from agentledger.pricing import exclusive, provider_of
 from agentledger.sources.common import (
     HEAD_BYTES,
     RunLookup,
@@ -249,7 +249,11 @@ def _web_searches(usage: dict) -> int:
 
 
 def _provider(model: str | None) -> str | None:
-    return "anthropic" if model and model.startswith("claude") else None
+    """Claude Code's own models are Anthropic's, new ones before the price table knows them too; a
+    gateway's other models are the provider's the table lists them under."""
+    if not model:
+        return None
+    return "anthropic" if model.startswith("claude") else provider_of(model)
 
 
 class FileDecoder:
