@@ -10,6 +10,9 @@ from __future__ import annotations
 FORMATS = ("oc-telemetry", "oc-transcript", "claude-code")
 
 DEFAULT_MAX_LINE = 32 * 1024 * 1024  # bytes; a longer line is rejected without being held in memory
+# The first bytes of a line a reject record keeps, and all a decoder sees of an over-long one to tell
+# whether it would have skipped it.
+HEAD_BYTES = 200
 DEFAULT_IDLE_S = 1800  # a log silent this long: its gateway restarted
 DEFAULT_GRACE_S = 600  # open longer than this past the last sign of life: interrupted
 DEFAULT_RAW_DAYS = 30  # raw rows older than this are pruned

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import orjson
 
+from agentledger.defaults import HEAD_BYTES
 from agentledger.facts import Reject
 from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
 
@@ -16,7 +17,6 @@ from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
 RunLookup = Callable[[str, "int | None"], "str | None"]
 
 MISSING = "unknown"
-HEAD_BYTES = 200
 
 
 def text(value: object) -> str | None:

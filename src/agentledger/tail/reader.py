@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from agentledger.defaults import HEAD_BYTES
+
 BLOCK = 1 << 20
-HEAD = 200  # bytes of an over-long line kept for the reject record
 
 
 @dataclass(slots=True)
@@ -57,7 +58,7 @@ def read_lines(
             if nl is None:
                 res.pending_long = (pos, scanned)
                 break
-            res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD, nl - pos), pos)))
+            res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
             consumed += nl + 1 - pos
             pos = nl + 1
             continue
@@ -73,7 +74,7 @@ def read_lines(
             line_off = pos
             for line in parts:
                 if len(line) > max_line:
-                    res.too_long.append((line_off, len(line), line[:HEAD]))
+                    res.too_long.append((line_off, len(line), line[:HEAD_BYTES]))
                 else:
                     res.lines.append((line_off, line))
                 line_off += len(line) + 1
@@ -96,7 +97,7 @@ def read_lines(
         if nl is None:
             res.pending_long = (pos, scanned)
             break
-        res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD, nl - pos), pos)))
+        res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
         consumed += nl + 1 - pos
         pos = nl + 1
     res.end = pos
