@@ -212,7 +212,8 @@ def test_llm_call_without_cost_has_no_cost():
     assert f.cost_pico is None
 
 
-@pytest.mark.parametrize("cost", [-0.01, "0.05", True, None, [0.1], {"usd": 1}])
+@pytest.mark.parametrize("cost", [-0.01, "-0.01", "0.05 USD", " 0.05", "$0.05", "1000.01", True, None, [0.1],
+                                  {"usd": 1}])
 def test_llm_call_unusable_cost_is_missing_not_zero(cost):
     f = ok(line("llm.call", {"delta": {"input": 5}, "costUsd": cost}))
     assert f.cost_pico is None
@@ -552,8 +553,8 @@ def test_tool_event_without_tool_call_id_rejected(kind, call_id):
 
 def test_wrong_types_in_llm_call_become_missing_values():
     data = {"callIndex": True, "provider": 5, "model": ["x"],
-            "delta": {"input": "12", "output": [1, [2]], "cacheRead": True, "cacheWrite": {"a": 1}, "total": None},
-            "cumulative": "lots", "costUsd": "0.05", "durationMs": "5"}
+            "delta": {"input": "12 ", "output": [1, [2]], "cacheRead": True, "cacheWrite": {"a": 1}, "total": None},
+            "cumulative": "lots", "costUsd": "0.05$", "durationMs": "5ms"}
     f = ok(line("llm.call", data))
     assert type(f) is LlmCall
     assert f.tokens == Tokens()
@@ -593,7 +594,7 @@ def test_nan_like_strings_are_missing_values(value):
 
 
 def test_wrong_types_in_run_end_and_tool_end():
-    f = ok(line("run.end", {"durationMs": "12", "toolCallCount": True, "stopReason": 7, "model": {}},
+    f = ok(line("run.end", {"durationMs": "12s", "toolCallCount": True, "stopReason": 7, "model": {}},
                 error={"message": 5}))
     assert (f.duration_ms, f.tool_call_count, f.stop_reason, f.model, f.error) == (None, None, None, None, None)
     g = ok(line("tool.end", {"toolCallId": "c", "isError": "true", "filePath": 3, "toolName": {},
@@ -601,6 +602,43 @@ def test_wrong_types_in_run_end_and_tool_end():
     assert type(g) is ToolEnded
     assert g.is_error is False  # only a JSON true is an error flag
     assert (g.file_path, g.tool_name, g.error, g.duration_ms) == (None, None, None, None)
+
+
+@pytest.mark.parametrize(("given", "kept"), [
+    ("1000", 1000), ("+1000", 1000), ("0001000", 1000), ("1e3", 1000), ("1000.9", 1000), ("1.5E3", 1500),
+    ("0", 0), ("-5", 0), ("1000000001", 0),  # counts keep their range written either way
+    (" 1000", 0), ("1000 ", 0), ("1000\n", 0), ("1_000", 0), ("1,000", 0), ("0x10", 0), ("\u0661\u0660", 0),
+    ("1.", 0), (".5", 0), ("1e", 0), ("", 0), ("nan", 0), ("inf", 0), ("1e400", 0), ("1" * 41, 0),
+])
+def test_counts_written_as_plain_decimal_strings_are_read(given, kept):
+    f = ok(line("llm.call", {"delta": {"input": given}}))
+    assert f.tokens.input == kept
+    assert type(f.tokens.input) is int
+
+
+@pytest.mark.parametrize(("cost", "pico"), [("0.01", 10**10), ("0.0535305", 53_530_500_000), ("1e-2", 10**10),
+                                            ("0", 0), ("1000", 1000 * 10**12)])
+def test_costs_written_as_plain_decimal_strings_are_read(cost, pico):
+    f = ok(line("llm.call", {"delta": {"input": 0}, "costUsd": cost}))
+    assert f.cost_pico == pico
+
+
+@given(n=st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False, allow_infinity=False))
+@settings(max_examples=300)
+def test_a_number_written_as_a_string_reads_as_the_number(n):
+    written = json.dumps(n)  # the text a producer quoting the number would write
+    # json (not orjson) so numbers past 64 bits reach the decoder as a producer might write them.
+    as_number, as_text = (ok(json.dumps(envelope("run.end", {"durationMs": v, "toolCallCount": v,
+                                                             "usage": {"input": v}})).encode()) for v in (n, written))
+    assert (as_text.duration_ms, as_text.tool_call_count, as_text.usage) == (
+        as_number.duration_ms, as_number.tool_call_count, as_number.usage)
+
+
+@given(pico=st.integers(min_value=0, max_value=1000 * 10**12))
+@settings(max_examples=300)
+def test_a_cost_written_as_a_string_reads_as_the_number(pico):
+    written = format(Decimal(pico).scaleb(-12), "f")
+    assert ok(line("llm.call", {"costUsd": written})).cost_pico == pico
 
 
 def test_booleans_are_never_counts():

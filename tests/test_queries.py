@@ -12,7 +12,7 @@ from pathlib import Path
 
 import apsw
 import pytest
-from conftest import as_of_version, ingest, metric_counters
+from conftest import as_of_version, cli_json, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -851,7 +851,6 @@ def test_metric_floors_kept_before_spend_was_split_by_source_hold_no_series(corp
 def test_a_turn_cut_short_names_the_model_its_calls_used(tmp_path, db):
     """A transcript's turn says its model only at its end: one that never ended (here its tool call got no
     result) still shows the model its last call used, in `runs`, `run` and a session's page."""
-    from conftest import cli_json
     from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_result, oc_user
 
     sid = "5a5a5a5a-1111-4111-8111-111111111111"
@@ -864,3 +863,22 @@ def test_a_turn_cut_short_names_the_model_its_calls_used(tmp_path, db):
     assert (run["status"], run["model"], run["provider"]) == ("running", "m-new", "anthropic")
     assert cli_json(db, "run", run["run_id"])["model"] == "m-new"
     assert [r["model"] for r in cli_json(db, "session", "agent:main:main")["runs"]] == ["m-new"]
+
+
+def test_numbers_a_producer_wrote_as_strings_count(tmp_path):
+    """A count, duration or cost written as a JSON string ("1000", "0.01") is the number it spells: they were
+    read as no tokens and no cost. A string that is no plain decimal number (" 1000", "1_000") still counts
+    for nothing."""
+    log = _HookLog()
+    key = "agent:main:main"
+    log.ev("llm.call", {"callIndex": "0", "provider": "p", "model": "m", "costUsd": "0.01", "durationMs": "1500",
+                        "delta": {"input": "1000", "output": "200", "total": "1200"}}, key, "S1", "R1")
+    log.ev("llm.call", {"callIndex": "1", "provider": "p", "model": "m", "costUsd": "0.02",
+                        "delta": {"input": " 1000", "output": "1_000", "total": "2"}}, key, "S1", "R1")
+    log.ev("tool.end", {"toolName": "read", "toolCallId": "T1", "durationMs": "2500"}, key, "S1", "R1")
+    db = log.ledger(tmp_path)
+    usage = cli_json(db, "usage")
+    assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (1000, 200, 1202)
+    assert (usage["cost_usd"], usage["unpriced_calls"]) == (0.03, 0)
+    (tool,) = cli_json(db, "tools")
+    assert tool["duration_s"] == 2.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import re
 from collections.abc import Callable
 
 import orjson
@@ -33,7 +34,24 @@ def integer(value: object) -> int | None:
         return value if -(2**63) <= value < 2**63 else None
     if isinstance(value, float) and value == value and abs(value) < 2**63:
         return int(value)
+    if value.__class__ is str:
+        n = _number_text(value)
+        return None if n is None else integer(n)
     return None
+
+
+# A number a producer wrote as a JSON string ("1000", "0.01"). Only a plain decimal one: int() and
+# float() also take spaces, underscores, other scripts' digits, "nan" and "inf", none of which is a
+# number written as text. No count, duration or cost needs more characters than this.
+_NUMBER_TEXT = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_MAX_NUMBER_TEXT = 40
+
+
+def _number_text(value: str) -> int | float | None:
+    """The number a string spells in plain decimal, None when it spells none."""
+    if len(value) > _MAX_NUMBER_TEXT or (found := _NUMBER_TEXT.fullmatch(value)) is None:
+        return None
+    return int(value) if found.lastindex is None else float(value)
 
 
 # No single call uses a billion tokens (contexts hold a few million); anything larger is garbage.
@@ -144,7 +162,8 @@ def derived_id(base: int, index: int) -> int:
 def cost_pico(value: object) -> int | None:
     """A producer's USD cost → pico-USD; None for anything that is not a plausible cost."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
+        if value.__class__ is not str or (value := _number_text(value)) is None:
+            return None
     if not 0 <= value <= MAX_CALL_COST_USD:  # NaN fails every comparison
         return None
     return round(value * PICO_PER_USD)
