@@ -190,7 +190,7 @@ def test_llm_call_total_defaults_to_sum_of_parts():
     ],
 )
 def test_llm_call_cost_is_exact_integer_pico_usd(cost, pico):
-    f = ok(line("llm.call", {"delta": {"input": 1}, "costUsd": cost}))
+    f = ok(line("llm.call", {"delta": {}, "costUsd": cost}))
     assert f.cost_pico == pico
     assert type(f.cost_pico) is (int if pico is not None else type(None))
 
@@ -201,10 +201,17 @@ def test_llm_call_cost_with_up_to_12_decimals_is_exact(pico):
     text = str(Decimal(pico).scaleb(-12).normalize())
     if "E" in text:  # keep the plain notation a JS producer writes for these values
         text = format(Decimal(pico).scaleb(-12), "f")
-    raw = b'{"id":"%s","ts":1,"kind":"llm.call","data":{"delta":{"input":1},"costUsd":%s}}' % (
+    raw = b'{"id":"%s","ts":1,"kind":"llm.call","data":{"delta":{},"costUsd":%s}}' % (
         EVT.encode(), text.encode())
     f = ok(raw)
     assert f.cost_pico == pico
+
+
+@pytest.mark.parametrize(("kind", "tokens"), [("llm.call", "delta"), ("usage.snapshot", "usage")])
+def test_a_zero_cost_beside_tokens_is_no_cost(kind, tokens):
+    # OpenClaw writes 0 for a model it cannot price (FORMATS.md §2): no free call, an unknown cost.
+    assert ok(line(kind, {tokens: {"input": 100, "total": 100}, "costUsd": 0})).cost_pico is None
+    assert ok(line(kind, {tokens: {}, "costUsd": 0})).cost_pico == 0  # a call that used nothing cost nothing
 
 
 def test_llm_call_without_cost_has_no_cost():

@@ -555,6 +555,25 @@ def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_p
     assert cli_json(db, "usage")["cost_usd"] == pytest.approx(0.05 + 2 * (10 + 100_000) / 10**6, abs=1e-9)
 
 
+def test_a_telemetry_call_logged_at_zero_beside_tokens_is_priced_or_counted_unpriced(tmp_path, db):
+    """OpenClaw's telemetry writes costUsd 0 for a model it cannot price, as its transcripts do: such a call
+    was shown as $0 and counted priced. It is priced from its tokens, or, with no price, counted unpriced."""
+    from logwriter import LogDir, event
+
+    logs = LogDir(tmp_path / "logs")
+    delta = {"input": 100_000, "output": 2000, "total": 102_000}
+    for n, (provider, model) in enumerate((("anthropic", "claude-sonnet-4-5"), ("local", "llama-local-xyz")), 1):
+        logs.append(event(n, "llm.call", {"callIndex": n, "provider": provider, "model": model, "delta": delta,
+                                          "costUsd": 0}))
+    ingest(db, logs.root)
+    rows = {r["model"]: r for r in cli_json(db, "costs", "--group-by", "model")["rows"]}
+    assert rows["claude-sonnet-4-5"]["cost_usd"] == pytest.approx((100_000 * 3 + 2000 * 15) / 10**6, abs=1e-9)
+    assert rows["claude-sonnet-4-5"]["unpriced_calls"] == 0
+    assert (rows["llama-local-xyz"]["cost_usd"], rows["llama-local-xyz"]["unpriced_calls"]) == (0, 1)
+    assert cli_json(db, "usage")["unpriced_calls"] == 1
+    assert verify(db) == []
+
+
 def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
     """Anthropic bills a call it ran in the US only (usage.inference_geo "us", which the Claude API takes
     from Opus 4.6 on) at 1.1 times the price of its tokens, fast mode included and web searches not.

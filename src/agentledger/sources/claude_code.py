@@ -71,7 +71,6 @@ from agentledger.sources.common import (
     HEAD_BYTES,
     RunLookup,
     RunTracker,
-    cost_pico,
     count,
     derived_id,
     duration,
@@ -81,6 +80,7 @@ from agentledger.sources.common import (
     json_object,
     ledger_name,
     line_id,
+    logged_cost,
     reject,
     text,
     tool_target,
@@ -351,11 +351,9 @@ class FileDecoder:
             usage = {}  # a missing or malformed usage reports nothing
         tokens = _tokens(usage)
         # Older transcripts (costUSD went in 2025) carry the producer's cost of each response: the log's
-        # word, kept (a streamed response's lines each carry one, and the call keeps one line's). A 0
-        # beside tokens is a model the producer could not price, as OpenClaw's is: priced here.
-        cost = cost_pico(obj.get("costUSD"))
+        # word, kept (a streamed response's lines each carry one, and the call keeps one line's).
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
-                       tokens=tokens, cost_pico=None if cost == 0 and tokens.total else cost,
+                       tokens=tokens, cost_pico=logged_cost(obj.get("costUSD"), tokens),
                        speed=_speed(usage), web_searches=_web_searches(usage), inference_geo=_inference_geo(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
                        message_key=message_key, sidechain=sidechain, branch=branch)

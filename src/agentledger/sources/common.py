@@ -11,7 +11,7 @@ from collections.abc import Callable
 import orjson
 
 from agentledger.defaults import HEAD_BYTES
-from agentledger.facts import Reject
+from agentledger.facts import Reject, Tokens
 from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
 
 # (session id, at or before this time or None for the latest) → the session's run then.
@@ -167,6 +167,14 @@ def cost_pico(value: object) -> int | None:
     if not 0 <= value <= MAX_CALL_COST_USD:  # NaN fails every comparison
         return None
     return round(value * PICO_PER_USD)
+
+
+def logged_cost(value: object, tokens: Tokens) -> int | None:
+    """The cost a producer logged for ``tokens`` (cost_pico), None when there is none to keep. A 0 beside
+    tokens is no free call but a model the producer could not price (FORMATS.md §2): left to be priced
+    here, or counted unpriced, never shown as $0."""
+    cost = cost_pico(value)
+    return None if cost == 0 and tokens.total else cost
 
 
 def error_text(value: object) -> str | None:

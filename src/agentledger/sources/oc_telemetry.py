@@ -24,7 +24,6 @@ from agentledger.facts import (
 from agentledger.sources.common import (
     agent_from_key,
     command,
-    cost_pico,
     count,
     duration,
     error_text,
@@ -32,6 +31,7 @@ from agentledger.sources.common import (
     integer,
     json_object,
     line_id,
+    logged_cost,
     reject,
     text,
 )
@@ -119,13 +119,14 @@ def _run_ended(base: tuple, data: dict, env: dict) -> Fact:
 
 
 def _llm_call(base: tuple, data: dict, env: dict) -> Fact:
+    tokens = _tokens(data.get("delta"))
     return LlmCall(
         *base,
         provider=text(data.get("provider")),
         model=text(data.get("model")),
         call_index=integer(data.get("callIndex")),
-        tokens=_tokens(data.get("delta")),
-        cost_pico=cost_pico(data.get("costUsd")),
+        tokens=tokens,
+        cost_pico=logged_cost(data.get("costUsd"), tokens),
         duration_ms=duration(data.get("durationMs")),
         error=_error(env, {}),
         context_tokens=_context_used(data.get("context")),
@@ -139,12 +140,13 @@ def _context_used(value: object) -> int | None:
 
 
 def _usage_snapshot(base: tuple, data: dict, env: dict) -> Fact:
+    tokens = _tokens(data.get("usage"))
     return UsageSnapshot(
         *base,
         provider=text(data.get("provider")),
         model=text(data.get("model")),
-        tokens=_tokens(data.get("usage")),
-        cost_pico=cost_pico(data.get("costUsd")),
+        tokens=tokens,
+        cost_pico=logged_cost(data.get("costUsd"), tokens),
     )
 
 

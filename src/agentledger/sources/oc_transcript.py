@@ -66,7 +66,6 @@ from agentledger.sources.common import (
     RunLookup,
     RunTracker,
     agent_from_key,
-    cost_pico,
     count,
     derived_id,
     error_text,
@@ -75,6 +74,7 @@ from agentledger.sources.common import (
     json_object,
     ledger_name,
     line_id,
+    logged_cost,
     reject,
     text,
     tool_target,
@@ -562,10 +562,8 @@ class FileDecoder:
         stop = text(msg.get("stopReason"))
         usage = msg.get("usage")
         tokens = _tokens(usage)
-        cost = cost_pico(usage.get("cost", {}).get("total")) if isinstance(usage, dict) and isinstance(
+        cost = logged_cost(usage["cost"].get("total"), tokens) if isinstance(usage, dict) and isinstance(
             usage.get("cost"), dict) else None
-        if cost == 0 and tokens.total:
-            cost = None  # the producer's estimate is 0 for models it cannot price: price it here
         error = (error_text(msg.get("errorMessage")) or "error") if stop == "error" else None
         requested = integer(msg.get("timestamp"))
         ts = base["ts_ms"]
