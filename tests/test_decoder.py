@@ -253,6 +253,13 @@ def test_tool_start():
     assert f.tool_name == "read"
     assert f.tool_call_id == "call_1"
     assert (f.agent_id, f.session_key, f.run_id, f.session_id) == ("main", "agent:main:main", "r-1", None)
+    assert (f.file_path, f.exec_command) == ("/x", None)  # what its params ask for
+
+
+def test_tool_start_names_the_command_its_params_ask_for():
+    f = ok(line("tool.start", {"toolName": "exec", "toolCallId": "call_4", "params": {"command": "pytest -q",
+                                                                                     "workdir": "/home/u/app"}}))
+    assert (f.file_path, f.exec_command) == (None, "pytest -q")
 
 
 def test_tool_end_success_with_file_path():

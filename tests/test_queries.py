@@ -882,3 +882,43 @@ def test_numbers_a_producer_wrote_as_strings_count(tmp_path):
     assert (usage["cost_usd"], usage["unpriced_calls"]) == (0.03, 0)
     (tool,) = cli_json(db, "tools")
     assert tool["duration_s"] == 2.5
+
+
+
+@pytest.mark.parametrize("ends_first", [False, True])
+@pytest.mark.parametrize("read_apart", [False, True])  # in one batch, or the second half by a later ingest
+def test_a_telemetry_tool_call_s_file_and_command_are_its_start_s_unless_its_end_names_them(
+        tmp_path, ends_first, read_apart):
+    """tool.start's params name what a call was asked to touch or run: only tool.end's filePath and
+    execCommand were read, so a call that ended without them, or never ended, named no file or command."""
+    from logwriter import LogDir
+
+    key, sid, run = "agent:main:main", "S1", "R1"
+    log = _HookLog()
+    log.ev("run.start", {"model": "m", "provider": "p"}, key, sid, run)
+    for call, tool, params in (("T1", "read", {"file_path": "/home/alice/notes/todo.md"}),
+                               ("T2", "exec", {"command": "rm -rf /tmp/foo", "workdir": "/tmp"}),
+                               ("T3", "write", {"path": "/a/asked.md"}),
+                               ("T4", "edit", {"file_path": "/a/kept.md"})):
+        log.ev("tool.start", {"toolName": tool, "toolCallId": call, "params": params}, key, run=run)
+    starts = len(log.lines)
+    log.ev("tool.end", {"toolName": "exec", "toolCallId": "T2", "isError": False}, key, run=run)
+    log.ev("tool.end", {"toolName": "write", "toolCallId": "T3", "filePath": "/a/written.md"}, key, run=run)
+    log.ev("tool.end", {"toolName": "edit", "toolCallId": "T4"}, key, run=run)
+    halves = [log.lines[:starts], log.lines[starts:]]
+    if ends_first:
+        halves.reverse()
+    logs, db = LogDir(tmp_path / "state"), tmp_path / "l.db"
+    for lines in halves if read_apart else [halves[0] + halves[1]]:
+        logs.append(b"\n".join(lines) + b"\n")
+        ingest(db, logs.root)
+    want = {"T1": "/home/alice/notes/todo.md", "T3": "/a/written.md", "T4": "/a/kept.md"}
+    assert {r["tool_call_id"]: r["file_path"] for r in cli_json(db, "files")} == want
+    assert {r["tool_call_id"]: r["file_path"] for r in cli_json(db, "run", run)["tool_calls_list"]} == {
+        **want, "T2": None}
+    conn = open_reader(db)
+    try:
+        assert conn.execute("SELECT tool_call_id, exec_command FROM tool_calls WHERE exec_command IS NOT NULL"
+                            ).fetchall() == [("T2", "rm -rf /tmp/foo")]
+    finally:
+        conn.close()

@@ -34,6 +34,7 @@ from agentledger.sources.common import (
     logged_cost,
     reject,
     text,
+    tool_target,
 )
 
 SOURCE = "oc-telemetry"
@@ -158,7 +159,9 @@ def _tool_started(base: tuple, data: dict, env: dict) -> Fact | None:
     call_id = _tool_call_id(data)
     if call_id is None:
         return None
-    return ToolStarted(*base, tool_name=text(data.get("toolName")), tool_call_id=call_id)
+    path, command = tool_target(data.get("params"))
+    return ToolStarted(*base, tool_name=text(data.get("toolName")), tool_call_id=call_id, file_path=path,
+                       exec_command=command)
 
 
 def _tool_ended(base: tuple, data: dict, env: dict) -> Fact | None:
