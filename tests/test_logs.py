@@ -96,6 +96,17 @@ def test_journal_lines_carry_their_priority(old_ledger: Path, oc_corpus: Path, t
     assert line.startswith("<4>{") and json.loads(line[3:])["level"] == "warning"
 
 
+def test_journal_text_lines_carry_their_priority_too(old_ledger: Path, oc_corpus: Path, tmp_path: Path):
+    # --log-format text in a unit had lost it: every warning was filed as info.
+    journal = tmp_path / "journal"
+    with open(journal, "wb") as fh:
+        st = os.fstat(fh.fileno())
+        env = cli_env(old_ledger) | {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert _ingest(old_ledger, oc_corpus, "--log-format", "text", stderr=fh, env=env).returncode == 0
+    (line,) = journal.read_text().splitlines()
+    assert line.startswith("<4>") and " WARNING agentledger.retention: rewriting " in line
+
+
 @pytest.mark.parametrize("args, env, needle", [
     (["serve", "--no-demo", "ROOT"], {"AGENTLEDGER_GRACE_S": "x"}, "invalid config: grace_s: "),
     (["--config", "MISSING", "serve", "--no-demo"], {}, "does not exist: create it or pass another --config"),

@@ -1,8 +1,8 @@
 """Log lines: human text on a terminal, one JSON object per line anywhere else.
 
 JSON lines are what journald and log shippers take apart best. Under systemd, when stderr is
-the journal's own stream, each line also starts with its syslog priority (``<4>``), which
-journald strips and keeps, so ``journalctl -p warning`` filters by level.
+the journal's own stream, each line (in either format) also starts with its syslog priority
+(``<4>``), which journald strips and keeps, so ``journalctl -p warning`` filters by level.
 """
 
 from __future__ import annotations
@@ -27,19 +27,25 @@ def _priority(level: int) -> str:
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "msg"}`` (plus ``exc`` with a traceback), one line each."""
 
-    def __init__(self, journal: bool = False):
-        super().__init__()
-        self.journal = journal
-
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": iso(int(record.created * 1000)), "level": record.levelname.lower(), "logger": record.name,
                "msg": record.getMessage()}
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        line = orjson.dumps(out).decode()
-        if self.journal:
-            return _priority(record.levelno) + line
-        return line
+        return orjson.dumps(out).decode()
+
+
+class _JournalFormatter(logging.Formatter):
+    """Another formatter's lines, each with its record's priority in front: journald takes every line of
+    a stream as an entry of its own, so a text traceback's lines need it as much as the first."""
+
+    def __init__(self, inner: logging.Formatter):
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = _priority(record.levelno)
+        return "\n".join(prefix + line for line in self.inner.format(record).split("\n"))
 
 
 def _is_journal(stream: TextIO) -> bool:
@@ -78,10 +84,8 @@ def setup(level: str | int = "warning", json: bool | None = None, stream: TextIO
     if json is None:
         json = not stream.isatty()
     handler = _Handler(stream)
-    if json:
-        handler.setFormatter(JsonFormatter(journal=_is_journal(stream)))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    formatter = JsonFormatter() if json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(_JournalFormatter(formatter) if _is_journal(stream) else formatter)
     # On the root logger, so what a library says (watchdog's errors) comes out in the same
     # format, and only from warning on; agentledger's own lines at the level asked for.
     root = logging.getLogger()
