@@ -93,6 +93,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert lines[0].startswith("agentledger: ")
 
 
+@pytest.mark.parametrize("args, command", [([], "sessions"), (["config"], "show")])
+def test_a_group_without_its_command_prints_its_help_as_help(args, command):
+    # Flattened as an error, it was one line of 2,600 characters.
+    out = run(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"Usage: agentledger {' '.join(args)}".rstrip() + " [OPTIONS] COMMAND [ARGS]...\n")
+    assert f"\n  {command} " in out.stderr.partition("\nCommands:")[2]
+    assert run(*args, "--help").stdout == out.stderr
+
+
 @pytest.mark.parametrize("name", ["OPENCLAW_STATE_DIR", "CLAUDE_CONFIG_DIR"])
 def test_ingest_names_a_producer_dir_its_environment_sets_that_does_not_exist(tmp_path, name):
     """Set on purpose and mistyped, it was passed by with "no sources found", or another producer's logs were

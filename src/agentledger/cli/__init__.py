@@ -65,9 +65,14 @@ def daemon_url(flag: str | None, config: Config) -> str:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console entry point: usage and configuration errors are one line and exit code 2."""
+    """Console entry point: usage and configuration errors are one line and exit code 2 (a group's help,
+    shown for want of a command, keeps its lines)."""
     try:
         code = cli.main(args=args, prog_name="agentledger", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A group given no command: its help is what a new user asked for, laid out as help is.
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         where = f"agentledger {exc.ctx.command_path.partition(' ')[2]}".strip() if exc.ctx else "agentledger"
         _fail(f"{exc.format_message()} (see `{where} --help`)")
