@@ -296,36 +296,64 @@ def test_a_newer_ledger_says_to_upgrade(tmp_path):
     _one_line(run("ingest", str(tmp_path), db=db), 2, "newer", "upgrade agentledger")
 
 
+class _HotViews:
+    """A stand-in daemon on ``address`` answering every GET with ``views``, while in a with block."""
+
+    def __init__(self, views: list[dict], address: tuple[str, int] = ("127.0.0.1", 0)):
+        import http.server
+        import socket
+
+        class Hot(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(views).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = type("Server", (http.server.ThreadingHTTPServer,),
+                      {"address_family": socket.AF_INET6 if ":" in address[0] else socket.AF_INET})
+        self.server = server(address, Hot)
+        self.port = self.server.server_address[1]
+
+    def __enter__(self) -> _HotViews:
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):
     import csv
-    import http.server
-    import threading
 
     view = {"session_key": "agent:main:main", "cost_usd": 1.5, "tags": ["a", "b"],
             "family": {"cost_usd": 2.5, "tool_calls": 3}}
-
-    class Hot(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps([view]).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hot)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = run("sessions", "--live", "--csv", "--url", f"http://127.0.0.1:{server.server_port}",
-                  db=tmp_path / "l.db")
-    finally:
-        server.shutdown()
+    with _HotViews([view]) as daemon:
+        out = run("sessions", "--live", "--csv", "--url", f"http://127.0.0.1:{daemon.port}", db=tmp_path / "l.db")
     assert out.returncode == 0, out.stderr
     (row,) = csv.DictReader(out.stdout.splitlines())
     assert row == {"session_key": "agent:main:main", "cost_usd": "1.5", "tags": '["a","b"]',
                    "family_cost_usd": "2.5", "family_tool_calls": "3"}
+
+
+@pytest.mark.parametrize("listen, daemon_host", [(":{port}", "127.0.0.1"), ("0.0.0.0:{port}", "127.0.0.1"),
+                                                 ("[::]:{port}", "::1"), ("[::1]:{port}", "::1")])
+def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, listen, daemon_host):
+    # The listen value was pasted into the URL as it was: ":19497" asked http://:19497, where nobody answers.
+    view = {"session_key": "agent:main:main", "cost_usd": 1.5}
+    with _HotViews([view], (daemon_host, 0)) as daemon:
+        env = cli_env(tmp_path / "l.db") | {"AGENTLEDGER_LISTEN": listen.format(port=daemon.port)}
+        env.pop("AGENTLEDGER_URL", None)
+        out = run("sessions", "--live", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [view]
 
 
 @pytest.mark.parametrize("command", ["usage", "costs"])

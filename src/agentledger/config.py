@@ -120,6 +120,17 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+# A listener on every address is reached, from this host, at its loopback one.
+_REACHED_AT = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
+def listen_url(value: str) -> str:
+    """The URL a client on this host asks a daemon listening on ``value`` (as ``parse_listen`` takes it) at."""
+    host, port = parse_listen(value)
+    host = _REACHED_AT.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class _EnvText(str):
     """A value as an environment variable gives it: text, which a number setting reads as a number."""
 

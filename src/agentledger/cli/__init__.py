@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from agentledger import __version__, logs
-from agentledger.config import Config, load
+from agentledger.config import Config, listen_url, load
 from agentledger.ledger.db import LedgerBusy, LedgerError
 from agentledger.ledger.queries import NotFound
 
@@ -57,10 +57,10 @@ def daemon_url(flag: str | None, config: Config) -> str:
     env = os.environ.get("AGENTLEDGER_URL")
     url, origin = (flag, "--url") if flag else (env, "$AGENTLEDGER_URL") if env else (None, None)
     if url is None:
-        return f"http://{config.listen}"
+        return listen_url(config.listen)
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as http://{config.listen}")
+        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as {listen_url(config.listen)}")
     return url
 
 
