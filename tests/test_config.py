@@ -90,7 +90,12 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
                                                    "(from $AGENTLEDGER_TIMEZONE)"),
     ("listen = [\n", {}, "is not valid TOML"),
-    ("grace_s = 1e20\n", {}, "grace_s: must be less than or equal to 316224000 (from {file})"),
+    # Both ends of the range: one alone left a user to find the other by trying.
+    ("grace_s = 1e20\n", {}, "grace_s: must be from 0 to 316224000 (from {file})"),
+    # Accepted, it overflowed SQLite's integers: every /metrics scrape failed with a 500.
+    ("[metrics]\ntop_n = 9223372036854775808\n", {}, "metrics.top_n: must be from 1 to 10000 (from {file})"),
+    ("", {"AGENTLEDGER_MAX_LINE": "9223372036854775808"},
+     "max_line: must be from 1024 to 1073741824 (from $AGENTLEDGER_MAX_LINE)"),
 ])
 def test_invalid_values_name_their_key_and_origin(tmp_path, text, env, message):
     path = tmp_path / "c.toml"
@@ -141,7 +146,7 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path):
     ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "sessions"],
                          capture_output=True, text=True, cwd=REPO)
     assert ran.returncode == 2
-    assert ran.stderr == f"agentledger: invalid config: hot.ttl_s: must be greater than or equal to 0 (from {path})\n"
+    assert ran.stderr == f"agentledger: invalid config: hot.ttl_s: must be from 0 to 316224000 (from {path})\n"
     missing = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(tmp_path / "nope.toml"),
                               "config", "show"], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -17,14 +17,14 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
-                                 MAX_RAW_DAYS, MAX_WAIT_S)
+                                 MAX_MAX_LINE, MAX_RAW_DAYS, MAX_TOP_N, MAX_WAIT_S)
 
 ENV_PREFIX = "AGENTLEDGER_"
 PRICES_FILE = "prices.toml"
@@ -196,7 +196,7 @@ class RetentionConfig(_Strict):
 
 
 class MetricsConfig(_Strict):
-    top_n: _Count = Field(default=20, ge=1)
+    top_n: _Count = Field(default=20, ge=1, le=MAX_TOP_N)
 
 
 SCOPES = ("session", "session-family", "agent-day", "global-day")
@@ -237,7 +237,7 @@ class Config(_Strict):
     grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
     idle_s: _Number = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
     rescan_s: _Number = Field(default=2.0, ge=0.05, le=MAX_WAIT_S)
-    max_line: _Count = Field(default=DEFAULT_MAX_LINE, ge=1024)
+    max_line: _Count = Field(default=DEFAULT_MAX_LINE, ge=1024, le=MAX_MAX_LINE)
     sources: tuple[SourceConfig, ...] = ()
     hot: HotConfig = HotConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -382,6 +382,8 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
         hint = _elsewhere(given.keys() if isinstance(given, dict) and len(loc) == 1 else loc[-1:])
         message = (f"unknown key: {hint}: move {'them' if '; ' in hint else 'it'} there" if hint else "unknown key: remove it") + \
             " (`agentledger --config /dev/null config show` lists the keys there are)"
+    elif kind in ("greater_than_equal", "less_than_equal") and (bounds := _bounds(loc)):
+        message = f"must be from {bounds[0]} to {bounds[1]}"
     elif kind == "literal_error":
         message = message.replace("must be", "must be one of", 1)
     # Else pydantic's words: "a valid dictionary or instance of HotConfig", "a valid tuple", "not a valid
@@ -403,6 +405,23 @@ def _describe(error: dict, origins: dict[tuple, str]) -> str:
 
 
 _LISTS = ("sources", "gates")
+
+
+def _bounds(loc: tuple) -> tuple[Any, Any] | None:
+    """The least and greatest values the setting at ``loc`` takes, when it has both: a message naming one
+    end alone left a user to find the other by trying."""
+    model: Any = Config
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an entry of a list of tables: its fields are the table's
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        field = model.model_fields[part]
+        model = get_args(field.annotation)[0] if get_args(field.annotation) else field.annotation
+    low, high = (next((getattr(m, end) for m in (field.metadata if field else ()) if hasattr(m, end)), None)
+                 for end in ("ge", "le"))
+    return None if low is None or high is None else (low, high)
 
 
 def _not(given: Any) -> str:

@@ -13,6 +13,11 @@ DEFAULT_MAX_LINE = 32 * 1024 * 1024  # bytes; a longer line is rejected without 
 # The first bytes of a line a reject record keeps, and all a decoder sees of an over-long one to tell
 # whether it would have skipped it.
 HEAD_BYTES = 200
+# A line up to max_line is held in memory whole, and the bound is a 64-bit integer to SQLite.
+MAX_MAX_LINE = 1 << 30
+# Series per label dimension on /metrics; SQLite's LIMIT takes it as a 64-bit integer, which a larger
+# number overflowed on every scrape.
+MAX_TOP_N = 10_000
 DEFAULT_IDLE_S = 1800  # a log silent this long: its gateway restarted
 DEFAULT_GRACE_S = 600  # open longer than this past the last sign of life: interrupted
 DEFAULT_RAW_DAYS = 30  # raw rows older than this are pruned
