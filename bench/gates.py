@@ -73,8 +73,8 @@ def _pct(values: list[float], q: float) -> float:
 def _serve(work: Path, root: Path, gates: str = GATES) -> tuple[subprocess.Popen, str]:
     """A `serve` of ``root`` with ``gates`` (TOML), caught up: the process and its host:port."""
     config = work / "config.toml"
-    config.write_text(f'db = "{work / "ledger.db"}"\nstate_dir = "{work / "state"}"\nlisten = "127.0.0.1:0"\n'
-                      f'[[sources]]\nformat = "oc-telemetry"\nroot = "{root}"\n' + gates)
+    config.write_text(f'db = "{work / "ledger.db"}"\n[http]\nlisten = "127.0.0.1:0"\n[store]\n'
+                      f'state_dir = "{work / "state"}"\n[[sources]]\nformat = "oc-telemetry"\nroot = "{root}"\n' + gates)
     proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(config), "serve"],
                             stderr=subprocess.PIPE, text=True)
     url = None

@@ -65,8 +65,12 @@ def measure(workdir: Path, sessions: int, asks: int) -> dict:
     config = workdir / f"config-{sessions}.toml"
     config.write_text(f"""
 db = "{workdir / f'ledger-{sessions}.db'}"
-state_dir = "{workdir / f'state-{sessions}'}"
+
+[http]
 listen = "127.0.0.1:0"
+
+[store]
+state_dir = "{workdir / f'state-{sessions}'}"
 
 [[sources]]
 format = "oc-telemetry"

@@ -94,8 +94,12 @@ class Soak:
         self.config = workdir / "config.toml"
         self.config.write_text(f"""
 db = "{self.db}"
-state_dir = "{workdir / 'state'}"
+
+[http]
 listen = "127.0.0.1:0"
+
+[store]
+state_dir = "{workdir / 'state'}"
 
 [[sources]]
 format = "oc-telemetry"

@@ -31,7 +31,7 @@ def _private_homes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("AGENTLEDGER_RETENTION_RAW_DAYS", "0")
-    for name in ("AGENTLEDGER_CONFIG", "AGENTLEDGER_STATE_DIR", "AGENTLEDGER_DB"):
+    for name in ("AGENTLEDGER_CONFIG", "AGENTLEDGER_STORE_STATE_DIR", "AGENTLEDGER_STATE_DIR", "AGENTLEDGER_DB"):
         monkeypatch.delenv(name, raising=False)
 
 

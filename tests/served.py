@@ -32,7 +32,7 @@ class Served:
     def __init__(self, config: Path):
         self.config = config
         settings = tomllib.loads(config.read_text())
-        self.db, self.state_dir = Path(settings["db"]), Path(settings["state_dir"])
+        self.db, self.state_dir = Path(settings["db"]), Path(settings["store"]["state_dir"])
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
         self.stderr: list[str] = []
@@ -41,8 +41,8 @@ class Served:
     def on(cls, tmp_path: Path, root: Path, *, flush_interval_s: float = 0.0, rescan_s: float = 0.1,
            fmt: str = "oc-telemetry", state_dir: Path | None = None) -> Served:
         """On ``root`` alone with a config of its own in ``tmp_path``, hot views on disk as soon as they change."""
-        hot = f"[hot]\nflush_interval_s = {flush_interval_s}\n"
-        return cls(write_config(tmp_path, root, fmt, hot, rescan_s=rescan_s, state_dir=state_dir))
+        return cls(write_config(tmp_path, root, fmt, "", rescan_s=rescan_s, state_dir=state_dir,
+                                flush_interval_s=flush_interval_s))
 
     def start(self, fault: str | None = None, wait_listening: bool = True) -> None:
         env = cli_env(self.db)

@@ -349,7 +349,7 @@ def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, li
     # The listen value was pasted into the URL as it was: ":19497" asked http://:19497, where nobody answers.
     view = {"session_key": "agent:main:main", "cost_usd": 1.5}
     with _HotViews([view], (daemon_host, 0)) as daemon:
-        env = cli_env(tmp_path / "l.db") | {"AGENTLEDGER_LISTEN": listen.format(port=daemon.port)}
+        env = cli_env(tmp_path / "l.db") | {"AGENTLEDGER_HTTP_LISTEN": listen.format(port=daemon.port)}
         env.pop("AGENTLEDGER_URL", None)
         out = run("sessions", "--live", "--json", env=env)
     assert out.returncode == 0, out.stderr

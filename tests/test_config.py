@@ -17,11 +17,15 @@ from agentledger.config import Config, ConfigError, load, to_toml
 
 FILE = """
 db = "/srv/ledger.db"
-listen = "127.0.0.1:9000"
-grace_s = 120
 timezone = "Europe/Berlin"
 
-[hot]
+[http]
+listen = "127.0.0.1:9000"
+
+[reconcile]
+grace_s = 120
+
+[store]
 max_entries = 64
 ttl_s = 30
 
@@ -46,32 +50,111 @@ def config_file(tmp_path) -> Path:
 
 def test_defaults_without_any_file(tmp_path):
     cfg = load(None, env={"XDG_CONFIG_HOME": str(tmp_path)})
-    assert cfg.listen == "127.0.0.1:9464" and cfg.gates == () and cfg.hot.max_entries == 128
+    assert cfg.http.listen == "127.0.0.1:9464" and cfg.gates == () and cfg.store.max_entries == 128
 
 
 def test_file_then_environment_then_flags(config_file):
     cfg = load(config_file, env={})
-    assert (cfg.db, cfg.listen, cfg.grace_s, cfg.hot.max_entries, cfg.hot.ttl_s) == (
+    assert (cfg.db, cfg.http.listen, cfg.reconcile.grace_s, cfg.store.max_entries, cfg.store.ttl_s) == (
         Path("/srv/ledger.db"), "127.0.0.1:9000", 120, 64, 30)
     assert cfg.gates[0].name == "session-cost" and cfg.sources[0].root == Path("/srv/openclaw")
-    env = {"AGENTLEDGER_LISTEN": "127.0.0.1:9100", "AGENTLEDGER_HOT_MAX_ENTRIES": "16",
+    env = {"AGENTLEDGER_HTTP_LISTEN": "127.0.0.1:9100", "AGENTLEDGER_STORE_MAX_ENTRIES": "16",
            "AGENTLEDGER_GATES": '[{"name": "x", "scope": "global-day", "metric": "tokens", "limit": 1e6}]'}
     cfg = load(config_file, env=env)
-    assert (cfg.listen, cfg.hot.max_entries, cfg.hot.ttl_s) == ("127.0.0.1:9100", 16, 30)
+    assert (cfg.http.listen, cfg.store.max_entries, cfg.store.ttl_s) == ("127.0.0.1:9100", 16, 30)
     assert [g.name for g in cfg.gates] == ["x"]
-    cfg = load(config_file, {"listen": "127.0.0.1:9200", "hot.max_entries": None}, env=env)
-    assert (cfg.listen, cfg.hot.max_entries) == ("127.0.0.1:9200", 16)
+    cfg = load(config_file, {"http.listen": "127.0.0.1:9200", "store.max_entries": None}, env=env)
+    assert (cfg.http.listen, cfg.store.max_entries) == ("127.0.0.1:9200", 16)
+
+
+def _show(path: Path | str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
+                          capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def test_the_keys_the_contract_names_are_the_settings(tmp_path):
+    # [store] max_entries, [reconcile] grace_s and [http] listen were unknown keys: exit 2.
+    path = tmp_path / "c.toml"
+    path.write_text('[http]\nlisten = "127.0.0.1:9500"\n[store]\nstate_dir = "/srv/state"\nmax_entries = 256\n'
+                    "flush_interval_s = 2\n[reconcile]\ngrace_s = 300\n")
+    shown = _show(path)
+    assert shown.returncode == 0, shown.stderr
+    tables = re.findall(r"^\[(\w+)\]$", shown.stdout, flags=re.M)
+    assert tables[:3] == ["http", "store", "reconcile"]
+    for line in ('[http]\nlisten = "127.0.0.1:9500"\n', '[store]\nstate_dir = "/srv/state"\nmax_entries = 256\n'
+                 "flush_interval_s = 2.0\n", "[reconcile]\ngrace_s = 300.0\nidle_s = 1800.0\n"):
+        assert line in shown.stdout
+    top_level = shown.stdout.split("\n[", 1)[0]
+    assert not re.search(r"^(listen|state_dir|grace_s|idle_s) =", top_level, flags=re.M) and "[hot]" not in shown.stdout
+    env = {"AGENTLEDGER_HTTP_LISTEN": "127.0.0.1:9600", "AGENTLEDGER_STORE_MAX_ENTRIES": "512",
+           "AGENTLEDGER_STORE_STATE_DIR": "/srv/other", "AGENTLEDGER_RECONCILE_GRACE_S": "60",
+           "AGENTLEDGER_RECONCILE_IDLE_S": "90"}
+    cfg = load(path, env=env)
+    assert (cfg.http.listen, cfg.store.max_entries, cfg.store.state_dir, cfg.reconcile.grace_s,
+            cfg.reconcile.idle_s) == ("127.0.0.1:9600", 512, Path("/srv/other"), 60, 90)
+
+
+FORMER_FILE = """
+listen = "127.0.0.1:9000"
+state_dir = "/srv/state"
+grace_s = 120
+idle_s = 90
+
+[hot]
+max_entries = 64
+ttl_s = 30
+end_grace_s = 10
+"""
+
+
+def test_the_former_names_of_settings_still_load_as_their_names(tmp_path):
+    """Configs and units written before the settings found their tables keep working."""
+    former, now = tmp_path / "former.toml", tmp_path / "now.toml"
+    former.write_text(FORMER_FILE)
+    now.write_text('[http]\nlisten = "127.0.0.1:9000"\n[store]\nstate_dir = "/srv/state"\nmax_entries = 64\n'
+                   "ttl_s = 30\nend_grace_s = 10\n[reconcile]\ngrace_s = 120\nidle_s = 90\n")
+    assert load(former, env={}) == load(now, env={}) != Config()
+    shown = _show(former)
+    assert shown.returncode == 0 and shown.stdout.split("\n", 1)[1] == _show(now).stdout.split("\n", 1)[1]
+    env = {"AGENTLEDGER_LISTEN": "127.0.0.1:9000", "AGENTLEDGER_STATE_DIR": "/srv/state", "AGENTLEDGER_GRACE_S": "120",
+           "AGENTLEDGER_IDLE_S": "90", "AGENTLEDGER_HOT_MAX_ENTRIES": "64", "AGENTLEDGER_HOT_TTL_S": "30",
+           "AGENTLEDGER_HOT_END_GRACE_S": "10"}
+    assert load(None, env={"AGENTLEDGER_CONFIG": "/dev/null", **env}) == load(now, env={})
+    # [hot] and [store] in one file are one table; the environment beats the file, whichever names each uses.
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text("[hot]\nmax_entries = 64\n[store]\nttl_s = 30\n")
+    cfg = load(mixed, env={"AGENTLEDGER_STORE_MAX_ENTRIES": "8", "AGENTLEDGER_HOT_TTL_S": "7"})
+    assert (cfg.store.max_entries, cfg.store.ttl_s) == (8, 7)
+
+
+@pytest.mark.parametrize("text, env, message", [
+    ('listen = "127.0.0.1:1"\n[http]\nlisten = "127.0.0.1:2"\n', {},
+     "listen and [http] listen are one setting, both given in {file}: keep [http] listen, its name (listen is its "
+     "former one)"),
+    ("[hot]\nmax_entries = 5\n[store]\nmax_entries = 6\n", {},
+     "[hot] max_entries and [store] max_entries are one setting, both given in {file}: keep [store] max_entries, "
+     "its name ([hot] max_entries is its former one)"),
+    ("", {"AGENTLEDGER_GRACE_S": "1", "AGENTLEDGER_RECONCILE_GRACE_S": "2"},
+     "$AGENTLEDGER_RECONCILE_GRACE_S and $AGENTLEDGER_GRACE_S are one setting, both set: unset "
+     "$AGENTLEDGER_GRACE_S, its former name"),
+])
+def test_a_setting_given_under_its_name_and_its_former_one_is_refused(tmp_path, text, env, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    ran = _show(path, env)
+    assert (ran.returncode, ran.stdout) == (2, "")
+    assert ran.stderr == f"agentledger: invalid config: {message.format(file=path)}\n"
 
 
 def test_the_config_file_comes_from_the_environment_when_not_given(config_file, tmp_path):
-    assert load(None, env={"AGENTLEDGER_CONFIG": str(config_file)}).grace_s == 120
+    assert load(None, env={"AGENTLEDGER_CONFIG": str(config_file)}).reconcile.grace_s == 120
     (tmp_path / "agentledger").mkdir()
-    (tmp_path / "agentledger" / "config.toml").write_text('listen = "127.0.0.1:9300"\n')
-    assert load(None, env={"XDG_CONFIG_HOME": str(tmp_path)}).listen == "127.0.0.1:9300"
+    (tmp_path / "agentledger" / "config.toml").write_text('[http]\nlisten = "127.0.0.1:9300"\n')
+    assert load(None, env={"XDG_CONFIG_HOME": str(tmp_path)}).http.listen == "127.0.0.1:9300"
 
 
 @pytest.mark.parametrize(("text", "env", "message"), [
-    ("[hot]\nmax_entries = 0\n", {}, "hot.max_entries: must be greater than or equal to 1 (from {file})"),
+    ("[store]\nmax_entries = 0\n", {}, "store.max_entries: must be greater than or equal to 1 (from {file})"),
     ('[[gates]]\nname = "a"\nscope = "week"\nmetric = "cost_usd"\nlimit = 1\n', {},
      "gates[0].scope: must be one of 'session', 'session-family', 'agent-day' or 'global-day' (from {file})"),
     ('[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = -1\n', {},
@@ -79,19 +162,24 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
     ("colour = 1\n", {}, "colour: unknown key: remove it (`agentledger --config /dev/null config show` lists the keys there are) "
                        "(from {file})"),
     # A key under a table it is not in: the place it is kept is named.
-    ("[reconcile]\ngrace_s = 60\n", {}, "reconcile: unknown key: grace_s is a top-level key: move it there"),
-    ("[store]\nmax_entries = 5\nflush_interval_s = 1\n", {},
-     "store: unknown key: max_entries is a key of [hot]; flush_interval_s is a key of [hot]: move them there"),
-    ("[hot]\nlisten = \"127.0.0.1:1\"\n", {}, "hot.listen: unknown key: listen is a top-level key: move it there"),
-    ("", {"AGENTLEDGER_RECONCILE_GRACE_S": "60"}, "rename it to $AGENTLEDGER_GRACE_S"),
-    ("", {"AGENTLEDGER_STORE_STATE_DIR": "/tmp"}, "rename it to $AGENTLEDGER_STATE_DIR"),
-    ("", {"AGENTLEDGER_GRACE_S": "soon"}, "grace_s: must be a valid number, unable to parse string as a number "
-                                          "(from $AGENTLEDGER_GRACE_S)"),
+    ("[store]\ngrace_s = 60\n", {}, "store.grace_s: unknown key: grace_s is a key of [reconcile]: move it there"),
+    ("[storage]\nmax_entries = 5\nflush_interval_s = 1\n", {},
+     "storage: unknown key: max_entries is a key of [store]; flush_interval_s is a key of [store]: move them there"),
+    ("max_line = 4096\nrescan_s = 1\ntimezone = \"UTC\"\nidle = 5\n[store]\nlisten = \"127.0.0.1:1\"\n", {},
+     "store.listen: unknown key: listen is a key of [http]: move it there"),
+    ("[retention]\ntimezone = \"UTC\"\n", {}, "retention.timezone: unknown key: timezone is a top-level key"),
+    # Under a former name, the key is named as it was written.
+    ("[hot]\nlisten = \"127.0.0.1:1\"\n", {}, "hot.listen: unknown key: listen is a key of [http]: move it there"),
+    ("", {"AGENTLEDGER_METRICS_GRACE_S": "60"}, "rename it to $AGENTLEDGER_RECONCILE_GRACE_S"),
+    ("", {"AGENTLEDGER_HTTP_STATE_DIR": "/tmp"}, "rename it to $AGENTLEDGER_STORE_STATE_DIR"),
+    ("", {"AGENTLEDGER_HOT_MAX_ENTRIE": "5"}, "rename it to $AGENTLEDGER_STORE_MAX_ENTRIES"),
+    ("", {"AGENTLEDGER_RECONCILE_GRACE_S": "soon"}, "reconcile.grace_s: must be a valid number, unable to parse "
+                                                    "string as a number (from $AGENTLEDGER_RECONCILE_GRACE_S)"),
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
                                                    "(from $AGENTLEDGER_TIMEZONE)"),
     ("listen = [\n", {}, "is not valid TOML"),
     # Both ends of the range: one alone left a user to find the other by trying.
-    ("grace_s = 1e20\n", {}, "grace_s: must be from 0 to 316224000 (from {file})"),
+    ("[reconcile]\ngrace_s = 1e20\n", {}, "reconcile.grace_s: must be from 0 to 316224000 (from {file})"),
     # Accepted, it overflowed SQLite's integers: every /metrics scrape failed with a 500.
     ("[metrics]\ntop_n = 9223372036854775808\n", {}, "metrics.top_n: must be from 1 to 10000 (from {file})"),
     ("", {"AGENTLEDGER_MAX_LINE": "9223372036854775808"},
@@ -137,16 +225,16 @@ def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
     again = tmp_path / "again.toml"
     again.write_text(shown.stdout)
     assert load(again, env={}) == load(config_file)  # what `show` printed: file and environment
-    assert to_toml(Config()).count("[hot]") == 1
+    assert to_toml(Config()).count("[store]") == 1
 
 
 def test_a_bad_config_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text("[hot]\nttl_s = -5\n")
+    path.write_text("[store]\nttl_s = -5\n")
     ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "sessions"],
                          capture_output=True, text=True, cwd=REPO)
     assert ran.returncode == 2
-    assert ran.stderr == f"agentledger: invalid config: hot.ttl_s: must be from 0 to 316224000 (from {path})\n"
+    assert ran.stderr == f"agentledger: invalid config: store.ttl_s: must be from 0 to 316224000 (from {path})\n"
     missing = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(tmp_path / "nope.toml"),
                               "config", "show"], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
@@ -194,7 +282,7 @@ def _setting(every_key: str, key: str, value: str) -> str:
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
     every_key, numbers = _every_number_key()
-    assert "grace_s" in numbers and "gates[].limit" in numbers
+    assert "reconcile.grace_s" in numbers and "gates[].limit" in numbers
     path = tmp_path / "c.toml"
     for key in numbers:
         path.write_text(_setting(every_key, key, value))
@@ -211,7 +299,7 @@ def test_no_number_setting_takes_nan_or_an_infinity(tmp_path, value):
 def test_a_number_setting_in_the_file_takes_a_number_not_a_boolean_or_a_string(tmp_path, value, message):
     # pydantic read true as 1 (raw_days = true pruned after a day, a gate's limit = true was $1) and "30" as 30.
     every_key, numbers = _every_number_key()
-    assert {"retention.raw_days", "hot.max_entries", "grace_s", "gates[].limit"} <= set(numbers)
+    assert {"retention.raw_days", "store.max_entries", "reconcile.grace_s", "gates[].limit"} <= set(numbers)
     path = tmp_path / "c.toml"
     env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_RETENTION_RAW_DAYS"}  # the file's, not the tests'
     for key in numbers:
@@ -226,7 +314,7 @@ def test_whole_number_settings_refuse_a_fraction(tmp_path):
     every_key, _ = _every_number_key()
     counts = [key for key, field in _keys(Config) if field.annotation is int]
     # raw_days is `prune --older-than`'s whole days; the others count lines' bytes, views and labels.
-    assert set(counts) == {"max_line", "hot.max_entries", "retention.raw_days", "metrics.top_n"}
+    assert set(counts) == {"max_line", "store.max_entries", "retention.raw_days", "metrics.top_n"}
     path = tmp_path / "c.toml"
     for key in counts:
         path.write_text(_setting(every_key, key, "1024.5"))
@@ -239,9 +327,10 @@ def test_whole_number_settings_refuse_a_fraction(tmp_path):
 
 
 def test_the_environment_gives_numbers_as_text(tmp_path):
-    env = {"AGENTLEDGER_RETENTION_RAW_DAYS": "7", "AGENTLEDGER_GRACE_S": "7.5", "AGENTLEDGER_HOT_MAX_ENTRIES": "16"}
+    env = {"AGENTLEDGER_RETENTION_RAW_DAYS": "7", "AGENTLEDGER_RECONCILE_GRACE_S": "7.5",
+           "AGENTLEDGER_STORE_MAX_ENTRIES": "16"}
     cfg = load(None, env={"XDG_CONFIG_HOME": str(tmp_path), **env})
-    assert (cfg.retention.raw_days, cfg.grace_s, cfg.hot.max_entries) == (7, 7.5, 16)
+    assert (cfg.retention.raw_days, cfg.reconcile.grace_s, cfg.store.max_entries) == (7, 7.5, 16)
     with pytest.raises(ConfigError, match=r"retention.raw_days: must be a valid integer, unable to parse string as an "
                                           r"integer \(from \$AGENTLEDGER_RETENTION_RAW_DAYS\)"):
         load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_RETENTION_RAW_DAYS": "1.5"})
@@ -251,10 +340,11 @@ def test_the_environment_gives_numbers_as_text(tmp_path):
 
 
 @pytest.mark.parametrize("args, env, key, origin", [
-    (["config", "show"], {"AGENTLEDGER_GRACE_S": "nan"}, "grace_s", "$AGENTLEDGER_GRACE_S"),
-    (["config", "show"], {"AGENTLEDGER_HOT_TTL_S": "nan"}, "hot.ttl_s", "$AGENTLEDGER_HOT_TTL_S"),
-    (["serve", "--grace", "nan"], {}, "grace_s", "the command line"),
-    (["ingest", "--idle", "nan", "."], {}, "idle_s", "the command line"),
+    (["config", "show"], {"AGENTLEDGER_RECONCILE_GRACE_S": "nan"}, "reconcile.grace_s",
+     "$AGENTLEDGER_RECONCILE_GRACE_S"),
+    (["config", "show"], {"AGENTLEDGER_STORE_TTL_S": "nan"}, "store.ttl_s", "$AGENTLEDGER_STORE_TTL_S"),
+    (["serve", "--grace", "nan"], {}, "reconcile.grace_s", "the command line"),
+    (["ingest", "--idle", "nan", "."], {}, "reconcile.idle_s", "the command line"),
 ])
 def test_a_number_setting_given_nan_says_it_must_be_finite(args, env, key, origin):
     ran = subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, text=True, cwd=REPO,
@@ -274,8 +364,8 @@ def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value,
 
 
 @pytest.mark.parametrize("command, text, env, key, origin", [
-    (["serve", "--no-demo"], 'state_dir = ""\n', {}, "state_dir", "{file}"),
-    (["serve", "--no-demo"], "", {"AGENTLEDGER_STATE_DIR": ""}, "state_dir", "$AGENTLEDGER_STATE_DIR"),
+    (["serve", "--no-demo"], '[store]\nstate_dir = ""\n', {}, "store.state_dir", "{file}"),
+    (["serve", "--no-demo"], "", {"AGENTLEDGER_STORE_STATE_DIR": ""}, "store.state_dir", "$AGENTLEDGER_STORE_STATE_DIR"),
     (["ingest"], '[[sources]]\nformat = "oc-telemetry"\nroot = ""\n', {}, "sources[0].root", "{file}"),
     (["ingest"], "", {"AGENTLEDGER_SOURCES": '[{"format": "claude-code", "root": " "}]'}, "sources[0].root",
      "$AGENTLEDGER_SOURCES"),
@@ -329,7 +419,7 @@ def test_the_fix_an_unknown_key_names_works(tmp_path):
     assert fix[0] == "agentledger"
     shown = subprocess.run([sys.executable, "-m", "agentledger", *fix[1:]], capture_output=True, text=True, env=env)
     assert shown.returncode == 0, shown.stderr
-    assert "\n[hot]\n" in shown.stdout
+    assert "\n[store]\n" in shown.stdout
 
 
 def test_the_price_file_is_prices_toml_beside_the_config_file_unless_named(tmp_path):
@@ -411,7 +501,7 @@ def test_every_agentledger_name_the_repository_uses_is_one_agentledger_knows():
                     and path.name != "test_config.py":
                 used |= set(re.findall(r"\bAGENTLEDGER_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(errors="replace")))
     used |= set(re.findall(r"\bAGENTLEDGER_[A-Z0-9_]*[A-Z0-9]\b", (REPO / "README.md").read_text()))
-    assert {"AGENTLEDGER_DB", "AGENTLEDGER_STATE_DIR", "AGENTLEDGER_PRICES", "AGENTLEDGER_STRESS_CYCLES"} <= used
+    assert {"AGENTLEDGER_DB", "AGENTLEDGER_STORE_STATE_DIR", "AGENTLEDGER_PRICES", "AGENTLEDGER_STRESS_CYCLES"} <= used
     assert used - env_names() == set()
 
 
@@ -424,7 +514,8 @@ def test_the_names_that_are_no_setting_load_whatever_their_value(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "env", "message"), [
-    ("hot = 5\n", {}, "hot: must be a table: [hot] and its keys, not 5 (from {file})"),
+    ("store = 5\n", {}, "store: must be a table: [store] and its keys, not 5 (from {file})"),
+    ("hot = 5\n", {}, "hot: must be a table: [hot] and its keys, not 5 (from {file})"),  # [store]'s former name
     ('retention = "x"\n', {}, 'retention: must be a table: [retention] and its keys, not "x" (from {file})'),
     ("sources = [5]\n", {}, "sources[0]: must be a table, as each [[sources]] is (in the environment, a JSON "
                             "object), not 5 (from {file})"),
@@ -433,7 +524,7 @@ def test_the_names_that_are_no_setting_load_whatever_their_value(tmp_path):
     ("gates = 3\n", {}, "gates: must be a list of tables: [[gates]] entries (in the environment, a JSON list of "
                         "objects), not 3 (from {file})"),
     ("db = 5\n", {}, "db: must be a path, in quotes, not 5 (from {file})"),
-    ("listen = 9464\n", {}, "listen: must be text, in quotes, not 9464 (from {file})"),
+    ("[http]\nlisten = 9464\n", {}, "http.listen: must be text, in quotes, not 9464 (from {file})"),
     ('[[sources]]\nroot = "/"\n', {}, "sources[0].format: is missing: give it (it has no default) (from {file})"),
 ])
 def test_a_value_of_the_wrong_kind_is_told_in_the_file_s_words_not_python_s(tmp_path, text, env, message):

@@ -137,7 +137,7 @@ def test_a_closed_terminal_stops_serve_as_cleanly_as_sigterm(tmp_path):
     logs.append(llm_call(1))
     hot = tmp_path / "st" / "hot"
     # A view asked for is written at the latest on the way out: the flush interval is far off.
-    env = os.environ | {"AGENTLEDGER_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_HOT_FLUSH_INTERVAL_S": "3600"}
+    env = os.environ | {"AGENTLEDGER_STORE_STATE_DIR": str(tmp_path / "st"), "AGENTLEDGER_STORE_FLUSH_INTERVAL_S": "3600"}
     daemon, terminal = _serve_on_a_terminal(tmp_path / "ledger.db", "--no-demo", str(logs.root), env=env)
     said: list[str] = []
     _read_until(daemon, "caught up", said)
@@ -281,13 +281,13 @@ def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_p
     (tmp_path / "logs").mkdir()
     (tmp_path / "a-file").write_text("")
     state_dir = Path(state_dir.format(tmp=tmp_path))
-    env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_STATE_DIR": str(state_dir)}
+    env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_STORE_STATE_DIR": str(state_dir)}
     daemon = _serve(tmp_path / "ledger.db", "--format", "oc-telemetry", str(tmp_path / "logs"), env=env)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 2
     assert err.count("\n") == 1, err
-    assert f"state_dir: cannot keep the hot store in {state_dir / 'hot'}: {why}" in err
-    assert "AGENTLEDGER_STATE_DIR" in err and "ReadWritePaths=" in err
+    assert f"store.state_dir: cannot keep the hot store in {state_dir / 'hot'}: {why}" in err
+    assert "AGENTLEDGER_STORE_STATE_DIR" in err and "ReadWritePaths=" in err
 
 
 def _without_logs(tmp_path: Path) -> dict:

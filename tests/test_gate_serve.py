@@ -38,9 +38,6 @@ def llm(n: int, cost: float, session: str = "s1") -> bytes:
 
 
 GATES = """
-[hot]
-flush_interval_s = 0
-
 [[gates]]
 name = "session-cost"
 scope = "session"
@@ -68,7 +65,7 @@ class Daemon:
         self.root = tmp_path / "logs"
         self.logs = LogDir(self.root)
         self.logs.append(llm(1, 0.5))
-        self.config = write_config(tmp_path, self.root, extra=GATES)
+        self.config = write_config(tmp_path, self.root, extra=GATES, flush_interval_s=0)
         self.tmp_path = tmp_path
         self.start()
 
@@ -202,7 +199,7 @@ def test_claude_code_hooks_over_http_and_through_the_command(daemon):
 def _served_with(tmp_path: Path, gates: str) -> Served:
     root = tmp_path / "logs"
     LogDir(root).append(llm(1, 0.5))
-    return serve(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + gates))
+    return serve(write_config(tmp_path, root, extra=gates, flush_interval_s=0))
 
 
 def _tool_gate(name: str, scope: str, limit: int) -> str:

@@ -3,9 +3,10 @@
 The file is ``--config``, else ``$AGENTLEDGER_CONFIG``, else
 ``$XDG_CONFIG_HOME/agentledger/config.toml`` when it exists; the price file, unless ``prices`` names
 one, is ``prices.toml`` beside it, when that exists. Every scalar key has an
-environment variable named after its path (``hot.max_entries`` → ``AGENTLEDGER_HOT_MAX_ENTRIES``);
+environment variable named after its path (``store.max_entries`` → ``AGENTLEDGER_STORE_MAX_ENTRIES``);
 the lists (``sources``, ``gates``) take JSON there. Another ``AGENTLEDGER_*`` name is refused, as an
-unknown key in the file is. Anything invalid is one ``ConfigError``
+unknown key in the file is. A setting's former name (``FORMER``) is read as its name, in the file and
+the environment. Anything invalid is one ``ConfigError``
 naming the key, the problem and where the value came from.
 """
 
@@ -183,11 +184,36 @@ class SourceConfig(_Strict):
         return v
 
 
-class HotConfig(_Strict):
+class HttpConfig(_Strict):
+    listen: str = DEFAULT_LISTEN
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+
+class StoreConfig(_Strict):
+    """The daemon's own state: the hot session views, in memory and under ``state_dir``."""
+
+    # The hot store lives under it.
+    state_dir: Annotated[Path, _given("give a directory, or leave it unset for the default")] = Field(
+        default_factory=state_home)
     max_entries: _Count = Field(default=128, ge=1)
     flush_interval_s: _Number = Field(default=5.0, ge=0, le=MAX_WAIT_S)
     ttl_s: _Number = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory (their files stay)
     end_grace_s: _Number = Field(default=300.0, ge=0, le=MAX_WAIT_S)  # an ended session is dropped this long after its end
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+
+class ReconcileConfig(_Strict):
+    grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
+    idle_s: _Number = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
 
 
 class RetentionConfig(_Strict):
@@ -225,26 +251,23 @@ class GateConfig(_Strict):
 class Config(_Strict):
     db: Annotated[Path, _given("give the ledger's file path, or leave it unset for the default")] = Field(
         default_factory=lambda: state_home() / "ledger.db")
-    # The hot store lives under it.
-    state_dir: Annotated[Path, _given("give a directory, or leave it unset for the default")] = Field(
-        default_factory=state_home)
     # Price overrides (see pricing.load_overrides); unset in the file, environment and flags: prices.toml
     # beside the config file when there is one (``load`` sets it), else none, the bundled table alone.
     prices: Annotated[Path | None, _given("give the price file's path, or leave it unset for prices.toml beside "
                                           "the config file")] = None
-    listen: str = DEFAULT_LISTEN
     timezone: str = "UTC"  # where day-scoped gates start their day
-    grace_s: _Number = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_WAIT_S)
-    idle_s: _Number = Field(default=DEFAULT_IDLE_S, ge=1, le=MAX_WAIT_S)  # a log silent this long: its gateway restarted
     rescan_s: _Number = Field(default=2.0, ge=0.05, le=MAX_WAIT_S)
     max_line: _Count = Field(default=DEFAULT_MAX_LINE, ge=1024, le=MAX_MAX_LINE)
     sources: tuple[SourceConfig, ...] = ()
-    hot: HotConfig = HotConfig()
+    http: HttpConfig = HttpConfig()
+    # A factory: its state_dir's default is read from the environment when a config is made.
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    reconcile: ReconcileConfig = ReconcileConfig()
     metrics: MetricsConfig = MetricsConfig()
     retention: RetentionConfig = RetentionConfig()
     gates: tuple[GateConfig, ...] = ()
 
-    @field_validator("db", "state_dir", "prices")
+    @field_validator("db", "prices")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return None if v is None else v.expanduser()
@@ -254,12 +277,6 @@ class Config(_Strict):
     def _db_file(cls, v: Path) -> Path:
         if v.is_dir():
             raise ValueError(f"{str(v)!r} is a directory: give a file path, e.g. {str(v / 'ledger.db')!r}")
-        return v
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v)
         return v
 
     @field_validator("timezone")
@@ -300,13 +317,30 @@ def env_name(path: tuple[str, ...]) -> str:
     return ENV_PREFIX + "_".join(path).upper()
 
 
+# The names settings had before each found its table (a top-level listen, [hot] for [store]): top-level
+# keys of the file, each read as the path it names, and so is the environment's name for each.
+FORMER = {"listen": ("http", "listen"), "state_dir": ("store", "state_dir"), "grace_s": ("reconcile", "grace_s"),
+          "idle_s": ("reconcile", "idle_s"), "hot": ("store",)}
+
+
+def _formers(path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The former names of the setting at ``path``."""
+    return [(old,) + path[len(new):] for old, new in FORMER.items() if path[:len(new)] == new]
+
+
 def env_names() -> frozenset[str]:
     """Every AGENTLEDGER_* name agentledger (or its test suite) reads."""
-    return OTHER_ENV | {env_name(path) for path in _scalar_paths(Config)}
+    paths = _scalar_paths(Config)
+    return OTHER_ENV | {env_name(p) for p in paths} | {env_name(f) for p in paths for f in _formers(p)}
+
+
+def _key(path: tuple[str, ...]) -> str:
+    """A key as a file writes it: ``grace_s``, ``[reconcile] grace_s``."""
+    return f"[{'.'.join(path[:-1])}] {path[-1]}" if len(path) > 1 else path[0]
 
 
 def _elsewhere(keys: Iterable[str]) -> str | None:
-    """Where keys given in the wrong place are kept (``[reconcile] grace_s`` is the top-level ``grace_s``):
+    """Where keys given in the wrong place are kept (``[store] grace_s`` is ``[reconcile] grace_s``):
     a hint naming each key that is one setting's, None when none is."""
     paths = _scalar_paths(Config)
     found = []
@@ -321,14 +355,19 @@ def _elsewhere(keys: Iterable[str]) -> str | None:
 def _check_env_names(env: Mapping[str, str]) -> None:
     """Refuse an AGENTLEDGER_* name that is no setting, as an unknown key in the file is: a mistyped one
     (RAWDAYS for RAW_DAYS) would otherwise leave its setting at the default without a word."""
-    known = env_names()
+    known, paths = env_names(), _scalar_paths(Config)
+    # A former name that is close is named as the setting is named now.
+    now = {env_name(f).removeprefix(ENV_PREFIX): env_name(p).removeprefix(ENV_PREFIX)
+           for p in paths for f in _formers(p)}
     for name in sorted(env):
         if name.startswith(ENV_PREFIX) and name not in known:
             # Compared without the prefix they share, which made any two names look alike.
-            close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX),
-                                              sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)
-            # A key under a table it is not in (RECONCILE_ before GRACE_S): the one setting it ends with.
-            placed = [p for p in _scalar_paths(Config) if name.endswith("_" + env_name(p).removeprefix(ENV_PREFIX))]
+            close = [now.get(c, c) for c in difflib.get_close_matches(
+                name.removeprefix(ENV_PREFIX), sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)]
+            # A key under a table it is not in (STORE_ before GRACE_S): the one setting whose key it ends
+            # with, the longest such key (END_GRACE_S, not GRACE_S).
+            ends = [p for p in paths if name.endswith("_" + p[-1].upper())]
+            placed = [p for p in ends if len(p[-1]) == max(len(q[-1]) for q in ends)]
             if not close and len(placed) == 1:
                 close = [env_name(placed[0]).removeprefix(ENV_PREFIX)]
             fix = f"rename it to ${ENV_PREFIX}{close[0]}" if close else \
@@ -336,6 +375,47 @@ def _check_env_names(env: Mapping[str, str]) -> None:
             # The listing is run without the name: with it, `config show` stops on it too.
             raise ConfigError(f"invalid config: ${name} is not a setting agentledger knows: {fix}; "
                               f"`env -u {name} agentledger --config /dev/null config show` lists the keys there are")
+
+
+def _get(doc: dict, path: tuple[str, ...]) -> Any:
+    """The value ``doc`` gives at ``path``; None where it gives none (TOML has no null)."""
+    for part in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(part)
+    return doc
+
+
+def _rename(doc: dict, origin: str) -> dict[tuple, tuple]:
+    """Moves what ``doc`` (from ``origin``) gives under a former name to the setting's name. Returns the
+    path each moved value was written at, by its path now, for an error to name the key as written."""
+    written: dict[tuple, tuple] = {}
+    for old, new in FORMER.items():
+        if old in doc:
+            _move(doc, (old,), new, doc.pop(old), written, origin)
+    return written
+
+
+def _move(doc: dict, old: tuple, new: tuple, value: Any, written: dict[tuple, tuple], origin: str) -> None:
+    there = _get(doc, new)
+    if isinstance(value, dict) and isinstance(there, dict):  # [hot] beside [store]: one table's keys
+        for key, item in value.items():
+            _move(doc, old + (key,), new + (key,), item, written, origin)
+    elif there is not None:
+        raise ConfigError(f"invalid config: {_key(old)} and {_key(new)} are one setting, both given in {origin}: "
+                          f"keep {_key(new)}, its name ({_key(old)} is its former one)")
+    else:
+        _set(doc, new, value)
+        written[new] = old
+
+
+def _from_env(env: Mapping[str, str], path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The path, ``path`` or a former name of it, whose environment variable sets it; None when none does."""
+    given = [p for p in [path, *_formers(path)] if env_name(p) in env]
+    if len(given) > 1:
+        raise ConfigError(f"invalid config: ${env_name(given[0])} and ${env_name(given[1])} are one setting, both "
+                          f"set: unset ${env_name(given[1])}, its former name")
+    return given[0] if given else None
 
 
 def _set(doc: dict, path: tuple[str, ...], value: Any) -> None:
@@ -371,9 +451,12 @@ def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, bo
     return default, False
 
 
-def _describe(error: dict, origins: dict[tuple, str]) -> str:
+def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple]) -> str:
     loc = tuple(error["loc"])
-    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    # The key as it was written, under a former name too.
+    n = next((n for n in range(len(loc), 0, -1) if loc[:n] in written), 0)
+    shown = written[loc[:n]] + loc[n:] if n else loc
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in shown).replace(".[", "[")
     origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
     message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     kind, given = error["type"], error.get("input")
@@ -431,7 +514,7 @@ def _not(given: Any) -> str:
 
 def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
          env: Mapping[str, str] | None = None, *, roots_exist: bool = False) -> Config:
-    """The effective configuration; ``overrides`` are flag values by key path (``"hot.ttl_s"``).
+    """The effective configuration; ``overrides`` are flag values by key path (``"store.ttl_s"``).
 
     ``roots_exist``: refuse a source root that does not exist, for a one-shot read, which has nothing
     to wait for (a daemon waits for it to appear)."""
@@ -439,6 +522,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
     path, required = config_file(explicit, env)
     doc: dict = {}
     origins: dict[tuple, str] = {}
+    written: dict[tuple, tuple] = {}
     # os.path.exists, not Path.exists: a default place the user may not even look into (HOME left
     # pointing at another user's) holds no config of theirs, where Path.exists raised.
     if path is not None and (required or os.path.exists(path)):
@@ -450,18 +534,21 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
             raise ConfigError(f"config file {path} cannot be read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        written = _rename(doc, str(path))
         origins = {(k,): str(path) for k in doc}
     _check_env_names(env)
     for key_path in _scalar_paths(Config):
-        raw = env.get(env_name(key_path))
-        if raw is not None:
-            _set(doc, key_path, _env_value(key_path, raw))
-            origins[key_path] = f"${env_name(key_path)}"
+        given = _from_env(env, key_path)
+        if given is not None:
+            _set(doc, key_path, _env_value(key_path, env[env_name(given)]))
+            origins[key_path] = f"${env_name(given)}"
+            written[key_path] = given
     for dotted, value in (overrides or {}).items():
         if value is not None:
             key_path = tuple(dotted.split("."))
             _set(doc, key_path, value)
             origins[key_path] = "the command line"
+            written[key_path] = key_path
     if "prices" not in doc:
         # The one place a deployment keeps its prices: serve and reprice alike read it.
         beside = prices_beside(explicit, env)
@@ -471,7 +558,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
         return Config.model_validate(doc, context={"roots_exist": roots_exist})
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"invalid config: {_describe(first, origins)}") from None
+        raise ConfigError(f"invalid config: {_describe(first, origins, written)}") from None
 
 
 def _toml_value(value: Any) -> str:

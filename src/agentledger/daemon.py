@@ -471,7 +471,7 @@ class _Follower:
             log.debug("indexed %d lines (%d new events, %d rejected)", stats.lines, stats.events, stats.rejects)
 
     def _reconcile(self) -> None:
-        _reconcile(self.writer, self.config.grace_s, self.live)
+        _reconcile(self.writer, self.config.reconcile.grace_s, self.live)
         self.next_reconcile = time.monotonic() + RECONCILE_EVERY_S
 
 
@@ -493,16 +493,17 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[st
 
 def _open_hot(config: Config) -> HotSessions | str:
     """The hot store under the state dir; or why it cannot be there, and what to do."""
-    where = config.state_dir / "hot"
+    where = config.store.state_dir / "hot"
     try:
-        return HotSessions(where, max_entries=config.hot.max_entries, flush_interval_s=config.hot.flush_interval_s,
-                           ttl_s=config.hot.ttl_s, end_grace_s=config.hot.end_grace_s)
+        return HotSessions(where, max_entries=config.store.max_entries, flush_interval_s=config.store.flush_interval_s,
+                           ttl_s=config.store.ttl_s, end_grace_s=config.store.end_grace_s)
     except (FileExistsError, NotADirectoryError):
         why = "a part of that path is a file"
     except OSError as exc:
         why = exc.strerror
-    return (f"state_dir: cannot keep the hot store in {where}: {why}; set state_dir (or $AGENTLEDGER_STATE_DIR) "
-            "to a directory agentledger can create and write (under systemd: one in ReadWritePaths=)")
+    return (f"store.state_dir: cannot keep the hot store in {where}: {why}; set [store] state_dir (or "
+            "$AGENTLEDGER_STORE_STATE_DIR) to a directory agentledger can create and write (under systemd: one in "
+            "ReadWritePaths=)")
 
 
 def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
@@ -550,7 +551,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                         hot.store.quarantined)
         readers = ReaderPool(db)
         keeper = GateKeeper(config.gates, hot, readers, config.zone)
-        writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
+        writer = LedgerWriter(conn, idle_s=config.reconcile.idle_s, background_checkpoints=True)
         live = LiveState(conn, hot, keeper)
         hooks = HookInbox(wake=wake.set)
         demo_proc = None
@@ -561,10 +562,10 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
                 demo_proc = _start_demo(demo_root)
             try:
-                api = ApiServer(db, config.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
-                                floors=CounterFloors(config.state_dir / FLOORS_FILE))
+                api = ApiServer(db, config.http.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
+                                floors=CounterFloors(config.store.state_dir / FLOORS_FILE))
             except OSError as exc:
-                _say(f"cannot listen on {config.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
+                _say(f"cannot listen on {config.http.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
                 return 2
             api.start()
             _say(f"listening on {api.address}")
@@ -596,7 +597,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
                 if root not in changes.awaited:
                     _say(f"{root} {_UNTOLD}")
             observer.start()
-            flusher = _Flusher(hot, config.hot.flush_interval_s)
+            flusher = _Flusher(hot, config.store.flush_interval_s)
             flusher.start()
             follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
             try:

@@ -26,10 +26,10 @@ class Context:
         self.log_chosen = False  # --log-level or -v given
         self.log_json: bool | None = None  # None: JSON unless stderr is a terminal
 
-    def configure(self, *, roots_exist: bool = False, **flags) -> Config:
-        """The configuration with this command's flags (by key path) on top; None means not given.
+    def configure(self, flags: dict | None = None, *, roots_exist: bool = False) -> Config:
+        """The configuration with this command's flags (by dotted key path) on top; None means not given.
         ``roots_exist``: as ``load`` takes it."""
-        self._config = load(self.config_path, {"db": self.db_flag, **flags}, roots_exist=roots_exist)
+        self._config = load(self.config_path, {"db": self.db_flag, **(flags or {})}, roots_exist=roots_exist)
         return self._config
 
     @property
@@ -57,10 +57,11 @@ def daemon_url(flag: str | None, config: Config) -> str:
     env = os.environ.get("AGENTLEDGER_URL")
     url, origin = (flag, "--url") if flag else (env, "$AGENTLEDGER_URL") if env else (None, None)
     if url is None:
-        return listen_url(config.listen)
+        return listen_url(config.http.listen)
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as {listen_url(config.listen)}")
+        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as "
+                               f"{listen_url(config.http.listen)}")
     return url
 
 

@@ -89,10 +89,11 @@ def _progress_pipeline(writer, specs, max_line, pricer):
               help="Longest line indexed, in bytes; longer lines are rejected without being held in memory "
                    "(config `max_line`, default 32 MiB).")
 @click.option("--grace", type=click.FloatRange(min=0, max=MAX_WAIT_S), default=None, metavar="SECONDS",
-              help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
+              help="Runs, tool calls and subagents open longer than this become interrupted "
+                   "(config `[reconcile] grace_s`).")
 @click.option("--idle", type=click.FloatRange(min=1, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
-                   "(config `idle_s`, default 1800).")
+                   "(config `[reconcile] idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.pass_obj
@@ -105,9 +106,9 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     ~/.claude)."""
     # ROOT arguments (in --format) plus every --source replace the config's sources, as for serve.
     pairs = [(fmt, r) for r in roots] + list(sources)
-    config = obj.configure(max_line=max_line, grace_s=grace, idle_s=idle, roots_exist=True,
-                           sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
-    max_line, grace = config.max_line, config.grace_s
+    config = obj.configure({"max_line": max_line, "reconcile.grace_s": grace, "reconcile.idle_s": idle,
+                            "sources": [{"format": f, "root": str(r)} for f, r in pairs] or None}, roots_exist=True)
+    max_line, grace = config.max_line, config.reconcile.grace_s
     if not config.sources and (missing := missing_env_dirs()):
         raise click.UsageError(f"{', '.join(missing)} does not exist: fix or unset it, or pass ROOT..., "
                                "or --source FORMAT=ROOT")
@@ -116,7 +117,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
     pricer = pricer_for(prices, config)
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
-        writer = LedgerWriter(conn, idle_s=config.idle_s, background_checkpoints=True)
+        writer = LedgerWriter(conn, idle_s=config.reconcile.idle_s, background_checkpoints=True)
         try:
             if sys.stderr.isatty() and not as_json:
                 pipeline, progress = _progress_pipeline(writer, specs, max_line, pricer)

@@ -124,7 +124,7 @@ def _live_sessions(url: str, w: queries.Window) -> list[dict]:
 @cli.command()
 @click.option("--live", is_flag=True, help="The running daemon's hot session views, as its gates see them.")
 @click.option("--url", default=None, metavar="URL",
-              help="The daemon, with --live (default: $AGENTLEDGER_URL, else http://<config listen>).")
+              help="The daemon, with --live (default: $AGENTLEDGER_URL, else the config's `[http] listen`).")
 @query_options(default_limit=50)
 def sessions(conn, w, fmt, live, url):
     """Sessions with their runs, calls, tokens and cost, most recent first."""

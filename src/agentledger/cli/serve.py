@@ -21,12 +21,14 @@ from agentledger.defaults import MAX_WAIT_S
 @click.option("--demo/--no-demo", default=None,
               help="Run on the demo directory with a live writer (default: only when no agent logs exist).")
 @click.option("--listen", default=None, metavar="HOST:PORT",
-              help="Where the HTTP API listens; port 0 picks a free one (config `listen`, default 127.0.0.1:9464).")
+              help="Where the HTTP API listens; port 0 picks a free one "
+                   "(config `[http] listen`, default 127.0.0.1:9464).")
 @click.option("--grace", type=click.FloatRange(min=0, max=MAX_WAIT_S), default=None, metavar="SECONDS",
-              help="Runs, tool calls and subagents open longer than this become interrupted (config `grace_s`).")
+              help="Runs, tool calls and subagents open longer than this become interrupted "
+                   "(config `[reconcile] grace_s`).")
 @click.option("--idle", type=click.FloatRange(min=1, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
-                   "(config `idle_s`, default 1800).")
+                   "(config `[reconcile] idle_s`, default 1800).")
 @click.argument("roots", nargs=-1, type=click.Path(file_okay=False, path_type=Path))  # waited for if not there yet
 @click.pass_obj
 def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, rescan: float | None,
@@ -47,6 +49,7 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
         logs.setup("info", json=obj.log_json)
 
     pairs = [(fmt, r) for r in roots] + list(sources)
-    config = obj.configure(max_line=max_line, rescan_s=rescan, listen=listen, grace_s=grace, idle_s=idle,
-                           sources=[{"format": f, "root": str(r)} for f, r in pairs] or None)
+    config = obj.configure({"max_line": max_line, "rescan_s": rescan, "http.listen": listen,
+                            "reconcile.grace_s": grace, "reconcile.idle_s": idle,
+                            "sources": [{"format": f, "root": str(r)} for f, r in pairs] or None})
     sys.exit(run_daemon(config, demo=demo, pricer=pricer_for(prices, config)))

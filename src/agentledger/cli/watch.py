@@ -19,8 +19,8 @@ def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float
 
 @cli.command()
 @click.option("--url", default=None, metavar="URL",
-              help="The daemon to ask (default: $AGENTLEDGER_URL, else http://<config listen>); when none answers, "
-                   "the ledger is read directly.")
+              help="The daemon to ask (default: $AGENTLEDGER_URL, else the config's `[http] listen`); when none "
+                   "answers, the ledger is read directly.")
 @click.option("--interval", type=click.FloatRange(min=0.2, max=MAX_WAIT_S), default=1.0, show_default=True,
               callback=_a_number, metavar="SECONDS", help="Seconds between redraws.")
 @click.option("--sessions", "n_sessions", type=click.IntRange(1, 50), default=8, show_default=True,
