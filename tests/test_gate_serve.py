@@ -362,7 +362,7 @@ limit = 1.0
 def test_hot_views_kept_past_a_restored_backup_that_reached_their_position_are_not_trusted(tmp_path):
     root = tmp_path / "logs"
     LogDir(root).append(llm(1, 0.5, session="a"))
-    served = serve(write_config(tmp_path, root, extra="[hot]\nflush_interval_s = 0\n" + SESS_COST_1))
+    served = serve(write_config(tmp_path, root, extra=SESS_COST_1, flush_interval_s=0))
     hot, ask = "/v1/sessions/agent:main:a/hot", "/v1/gate?session_key=agent:main:a&tool=x"
     try:
         wait_for(lambda: served.get(hot)[1].get("cost_usd") == 0.5)
