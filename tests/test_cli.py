@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 from conftest import REPO, cli_env, ingest
+from logwriter import LogDir, llm_call
 
 from agentledger.cli import cli
 
@@ -427,3 +428,31 @@ def test_ingest_reads_a_configured_root_it_cannot_look_into_as_unreadable(tmp_pa
         closed.chmod(0o755)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["unreadable_dirs"] > 0
+
+
+@pytest.mark.parametrize("where", ["OPENCLAW_STATE_DIR", "HOME"])
+def test_ingest_reads_a_producer_dir_it_finds_out_of_reach_as_unreadable(tmp_path, unprivileged, where):
+    # Path.is_dir() raises where a directory above cannot be searched: ingest stopped on a traceback.
+    closed = tmp_path / "closed"
+    state = closed / ".openclaw"
+    LogDir(state).append(llm_call(1))
+    env = cli_env(tmp_path / "l.db") | {"HOME": str(tmp_path / "home")}
+    for name in ("CLAUDE_CONFIG_DIR", "XDG_CONFIG_HOME"):  # each found under HOME alone
+        env.pop(name, None)
+    env |= {"OPENCLAW_STATE_DIR": str(state)} if where == "OPENCLAW_STATE_DIR" else {"HOME": str(closed)}
+    closed.chmod(0)
+    try:
+        out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "ingest", "--json"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+        show = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "config", "show"],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    finally:
+        closed.chmod(0o755)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_dirs"] > 0
+    assert f"cannot list directory {state}: Permission denied" in out.stderr
+    assert show.returncode == 0 and "Traceback" not in show.stderr, show.stderr
+    # Once it can be read, its logs are.
+    again = run("ingest", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["events"] == 1

@@ -419,6 +419,28 @@ def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path)
     assert f"{state} holds OpenClaw telemetry: reading it as oc-telemetry" in err
 
 
+def test_serve_waits_for_an_openclaw_state_dir_out_of_reach_and_says_why(tmp_path, unprivileged):
+    # A parent it cannot search made Path.is_dir() raise: serve exited 1, and systemd restarted it every 5 s.
+    closed = tmp_path / "alice"
+    state = closed / ".openclaw"
+    logs = LogDir(state)
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    closed.chmod(0)
+    env = _without_logs(tmp_path) | {"OPENCLAW_STATE_DIR": str(state)}
+    daemon = _serve(db, "--no-demo", "--rescan", "0.2", env=env, prefix=unprivileged)
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        closed.chmod(0o755)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 1, timeout=10)
+    finally:
+        closed.chmod(0o755)
+        err = _stop(daemon, said)
+    assert f"{state} cannot be read (Permission denied): waiting for it, its logs are read once it can be" in err
+    assert "does not exist" not in err
+
+
 @pytest.mark.parametrize("given", ["config", "argument", "source"])
 def test_serve_waits_for_a_root_that_does_not_exist_yet(tmp_path, given):
     # `ingest` refuses such a root; a daemon started before the gateway has written must not, however named.

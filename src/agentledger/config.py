@@ -54,6 +54,23 @@ def demo_dir() -> Path:
     return state_home() / "demo"
 
 
+def out_of_reach(path: Path) -> str | None:
+    """The system's reason ``path`` cannot even be looked at (a directory above it cannot be searched, as in
+    another user's HOME); None when it can, whether or not it is there. Path.is_dir() raised there."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _may_be_dir(path: Path) -> bool:
+    """A directory, or one out of reach: reading it tells what is wrong, where passing it by would not."""
+    return os.path.isdir(path) or out_of_reach(path) is not None
+
+
 def openclaw_state_dirs() -> list[Path]:
     """OpenClaw's state dir: $OPENCLAW_STATE_DIR, else ~/.openclaw, else its legacy names."""
     env = os.environ.get("OPENCLAW_STATE_DIR")
@@ -61,7 +78,7 @@ def openclaw_state_dirs() -> list[Path]:
         return [Path(env).expanduser()]
     home = Path.home()
     for name in (".openclaw", ".clawdbot", ".moltbot", ".moldbot"):
-        if (home / name).is_dir():
+        if _may_be_dir(home / name):
             return [home / name]
     return []
 
@@ -72,17 +89,21 @@ def claude_config_dirs() -> list[Path]:
     if env:
         return [Path(p.strip()).expanduser() for p in env.split(",") if p.strip()]
     home = Path.home()
-    return [d for d in (home / ".config" / "claude", home / ".claude") if d.is_dir()]
+    return [d for d in (home / ".config" / "claude", home / ".claude") if _may_be_dir(d)]
 
 
 def openclaw_format(state: Path) -> str | None:
-    """The format an OpenClaw state dir is read in; None while no agent in it has telemetry or sessions."""
-    agents = list((state / "agents").glob("*"))
+    """The format an OpenClaw state dir is read in; None while no agent in it has telemetry or sessions,
+    or while its agents cannot be listed."""
+    try:
+        agents = [state / "agents" / name for name in os.listdir(state / "agents")]
+    except OSError:
+        return None
     # Telemetry and transcripts record the same model calls: read one of them, the telemetry
     # extension's where it is installed (it also sees subagents and messages).
-    if any((agent / "telemetry").is_dir() for agent in agents):
+    if any(os.path.isdir(agent / "telemetry") for agent in agents):
         return "oc-telemetry"
-    if any((agent / "sessions").is_dir() for agent in agents):
+    if any(os.path.isdir(agent / "sessions") for agent in agents):
         return "oc-transcript"
     return None
 
@@ -92,24 +113,25 @@ def missing_env_dirs() -> list[str]:
     purpose, so a one-shot read that would pass them by says so instead."""
     named = [("OPENCLAW_STATE_DIR", d) for d in openclaw_state_dirs() if os.environ.get("OPENCLAW_STATE_DIR")]
     named += [("CLAUDE_CONFIG_DIR", d) for d in claude_config_dirs() if os.environ.get("CLAUDE_CONFIG_DIR")]
-    return [f"${name} ({path})" for name, path in named if not path.is_dir()]
+    return [f"${name} ({path})" for name, path in named if not _may_be_dir(path)]
 
 
 def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
-    """(format, root) for every producer found in its usual place; empty when there is none.
+    """(format, root) for every producer found in its usual place; empty when there is none. One out of
+    reach is found too: its read reports it unreadable, with the reason.
 
-    ``awaiting``: an OpenClaw state dir that cannot tell its format yet (it does not exist, or holds
-    neither telemetry nor sessions) is one of them too, with the format None, for a daemon that starts
-    before the gateway has written there and chooses once it has."""
+    ``awaiting``: an OpenClaw state dir that cannot tell its format yet (it does not exist, holds
+    neither telemetry nor sessions, or cannot be listed) is one of them too, with the format None, for
+    a daemon that starts before the gateway has written there and chooses once it has."""
     pairs: list[tuple[str | None, Path]] = []
     for state in openclaw_state_dirs():
         fmt = openclaw_format(state)
         if fmt is None and awaiting:
             pairs.append((None, state))
-        elif state.is_dir():
+        elif _may_be_dir(state):
             # Transcripts are what every OpenClaw install writes.
             pairs.append((fmt or "oc-transcript", state))
-    pairs += [("claude-code", d) for d in claude_config_dirs() if d.is_dir()]
+    pairs += [("claude-code", d) for d in claude_config_dirs() if _may_be_dir(d)]
     return pairs
 
 

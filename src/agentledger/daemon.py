@@ -37,7 +37,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from agentledger.config import Config, default_sources, demo_dir, openclaw_format
+from agentledger.config import Config, default_sources, demo_dir, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
 from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
@@ -140,6 +140,24 @@ def _look_for_awaited(changes: Changes, observer: Observer, undecided: list[str]
         elif root in appeared:
             _say(f"{root} appeared, {_UNTOLD}")
     return told
+
+
+def _tell_waiting(root: str, undecided: bool, awaited: bool) -> None:
+    """Why a root is not read yet: it does not exist, or (``undecided``) holds no agent's logs yet, or is out
+    of reach, told with the system's reason: "does not exist yet" sent the operator looking for a gateway that
+    had written there all along."""
+    why = out_of_reach(Path(root, "agents") if undecided else Path(root))
+    if why and undecided:
+        _say(f"{root} cannot be read ({why}): waiting for it, its logs are read once it can be", logging.WARNING)
+    elif why:
+        return  # its tailer tells it, as it does every directory it cannot list
+    elif not awaited:
+        _say(f"{root} {_UNTOLD}")
+    elif undecided:
+        _say(f"{root} does not exist yet: waiting for it, its logs are read once it holds an agent's telemetry or "
+             "sessions")
+    else:
+        _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
 
 
 def _start_demo(directory: Path) -> subprocess.Popen:
@@ -587,15 +605,9 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             changes = Changes(wake)
             for root in roots:
                 changes.watch(observer, root)
-            for root in changes.awaited:
-                if root in undecided:
-                    _say(f"{root} does not exist yet: waiting for it, its logs are read once it holds an agent's "
-                         "telemetry or sessions")
-                else:
-                    _say(f"{root} does not exist yet: waiting for it, its logs are read once it appears")
-            for root in undecided:
-                if root not in changes.awaited:
-                    _say(f"{root} {_UNTOLD}")
+            for root in roots:
+                if root in changes.awaited or root in undecided:
+                    _tell_waiting(root, root in undecided, root in changes.awaited)
             observer.start()
             flusher = _Flusher(hot, config.store.flush_interval_s)
             flusher.start()

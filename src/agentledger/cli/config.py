@@ -26,6 +26,6 @@ def show(obj, as_json: bool) -> None:
         emit_json(cfg.model_dump(mode="json"))
         return
     path, required = config_file(obj.config_path, os.environ)
-    origin = str(path) if path is not None and (required or path.exists()) else "built-in defaults only"
+    origin = str(path) if path is not None and (required or os.path.exists(path)) else "built-in defaults only"
     click.echo(f"# effective configuration; file: {origin}")
     click.echo(to_toml(cfg), nl=False)

@@ -60,8 +60,13 @@ def stores(root: str) -> list[str]:
     if base.name == "sessions":
         found = [base.parent / "agent" / STORE_NAME]
     else:
-        found = sorted((base / "agents").glob(f"*/agent/{STORE_NAME}"))
-    return [str(p) for p in found if p.is_file()]
+        try:
+            agents = sorted(os.listdir(base / "agents"))
+        except OSError:  # none, or out of reach: the transcripts' listing of the same directory tells which
+            agents = []
+        found = [base / "agents" / agent / "agent" / STORE_NAME for agent in agents]
+    # os.path.isfile: Path.is_file() raised in an agent's directory that cannot be searched.
+    return [str(p) for p in found if os.path.isfile(p)]
 
 
 def _open(path: str) -> apsw.Connection:
