@@ -414,6 +414,27 @@ def test_ingest_refuses_a_configured_root_that_does_not_exist_as_it_does_one_giv
     assert json.loads(read.stdout)["events"] > 0
 
 
+@pytest.mark.parametrize("text, env, origin", [
+    ('[[sources]]\nformat = "oc-telemetry"\nroot = "ROOT"\n', {}, "{file}"),
+    ("", {"AGENTLEDGER_SOURCES": '[{"format": "oc-telemetry", "root": "ROOT"}]'}, "$AGENTLEDGER_SOURCES"),
+])
+@pytest.mark.parametrize("command", [["ingest"], ["serve", "--no-demo", "--listen", "127.0.0.1:0"]],
+                         ids=["ingest", "serve"])
+def test_a_configured_root_that_is_a_file_is_refused_as_the_source_flag_refuses_it(tmp_path, text, env, origin, command):
+    # The configured one was listed, held "no oc-telemetry files" and exited 0; --source's exits 2.
+    file, db, config = tmp_path / "events.jsonl", tmp_path / "l.db", tmp_path / "c.toml"
+    file.write_bytes(llm_call(1))
+    config.write_text(text.replace("ROOT", str(file)))
+    env = cli_env(db) | {k: v.replace("ROOT", str(file)) for k, v in env.items()}
+    out = run("--config", str(config), *command, env=env)
+    assert out.returncode == 2
+    assert out.stderr == (f"agentledger: invalid config: sources[0].root: '{file}' is not a directory: give the "
+                          f"directory to read (from {origin.format(file=config)})\n")
+    assert not db.exists()
+    _one_line(run("--config", str(config), *command, "--source", f"oc-telemetry={file}", env=env), 2,
+              f"'{file}' is not a directory: give the directory to read")
+
+
 def test_ingest_reads_a_configured_root_it_cannot_look_into_as_unreadable(tmp_path, unprivileged):
     closed = tmp_path / "closed"
     (closed / "state" / "agents").mkdir(parents=True)

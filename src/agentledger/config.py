@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -69,6 +70,19 @@ def out_of_reach(path: Path) -> str | None:
 def _may_be_dir(path: Path) -> bool:
     """A directory, or one out of reach: reading it tells what is wrong, where passing it by would not."""
     return os.path.isdir(path) or out_of_reach(path) is not None
+
+
+def root_problem(root: Path, *, must_exist: bool) -> str | None:
+    """Why ``root`` cannot be a source's root, and the fix: it is no directory (a file, once listed, held
+    no logs without a word), or (``must_exist``: a one-shot read, which has nothing to wait for) it does
+    not exist. None for one out of reach: its read reports it unreadable, with the reason."""
+    try:
+        mode = os.stat(root).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "does not exist: correct the path, or run serve, which waits for it to appear" if must_exist else None
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else "is not a directory: give the directory to read"
 
 
 def openclaw_state_dirs() -> list[Path]:
@@ -195,14 +209,9 @@ class SourceConfig(_Strict):
     @classmethod
     def _expand(cls, v: Path, info: ValidationInfo) -> Path:
         v = v.expanduser()
-        if info.context and info.context["roots_exist"]:
-            try:
-                os.stat(v)
-            except (FileNotFoundError, NotADirectoryError):
-                raise ValueError(f"{str(v)!r} does not exist: correct the path, or run serve, which waits for it "
-                                 "to appear") from None
-            except OSError:
-                pass  # there but out of reach: the read counts it as unreadable, with the reason
+        problem = root_problem(v, must_exist=bool(info.context and info.context["roots_exist"]))
+        if problem:
+            raise ValueError(f"{str(v)!r} {problem}")
         return v
 
 

@@ -11,7 +11,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import Config, default_sources, missing_env_dirs, prices_beside
+from agentledger.config import Config, default_sources, missing_env_dirs, prices_beside, root_problem
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, WriterLock
@@ -30,8 +30,9 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
             raise click.BadParameter(f"unknown format {fmt!r} in {value!r}: choose one of {', '.join(FORMATS)}")
         path = Path(root).expanduser()
         # One that does not exist yet: serve waits for it, ingest refuses it (the configuration's check).
-        if path.exists() and not path.is_dir():
-            raise click.BadParameter(f"{root!r} is not a directory (in {value!r})")
+        problem = root_problem(path, must_exist=False)
+        if problem:
+            raise click.BadParameter(f"{root!r} {problem} (in {value!r})")
         pairs.append((fmt, path))
     return pairs
 
