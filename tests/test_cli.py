@@ -435,20 +435,24 @@ def test_a_configured_root_that_is_a_file_is_refused_as_the_source_flag_refuses_
               f"'{file}' is not a directory: give the directory to read")
 
 
-def test_ingest_reads_a_configured_root_it_cannot_look_into_as_unreadable(tmp_path, unprivileged):
+@pytest.mark.parametrize("given", ["config", "argument"])
+def test_ingest_reads_a_root_it_cannot_look_into_as_unreadable(tmp_path, unprivileged, given):
+    # Given as an argument, it was refused as one that "does not exist".
     closed = tmp_path / "closed"
-    (closed / "state" / "agents").mkdir(parents=True)
+    state = closed / "state"
+    (state / "agents").mkdir(parents=True)
     config = tmp_path / "c.toml"
-    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{closed / "state"}"\n')
+    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{state}"\n' if given == "config" else "")
     closed.chmod(0)
     try:
         out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--config", str(config), "ingest",
-                              "--json"], capture_output=True, text=True, env=cli_env(tmp_path / "l.db"), cwd=REPO,
-                             timeout=60)
+                              "--json", *([str(state)] if given == "argument" else [])], capture_output=True,
+                             text=True, env=cli_env(tmp_path / "l.db"), cwd=REPO, timeout=60)
     finally:
         closed.chmod(0o755)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["unreadable_dirs"] > 0
+    assert f"cannot list directory {state}: Permission denied" in out.stderr
 
 
 @pytest.mark.parametrize("where", ["OPENCLAW_STATE_DIR", "HOME"])

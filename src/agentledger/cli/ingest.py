@@ -37,6 +37,16 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
     return pairs
 
 
+def _existing_roots(ctx, param, roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    # Not click.Path(exists=True): it called a root it could not look into missing, where a configured
+    # one is read and reported unreadable, with the system's reason.
+    for root in roots:
+        problem = root_problem(root, must_exist=True)
+        if problem:
+            raise click.BadParameter(f"{str(root)!r} {problem}")
+    return roots
+
+
 _PRICES_DEFAULT = ("default: config `prices` ($AGENTLEDGER_PRICES), else prices.toml beside the config file: "
                    "$XDG_CONFIG_HOME/agentledger/prices.toml by default; the same for ingest, serve and reprice")
 
@@ -96,7 +106,7 @@ def _progress_pipeline(writer, specs, max_line, pricer):
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `[reconcile] idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("roots", nargs=-1, type=click.Path(readable=False, path_type=Path), callback=_existing_roots)
 @click.pass_obj
 def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, grace: float | None,
            idle: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:
