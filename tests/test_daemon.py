@@ -299,6 +299,21 @@ def _without_logs(tmp_path: Path) -> dict:
     return env
 
 
+@pytest.mark.parametrize("demo", [["--demo"], []], ids=["asked", "no-logs"])
+def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, demo):
+    # mkdir raised FileExistsError: a traceback and exit 1, which systemd restarts.
+    env = _without_logs(tmp_path)
+    (tmp_path / "state" / "agentledger").mkdir(parents=True)
+    (tmp_path / "state" / "agentledger" / "demo").write_text("")
+    daemon = _serve(tmp_path / "ledger.db", *demo, env=env)
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 2
+    assert err.count("\n") == 1, err
+    assert f"cannot run the demo in {tmp_path / 'state' / 'agentledger' / 'demo'}: a part of that path is a file" in err
+    assert "$XDG_STATE_HOME" in err and "--source FORMAT=ROOT" in err
+    assert not _demo_writers(tmp_path)
+
+
 def _demo_writers(under: Path) -> list[int]:
     """The pids of running demo writers whose directory is under ``under``."""
     pids = []

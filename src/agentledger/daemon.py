@@ -161,7 +161,6 @@ def _tell_waiting(root: str, undecided: bool, awaited: bool) -> None:
 
 
 def _start_demo(directory: Path) -> subprocess.Popen:
-    directory.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "agentledger.demo", "--parent", str(os.getpid()), str(directory)])
 
 
@@ -493,9 +492,15 @@ class _Follower:
         self.next_reconcile = time.monotonic() + RECONCILE_EVERY_S
 
 
+def _cannot_make(exc: OSError) -> str:
+    """Why a directory could not be made, in the words an operator fixes it by."""
+    return "a part of that path is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
+
+
 def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[str], Path | None] | str:
     """The sources to follow, the OpenClaw state dirs whose format is not known yet, and the demo's
-    directory when there are none; or why it cannot start."""
+    directory when there are none, made here: its writer starts later, once a failed start is no
+    longer one line; or why it cannot start."""
     if config.sources and not demo:
         return specs_from_pairs([(s.format, s.root) for s in config.sources]), [], None
     found = [] if demo else default_sources(awaiting=True)
@@ -506,6 +511,11 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[st
         return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.config/claude, ~/.claude): "
                 "pass ROOT, --source FORMAT=ROOT or use --demo")
     root = demo_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return (f"cannot run the demo in {root}: {_cannot_make(exc)}; set $XDG_STATE_HOME to a directory agentledger "
+                "can create and write, or pass ROOT or --source FORMAT=ROOT to read agent logs")
     return specs_from("oc-telemetry", [root]), [], root
 
 
@@ -515,10 +525,8 @@ def _open_hot(config: Config) -> HotSessions | str:
     try:
         return HotSessions(where, max_entries=config.store.max_entries, flush_interval_s=config.store.flush_interval_s,
                            ttl_s=config.store.ttl_s, end_grace_s=config.store.end_grace_s)
-    except (FileExistsError, NotADirectoryError):
-        why = "a part of that path is a file"
     except OSError as exc:
-        why = exc.strerror
+        why = _cannot_make(exc)
     return (f"store.state_dir: cannot keep the hot store in {where}: {why}; set [store] state_dir (or "
             "$AGENTLEDGER_STORE_STATE_DIR) to a directory agentledger can create and write (under systemd: one in "
             "ReadWritePaths=)")
