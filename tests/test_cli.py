@@ -256,6 +256,20 @@ def test_reprice_of_a_missing_ledger_is_one_line_and_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+@pytest.mark.parametrize("command", [["ingest", "{logs}"], ["usage"], ["serve", "--no-demo", "--listen", "127.0.0.1:0",
+                                                                       "{logs}"]], ids=["ingest", "usage", "serve"])
+def test_a_db_that_is_no_regular_file_is_one_line_and_exit_2(tmp_path, kind, command):
+    # A device was an apsw.IOError traceback; opening a FIFO waited for a writer for ever.
+    db = Path("/dev/null") if kind == "device" else tmp_path / "fifo"
+    if kind == "fifo":
+        os.mkfifo(db)
+    (tmp_path / "logs").mkdir()
+    out = run(*(arg.format(logs=tmp_path / "logs") for arg in command), db=db)
+    _one_line(out, 2, f"db: '{db}' is not a regular file: give the path of the ledger's file", "(from the command line)")
+    assert set(tmp_path.iterdir()) == {tmp_path / "logs", *([db] if kind == "fifo" else [])}  # no lock beside it
+
+
 def test_a_db_under_a_file_is_one_line(tmp_path):
     (tmp_path / "notdb.db").write_text("garbage\n")
     _one_line(run("ingest", str(tmp_path), db=tmp_path / "notdb.db" / "x.db"), 2, "is a file", "--db")

@@ -306,8 +306,16 @@ class Config(_Strict):
     @field_validator("db")
     @classmethod
     def _db_file(cls, v: Path) -> Path:
-        if v.is_dir():
+        try:
+            mode = os.stat(v).st_mode
+        except (OSError, ValueError):  # ValueError: a NUL in it, which the file and the environment can hold
+            return v  # none yet, which ingest and serve make; or out of reach, which opening it tells
+        if stat.S_ISDIR(mode):
             raise ValueError(f"{str(v)!r} is a directory: give a file path, e.g. {str(v / 'ledger.db')!r}")
+        if not stat.S_ISREG(mode):
+            # SQLite failed on a device with an I/O error, and opening a FIFO waited for a writer for ever.
+            raise ValueError(f"{str(v)!r} is not a regular file: give the path of the ledger's file, or of one "
+                             "to make")
         return v
 
     @field_validator("timezone")
