@@ -495,3 +495,18 @@ def test_ingest_reads_a_producer_dir_it_finds_out_of_reach_as_unreadable(tmp_pat
     again = run("ingest", "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["events"] == 1
+
+
+@pytest.mark.parametrize("command", [["usage"], ["reprice"], ["prune"], ["verify"], ["verify", "--repair"]])
+def test_a_ledger_the_user_cannot_look_for_is_one_line_saying_why(tmp_path, unprivileged, command):
+    # Path.exists() raised PermissionError where a directory above the ledger cannot be searched.
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    db = closed / "ledger.db"
+    closed.chmod(0)
+    try:
+        out = subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--db", str(db), *command],
+                             capture_output=True, text=True, env=cli_env(db), cwd=REPO, timeout=60)
+    finally:
+        closed.chmod(0o755)
+    _one_line(out, 2, f"cannot read {db} (Permission denied)")

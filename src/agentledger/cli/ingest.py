@@ -14,7 +14,7 @@ from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources, missing_env_dirs, prices_beside, root_problem
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
-from agentledger.ledger.db import LedgerError, WriterLock
+from agentledger.ledger.db import LedgerError, WriterLock, ledger_exists
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.pricing import Pricer
@@ -164,7 +164,7 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
 
     Costs the logs carried are never touched; rollups move with the rows. Give it the configuration
     `serve` runs with (--config), so that both read the same price file."""
-    if not obj.db.exists():
+    if not ledger_exists(obj.db):
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
     configured = obj.config.prices
     pricer = pricer_for(prices, obj.config)

@@ -12,7 +12,7 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.defaults import MAX_RAW_DAYS
 from agentledger.ledger import retention
-from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, open_reader
+from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, ledger_exists, open_reader
 from agentledger.ledger.writer import now_ms
 from agentledger.timeutil import iso
 
@@ -51,7 +51,7 @@ def prune(obj, days: int | None, dry_run: bool, as_json: bool) -> None:
     Totals, rollups, sessions, runs, model and tool calls stay, and so does every event's id:
     re-reading old logs still counts nothing twice. The freed space goes back to the file system.
     """
-    if not obj.db.exists():
+    if not ledger_exists(obj.db):
         raise LedgerError(f"no ledger at {obj.db}: nothing to prune (pass --db)")
     from_flag = days is not None
     if not from_flag:

@@ -10,13 +10,13 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json
-from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, open_reader
+from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, ledger_exists, open_reader
 from agentledger.ledger.verify import ROLLUPS, Difference, check_checkpoints, check_rollups, repair_rollups
 
 
 def _repair(db) -> list[Difference]:
     """The rollups rebuilt from the rows when any differs, holding the writer lock; the differences found."""
-    if not db.exists():  # the lock would make its directory, and the writer a new ledger
+    if not ledger_exists(db):  # the lock would make its directory, and the writer a new ledger
         raise LedgerError(f"no ledger at {db}: nothing to repair (pass --db)")
     try:  # a member of the ledger's group may read it, not write it: not a matter of another --db
         os.close(os.open(db, os.O_RDWR | os.O_CLOEXEC))

@@ -198,10 +198,27 @@ def restart_wal(conn: apsw.Connection, wait_ms: int) -> bool:
     return not busy
 
 
+def _cannot_read(path: Path, why: object) -> LedgerError:
+    return LedgerError(f"cannot read {path} ({why}): run as a member of the ledger's group while the daemon is "
+                       "running, or as its owner")
+
+
+def ledger_exists(path: Path) -> bool:
+    """Whether a file is at ``path``. One out of reach (a directory above it cannot be searched, where
+    Path.exists() raised) is refused as one that cannot be read, with the system's reason."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise _cannot_read(path, exc.strerror) from None
+    return True
+
+
 def open_reader(path: str | Path) -> apsw.Connection:
     """A read-only connection: queries never hold the write lock."""
     path = Path(path)
-    if not path.exists():
+    if not ledger_exists(path):
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
     # A URI, for mode=ro: a path's '#', '?' and '%' would otherwise end or escape its name.
     uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
@@ -213,10 +230,7 @@ def open_reader(path: str | Path) -> apsw.Connection:
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
-        raise LedgerError(
-            f"cannot read {path} ({exc}): run as a member of the ledger's group while the daemon is running, "
-            "or as its owner"
-        ) from None
+        raise _cannot_read(path, exc) from None
     latest = len(migrations())
     if version > latest:
         conn.close()
