@@ -162,6 +162,75 @@ def test_an_idle_gap_counts_as_a_restart_with_the_configured_idle_time(tmp_path,
     assert bad.returncode == 2 and "--idle" in bad.stderr
 
 
+def _busy_through_a_silence(*, keyed: bool = True, late_run: bool = False) -> tuple[Log, int]:
+    """S1's log falls silent longer than the idle time while a tool runs (a restart, by rule); then its
+    tool calls, which name only the key and their run, go on every two minutes. ``late_run``: they and the
+    one across the silence are of R2, whose session no line names until the last; ``keyed=False``: nor
+    does any line say S1's key, so only their run tells whose they are. Returns the log and the first
+    event after the silence."""
+    log = Log()
+    key = KEY if keyed else "unknown"
+    run = "R2" if late_run else "R1"
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", key=key, run="R1")
+    log.ev(T0 + 2000, "llm.call", {"provider": "anthropic", "model": "m", "costUsd": 0.5}, key=key, run="R1")
+    log.ev(T0 + 3000, "tool.start", {"toolName": "build", "toolCallId": "T0"}, key=key, sid="unknown", run=run)
+    back = T0 + 3000 + 35 * MIN
+    log.ev(back, "tool.end", {"toolName": "build", "toolCallId": "T0"}, key=key, sid="unknown", run=run)
+    for i in range(1, 6):
+        call = {"toolName": "exec", "toolCallId": f"T{i}"}
+        ts = back + i * 2 * MIN
+        if i == 1:  # an end written before its start
+            log.ev(ts + 1000, "tool.end", call, key=key, sid="unknown", run=run)
+            log.ev(ts, "tool.start", call, key=key, sid="unknown", run=run)
+        else:
+            log.ev(ts, "tool.start", call, key=key, sid="unknown", run=run)
+            log.ev(ts + 1000, "tool.end", call, key=key, sid="unknown", run=run)
+    if late_run:
+        log.ev(back + 11 * MIN, "llm.call", {"provider": "anthropic", "model": "m", "costUsd": 0.25}, key=key,
+               run="R2")
+    else:
+        log.ev(back + 11 * MIN, "tool.start", {"toolName": "exec", "toolCallId": "T6"}, key=key, sid="unknown",
+               run="R1")
+    return log, back
+
+
+def test_tool_calls_after_a_silence_bring_their_session_back(tmp_path, db):
+    log, back = _busy_through_a_silence()
+    ingest(db, log.write(tmp_path / "state").root)
+    assert scalar(db, "SELECT cause FROM gateway_restarts") == "idle"
+    # Half a minute after its last tool call, long past the grace after the restart: it never left.
+    assert _reconcile(db, back + 11 * MIN + 30_000).interrupted_sessions == 0
+    s1 = _session(db, "S1")
+    assert (s1["status"], s1["suspensions"], s1["suspended_s"], s1["suspended_since"]) == (
+        "active", 1, (back - T0 - 3000) / 1000, None)
+    assert s1["tool_calls"] == 7
+    _verify(db)
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_tool_calls_bring_their_session_back_alike_however_the_lines_are_batched(tmp_path, keyed):
+    """R2's tool calls come before any line says whose R2 is, one's end before its start: read in one
+    go, line by line or cut anywhere, they bring S1 back at the first of them."""
+    log, back = _busy_through_a_silence(keyed=keyed, late_run=True)
+    whole = tmp_path / "whole.db"
+    ingest(whole, log.write(tmp_path / "state").root)
+    s1 = _session(whole, "S1")
+    assert (s1["status"], s1["suspended_s"]) == ("active", (back - T0 - 3000) / 1000)
+    _verify(whole)
+    lines = tmp_path / "lines.db"
+    ingest(lines, tmp_path / "state", batch_lines=1)
+    assert dump(lines) == dump(whole)
+    for cut in range(1, len(log.lines)):
+        shutil.rmtree(tmp_path / "state")  # the same directory: the log is known by where it is
+        db = tmp_path / f"cut{cut}.db"
+        logs = log.write(tmp_path / "state", slice(0, cut))
+        ingest(db, logs.root, batch_lines=3)
+        logs.append(b"".join(log.lines[cut:]))
+        ingest(db, logs.root, batch_lines=2)
+        assert dump(db) == dump(whole), cut
+
+
 def _reset() -> Log:
     """S1 holds the key; S2 starts as its reset. Tool and compaction events of S2, carrying only the key,
     come before any event names S2 with the key."""

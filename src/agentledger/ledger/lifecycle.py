@@ -4,9 +4,11 @@ A gateway restart shows in one agent's log as its ``seq`` dropping back towards 
 same or a later time), or as silence longer than the idle time with no line missing in
 between (``seq`` moved on by about one). Sessions last seen active in that log are
 suspended at its last event before the restart, and the runs, tool calls and subagents they
-had open are interrupted at once (a late end still wins). The next event naming a
-suspended session makes it active again and closes the suspension, which keeps how long
-it was away. ``session.start`` with ``resumedFrom`` ends the old instance (reason
+had open are interrupted at once (a late end still wins). The next event of a suspended
+session makes it active again and closes the suspension, which keeps how long it was away.
+An event naming no session (a tool call, a spawn, a compaction) is its run's session's, else
+its key's instance's at its time; one read before anything said whose its run is counts once
+that is known, before the lines read since. ``session.start`` with ``resumedFrom`` ends the old instance (reason
 ``reset``) and gives both the same session key; ``subagent.end`` ends the child's session.
 A transcript archived by a reset or a deletion ends its session too (``end_archived``).
 
@@ -31,12 +33,13 @@ from agentledger.facts import (
     Compaction,
     Fact,
     LlmCall,
+    Message,
     SessionEnded,
     SessionStarted,
     SubagentEnded,
 )
 from agentledger.ledger import rollups
-from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
+from agentledger.ledger.verify import NEXT_CONTEXT_MS, attributed_session, rebuild_keys
 
 _MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
 _REASON_RANK = {None: 0, "deleted": 1, "subagent": 2, "end": 3, "reset": 4}
@@ -80,6 +83,22 @@ UPDATE sessions SET session_key = (SELECT n.session_key FROM sessions AS n INDEX
                                    WHERE n.resumed_from = sessions.session_id AND n.session_key IS NOT NULL
                                    ORDER BY n.session_id LIMIT 1)
 WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NULL
+"""
+# Whose events the lines naming no session are (tool calls, spawns, compactions): their run's session,
+# else their key's instance at their time, as the rollups count them.
+_RUN_SESSIONS = f"""
+SELECT j.value, {rollups.RUN_SESSION} FROM json_each(?) AS j
+LEFT JOIN runs AS r ON r.run_id = j.value LEFT JOIN run_activity AS a ON a.run_id = j.value
+"""
+_KEY_SESSIONS = f"""
+SELECT j.value ->> 0, j.value ->> 1, {attributed_session("j.value ->> 0", "j.value ->> 1")} FROM json_each(?) AS j
+"""
+# A run's earliest stored sign of life after ?2 and up to ?3 (?4: its first, which may be no tool call's).
+# Not at ?2 itself: that is when the session left, its log's last event before the restart.
+_RUN_ACTIVITY_AFTER = """
+SELECT min(t) FROM (SELECT started_ms AS t FROM tool_calls WHERE run_id = ?1
+                    UNION ALL SELECT ended_ms FROM tool_calls WHERE run_id = ?1 UNION ALL SELECT ?4)
+WHERE t > ?2 AND t <= ?3
 """
 _SPANS = "SELECT session_id, session_key, coalesce(started_ms, first_ms) FROM sessions " \
          "WHERE session_id IN (SELECT value FROM json_each(?))"
@@ -210,6 +229,7 @@ class Lifecycle:
     ended_subagents: dict[str, int] = field(default_factory=dict)  # child key → end time
     states: dict[str, _Session] = field(default_factory=dict)
     links: set[str] = field(default_factory=set)  # instances a reset ties to a batch's instance
+    named: set[str] = field(default_factory=set)  # instances the batch's lines name
     touched: set[str] = field(default_factory=set)
     interrupted: list[int] = field(default_factory=lambda: [0, 0, 0])  # runs, tool calls, subagents
 
@@ -236,7 +256,7 @@ class Lifecycle:
             log.id, log.last_seq, log.last_ms = log_id, last_seq, last_ms
         for log in self.logs:
             log.find_restarts(self.idle_ms)
-        ids = {f.session_id for f in self.facts if f.session_id is not None}
+        ids = self.named = {f.session_id for f in self.facts if f.session_id is not None}
         predecessors = {f.resumed_from for f in self.facts if type(f) is SessionStarted and f.resumed_from}
         self.successors = {old: (new, start) for new, old, start in conn.execute(_SUCCESSORS, (_json(ids),))}
         wanted = ids | predecessors
@@ -279,7 +299,9 @@ class Lifecycle:
                                       (log.name, log.new_seq, log.new_ms)).fetchall()[0][0]
         conn.executemany("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
                          [(log.new_seq, log.new_ms, log.id) for log in self.logs if log.new_ms is not None])
-        suspensions, closed = self._replay()
+        self._derive(tracker)  # first: the replay looks key-only lines' instances up in the mapping
+        runs, keyed = self._owners(tracker)
+        suspensions, closed = self._replay(runs, keyed, self._late(tracker, runs))
         changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid) for sid, s in self.states.items()
                    if s.changed and s.status is not None]
         conn.executemany(_WRITE_STATE, changed)
@@ -294,7 +316,6 @@ class Lifecycle:
                                  "VALUES (?, ?, ?, ?)", [(log.id, r.ts_ms, r.last_ms, r.cause) for r in log.restarts])
                 for restart in log.restarts:
                     self._interrupt(restart)
-        self._derive(tracker)
         return self.touched
 
     def _state(self, sid: str) -> _Session:
@@ -303,8 +324,44 @@ class Lifecycle:
             s = self.states[sid] = _Session(None, None, None, None, None, None, None)
         return s
 
-    def _replay(self) -> tuple[list[tuple], list[tuple]]:
-        """Walk each log in file order; returns new suspension rows and closed open ones."""
+    def _owners(self, tracker: rollups.Tracker) -> tuple[dict[str, str], dict[tuple[str, int], str]]:
+        """The instances of the batch's lines that name none: run → its session (also for the runs whose
+        stored lines named none, see ``_late``) and (key, time) → the key's instance then, for lines whose
+        run says nothing. Those instances' states join the batch's."""
+        conn = self.conn
+        unnamed = [f for f in self.facts if f.session_id is None]
+        wanted = {f.run_id for f in unnamed if f.run_id is not None} | {
+            run_id for run_id, row in tracker.old_runs.items() if row[11] is None and row[9] is not None}
+        runs = {run_id: sid for run_id, sid in conn.execute(_RUN_SESSIONS, (_json(wanted),)) if sid is not None}
+        # A message's key names its conversation, not a session.
+        asked = {(f.session_key, f.ts_ms) for f in unnamed
+                 if f.session_key is not None and f.run_id not in runs and type(f) is not Message}
+        keyed = {(key, ts): sid for key, ts, sid in conn.execute(_KEY_SESSIONS, (_json(asked),))
+                 if sid is not None} if asked else {}
+        # Instances the batch names and the ledger did not hold are new: they start where first named.
+        self._load((set(runs.values()) | set(keyed.values())) - self.states.keys() - self.named)
+        return runs, keyed
+
+    def _late(self, tracker: rollups.Tracker, runs: dict[str, str]) -> dict[str, int]:
+        """Sessions away when the batch began that lines of earlier batches show back, lines whose run's
+        session this batch made known: session → the earliest of them after it left. Those lines come
+        before the batch's in the file, so they count first, as in a batch that held them all."""
+        late: dict[str, int] = {}
+        for run_id, row in tracker.old_runs.items():
+            sid = runs.get(run_id)
+            s = self.states.get(sid)
+            if row[11] is not None or row[9] is None or s is None or s.status not in _AWAY:
+                continue
+            ((ts,),) = self.conn.execute(_RUN_ACTIVITY_AFTER, (run_id, s.away_since or 0, row[10], row[9]))
+            if ts is not None:
+                late[sid] = min(late.get(sid, ts), ts)
+        return late
+
+    def _replay(self, runs: dict[str, str], keyed: dict[tuple[str, int], str],
+                late: dict[str, int]) -> tuple[list[tuple], list[tuple]]:
+        """Walk each log in file order, after the lines of earlier batches that ``late`` says are back;
+        returns new suspension rows and closed open ones. A line naming no session is its run's or its
+        key's instance's (``_owners``), and brings it back as its own lines do."""
         suspensions: list[list] = []  # [session, from, until, cause]
         opened: dict[str, list] = {}
         closed = []
@@ -319,6 +376,11 @@ class Lifecycle:
                 closed.append((ts, sid))
             s.away_since = None
 
+        def back(sid: str, s: _Session, ts: int) -> None:
+            if s.status in _AWAY and ts >= (s.away_since or 0):  # an event from before it left: still away
+                resume(sid, s, ts)
+                s.status, s.changed = "active", True
+
         def end(sid: str, s: _Session, reason: str, ts: int | None) -> None:
             if s.status in _AWAY:
                 resume(sid, s, max(ts or f.ts_ms, s.away_since or 0))
@@ -327,6 +389,8 @@ class Lifecycle:
             s.ended_at = _earliest(s.ended_at, ts)
             s.changed = True
 
+        for sid, ts in late.items():
+            back(sid, self.states[sid], ts)
         for log, restart, f in self._walk():
             if restart is not None:
                 for sid, s in self.states.items():
@@ -343,6 +407,9 @@ class Lifecycle:
                         end(sid, s, "subagent", f.ended_ms or f.ts_ms)
             sid = f.session_id
             if sid is None:
+                owner = runs.get(f.run_id) or keyed.get((f.session_key, f.ts_ms))
+                if owner in self.states:
+                    back(owner, self.states[owner], f.ts_ms)
                 continue
             s = self._state(sid)
             if s.status is None:
@@ -351,9 +418,7 @@ class Lifecycle:
                 s.key = f.session_key
             if s.log_id != log.id:
                 s.log_id, s.changed = log.id, True
-            if s.status in _AWAY and f.ts_ms >= (s.away_since or 0):  # an event from before it left: still away
-                resume(sid, s, f.ts_ms)
-                s.status, s.changed = "active", True
+            back(sid, s, f.ts_ms)
             if t is SessionEnded:
                 end(sid, s, "end", None)
             elif t is SessionStarted and f.resumed_from:
