@@ -293,6 +293,30 @@ def test_a_reset_named_only_by_its_start_takes_the_key_however_the_lines_are_bat
     _verify(db)
 
 
+@pytest.mark.parametrize("cycle", [False, True])
+@pytest.mark.parametrize("batch_lines", [1, 10_000])
+@pytest.mark.parametrize("cut", [None, 1, 2, 3])
+def test_a_chain_of_resets_takes_the_key_all_along_however_the_lines_are_batched(tmp_path, cut, batch_lines, cycle):
+    """S1 → S2 → S3 by resets told only by their starts; only S3's lines say the key, two resets from S1.
+    ``cycle``: S1 says it resumed S3, a loop no walk along the chain may follow for ever."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1", **({"resumedFrom": "S3"} if cycle else {})}, key="unknown")
+    log.ev(T0 + 1000, "session.start", {"sessionId": "S2", "resumedFrom": "S1"}, key="unknown", sid="S2")
+    log.ev(T0 + 2000, "session.start", {"sessionId": "S3", "resumedFrom": "S2"}, key="unknown", sid="S3")
+    log.ev(T0 + 3000, "run.start", sid="S3", run="R1")
+    db = tmp_path / "l.db"
+    if cut is not None:
+        log.write(tmp_path / "state", slice(None, cut))
+        ingest(db, tmp_path / "state", batch_lines=batch_lines)
+    log.write(tmp_path / "state", slice(cut, None))
+    ingest(db, tmp_path / "state", batch_lines=batch_lines)
+    assert [_session(db, sid)["session_key"] for sid in ("S1", "S2", "S3")] == [KEY, KEY, KEY]
+    assert [i["session_id"] for i in _q(db, queries.session_detail, KEY)["instances"]] == ["S3", "S2", "S1"]
+    assert [(_session(db, sid)["status"], _session(db, sid)["end_reason"]) for sid in ("S1", "S2")] == [
+        ("ended", "reset")] * 2
+    _verify(db)
+
+
 def test_key_only_events_are_reattributed_when_the_mapping_is_learnt(tmp_path, db):
     log = _reset()
     # Without resumedFrom, nothing says S2 belongs to the key until its run starts.

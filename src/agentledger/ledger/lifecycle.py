@@ -8,9 +8,10 @@ had open are interrupted at once (a late end still wins). The next event of a su
 session makes it active again and closes the suspension, which keeps how long it was away.
 An event naming no session (a tool call, a spawn, a compaction) is its run's session's, else
 its key's instance's at its time; one read before anything said whose its run is counts once
-that is known, before the lines read since. ``session.start`` with ``resumedFrom`` ends the old instance (reason
-``reset``) and gives both the same session key; ``subagent.end`` ends the child's session.
-A transcript archived by a reset or a deletion ends its session too (``end_archived``).
+that is known, before the lines read since. ``session.start`` with ``resumedFrom`` ends the
+old instance (reason ``reset``) and gives both the same session key, all along a chain of
+resets; ``subagent.end`` ends the child's session. A transcript archived by a reset or a
+deletion ends its session too (``end_archived``).
 
 Transitions follow the file order of the batch's new facts, starting from what the ledger
 held before the batch, and the log's position is written in the same transaction: the
@@ -73,17 +74,36 @@ _ENDS = "SELECT session_id, status, end_reason, ended_ms, last_ms FROM sessions 
 _END = "UPDATE sessions SET status = 'ended', end_reason = ?, ended_ms = ? WHERE session_id = ?"
 _CLOSE_SUSPENSION = ("UPDATE session_suspensions SET until_ms = max(coalesce(?1, from_ms), from_ms) "
                      "WHERE session_id = ?2 AND until_ms IS NULL")
-# One hop of a reset link: the instance that has no key takes its partner's.
+# One hop of a reset link: the instance that has no key takes its partner's, if that has one.
 _KEY_FROM_PREDECESSOR = """
 UPDATE sessions SET session_key = (SELECT o.session_key FROM sessions AS o WHERE o.session_id = sessions.resumed_from)
 WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NULL AND resumed_from IS NOT NULL
+  AND (SELECT o.session_key FROM sessions AS o WHERE o.session_id = sessions.resumed_from) IS NOT NULL
 """
 _KEY_FROM_SUCCESSOR = """
 UPDATE sessions SET session_key = (SELECT n.session_key FROM sessions AS n INDEXED BY sessions_by_resumed
                                    WHERE n.resumed_from = sessions.session_id AND n.session_key IS NOT NULL
                                    ORDER BY n.session_id LIMIT 1)
 WHERE session_id IN (SELECT value FROM json_each(?)) AND session_key IS NULL
+  AND EXISTS (SELECT 1 FROM sessions AS n INDEXED BY sessions_by_resumed
+              WHERE n.resumed_from = sessions.session_id AND n.session_key IS NOT NULL)
 """
+# The stored instances reset links tie to these, on through those without a key (a keyed one passes
+# its own on): the ones a key learnt now reaches, however many resets away. UNION visits each once.
+_KEYLESS_CHAIN = """
+WITH RECURSIVE chain (session_id, keyless) AS (
+    SELECT value, 1 FROM json_each(?1)
+    UNION
+    SELECT o.session_id, o.session_key IS NULL FROM chain AS c JOIN sessions AS s ON s.session_id = c.session_id
+    JOIN sessions AS o ON o.session_id = s.resumed_from WHERE c.keyless
+    UNION
+    SELECT n.session_id, n.session_key IS NULL FROM chain AS c
+    JOIN sessions AS n INDEXED BY sessions_by_resumed ON n.resumed_from = c.session_id WHERE c.keyless
+    LIMIT ?2
+)
+SELECT session_id FROM chain
+"""
+_MAX_CHAIN = 10_000  # instances one chain walk visits at most
 # Whose events the lines naming no session are (tool calls, spawns, compactions): their run's session,
 # else their key's instance at their time, as the rollups count them.
 _RUN_SESSIONS = f"""
@@ -272,6 +292,8 @@ class Lifecycle:
         self.links = predecessors | {new for new, _ in self.successors.values()} | {
             s.resumed_from for s in self.states.values() if s.resumed_from} | {
             f.session_id for f in self.facts if type(f) is SessionStarted and f.resumed_from}
+        if self.links:
+            self.links |= {sid for (sid,) in conn.execute(_KEYLESS_CHAIN, (_json(self.links), _MAX_CHAIN))}
         return self.links
 
     def _load(self, ids: set[str]) -> None:
@@ -280,11 +302,17 @@ class Lifecycle:
 
     # -- between the upserts and the rollups ------------------------------------------
     def link(self) -> None:
-        """A reset's two instances share one session key: the one without takes the other's."""
+        """A reset's two instances share one session key: the one without takes the other's, hop by hop
+        along the whole chain (a round moves a key at least one hop, or nothing is left to move)."""
         if self.links:
-            ids = _json(self.links | {sid for sid in self.states})
-            self.conn.execute(_KEY_FROM_PREDECESSOR, (ids,))
-            self.conn.execute(_KEY_FROM_SUCCESSOR, (ids,))
+            linked = self.links | set(self.states)
+            ids = _json(linked)
+            for _ in linked:
+                before = self.conn.total_changes()
+                self.conn.execute(_KEY_FROM_PREDECESSOR, (ids,))
+                self.conn.execute(_KEY_FROM_SUCCESSOR, (ids,))
+                if self.conn.total_changes() == before:
+                    break
 
     # -- after the rollups --------------------------------------------------------------
     def after(self, tracker: rollups.Tracker) -> set[str]:
