@@ -231,6 +231,37 @@ def test_tool_calls_bring_their_session_back_alike_however_the_lines_are_batched
         assert dump(db) == dump(whole), cut
 
 
+@pytest.mark.parametrize("kind", ["tool", "compaction"])
+def test_lines_of_a_new_instance_its_key_alone_names_leave_the_one_before_suspended(tmp_path, kind):
+    """After a restart S2 starts with no key (session.start names none); R2's tool calls, or a compaction,
+    come before any line names S2 with the key. Until then the key still leads to S1: read line by line,
+    as a followed log is, they must not bring S1 back, just as read in one go."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key=KEY, sid="S1")
+    log.ev(T0 + 1000, "run.start", run="R1", sid="S1")
+    log.call(T0 + 2000, "R1", 0.5)
+    log.restart()
+    log.ev(T0 + 2 * MIN, "session.start", {"sessionId": "S2"}, key="unknown", sid="S2")
+    if kind == "tool":
+        log.ev(T0 + 3 * MIN, "tool.start", {"toolName": "exec", "toolCallId": "T9"}, sid="unknown", run="R2")
+        log.ev(T0 + 3 * MIN + 100, "tool.end", {"toolName": "exec", "toolCallId": "T9"}, sid="unknown", run="R2")
+    else:
+        log.ev(T0 + 3 * MIN, "compaction.start", {"messageCount": 40, "compactingCount": 30, "tokenCount": 80_000},
+               sid="unknown")
+        log.ev(T0 + 3 * MIN + 100, "compaction.end", {"messageCount": 11, "compactedCount": 30}, sid="unknown")
+    log.ev(T0 + 4 * MIN, "run.start", sid="S2", run="R2")
+    log.call(T0 + 4 * MIN + 10, "R2", 0.25, sid="S2")
+    whole = tmp_path / "whole.db"
+    ingest(whole, log.write(tmp_path / "state").root)
+    s1 = _session(whole, "S1")
+    assert (s1["status"], s1["suspended_s"]) == ("suspended", 0)
+    assert _session(whole, "S2")["status"] == "active"
+    lines = tmp_path / "lines.db"
+    ingest(lines, tmp_path / "state", batch_lines=1)
+    assert dump(lines) == dump(whole)
+    _verify(lines)
+
+
 def _reset() -> Log:
     """S1 holds the key; S2 starts as its reset. Tool and compaction events of S2, carrying only the key,
     come before any event names S2 with the key."""

@@ -6,9 +6,10 @@ between (``seq`` moved on by about one). Sessions last seen active in that log a
 suspended at its last event before the restart, and the runs, tool calls and subagents they
 had open are interrupted at once (a late end still wins). The next event of a suspended
 session makes it active again and closes the suspension, which keeps how long it was away.
-An event naming no session (a tool call, a spawn, a compaction) is its run's session's, else
-its key's instance's at its time; one read before anything said whose its run is counts once
-that is known, before the lines read since. ``session.start`` with ``resumedFrom`` ends the
+An event naming no session but its run (a tool call, a spawn) is its run's session's; one read
+before anything said whose its run is counts once that is known, before the lines read since.
+Its key alone does not say: until a line names the key's new instance (``session.start`` names
+no key), the key still leads to the one before it. ``session.start`` with ``resumedFrom`` ends the
 old instance (reason ``reset``) and gives both the same session key, all along a chain of
 resets; ``subagent.end`` ends the child's session. A transcript archived by a reset or a
 deletion ends its session too (``end_archived``).
@@ -34,13 +35,12 @@ from agentledger.facts import (
     Compaction,
     Fact,
     LlmCall,
-    Message,
     SessionEnded,
     SessionStarted,
     SubagentEnded,
 )
 from agentledger.ledger import rollups
-from agentledger.ledger.verify import NEXT_CONTEXT_MS, attributed_session, rebuild_keys
+from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
 
 _MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
 _REASON_RANK = {None: 0, "deleted": 1, "subagent": 2, "end": 3, "reset": 4}
@@ -104,14 +104,11 @@ WITH RECURSIVE chain (session_id, keyless) AS (
 SELECT session_id FROM chain
 """
 _MAX_CHAIN = 10_000  # instances one chain walk visits at most
-# Whose events the lines naming no session are (tool calls, spawns, compactions): their run's session,
-# else their key's instance at their time, as the rollups count them.
+# Whose events the lines naming no session are (tool calls, spawns): their run's session, as the rollups
+# count them.
 _RUN_SESSIONS = f"""
 SELECT j.value, {rollups.RUN_SESSION} FROM json_each(?) AS j
 LEFT JOIN runs AS r ON r.run_id = j.value LEFT JOIN run_activity AS a ON a.run_id = j.value
-"""
-_KEY_SESSIONS = f"""
-SELECT j.value ->> 0, j.value ->> 1, {attributed_session("j.value ->> 0", "j.value ->> 1")} FROM json_each(?) AS j
 """
 # A run's earliest stored sign of life after ?2 and up to ?3 (?4: its first, which may be no tool call's).
 # Not at ?2 itself: that is when the session left, its log's last event before the restart.
@@ -328,8 +325,8 @@ class Lifecycle:
         conn.executemany("UPDATE log_clocks SET last_seq = ?, last_ms = ? WHERE id = ?",
                          [(log.new_seq, log.new_ms, log.id) for log in self.logs if log.new_ms is not None])
         self._derive(tracker)  # first: the replay looks key-only lines' instances up in the mapping
-        runs, keyed = self._owners(tracker)
-        suspensions, closed = self._replay(runs, keyed, self._late(tracker, runs))
+        runs = self._owners(tracker)
+        suspensions, closed = self._replay(runs, self._late(tracker, runs))
         changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid) for sid, s in self.states.items()
                    if s.changed and s.status is not None]
         conn.executemany(_WRITE_STATE, changed)
@@ -352,23 +349,19 @@ class Lifecycle:
             s = self.states[sid] = _Session(None, None, None, None, None, None, None)
         return s
 
-    def _owners(self, tracker: rollups.Tracker) -> tuple[dict[str, str], dict[tuple[str, int], str]]:
-        """The instances of the batch's lines that name none: run → its session (also for the runs whose
-        stored lines named none, see ``_late``) and (key, time) → the key's instance then, for lines whose
-        run says nothing. Those instances' states join the batch's."""
-        conn = self.conn
+    def _owners(self, tracker: rollups.Tracker) -> dict[str, str]:
+        """The instances of the batch's lines that name none, through their runs: run → its session (also
+        for the runs whose stored lines named none, see ``_late``). Those instances' states join the
+        batch's. A line whose run's session is not known yet is not looked up by its key: until a later
+        line names the key's new instance (a session.start names no key), the key still leads to the one
+        before it, which the line would bring back; it counts once its run's session is known."""
         unnamed = [f for f in self.facts if f.session_id is None]
         wanted = {f.run_id for f in unnamed if f.run_id is not None} | {
             run_id for run_id, row in tracker.old_runs.items() if row[11] is None and row[9] is not None}
-        runs = {run_id: sid for run_id, sid in conn.execute(_RUN_SESSIONS, (_json(wanted),)) if sid is not None}
-        # A message's key names its conversation, not a session.
-        asked = {(f.session_key, f.ts_ms) for f in unnamed
-                 if f.session_key is not None and f.run_id not in runs and type(f) is not Message}
-        keyed = {(key, ts): sid for key, ts, sid in conn.execute(_KEY_SESSIONS, (_json(asked),))
-                 if sid is not None} if asked else {}
+        runs = {run_id: sid for run_id, sid in self.conn.execute(_RUN_SESSIONS, (_json(wanted),)) if sid is not None}
         # Instances the batch names and the ledger did not hold are new: they start where first named.
-        self._load((set(runs.values()) | set(keyed.values())) - self.states.keys() - self.named)
-        return runs, keyed
+        self._load(set(runs.values()) - self.states.keys() - self.named)
+        return runs
 
     def _late(self, tracker: rollups.Tracker, runs: dict[str, str]) -> dict[str, int]:
         """Sessions away when the batch began that lines of earlier batches show back, lines whose run's
@@ -385,11 +378,10 @@ class Lifecycle:
                 late[sid] = min(late.get(sid, ts), ts)
         return late
 
-    def _replay(self, runs: dict[str, str], keyed: dict[tuple[str, int], str],
-                late: dict[str, int]) -> tuple[list[tuple], list[tuple]]:
+    def _replay(self, runs: dict[str, str], late: dict[str, int]) -> tuple[list[tuple], list[tuple]]:
         """Walk each log in file order, after the lines of earlier batches that ``late`` says are back;
-        returns new suspension rows and closed open ones. A line naming no session is its run's or its
-        key's instance's (``_owners``), and brings it back as its own lines do."""
+        returns new suspension rows and closed open ones. A line naming no session is its run's session's
+        (``_owners``), and brings it back as its own lines do."""
         suspensions: list[list] = []  # [session, from, until, cause]
         opened: dict[str, list] = {}
         closed = []
@@ -435,7 +427,7 @@ class Lifecycle:
                         end(sid, s, "subagent", f.ended_ms or f.ts_ms)
             sid = f.session_id
             if sid is None:
-                owner = runs.get(f.run_id) or keyed.get((f.session_key, f.ts_ms))
+                owner = runs.get(f.run_id)
                 if owner in self.states:
                     back(owner, self.states[owner], f.ts_ms)
                 continue
