@@ -17,7 +17,7 @@ from logwriter import LogDir
 
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
-from agentledger.ledger.verify import repair_rollups
+from agentledger.ledger.verify import SNAPSHOT_OF_RUN, repair_rollups
 
 T = 1_790_000_000_000
 
@@ -384,7 +384,7 @@ def test_each_run_without_calls_costs_its_own_snapshot_and_no_snapshot_counts_tw
         assert _run_costs(conn) == {rid: pytest.approx(cost) for rid, cost in want.items()}
         assert _every_total(conn) == [pytest.approx(sum(want.values()))] * 14
         owners = conn.execute(f"SELECT u.id, count(r.run_id) FROM usage_snapshots AS u "
-                              f"LEFT JOIN runs AS r ON {queries.SNAPSHOT_OF_RUN} GROUP BY u.id").fetchall()
+                              f"LEFT JOIN runs AS r ON {SNAPSHOT_OF_RUN} GROUP BY u.id").fetchall()
         assert {n for _, n in owners} <= {1}
     finally:
         conn.close()
@@ -502,3 +502,28 @@ def test_a_ledger_from_before_fallback_tokens_gets_them_from_its_runs_ends(tmp_p
     assert _spent(cli_json(db, "usage")) == {**SPENT, "total_tokens": 4800, "cost_usd": pytest.approx(0.76)}
     assert {r["run_id"]: r["total_tokens"] for r in cli_json(db, "runs")} == {"R1": 1200, "R2": 3100, "R3": 500}
     assert verify(db) == []
+
+
+@pytest.mark.parametrize("cost", [None, 0.5])
+def test_a_run_falls_back_to_the_same_snapshot_whatever_order_its_ties_were_read_in(tmp_path, cost):
+    """Two snapshots of one run without calls say the same cost (or none) and different tokens: the run
+    counts the one with more tokens, read in either order, in the runs list and in the totals alike."""
+    def snap(n: int, total: int) -> bytes:
+        data = {"provider": "p", "model": "m", "usage": {"input": total - 1, "output": 1, "total": total}}
+        if cost is not None:
+            data["costUsd"] = cost
+        return ev(n, "usage.snapshot", data, agentId="unknown")
+
+    start = ev(1, "run.start", {"model": "m", "provider": "p"}, runId="R1")
+    end = ev(9, "run.end", {"model": "m", "provider": "p"}, runId="R1")
+    seen = []
+    for order in ((snap(2, 300), snap(3, 200)), (snap(3, 200), snap(2, 300))):
+        db = tmp_path / f"{len(seen)}.db"
+        logs = LogDir(tmp_path / f"state{len(seen)}")
+        logs.append(start + b"".join(order) + end)
+        ingest(db, logs.root)
+        (r,) = cli_json(db, "runs")
+        u = cli_json(db, "usage")
+        seen.append((r["total_tokens"], u["total_tokens"], u["input_tokens"], r["cost_usd"], u["cost_usd"]))
+        assert verify(db) == []
+    assert seen[0] == seen[1] == (300, 300, 299, cost or 0, cost or 0)

@@ -10,7 +10,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.verify import (FALLBACK_COLUMNS, FALLBACK_SUMS, LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS,
-                                      RUN_ROW_SUMS, SNAPSHOT_OF_RUN, SUBAGENT_KEY, TOOL_RUNS,
+                                      RUN_ROW_SUMS, RUN_SNAPSHOT, SUBAGENT_KEY, TOOL_RUNS,
                                       TOOL_SESSION, UNPRICED, snapshot_fallback)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
@@ -574,7 +574,7 @@ def _llm_dict(vals) -> dict:
 _RUN_LAST_CALL = ("(SELECT c.{0} FROM llm_calls AS c WHERE c.run_id = r.run_id AND c.{0} IS NOT NULL "
                   "ORDER BY c.ts_ms DESC, c.id DESC LIMIT 1)")
 # A run without model calls counts the tokens and cost of its usage snapshot ``f``, as it does in every total
-# (_SNAPSHOT_FALLBACK: the snapshot of the highest cost of those of the run).
+# (verify.RUN_SNAPSHOT picks it).
 _RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, coalesce(r.model, {_RUN_LAST_CALL.format("model")}),
     coalesce(r.provider, {_RUN_LAST_CALL.format("provider")}), r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
@@ -584,7 +584,7 @@ _RUN_FROM = f"""runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
     LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id
     LEFT JOIN usage_snapshots AS f
         ON f.id = iif(EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = r.run_id),
-                      (SELECT u.id FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN} ORDER BY u.cost_pico DESC LIMIT 1),
+                      {RUN_SNAPSHOT},
                       NULL)"""
 
 

@@ -104,20 +104,26 @@ FALLBACK_COLUMNS = LLM_COLUMNS[2:8]
 FALLBACK_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in FALLBACK_COLUMNS)
 
 
+# The usage snapshot a run without model calls falls back to: the one of the highest cost of those of the
+# run (a snapshot is cumulative), then the most tokens, then the latest, so that ties, and snapshots that
+# carry no cost, pick the same one whatever order they were read in.
+RUN_SNAPSHOT = (f"(SELECT u.id FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN} "
+                "ORDER BY u.cost_pico DESC, u.total_tokens DESC, u.ts_ms DESC, u.event_id DESC LIMIT 1)")
+
+
 def snapshot_fallback(runs: str) -> str:
     """The tokens and cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls)
-    falls back to, from its usage snapshot: a row per run that has one. The tokens, model and provider are
-    those of the snapshot that gave the cost (SQLite takes a bare column from the row max() picked), the
-    model and provider the run's first; a snapshot read before its kinds were kept has its total alone."""
+    falls back to, from its usage snapshot (RUN_SNAPSHOT): a row per run that has one. The model and
+    provider are the run's, else the snapshot's; a snapshot read before its kinds were kept has its total
+    alone."""
     return f"""
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
        coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
-       max(u.cost_pico) AS cost_pico, coalesce(u.input_tokens, 0) AS input_tokens,
+       u.cost_pico AS cost_pico, coalesce(u.input_tokens, 0) AS input_tokens,
        coalesce(u.output_tokens, 0) AS output_tokens, coalesce(u.cache_read_tokens, 0) AS cache_read_tokens,
        coalesce(u.cache_write_tokens, 0) AS cache_write_tokens, u.total_tokens AS total_tokens
 FROM {runs}
-CROSS JOIN usage_snapshots AS u ON {SNAPSHOT_OF_RUN}
-GROUP BY r.run_id
+CROSS JOIN usage_snapshots AS u ON u.id = {RUN_SNAPSHOT}
 """
 
 
