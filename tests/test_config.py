@@ -137,6 +137,13 @@ def test_the_former_names_of_settings_still_load_as_their_names(tmp_path):
     ("", {"AGENTLEDGER_GRACE_S": "1", "AGENTLEDGER_RECONCILE_GRACE_S": "2"},
      "$AGENTLEDGER_RECONCILE_GRACE_S and $AGENTLEDGER_GRACE_S are one setting, both set: unset "
      "$AGENTLEDGER_GRACE_S, its former name"),
+    # Two former names of one setting: the fix names neither as the one to keep, but the setting's name.
+    ('state_dir = "/tmp/a"\n[hot]\nstate_dir = "/tmp/b"\n', {},
+     "state_dir and [hot] state_dir are one setting, both given in {file}: give it once, as [store] state_dir, "
+     "its name (both are former ones)"),
+    ("", {"AGENTLEDGER_STATE_DIR": "/tmp/a", "AGENTLEDGER_HOT_STATE_DIR": "/tmp/b"},
+     "$AGENTLEDGER_STATE_DIR and $AGENTLEDGER_HOT_STATE_DIR are one setting, both set: set "
+     "$AGENTLEDGER_STORE_STATE_DIR, its name, alone (both are former ones)"),
 ])
 def test_a_setting_given_under_its_name_and_its_former_one_is_refused(tmp_path, text, env, message):
     path = tmp_path / "c.toml"

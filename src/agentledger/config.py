@@ -441,6 +441,9 @@ def _move(doc: dict, old: tuple, new: tuple, value: Any, written: dict[tuple, tu
         for key, item in value.items():
             _move(doc, old + (key,), new + (key,), item, written, origin)
     elif there is not None:
+        if new in written:  # moved there from another former name: both keys given are former ones
+            raise ConfigError(f"invalid config: {_key(written[new])} and {_key(old)} are one setting, both given in "
+                              f"{origin}: give it once, as {_key(new)}, its name (both are former ones)")
         raise ConfigError(f"invalid config: {_key(old)} and {_key(new)} are one setting, both given in {origin}: "
                           f"keep {_key(new)}, its name ({_key(old)} is its former one)")
     else:
@@ -452,8 +455,10 @@ def _from_env(env: Mapping[str, str], path: tuple[str, ...]) -> tuple[str, ...] 
     """The path, ``path`` or a former name of it, whose environment variable sets it; None when none does."""
     given = [p for p in [path, *_formers(path)] if env_name(p) in env]
     if len(given) > 1:
-        raise ConfigError(f"invalid config: ${env_name(given[0])} and ${env_name(given[1])} are one setting, both "
-                          f"set: unset ${env_name(given[1])}, its former name")
+        both = f"invalid config: ${env_name(given[0])} and ${env_name(given[1])} are one setting, both set"
+        if given[0] != path:
+            raise ConfigError(f"{both}: set ${env_name(path)}, its name, alone (both are former ones)")
+        raise ConfigError(f"{both}: unset ${env_name(given[1])}, its former name")
     return given[0] if given else None
 
 

@@ -527,9 +527,10 @@ def _open_hot(config: Config) -> HotSessions | str:
                            ttl_s=config.store.ttl_s, end_grace_s=config.store.end_grace_s)
     except OSError as exc:
         why = _cannot_make(exc)
-    return (f"store.state_dir: cannot keep the hot store in {where}: {why}; set [store] state_dir (or "
-            "$AGENTLEDGER_STORE_STATE_DIR) to a directory agentledger can create and write (under systemd: one in "
-            "ReadWritePaths=)")
+    # The setting may be given under its former name, which a second value under the new one would clash with.
+    return (f"store.state_dir: cannot keep the hot store in {where}: {why}; point [store] state_dir (or "
+            "$AGENTLEDGER_STORE_STATE_DIR; where the former state_dir or $AGENTLEDGER_STATE_DIR is given, that one) "
+            "at a directory agentledger can create and write (under systemd: one in ReadWritePaths=)")
 
 
 def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
