@@ -173,6 +173,18 @@ def test_unpriced_calls_are_told_in_views_and_decisions_never_taken_as_free(ledg
                                                "not counting 2 unpriced calls (gate g)")
 
 
+def test_a_run_without_calls_at_an_unknown_cost_is_told_as_one_unpriced_call(ledger_with):
+    """Its usage snapshot says tokens beside a costUsd of 0: a model OpenClaw could not price."""
+    ledger = ledger_with([gate(limit=1.0)])
+    ledger.add(event(1, "run.start", {"provider": "acme", "model": "acme-unknown-9"}),
+               event(2, "usage.snapshot", {"provider": "acme", "model": "acme-unknown-9", "costUsd": 0,
+                                           "usage": {"input": 900, "output": 100, "total": 1000}}),
+               event(3, "run.end", {"provider": "acme", "model": "acme-unknown-9"}))
+    view = hot_json(ledger.hot.lookup(ledger.conn, "agent:main:s1"))
+    assert (view["cost_usd"], view["total_tokens"], view["unpriced_calls"]) == (0, 1000, 1)
+    assert ledger.ask().reason == "within every gate, not counting 1 unpriced call of session agent:main:s1 (gate g)"
+
+
 def test_tool_globs_choose_which_calls_a_gate_guards(ledger_with):
     ledger = ledger_with([gate(tools=["exec*", "browser"], limit=1.0)])
     ledger.add(llm(1, 2.0))

@@ -400,10 +400,11 @@ def test_the_fallback_of_a_few_sessions_reads_only_theirs(tmp_path, db):
     ingest(db, logs.root)
     conn = open_reader(db)
     try:
-        # each session's three snapshots: their tokens (input 1, output 1, total 2 each), then their cost
+        # each session's three snapshots: their tokens (input 1, output 1, total 2 each), their cost, and
+        # how many had no cost
         assert queries._session_fallbacks(conn, ["S1", "S2"]) == {
-            "S1": [3, 3, 0, 0, 6, round((1.5 + 4.5 + 7.5) * 10**12)],
-            "S2": [3, 3, 0, 0, 6, round((2.5 + 5.5 + 8.5) * 10**12)]}
+            "S1": [3, 3, 0, 0, 6, round((1.5 + 4.5 + 7.5) * 10**12), 0],
+            "S2": [3, 3, 0, 0, 6, round((2.5 + 5.5 + 8.5) * 10**12), 0]}
         params = [orjson.dumps(["S1"]).decode()]
         sql = queries._SESSION_FALLBACKS.format(keys="session_id")
         plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
@@ -527,3 +528,73 @@ def test_a_run_falls_back_to_the_same_snapshot_whatever_order_its_ties_were_read
         seen.append((r["total_tokens"], u["total_tokens"], u["input_tokens"], r["cost_usd"], u["cost_usd"]))
         assert verify(db) == []
     assert seen[0] == seen[1] == (300, 300, 299, cost or 0, cost or 0)
+
+
+# -- a run without calls whose snapshot has no cost counts as one unpriced call ----------------------------
+
+def _r2_snapshot_costs(cost: float | None) -> list[bytes]:
+    """NO_CALLS, R2's snapshot saying ``cost`` beside its 3,100 tokens (None: no costUsd at all)."""
+    data = {"provider": "p", "model": "m", "usage": _kinds(2000, 1100)}
+    if cost is not None:
+        data["costUsd"] = cost
+    return [*NO_CALLS[:4], at(21_000, "usage.snapshot", data, agentId="unknown"), NO_CALLS[5]]
+
+
+def _unpriced_where_its_tokens_count(db) -> dict[str, object]:
+    """R2's tokens (3,100 of 4,300) and the unpriced calls beside them, in every report that counts them."""
+    detail = cli_json(db, "session", "agent:main:main")
+    seen = {"runs": {r["run_id"]: r["unpriced_calls"] for r in cli_json(db, "runs")},
+            "run": cli_json(db, "run", "R2")["unpriced_calls"], "usage": cli_json(db, "usage")["unpriced_calls"],
+            "sessions": cli_json(db, "sessions")[0]["unpriced_calls"], "session": detail["unpriced_calls"],
+            "by model": sum(r["unpriced_calls"] for r in detail["cost_by_model"]),
+            "tree": cli_json(db, "tree", "agent:main:main")["own_unpriced_calls"]}
+    for group_by in ("model", "provider", "agent", "session", "day"):
+        seen[f"costs by {group_by}"] = cli_json(db, "costs", "--group-by", group_by)["total"]["unpriced_calls"]
+    conn = open_reader(db)
+    try:
+        hot = queries.hot_session(conn, "agent:main:main")
+        seen["hot"] = (hot["unpriced_calls"], hot["family"]["unpriced_calls"], hot["total_tokens"])
+        day = queries.day_totals(conn, T, T + 86_400_000)
+        seen["day"] = (day["unpriced_calls"], day["total_tokens"])
+    finally:
+        conn.close()
+    return seen
+
+
+def _unpriced_everywhere(n: int) -> dict[str, object]:
+    costs = {f"costs by {g}": n for g in ("model", "provider", "agent", "session", "day")}
+    return {"runs": {"R1": 0, "R2": n}, "run": n, "usage": n, "sessions": n, "session": n, "by model": n,
+            "tree": n, **costs, "hot": (n, n, 4300), "day": (n, 4300)}
+
+
+@pytest.mark.parametrize("cost", [0, None])
+def test_a_run_without_calls_whose_snapshot_has_no_cost_counts_one_unpriced_call(tmp_path, db, cost):
+    """R2's tokens count at no known cost: never $0 silently, but one unpriced call wherever they count.
+    /metrics counts model calls alone: R2 made none."""
+    _ingested(tmp_path, db, _r2_snapshot_costs(cost)).close()
+    assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(1)
+    assert cli_json(db, "usage")["cost_usd"] == pytest.approx(0.01)
+    assert {r["run_id"]: r["cost_usd"] for r in cli_json(db, "runs")} == {"R1": pytest.approx(0.01), "R2": 0}
+    unpriced_metric = [value for (name, labels), value in metric_counters(db).items()
+                       if name == "agentledger_llm_calls_total" and dict(labels)["priced"] == "false"]
+    assert unpriced_metric == [0]
+    assert verify(db) == []
+
+
+def test_a_run_without_calls_whose_snapshot_has_a_cost_counts_no_unpriced_call(tmp_path, db):
+    _ingested(tmp_path, db, _r2_snapshot_costs(0.5)).close()
+    assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(0)
+    assert cli_json(db, "usage")["cost_usd"] == pytest.approx(0.51)
+    assert verify(db) == []
+
+
+def test_a_ledger_from_before_unpriced_fallbacks_counts_them_once_migrated(tmp_path, db):
+    _ingested(tmp_path, db, _r2_snapshot_costs(0)).close()
+    conn = apsw.Connection(str(db))
+    try:
+        as_of_version(conn, 30)
+    finally:
+        conn.close()
+    open_writer(db).close()
+    assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(1)
+    assert verify(db) == []

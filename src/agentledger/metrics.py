@@ -165,7 +165,7 @@ class LedgerCollector(Collector):
             for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw)):
                 a[k] += v
         # The tokens of runs without model calls, at their usage snapshot's, as every report counts them.
-        for (provider, model), (i, o, cr, cw, _total, _cost) in queries.fallbacks_by_model(conn).items():
+        for (provider, model), (i, o, cr, cw, _total, _cost, _unpriced) in queries.fallbacks_by_model(conn).items():
             a = acc.setdefault((provider, label[model]), [0.0] * 7)
             for k, v in enumerate((i, o, cr, cw), start=3):
                 a[k] += v

@@ -11,7 +11,7 @@ import orjson
 
 from agentledger.ledger.verify import (FALLBACK_COLUMNS, FALLBACK_SUMS, LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS,
                                       RUN_ROW_SUMS, RUN_SNAPSHOT, SUBAGENT_KEY, TOOL_RUNS,
-                                      TOOL_SESSION, UNPRICED, snapshot_fallback)
+                                      TOOL_SESSION, UNPRICED, snapshot_fallback, snapshot_unpriced)
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
 
@@ -208,6 +208,13 @@ def _session_fallbacks(conn: apsw.Connection, session_ids, keys: str = "session_
 
 
 _FALLBACK_AT = LLM_COLUMNS.index(FALLBACK_COLUMNS[0])
+_FALLBACK_COST = FALLBACK_COLUMNS.index("cost_pico")
+_FALLBACK_UNPRICED = FALLBACK_COLUMNS.index("unpriced_calls")
+
+
+def _fallback_cost(vals: list[int] | None) -> tuple[int, int]:
+    """A session's snapshot fallback's cost and the unpriced calls it counts ((0, 0) for none)."""
+    return (0, 0) if vals is None else (vals[_FALLBACK_COST], vals[_FALLBACK_UNPRICED])
 
 
 def _plus_fallback(vals: list[int], fallback: list[int]) -> list[int]:
@@ -280,8 +287,8 @@ def sessions(conn: apsw.Connection, w: Window, *, session_ids: list[str] | None 
     none = [0] * len(FALLBACK_COLUMNS)
     out = []
     for (key, sid, agent, source, status, started, ended, first, last, is_sub, runs, llm, llm_err, tools,
-         tool_err, *spent, unpriced, reason, resumed, messages, reported, suspensions, away, since) in rows:
-        i, o, cr, cw, t, cost = _add(spent, fallback.get(sid, none))
+         tool_err, *spent, reason, resumed, messages, reported, suspensions, away, since) in rows:
+        i, o, cr, cw, t, cost, unpriced = _add(spent, fallback.get(sid, none))
         out.append(_row(SESSION_FIELDS, (
             key, sid, agent, source, status, iso(started), iso(ended), iso(first), iso(last),
             round((last - first) / 1000, 3), bool(is_sub), runs, llm, llm_err, tools, tool_err, i, o, cr, cw, t,
@@ -573,13 +580,14 @@ def _llm_dict(vals) -> dict:
 # turn says them only at its end, which an interrupted turn never wrote.
 _RUN_LAST_CALL = ("(SELECT c.{0} FROM llm_calls AS c WHERE c.run_id = r.run_id AND c.{0} IS NOT NULL "
                   "ORDER BY c.ts_ms DESC, c.id DESC LIMIT 1)")
-# A run without model calls counts the tokens and cost of its usage snapshot ``f``, as it does in every total
-# (verify.RUN_SNAPSHOT picks it).
+# A run without model calls counts the tokens and cost of its usage snapshot ``f``, and one unpriced call when
+# that has no cost, as it does in every total (verify.RUN_SNAPSHOT picks it).
 _RUN_COLUMNS = f"""r.run_id, r.session_key, r.session_id, r.agent_id, coalesce(r.model, {_RUN_LAST_CALL.format("model")}),
     coalesce(r.provider, {_RUN_LAST_CALL.format("provider")}), r.status, r.started_ms,
     r.ended_ms, r.duration_ms, r.stop_reason, r.error, coalesce(t.tool_calls, 0), coalesce(t.tool_errors, 0),
     coalesce(l.llm_calls, 0), coalesce(l.llm_errors, 0), iif(f.id IS NULL, coalesce(l.total_tokens, 0), f.total_tokens),
-    iif(f.id IS NULL, l.cost_pico, f.cost_pico) AS run_cost, coalesce(l.unpriced_calls, 0)"""
+    iif(f.id IS NULL, l.cost_pico, f.cost_pico) AS run_cost,
+    iif(f.id IS NULL, coalesce(l.unpriced_calls, 0), {snapshot_unpriced("f")})"""
 _RUN_FROM = f"""runs AS r LEFT JOIN run_tool_totals AS t ON t.run_id = r.run_id
     LEFT JOIN run_llm_totals AS l ON l.run_id = r.run_id
     LEFT JOIN usage_snapshots AS f
@@ -696,7 +704,8 @@ def _own_costs(conn: apsw.Connection, keys: list[str]) -> dict[str, tuple[int, i
     out: dict[str, tuple[int, int]] = {}
     for key, sid, cost, unpriced in rows:
         total, left_out = out.get(key, (0, 0))
-        out[key] = (total + cost + fallback.get(sid, [0])[-1], left_out + unpriced)
+        more, more_unpriced = _fallback_cost(fallback.get(sid))
+        out[key] = (total + cost + more, left_out + unpriced + more_unpriced)
     return out
 
 
@@ -705,7 +714,8 @@ def _instances_cost(conn: apsw.Connection, ids: list[str]) -> tuple[int, int]:
     cost, unpriced = conn.execute(
         "SELECT coalesce(sum(cost_pico), 0), coalesce(sum(unpriced_calls), 0) FROM session_totals "
         "WHERE session_id IN (SELECT value FROM json_each(?))", (_json_list(ids),)).fetchall()[0]
-    return cost + sum(vals[-1] for vals in _session_fallbacks(conn, ids).values()), unpriced
+    fallbacks = [_fallback_cost(vals) for vals in _session_fallbacks(conn, ids).values()]
+    return cost + sum(c for c, _ in fallbacks), unpriced + sum(n for _, n in fallbacks)
 
 
 def _spawned(conn: apsw.Connection, keys: list[str]) -> _Spawned:

@@ -78,7 +78,8 @@ _ADD_COST_SOURCE = _upsert_add("cost_source_totals", ("provider", "model", "cost
 _DROP_FALLBACKS = ("DELETE FROM session_fallback_costs WHERE session_id IN (SELECT value FROM json_each(?)) "
                    "RETURNING provider, model, cost_pico")
 _PUT_FALLBACK = ("INSERT INTO session_fallback_costs (session_id, provider, model, input_tokens, output_tokens, "
-                 "cache_read_tokens, cache_write_tokens, total_tokens, cost_pico) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                 "cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, unpriced_calls) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals WHERE llm_calls > 0)"
@@ -115,7 +116,7 @@ def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
 
 @functools.cache
 def _session_fallbacks() -> str:
-    """The snapshot fallbacks (tokens, then cost: verify.FALLBACK_COLUMNS) of these session instances' runs
+    """The snapshot fallbacks (tokens, cost, unpriced: verify.FALLBACK_COLUMNS) of these session instances' runs
     without calls (verify.snapshot_fallback), by provider and model: from each session's runs, so a batch
     walks only the runs of the sessions it changed."""
     # not at the top: verify reads this module's constants
@@ -136,7 +137,7 @@ def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:
     rows = [row for row in conn.execute(_session_fallbacks(), (ids,)) if any(row[3:])]
     if rows:
         conn.executemany(_PUT_FALLBACK, rows)
-    for _, provider, model, *_tokens, cost in rows:
+    for _, provider, model, *_tokens, cost, _unpriced in rows:
         moved[(provider, model, "log")][0] += cost
     _write(conn, _ADD_COST_SOURCE, moved)
 

@@ -99,8 +99,8 @@ SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.sess
 
 
 # What a run without model calls falls back to, named as llm_calls names the same sums (LLM_COLUMNS): its
-# usage snapshot's tokens by kind and its cost.
-FALLBACK_COLUMNS = LLM_COLUMNS[2:8]
+# usage snapshot's tokens by kind, its cost, and whether that cost is unknown (one unpriced call).
+FALLBACK_COLUMNS = LLM_COLUMNS[2:9]
 FALLBACK_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in FALLBACK_COLUMNS)
 
 
@@ -109,6 +109,12 @@ FALLBACK_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in FALLBACK_COLUMNS)
 # carry no cost, pick the same one whatever order they were read in.
 RUN_SNAPSHOT = (f"(SELECT u.id FROM usage_snapshots AS u WHERE {SNAPSHOT_OF_RUN} "
                 "ORDER BY u.cost_pico DESC, u.total_tokens DESC, u.ts_ms DESC, u.event_id DESC LIMIT 1)")
+
+
+def snapshot_unpriced(snapshot: str) -> str:
+    """1 when the run falling back to ``snapshot`` counts tokens at no known cost, else 0: it counts as one
+    unpriced call, so that its tokens never show as $0 silently."""
+    return f"iif({snapshot}.cost_pico IS NULL AND {snapshot}.total_tokens > 0, 1, 0)"
 
 
 def snapshot_fallback(runs: str) -> str:
@@ -121,7 +127,8 @@ SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
        coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
        u.cost_pico AS cost_pico, coalesce(u.input_tokens, 0) AS input_tokens,
        coalesce(u.output_tokens, 0) AS output_tokens, coalesce(u.cache_read_tokens, 0) AS cache_read_tokens,
-       coalesce(u.cache_write_tokens, 0) AS cache_write_tokens, u.total_tokens AS total_tokens
+       coalesce(u.cache_write_tokens, 0) AS cache_write_tokens, u.total_tokens AS total_tokens,
+       {snapshot_unpriced("u")} AS unpriced_calls
 FROM {runs}
 CROSS JOIN usage_snapshots AS u ON u.id = {RUN_SNAPSHOT}
 """
