@@ -44,6 +44,16 @@ def run(n: int, run_id: str, *, calls: list[float], snap: float, **env) -> bytes
     return out + snapshot(k, snap, **env) + ev(k + 1, "run.end", {"model": "m", "provider": "p"}, runId=run_id, **env)
 
 
+def _migrated_from(db, version: int) -> None:
+    """The ledger taken back to schema ``version``, as an older agentledger left it, then opened by this one."""
+    conn = apsw.Connection(str(db))
+    try:
+        as_of_version(conn, version)
+    finally:
+        conn.close()
+    open_writer(db).close()
+
+
 @pytest.mark.parametrize("order", ["in order", "reversed"])
 def test_snapshot_cost_only_for_runs_without_calls(tmp_path, db, order):
     logs = LogDir(tmp_path / "state")
@@ -494,12 +504,7 @@ def test_a_ledger_from_before_fallback_tokens_gets_them_from_its_runs_ends(tmp_p
              agentId="unknown"),
           at(32_000, "run.end", {"model": "m", "provider": "p"}, run_id="R3")]
     _ingested(tmp_path, db, NO_CALLS + r3).close()
-    conn = apsw.Connection(str(db))
-    try:
-        as_of_version(conn, 28)
-    finally:
-        conn.close()
-    open_writer(db).close()
+    _migrated_from(db, 28)
     assert _spent(cli_json(db, "usage")) == {**SPENT, "total_tokens": 4800, "cost_usd": pytest.approx(0.76)}
     assert {r["run_id"]: r["total_tokens"] for r in cli_json(db, "runs")} == {"R1": 1200, "R2": 3100, "R3": 500}
     assert verify(db) == []
@@ -590,11 +595,6 @@ def test_a_run_without_calls_whose_snapshot_has_a_cost_counts_no_unpriced_call(t
 
 def test_a_ledger_from_before_unpriced_fallbacks_counts_them_once_migrated(tmp_path, db):
     _ingested(tmp_path, db, _r2_snapshot_costs(0)).close()
-    conn = apsw.Connection(str(db))
-    try:
-        as_of_version(conn, 30)
-    finally:
-        conn.close()
-    open_writer(db).close()
+    _migrated_from(db, 30)
     assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(1)
     assert verify(db) == []
