@@ -811,6 +811,26 @@ def _side(agent: str, line: bytes) -> bytes:
     return _line(orjson.loads(line) | {"isSidechain": True, "agentId": agent})
 
 
+def _task_child(*seconds: int) -> list[bytes]:
+    """The Task subagent's lines: its prompt, a Grep, the Grep's result, its answer, at these seconds."""
+    prompt, grep, grepped, answer = seconds
+    return [_side(TASK_AGENT, line) for line in (
+        cc_prompt("c0", "List callers", prompt),
+        cc_assistant("c1", "msg_c1", {"type": "tool_use", "id": "toolu_grep", "name": "Grep", "input": {}},
+                     output=300, second=grep, request="req_c1", stop="tool_use"),
+        cc_result("c2", "toolu_grep", grepped),
+        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=answer, request="req_c2",
+                     stop="end_turn"))]
+
+
+def _btw_question(asked: int, answered: int) -> list[bytes]:
+    """A /btw side question's lines, asked and answered at these seconds."""
+    return [_side(BTW_AGENT, line) for line in (
+        cc_prompt("b0", "btw, which file failed?", asked),
+        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=answered,
+                     request="req_b1", stop="end_turn"))]
+
+
 def _task_lines() -> tuple[list[bytes], list[bytes], list[bytes]]:
     """(the session's own lines, its Task subagent's, its /btw question's), in the order they were written."""
     task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
@@ -822,17 +842,8 @@ def _task_lines() -> tuple[list[bytes], list[bytes], list[bytes]]:
               _line(result),
               cc_assistant("a2", "msg_p2", {"type": "text", "text": "Two callers."}, output=80, second=21,
                            stop="end_turn")]
-    child = [_side(TASK_AGENT, line) for line in (
-        cc_prompt("c0", "List callers", 2),
-        cc_assistant("c1", "msg_c1", {"type": "tool_use", "id": "toolu_grep", "name": "Grep", "input": {}},
-                     output=300, second=3, request="req_c1", stop="tool_use"),
-        cc_result("c2", "toolu_grep", 4),
-        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=19, request="req_c2",
-                     stop="end_turn"))]
-    btw = [_side(BTW_AGENT, line) for line in (
-        cc_prompt("b0", "btw, which file failed?", 30),
-        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=31,
-                     request="req_b1", stop="end_turn"))]
+    child = _task_child(2, 3, 4, 19)
+    btw = _btw_question(30, 31)
     return parent, child, btw
 
 
@@ -1281,17 +1292,8 @@ def _turns_and_branches(project: Path) -> dict[Path, list[bytes]]:
               cc_assistant("a1", "msg_p1", task, output=60, second=6, stop="tool_use"), _line(launched),
               cc_assistant("a2", "msg_p2", {"type": "text", "text": "Looking."}, output=8, second=8, stop="end_turn"),
               *_later_turn(10)]
-    child = [_side(TASK_AGENT, line) for line in (
-        cc_prompt("c0", "List callers", 7),
-        cc_assistant("c1", "msg_c1", {"type": "tool_use", "id": "toolu_grep", "name": "Grep", "input": {}},
-                     output=300, second=8, request="req_c1", stop="tool_use"),
-        cc_result("c2", "toolu_grep", 12),
-        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=13, request="req_c2",
-                     stop="end_turn"))]
-    btw = [_side(BTW_AGENT, line) for line in (
-        cc_prompt("b0", "btw, which file failed?", 14),
-        cc_assistant("b1", "msg_b1", {"type": "text", "text": "test_orders.py"}, output=25, second=15,
-                     request="req_b1", stop="end_turn"))]
+    child = _task_child(7, 8, 12, 13)
+    btw = _btw_question(14, 15)
     subagents = project / SESSION / "subagents"
     return {project / f"{SESSION}.jsonl": parent, subagents / f"agent-{TASK_AGENT}.jsonl": child,
             subagents / f"agent-{BTW_AGENT}.jsonl": btw}
