@@ -104,12 +104,6 @@ WITH RECURSIVE chain (session_id, keyless) AS (
 SELECT session_id FROM chain
 """
 _MAX_CHAIN = 10_000  # instances one chain walk visits at most
-# Whose events the lines naming no session are (tool calls, spawns): their run's session, as the rollups
-# count them.
-_RUN_SESSIONS = f"""
-SELECT j.value, {rollups.RUN_SESSION} FROM json_each(?) AS j
-LEFT JOIN runs AS r ON r.run_id = j.value LEFT JOIN run_activity AS a ON a.run_id = j.value
-"""
 # A run's earliest stored sign of life after ?2 and up to ?3 (?4: its first, which may be no tool call's).
 # Not at ?2 itself: that is when the session left, its log's last event before the restart.
 _RUN_ACTIVITY_AFTER = """
@@ -358,7 +352,9 @@ class Lifecycle:
         unnamed = [f for f in self.facts if f.session_id is None]
         wanted = {f.run_id for f in unnamed if f.run_id is not None} | {
             run_id for run_id, row in tracker.old_runs.items() if row[11] is None and row[9] is not None}
-        runs = {run_id: sid for run_id, sid in self.conn.execute(_RUN_SESSIONS, (_json(wanted),)) if sid is not None}
+        # Their sessions as the rollups count them, read by the tracker after the batch's rows (every run the
+        # batch has a line of is one it reads).
+        runs = {run_id: row[11] for run_id in wanted if (row := tracker.new_runs.get(run_id)) and row[11] is not None}
         # Instances the batch names and the ledger did not hold are new: they start where first named.
         self._load(set(runs.values()) - self.states.keys() - self.named)
         return runs

@@ -344,7 +344,8 @@ class Tracker:
             d.run(row, -1)
         spans = []
         new_runs = []
-        for run_id, row in _read(self.conn, _READ_RUNS, self.run_ids).items():
+        self.new_runs = _read(self.conn, _READ_RUNS, self.run_ids)  # the lifecycle reads their sessions here
+        for run_id, row in self.new_runs.items():
             d.run(row, +1)
             old = self.old_runs.get(run_id)
             if row[6] is not None and (old is None or old[6] is None):  # a runs row (its status) new to the batch
