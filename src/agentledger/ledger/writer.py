@@ -267,7 +267,7 @@ _EVENT_CALLS = (
     f"SELECT l.id, {LLM_CALL_COLUMNS} FROM json_each(?) AS j "
     "JOIN llm_calls AS l ON l.ts_ms = j.value ->> 0 AND l.event_id = j.value ->> 1"
 )
-_DROP_CALL = "DELETE FROM llm_calls WHERE id = ?"
+_DROP_CALLS = "DELETE FROM llm_calls WHERE id IN (SELECT value FROM json_each(?))"
 _NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
 # Calls of side branches that have become sessions but are still where they were made.
 _BRANCH_CALLS = (
@@ -610,13 +610,15 @@ def _prevailing_calls(conn: apsw.Connection, copies: list[LlmCall]) -> tuple[lis
     otherwise, and the stored rows they replace, which are dropped. Whose call it is (its session, key and
     run) stays as the ledger holds it; what the call was and cost is the copy's."""
     told = {(f.ts_ms, f.event_id): _llm_call(f) for f in copies}
-    taken, dropped = [], []
-    for row_id, *stored in conn.execute(_EVENT_CALLS, (orjson.dumps(list(told)).decode(),)):
+    taken, dropped, ids = [], [], []
+    for row_id, *stored in conn.execute(_EVENT_CALLS, (orjson.dumps(list(told)).decode(),)).fetchall():
         row = (*stored[:7], *told[(stored[1], stored[0])][7:])
         if row != tuple(stored):
-            conn.execute(_DROP_CALL, (row_id,))
+            ids.append(row_id)
             taken.append(row)
             dropped.append(tuple(stored))
+    if ids:
+        conn.execute(_DROP_CALLS, (orjson.dumps(ids).decode(),))
     return taken, dropped
 
 
