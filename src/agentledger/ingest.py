@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from agentledger.defaults import HEAD_BYTES
 from agentledger.facts import Fact, LlmCall, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
 from agentledger.sources import KEY_INPUTS, SKIPPED_HEADS, Decoder, asks_ledger, oc_transcript, opener_for
-from agentledger.sources.common import HEAD_BYTES
 from agentledger.tail.layouts import LAYOUTS
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, ReadBackFailed, Tailer
 from agentledger.tail.transcript_store import StoreReader, stores
@@ -110,7 +110,7 @@ class Pipeline:
         # is built for it (a full pass looks at every transcript, every rescan_s).
         self._settled: dict[int, tuple] = {}
 
-    def _batch(self, chunk: Chunk, decode: Decoder) -> Batch:
+    def _batch(self, chunk: Chunk, decode: Decoder, prevails: bool = False) -> Batch:
         facts: list[tuple[int, int, Fact]] = []
         rejects: list[Reject] = []
         price = self.pricer.apply
@@ -142,7 +142,7 @@ class Pipeline:
         return Batch(
             file_id=chunk.row.id, path=chunk.path, start_offset=chunk.start, end_offset=res.end,
             lines=chunk.lines, size=chunk.size, facts=facts, rejects=rejects, tail_len=chunk.tail_len,
-            tail_hash=chunk.tail_hash,
+            tail_hash=chunk.tail_hash, prevails=prevails,
         )
 
     def run_once(self, written: set[str] | None = None) -> IngestStats:
@@ -280,8 +280,7 @@ class Pipeline:
                 due = []
             if path != decoding:  # a session's pages come one after another, read as one file's chunks
                 decode, decoding = built.pop(path, None) or opener(path, self.writer.run_at), path
-            batch = self._batch(chunk, decode)
-            batch.prevails = True  # the store's row wins over its JSONL copy, whichever was read first
+            batch = self._batch(chunk, decode, prevails=True)  # the store's row wins over its JSONL copy
             result = self.writer.apply(batch)
             store.advance(chunk)
             rows = chunk.result  # offsets are row numbers (seq), so the bytes are counted
