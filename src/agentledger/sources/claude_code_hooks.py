@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import orjson
 
 from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, SubagentEnded, SubagentSpawned, ToolObserved
-from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
+from agentledger.sources.claude_code import AGENT, SOURCE, branch_key, child_session_id, session_key
 from agentledger.sources.common import derived_id, duration, error_text, line_id, text, tool_target
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
@@ -80,6 +80,12 @@ def _tool(base: dict, name: str, payload: dict) -> ToolObserved:
                         file_path=path, exec_command=command)
 
 
+def _child(session_id: str, agent_id: str) -> dict:
+    """The ids of the Task subagent ``agent_id``'s own session."""
+    branch = child_session_id(session_id, agent_id)
+    return {"session_key": branch_key(branch), "session_id": branch}
+
+
 def decode(payload: object, received_ms: int) -> HookEvent:
     """A hook payload → its event."""
     if not isinstance(payload, dict):
@@ -95,22 +101,20 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
         # Asked from inside a Task subagent (agent_id), the call is the subagent's, in its own session.
         agent = text(payload.get("agent_id"))
-        fact = _tool(base if agent is None else base | {"session_key": child_key(session_id, agent),
-                                                        "session_id": child_session_id(session_id, agent)},
-                     name, payload)
+        fact = _tool(base if agent is None else base | _child(session_id, agent), name, payload)
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
         fact = SessionStarted(**base)
     elif name == "SessionEnd":
         fact = SessionEnded(**base)
     elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
-        child = (session_id, payload["agent_id"])
-        fact = Marker(**base | {"session_key": child_key(*child), "session_id": child_session_id(*child)})
+        child = _child(session_id, payload["agent_id"])
+        fact = Marker(**base | child)
         told = base | {"event_id": derived_id(eid, 1)}
         if name == "SubagentStart":
-            more = (SubagentSpawned(**told | {"kind": "subagent.spawn"}, child_session_key=child_key(*child),
+            more = (SubagentSpawned(**told | {"kind": "subagent.spawn"}, child_session_key=child["session_key"],
                                     child_agent_id=AGENT, mode=text(payload.get("agent_type"))),)
         else:  # the session's word that its subagent is done; the Task's result, once read, says how
-            more = (SubagentEnded(**told | {"kind": "subagent.stop"}, child_session_key=child_key(*child)),)
+            more = (SubagentEnded(**told | {"kind": "subagent.stop"}, child_session_key=child["session_key"]),)
     else:
         fact = Marker(**base)
     return HookEvent(eid, received_ms, session_id, name, fact, more)
