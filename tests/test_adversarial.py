@@ -28,7 +28,7 @@ from served import assert_consistent
 from agentledger.facts import Fact, Reject
 from agentledger.ledger.db import open_reader
 from agentledger.sources import SKIPPED_HEADS, opener_for
-from agentledger.sources.common import HEAD_BYTES
+from agentledger.defaults import HEAD_BYTES
 from agentledger.tail.reader import BLOCK
 
 SID = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"

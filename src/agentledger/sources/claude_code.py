@@ -66,9 +66,9 @@ from agentledger.facts import (
     ToolEnded,
     ToolStarted,
 )
+from agentledger.defaults import HEAD_BYTES
 from agentledger.pricing import exclusive, provider_of
 from agentledger.sources.common import (
-    HEAD_BYTES,
     RunLookup,
     RunTracker,
     count,
@@ -340,7 +340,7 @@ class FileDecoder:
         if model == SYNTHETIC and obj.get("isApiErrorMessage") is not True:
             # A message Claude Code wrote itself ("No response requested."): no model was called.
             return Marker(**base, kind="assistant.synthetic")
-        if model == SYNTHETIC or obj.get("isApiErrorMessage") is True:
+        if obj.get("isApiErrorMessage") is True:
             # An API error shown as a message: a failed call, with no usage and no call of its own.
             return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
                            error=_first_text(msg.get("content")) or "API error")
