@@ -180,13 +180,13 @@ _TOOL_MEASURES = [
 
 def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str]) -> dict[tuple, list[int]]:
     """Snapshot tokens and costs (FALLBACK_COLUMNS) of runs without per-call costs, grouped by ``keys``:
-    expressions over the fallback's columns, which bear the names llm_calls gives the same things."""
+    expressions over the fallback's columns, which bear the names llm_calls gives the same things (none:
+    one row, keyed ``()``)."""
     params: list = []
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params)
-    group = ", ".join(str(i + 1) for i in range(len(keys)))
+    group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(keys)))}" if keys else ""
     rows = conn.execute(
-        f"SELECT {', '.join(keys)}, {FALLBACK_SUMS} FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond} GROUP BY {group}",
-        params)
+        f"SELECT {', '.join([*keys, FALLBACK_SUMS])} FROM ({_SNAPSHOT_FALLBACK}) WHERE {cond}{group}", params)
     width = len(FALLBACK_COLUMNS)
     return {tuple(row[:-width]): list(row[-width:]) for row in rows}
 
@@ -238,10 +238,7 @@ def _window_fallbacks(conn: apsw.Connection, w: Window) -> dict[str | None, list
 
 def _fallback_total(conn: apsw.Connection, w: Window) -> list[int]:
     """Snapshot tokens and costs of runs without per-call costs in the window, summed."""
-    total = [0] * len(FALLBACK_COLUMNS)
-    for vals in _window_fallbacks(conn, w).values():
-        total = _add(total, vals)
-    return total
+    return _fallback_groups(conn, w, [])[()]
 
 
 # How often a session was suspended, for how long in all before it came back, and since when it
