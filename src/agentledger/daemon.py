@@ -5,7 +5,7 @@ rescan catches anything it missed (network filesystems, overflowed queues).
 The first SIGTERM/SIGINT finishes the batch in flight and exits 0; a second one
 exits at once. SIGHUP does the same when the daemon runs on a terminal (the terminal
 closed); without one (under systemd) no terminal can close, so it is an operator's
-signal: told as a warning, and the daemon runs on (see ``_Hangups``).
+signal: told as a warning, and the daemon runs on (see ``_hangup``).
 """
 
 from __future__ import annotations
@@ -185,25 +185,12 @@ def _has_terminal() -> bool:
     return True
 
 
-class _Hangups:
-    """SIGHUPs without a controlling terminal (under systemd): no terminal closed, so an operator
-    sent it (`systemctl kill -s HUP`, `kill -HUP`), most likely expecting a reload. Stopping would be
-    for good: exit 0 is no failure to Restart=on-failure. Each is told as a warning; the signal
-    handler only counts, and the loop and each catch-up batch tell (logging from a handler can
-    re-enter a write it interrupted)."""
-
-    def __init__(self, wake: threading.Event):
-        self.wake = wake
-        self.pending = 0
-
-    def received(self, signum: int) -> None:
-        self.pending += 1
-        self.wake.set()
-
-    def tell(self) -> None:
-        while self.pending:
-            self.pending -= 1
-            _say(HANGUP_TOLD, logging.WARNING)
+def _hangup(signum: int) -> None:
+    """A SIGHUP without a controlling terminal (under systemd): no terminal closed, so an operator sent
+    it (`systemctl kill -s HUP`, `kill -HUP`), most likely expecting a reload. Stopping would be for
+    good: exit 0 is no failure to Restart=on-failure. Told from the signals thread (see _Signals),
+    so logging cannot re-enter a write the signal interrupted."""
+    _say(HANGUP_TOLD, logging.WARNING)
 
 
 class _Signals:
@@ -238,16 +225,14 @@ def _noted(signum, frame) -> None:
 class _Progress:
     """Catch-up progress for systemd: the watchdog is fed and STATUS updated per batch."""
 
-    def __init__(self, notifier: Notifier, health: Health, hangups: _Hangups):
+    def __init__(self, notifier: Notifier, health: Health):
         self.notifier = notifier
         self.health = health
-        self.hangups = hangups  # told per batch too: a long catch-up would hold them back
         self.bytes = 0
         self._last = 0.0
 
     def advance(self, nbytes: int) -> None:
         self.bytes += nbytes
-        self.hangups.tell()
         self.notifier.watchdog()
         self.health.tick()
         now = time.monotonic()
@@ -549,9 +534,8 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         wake.set()
 
     actions = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal}
-    hangups = _Hangups(wake)
     if not _has_terminal():
-        actions[signal.SIGHUP] = hangups.received
+        actions[signal.SIGHUP] = _hangup
     elif signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup the terminal's closing must not stop it
         # Closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
         actions[signal.SIGHUP] = on_signal
@@ -598,7 +582,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             _say(f"listening on {api.address}")
             # Ready once queries can be answered: a long catch-up is progress, not a failed start.
             notifier.ready(f"catching up on {where}")
-            progress = _Progress(notifier, api.health, hangups)
+            progress = _Progress(notifier, api.health)
 
             def pipeline() -> Pipeline:
                 # Built anew after a stalled pass: from the checkpoints, exactly as a restart would.
@@ -623,7 +607,6 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
             follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
             try:
                 while not stop.is_set():
-                    hangups.tell()
                     notifier.watchdog()
                     api.health.tick()
                     if changes.awaited or undecided:
