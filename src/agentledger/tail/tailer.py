@@ -257,8 +257,11 @@ class Tailer:
             else:
                 unmatched.append(p)
         new: list[Physical] = []
-        for fp in dict.fromkeys(p.fp for p in unmatched):
-            group = sorted((p for p in unmatched if p.fp == fp), key=self._preference, reverse=True)
+        by_fp: dict[bytes, list[Physical]] = {}
+        for p in unmatched:
+            by_fp.setdefault(p.fp, []).append(p)
+        for fp, same in by_fp.items():
+            group = sorted(same, key=self._preference, reverse=True)
             heirs = sorted((r for r in self.by_fp.get(fp, ()) if r.id not in claimed and r.status in ACTIVE),
                            key=lambda r: r.id, reverse=True)
             for row, p in zip(heirs, group):
@@ -286,9 +289,14 @@ class Tailer:
                     if (p.dev, p.ino) not in followed:
                         seen_again.add(p.fp)
                     self.close([p])
+            held: dict[bytes, int] = {}
+            for p in physicals:
+                if p.fp is not None:
+                    held[p.fp] = max(held.get(p.fp, 0), p.size)
+            places = {(p.dev, p.ino, p.path) for p in physicals}
             for row in missing:
                 if row.fingerprint not in seen_again:
-                    self._vanished(row, physicals, report)
+                    self._vanished(row, held, places, report)
         self._first_scan = False
         report.files = len(pairs)
         self._tell_unreadable(report)
@@ -412,19 +420,21 @@ class Tailer:
                 if event[0] == "rotate":
                     fault("after_rotate")
 
-    def _unread_bytes(self, row: FileRow, physicals: list[Physical]) -> int:
+    def _unread_bytes(self, row: FileRow, held: dict[bytes, int]) -> int:
         """What of a file no longer on disk was read neither from it nor from a copy of it (the same first
         line), such as logrotate's copytruncate leaves: what a copy was read to, or holds on disk to be read
-        (in this pass, perhaps after its original is settled, or the next), was not lost."""
+        (in this pass, perhaps after its original is settled, or the next), was not lost. ``held``: the
+        largest size on disk per first line."""
         read = [r.offset for r in self.by_fp[row.fingerprint]]
-        held = [p.size for p in physicals if p.fp == row.fingerprint]
-        return row.size - max(read + held)
+        return row.size - max(read + [held.get(row.fingerprint, 0)])
 
-    def _vanished(self, row: FileRow, physicals: list[Physical], report: ScanReport) -> None:
-        """Settle a known file whose content is no longer on disk."""
-        unread = self._unread_bytes(row, physicals)
+    def _vanished(self, row: FileRow, held: dict[bytes, int], places: set[tuple[int, int, str]],
+                  report: ScanReport) -> None:
+        """Settle a known file whose content is no longer on disk; ``places``: (device, inode, path) of
+        every file on disk."""
+        unread = self._unread_bytes(row, held)
         was_live = row.status == "live"
-        replaced = any((p.dev, p.ino, p.path) == (row.dev, row.ino, row.path) for p in physicals)
+        replaced = (row.dev, row.ino, row.path) in places
         if replaced:
             # Same inode at the same path with another first line: truncated (and maybe rewritten),
             # or deleted and recreated on a reused inode. Either way the old content is gone.
