@@ -131,7 +131,7 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
                          env=env, capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0,
-                                        "prices": str(prices), "unmatched_overrides": []}
+                                        "snapshots_changed": 0, "prices": str(prices), "unmatched_overrides": []}
     after = usage()
     assert after["unpriced_calls"] == 0
     # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
@@ -320,7 +320,7 @@ def test_an_undated_override_prices_dated_calls_at_ingest_and_at_reprice_and_a_s
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(both)],
                          env=cli_env(fresh), capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
-                                        "prices": str(both), "unmatched_overrides": ["claude-sonet-4-5"]}
+                                        "snapshots_changed": 0, "prices": str(both), "unmatched_overrides": ["claude-sonet-4-5"]}
     assert scalar(fresh, "SELECT cost_pico FROM llm_calls") == overridden * 10**6
     text = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--prices", str(both)],
                           env=cli_env(fresh), capture_output=True, check=True, text=True)
@@ -685,7 +685,8 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
     ingest(other, tmp_path / "claude", fmt="claude-code")
     assert cli_json(other, "usage")["unpriced_calls"] == 0
     assert cli_json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
-                                                             "unpriced_calls": 1, "prices": str(dear),
+                                                             "unpriced_calls": 1, "snapshots_changed": 0,
+                                                             "prices": str(dear),
                                                              "unmatched_overrides": []}
     again = cli_json(other, "usage")
     keys = ("llm_calls", "unpriced_calls", "output_tokens", "cost_usd")
@@ -738,7 +739,7 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
     out = reprice()
     assert out.returncode == 0 and out.stderr == ""
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
-                                        "prices": str(prices), "unmatched_overrides": []}
+                                        "snapshots_changed": 0, "prices": str(prices), "unmatched_overrides": []}
     each = (10 * 1 + 100_000 * 2) * 10**6
     transcript.write_bytes(transcript.read_bytes() + _claude_call("a2", "msg_2", model="in-house-llm", second=2))
     daemon.start()

@@ -552,7 +552,9 @@ def _unpriced_where_its_tokens_count(db) -> dict[str, object]:
             "run": cli_json(db, "run", "R2")["unpriced_calls"], "usage": cli_json(db, "usage")["unpriced_calls"],
             "sessions": cli_json(db, "sessions")[0]["unpriced_calls"], "session": detail["unpriced_calls"],
             "by model": sum(r["unpriced_calls"] for r in detail["cost_by_model"]),
-            "tree": cli_json(db, "tree", "agent:main:main")["own_unpriced_calls"]}
+            "tree": cli_json(db, "tree", "agent:main:main")["own_unpriced_calls"],
+            "timeline": {i["id"]: i["unpriced_calls"] for i in cli_json(db, "timeline", "agent:main:main")
+                         if i["kind"] == "run"}}
     for group_by in ("model", "provider", "agent", "session", "day"):
         seen[f"costs by {group_by}"] = cli_json(db, "costs", "--group-by", group_by)["total"]["unpriced_calls"]
     conn = open_reader(db)
@@ -569,7 +571,7 @@ def _unpriced_where_its_tokens_count(db) -> dict[str, object]:
 def _unpriced_everywhere(n: int) -> dict[str, object]:
     costs = {f"costs by {g}": n for g in ("model", "provider", "agent", "session", "day")}
     return {"runs": {"R1": 0, "R2": n}, "run": n, "usage": n, "sessions": n, "session": n, "by model": n,
-            "tree": n, **costs, "hot": (n, n, 4300), "day": (n, 4300)}
+            "tree": n, "timeline": {"R1": 0, "R2": n}, **costs, "hot": (n, n, 4300), "day": (n, 4300)}
 
 
 @pytest.mark.parametrize("cost", [0, None])
@@ -598,3 +600,60 @@ def test_a_ledger_from_before_unpriced_fallbacks_counts_them_once_migrated(tmp_p
     _migrated_from(db, 30)
     assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(1)
     assert verify(db) == []
+
+
+# -- a snapshot without a cost, of a model the price table knows, is priced from its tokens ---------------
+
+SONNET = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+# R2's 2,000 input and 1,100 output tokens at Claude Sonnet 4.5's $3 and $15 per million.
+R2_PRICED = 2000 * 3e-6 + 1100 * 15e-6
+
+
+def _known_model_without_cost() -> list[bytes]:
+    """NO_CALLS with R2 (and its snapshot, which says no cost) of a model the bundled table prices."""
+    return [*NO_CALLS[:3], at(20_000, "run.start", SONNET, run_id="R2"),
+            at(21_000, "usage.snapshot", {**SONNET, "usage": _kinds(2000, 1100)}, agentId="unknown"),
+            at(22_000, "run.end", {**SONNET, "usage": _kinds(2000, 1100)}, run_id="R2")]
+
+
+def _priced_where_its_cost_counts(db) -> dict[str, object]:
+    detail = cli_json(db, "session", "agent:main:main")
+    return {"runs": {r["run_id"]: r["cost_usd"] for r in cli_json(db, "runs")},
+            "run": cli_json(db, "run", "R2")["cost_usd"], "usage": cli_json(db, "usage")["cost_usd"],
+            "sessions": cli_json(db, "sessions")[0]["cost_usd"], "session": detail["cost_usd"],
+            "by model": {r["model"]: r["cost_usd"] for r in detail["cost_by_model"]},
+            **{f"costs by {g}": cli_json(db, "costs", "--group-by", g)["total"]["cost_usd"]
+               for g in ("model", "provider", "agent", "session", "day")},
+            "/metrics": {dict(labels)["cost_source"]: value for (name, labels), value in metric_counters(db).items()
+                         if name == "agentledger_cost_usd_total" and dict(labels)["model"] == SONNET["model"]}}
+
+
+def _priced_everywhere(r2: float) -> dict[str, object]:
+    total = pytest.approx(0.01 + r2)
+    return {"runs": {"R1": pytest.approx(0.01), "R2": pytest.approx(r2)}, "run": pytest.approx(r2), "usage": total,
+            "sessions": total, "session": total,
+            "by model": {"m": pytest.approx(0.01), SONNET["model"]: pytest.approx(r2)},
+            **{f"costs by {g}": total for g in ("model", "provider", "agent", "session", "day")},
+            "/metrics": {"priced": pytest.approx(r2)}}
+
+
+def test_a_run_without_calls_whose_snapshot_has_no_cost_is_priced_from_its_tokens(tmp_path, db):
+    """R2's snapshot names a model the price table knows: its tokens are priced as a call's would be, in
+    every total, and count as priced (by /metrics too), not as one unpriced call."""
+    _ingested(tmp_path, db, _known_model_without_cost()).close()
+    assert _priced_where_its_cost_counts(db) == _priced_everywhere(R2_PRICED)
+    assert _unpriced_where_its_tokens_count(db) == _unpriced_everywhere(0)
+    assert verify(db) == []
+
+
+def test_reprice_prices_a_snapshot_again_and_every_total_follows(tmp_path, db):
+    """A price override for R2's model, then `reprice`: the snapshot priced at ingest takes the new price,
+    every total and /metrics with it, and the rollups still equal their recomputation."""
+    _ingested(tmp_path, db, _known_model_without_cost()).close()
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."claude-sonnet-4-5"]\ninput = 10\noutput = 100\ncache_read = 1\ncache_write = 12\n')
+    out = cli_json(db, "reprice", "--prices", str(prices))
+    assert (out["calls_changed"], out["snapshots_changed"]) == (0, 1)
+    assert _priced_where_its_cost_counts(db) == _priced_everywhere(2000 * 10e-6 + 1100 * 100e-6)
+    assert verify(db) == []
+    assert cli_json(db, "reprice", "--prices", str(prices))["snapshots_changed"] == 0

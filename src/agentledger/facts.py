@@ -110,6 +110,7 @@ class UsageSnapshot(Fact):
     model: str | None = None
     tokens: Tokens
     cost_pico: int | None = None
+    cost_source: str = "log"  # "log" | "priced" (from its tokens, when the log carried no cost), as a call's
 
 
 @dataclass(slots=True, kw_only=True)

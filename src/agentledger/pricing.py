@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from agentledger.facts import LlmCall, Tokens
+from agentledger.facts import LlmCall, Tokens, UsageSnapshot
 from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
 
 log = logging.getLogger(__name__)
@@ -301,6 +301,14 @@ class Pricer:
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
+
+    def apply_snapshot(self, fact: UsageSnapshot) -> None:
+        """Price a usage snapshot that came without a cost from its tokens, under the model it names: the
+        run it stands for, having no model calls, costs that (an unknown model leaves it unpriced)."""
+        if fact.cost_pico is None:
+            fact.cost_pico = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms)
+            if fact.cost_pico is not None:
+                fact.cost_source = PRICED
 
 
 def _matches(model: str, keys: Iterable[str]) -> tuple[str, ...]:

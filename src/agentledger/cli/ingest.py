@@ -171,6 +171,7 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
         result = LedgerWriter(conn).reprice(pricer)
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,
+               "snapshots_changed": result.snapshots_changed,
                "prices": str(prices or configured) if prices or configured else None}
     if prices is not None and (configured is None or not _same_file(prices, configured)):
         # The calls indexed from now on would be priced from the configured file, not from this one.

@@ -76,10 +76,10 @@ _ADD_DURATION = _upsert_add("duration_buckets", ("kind", "name_a", "name_b", "bu
 _ADD_SESSION_MODEL = _upsert_add("session_model_totals", ("session_id", "provider", "model"), _SESSION_COLUMNS[:9])
 _ADD_COST_SOURCE = _upsert_add("cost_source_totals", ("provider", "model", "cost_source"), ("cost_pico",))
 _DROP_FALLBACKS = ("DELETE FROM session_fallback_costs WHERE session_id IN (SELECT value FROM json_each(?)) "
-                   "RETURNING provider, model, cost_pico")
+                   "RETURNING provider, model, cost_pico, priced_pico")
 _PUT_FALLBACK = ("INSERT INTO session_fallback_costs (session_id, provider, model, input_tokens, output_tokens, "
-                 "cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, unpriced_calls) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                 "cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, unpriced_calls, priced_pico) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _RUNS_WITHOUT_CALLS = (
     "INSERT OR IGNORE INTO runs_without_calls (run_id) SELECT value FROM json_each(?) "
     "WHERE value NOT IN (SELECT run_id FROM run_llm_totals WHERE llm_calls > 0)"
@@ -116,14 +116,21 @@ def advance_position(conn: apsw.Connection, session_ids: set[str]) -> int:
 
 @functools.cache
 def _session_fallbacks() -> str:
-    """The snapshot fallbacks (tokens, cost, unpriced: verify.FALLBACK_COLUMNS) of these session instances' runs
-    without calls (verify.snapshot_fallback), by provider and model: from each session's runs, so a batch
-    walks only the runs of the sessions it changed."""
+    """The snapshot fallbacks (tokens, cost, unpriced: verify.FALLBACK_COLUMNS, then the cost priced here) of
+    these session instances' runs without calls (verify.snapshot_fallback), by provider and model: from each
+    session's runs, so a batch walks only the runs of the sessions it changed."""
     # not at the top: verify reads this module's constants
-    from agentledger.ledger.verify import FALLBACK_SUMS, SESSION_RUNS_WITHOUT_CALLS, snapshot_fallback
+    from agentledger.ledger.verify import FALLBACK_SUMS, PRICED_SUM, SESSION_RUNS_WITHOUT_CALLS, snapshot_fallback
 
-    return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS} "
+    return (f"SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS}, {PRICED_SUM} "
             f"FROM ({snapshot_fallback(SESSION_RUNS_WITHOUT_CALLS)}) GROUP BY 1, 2, 3")
+
+
+def _move_fallback(moved: dict[tuple, list[int]], provider: str, model: str, cost: int, priced: int,
+                   sign: int) -> None:
+    """Move cost_source_totals by a fallback's cost: what was priced here as 'priced', the rest as the log's."""
+    moved[(provider, model, "log")][0] += sign * (cost - priced)
+    moved[(provider, model, "priced")][0] += sign * priced
 
 
 def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:
@@ -132,13 +139,13 @@ def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:
     calls, and every change to those marks the session changed (the hot views depend on the same)."""
     ids = orjson.dumps(sorted(session_ids)).decode()
     moved: dict[tuple, list[int]] = defaultdict(lambda: [0])
-    for provider, model, cost in conn.execute(_DROP_FALLBACKS, (ids,)).fetchall():
-        moved[(provider, model, "log")][0] -= cost
+    for provider, model, cost, priced in conn.execute(_DROP_FALLBACKS, (ids,)).fetchall():
+        _move_fallback(moved, provider, model, cost, priced, -1)
     rows = [row for row in conn.execute(_session_fallbacks(), (ids,)) if any(row[3:])]
     if rows:
         conn.executemany(_PUT_FALLBACK, rows)
-    for _, provider, model, *_tokens, cost, _unpriced in rows:
-        moved[(provider, model, "log")][0] += cost
+    for _, provider, model, *_tokens, cost, _unpriced, priced in rows:
+        _move_fallback(moved, provider, model, cost, priced, 1)
     _write(conn, _ADD_COST_SOURCE, moved)
 
 

@@ -13,6 +13,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS, NEW_SERIES_EPOCH, RUN_SESSION, advance_position
+from agentledger.pricing import PRICED
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.
@@ -102,6 +103,8 @@ SESSION_RUNS_WITHOUT_CALLS = ("json_each(?1) AS j CROSS JOIN runs AS r ON r.sess
 # usage snapshot's tokens by kind, its cost, and whether that cost is unknown (one unpriced call).
 FALLBACK_COLUMNS = LLM_COLUMNS[2:9]
 FALLBACK_SUMS = ", ".join(f"coalesce(sum({c}), 0)" for c in FALLBACK_COLUMNS)
+# Of a session's fallbacks, the cost priced here (the rest is the log's): what /metrics tells apart.
+PRICED_SUM = "coalesce(sum(priced_pico), 0)"
 
 
 # The usage snapshot a run without model calls falls back to: the one of the highest cost of those of the
@@ -121,14 +124,16 @@ def snapshot_fallback(runs: str) -> str:
     """The tokens and cost each run of ``runs`` (a FROM clause naming runs ``r`` that have no model calls)
     falls back to, from its usage snapshot (RUN_SNAPSHOT): a row per run that has one. The model and
     provider are the run's, else the snapshot's; a snapshot read before its kinds were kept has its total
-    alone."""
+    alone. ``cost_source`` says where the cost came from (the log's, or priced here from the tokens), and
+    ``priced_pico`` is the cost priced here."""
     return f"""
 SELECT r.run_id, r.session_id, r.agent_id, coalesce(r.model, u.model) AS model,
        coalesce(r.provider, u.provider) AS provider, coalesce(r.started_ms, r.ended_ms) AS ts_ms,
        u.cost_pico AS cost_pico, coalesce(u.input_tokens, 0) AS input_tokens,
        coalesce(u.output_tokens, 0) AS output_tokens, coalesce(u.cache_read_tokens, 0) AS cache_read_tokens,
        coalesce(u.cache_write_tokens, 0) AS cache_write_tokens, u.total_tokens AS total_tokens,
-       {snapshot_unpriced("u")} AS unpriced_calls
+       {snapshot_unpriced("u")} AS unpriced_calls, u.cost_source AS cost_source,
+       iif(u.cost_source = '{PRICED}', u.cost_pico, 0) AS priced_pico
 FROM {runs}
 CROSS JOIN usage_snapshots AS u ON u.id = {RUN_SNAPSHOT}
 """
@@ -254,16 +259,17 @@ _BASE_ROLLUPS = (
 
 # Spend by where its cost came from, what /metrics serves by cost_source (a call's cost_source: the log's,
 # a transcript's, or priced here). A run without model calls costs what its usage snapshot says, in every
-# total: that is a cost the log wrote down, so it counts as the log's. Kept per session instance too, with
-# the snapshots' tokens (session_fallback_costs): a batch recomputes the fallbacks of the sessions it
+# total: a cost the log wrote down, so the log's, or, where it wrote none, the snapshot's tokens priced here.
+# Kept per session instance too, with the snapshots' tokens (session_fallback_costs): a batch recomputes the
+# fallbacks of the sessions it
 # changed, and moves the totals by the difference. Runs without calls are those no llm_calls row names
 # (runs_without_calls).
 _FALLBACK_RUNS = snapshot_fallback(
     "(SELECT * FROM runs WHERE run_id NOT IN (SELECT run_id FROM llm_calls WHERE run_id IS NOT NULL)) AS r")
 _COST_ROLLUPS = (
     Rollup(
-        "session_fallback_costs", ("session_id", "provider", "model"), FALLBACK_COLUMNS,
-        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS}
+        "session_fallback_costs", ("session_id", "provider", "model"), FALLBACK_COLUMNS + ("priced_pico",),
+        f"""SELECT session_id, coalesce(provider, ''), coalesce(model, ''), {FALLBACK_SUMS}, {PRICED_SUM}
             FROM ({_FALLBACK_RUNS}) GROUP BY 1, 2, 3""",
     ),
     Rollup(
@@ -272,7 +278,7 @@ _COST_ROLLUPS = (
                 SELECT coalesce(provider, '') AS provider, coalesce(model, '') AS model, cost_source, cost_pico
                 FROM llm_calls WHERE cost_pico IS NOT NULL
                 UNION ALL
-                SELECT coalesce(provider, ''), coalesce(model, ''), 'log', cost_pico FROM ({_FALLBACK_RUNS})
+                SELECT coalesce(provider, ''), coalesce(model, ''), cost_source, cost_pico FROM ({_FALLBACK_RUNS})
                 WHERE cost_pico IS NOT NULL)
             GROUP BY 1, 2, 3""",
     ),

@@ -128,6 +128,7 @@ class RepriceResult:
     checked: int = 0
     changed: int = 0
     unpriced: int = 0
+    snapshots_changed: int = 0  # usage snapshots, whose costs runs without model calls count
 
 
 @dataclass(slots=True)
@@ -326,6 +327,13 @@ _REPRICEABLE = (
     "AND id > ? ORDER BY id LIMIT ?"
 )
 _SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
+# Usage snapshots priced here or left unpriced, as calls are (a run without calls costs its snapshot's).
+_REPRICEABLE_SNAPSHOTS = (
+    "SELECT id, session_id, provider, model, ts_ms, input_tokens, output_tokens, cache_read_tokens, "
+    "cache_write_tokens, total_tokens, cost_pico FROM usage_snapshots "
+    "WHERE (cost_source = 'priced' OR cost_pico IS NULL) AND input_tokens IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
+)
+_SET_SNAPSHOT_COST = "UPDATE usage_snapshots SET cost_pico = ?, cost_source = ? WHERE id = ?"
 # The run a session was in at a time: the latest begun by then.
 _RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
 _RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
@@ -367,8 +375,8 @@ _LATEST_RUN = (
 )
 _USAGE_SNAPSHOT = """
 INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider, model, input_tokens, output_tokens,
-                             cache_read_tokens, cache_write_tokens, total_tokens, cost_pico)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                             cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # A call keeps the first session a line gave it (a side branch's moves it later, see
 # _branch_tools), and is on the branch its latest line names: a main-branch line takes back a call a
@@ -702,7 +710,7 @@ _END_RANK = {name: rank for rank, name in enumerate(ENDED_BY, start=1)}
 def _usage_snapshot(f: UsageSnapshot) -> tuple:
     t = f.tokens
     return (f.event_id, f.ts_ms, f.session_key, f.session_id, f.provider, f.model, t.input, t.output, t.cache_read,
-            t.cache_write, t.total, f.cost_pico)
+            t.cache_write, t.total, f.cost_pico, f.cost_source)
 
 
 def _session_started(f: SessionStarted) -> tuple | None:
@@ -1512,14 +1520,20 @@ class LedgerWriter:
         return added, replaced
 
     def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:
-        """Price again every call whose cost was priced here or unknown; one transaction per batch."""
+        """Price again every call, then every usage snapshot, whose cost was priced here or unknown; one
+        transaction per batch."""
         result = RepriceResult()
+        self._reprice_calls(pricer, result, batch)
+        self._reprice_snapshots(pricer, result, batch)
+        return result
+
+    def _reprice_calls(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
         last = 0
         while True:
             with self.transaction() as conn:
                 rows = conn.execute(_REPRICEABLE, (last, batch)).fetchall()
                 if not rows:
-                    return result
+                    return
                 last = rows[-1][0]
                 old_rows, new_rows, updates = [], [], []
                 for rid, *row in rows:
@@ -1543,6 +1557,31 @@ class LedgerWriter:
                     conn.executemany(_SET_COST, updates)
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
                     result.changed += len(updates)
+
+    def _reprice_snapshots(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
+        """Price again every usage snapshot priced here or left unpriced; the fallbacks of their sessions
+        follow (rollups.refresh_fallbacks). One read before its kinds were kept stays unpriced: its total
+        alone cannot be priced."""
+        last = 0
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(_REPRICEABLE_SNAPSHOTS, (last, batch)).fetchall()
+                if not rows:
+                    return
+                last = rows[-1][0]
+                updates, sessions = [], set()
+                for sid, session_id, provider, model, ts, i, o, cr, cw, total, old in rows:
+                    cost = pricer.price(provider, model, Tokens(input=i, output=o, cache_read=cr, cache_write=cw,
+                                                               total=total), ts)
+                    if cost != old:
+                        updates.append((cost, PRICED if cost is not None else "log", sid))
+                        sessions.add(session_id)
+                if updates:
+                    if not (result.changed or result.snapshots_changed):
+                        conn.execute(rollups.NEW_SERIES_EPOCH)
+                    conn.executemany(_SET_SNAPSHOT_COST, updates)
+                    rollups.advance_position(conn, sessions - {None})
+                    result.snapshots_changed += len(updates)
 
     def session_keys(self, session_ids: list[str]) -> dict[str, str]:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
