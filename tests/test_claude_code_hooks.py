@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import CORPUS, REPO, cli_env, cli_json, forbid_call_scans, ingest, listed_as_counted
 from served import serve
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar
 from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, PARENT_KEY, TASK_AGENT, WANT_TASK_OUTCOME,
-                                     _task_lines, _task_outcome, scalar_rows)
+                                     _task_lines, _task_outcome, cc_assistant, cc_prompt, cc_result, scalar_rows)
 from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
@@ -435,3 +436,87 @@ def test_a_running_task_subagent_s_spend_counts_in_its_session_s_family_once_its
     (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+_TASK_HOOK = {"session_id": TASK_SESSION, "transcript_path": f"/home/dev/.claude/{PROJECT}/{TASK_SESSION}.jsonl",
+              "cwd": "/home/dev/src/app"}
+_TASK_ASKED = {**_TASK_HOOK, "hook_event_name": "PreToolUse", "tool_name": "Task", "tool_use_id": "toolu_task",
+               "tool_input": {"description": "Find callers", "prompt": "List callers",
+                              "subagent_type": "general-purpose"}}
+_TASK_STARTED = {**_TASK_HOOK, "hook_event_name": "SubagentStart", "agent_id": TASK_AGENT,
+                 "agent_type": "general-purpose"}
+
+
+def _listed_subagents(db: Path) -> list[tuple]:
+    return [(s["child_session_key"], s["label"], s["mode"], s["status"], s["cost_usd"] > 0)
+            for s in cli_json(db, "subagents")]
+
+
+@pytest.mark.parametrize("order", [("asked", "task-line", "started", "child"), ("task-line", "asked", "started", "child"),
+                                   ("asked", "started", "task-line", "child"), ("asked", "started", "child", "task-line"),
+                                   ("child", "asked", "started", "task-line")])
+def test_a_running_task_subagent_is_listed_once_whichever_of_hooks_and_transcript_come_first(tmp_path, db, order):
+    """The Task's PreToolUse, then its SubagentStart (Claude Code sends them in that order): the only Task of
+    the session asked and still running is the subagent's, so its spawn is the child's row from then on, with
+    the Task's label and the child's key and spend, whenever the transcript's lines are read."""
+    parent, child, btw = _task_lines()
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    steps = {"asked": lambda: post(db, [_TASK_ASKED], 1_790_848_801_500),
+             "started": lambda: post(db, [_TASK_STARTED], 1_790_848_802_000),
+             "task-line": lambda: (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2])),
+             "child": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))}
+    for step in order:
+        steps[step]()
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _listed_subagents(db) == [(CHILD_KEY, "Find callers", "general-purpose", "running", True)]
+    assert cli_json(db, "usage")["subagents"] == 1
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+    post(db, [_TASK_ASKED, _TASK_STARTED], 1_790_848_900_000)  # sent again: nothing changes
+    assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+@pytest.mark.parametrize("types", [("Explore", "general-purpose"), ("general-purpose", "general-purpose")],
+                         ids=["of-two-types", "of-one-type"])
+def test_concurrent_tasks_are_paired_with_their_subagents_only_when_the_type_tells_which(tmp_path, db, types):
+    """Two Tasks of one turn, both asked before either subagent starts: SubagentStart names no Task, so a
+    subagent takes a Task's spawn only when its type leaves one Task it can be. Of one type, either could be
+    it: the Tasks' and the subagents' rows stay apart until the results say which is whose (here the second
+    Task's subagent starts first), never merged with the wrong Task."""
+    project = tmp_path / "claude" / PROJECT
+    project.mkdir(parents=True)
+    agents = {"toolu_a": "aaaa1111", "toolu_b": "bbbb2222"}
+    labels = {"toolu_a": "Map the routes", "toolu_b": "Read the tests"}
+    tasks = [{"type": "tool_use", "id": call, "name": "Task",
+              "input": {"description": labels[call], "prompt": labels[call], "subagent_type": kind}}
+             for call, kind in zip(agents, types)]
+    results = []
+    for n, call in enumerate(agents):
+        result = orjson.loads(cc_result(f"r{n}", call, 20 + n))
+        result["toolUseResult"] = {"status": "completed", "agentId": agents[call], "totalDurationMs": 9_000}
+        results.append(orjson.dumps(result) + b"\n")
+    transcript = project / f"{TASK_SESSION}.jsonl"
+    transcript.write_bytes(cc_prompt("u1", "look around", 0) + b"".join(
+        cc_assistant(f"a{n}", "msg_p1", task, output=60, second=1, stop="tool_use") for n, task in enumerate(tasks)))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    asked = [{**_TASK_ASKED, "tool_use_id": t["id"], "tool_input": t["input"]} for t in tasks]
+    started = [{**_TASK_STARTED, "agent_id": agents[t["id"]], "agent_type": t["input"]["subagent_type"]}
+               for t in reversed(tasks)]
+    post(db, [*asked, *started], 1_790_848_801_000)
+    keys = {call: f"agent:claude-code:subagent:{TASK_SESSION}/{agent}" for call, agent in agents.items()}
+    running = {(key, label) for key, label, *_ in _listed_subagents(db)}
+    if types[0] != types[1]:
+        assert running == {(keys[call], labels[call]) for call in agents}
+    else:
+        assert running == {*((keys[call], None) for call in agents),
+                           *((f"agent:claude-code:subagent:{call}", labels[call]) for call in agents)}
+    with transcript.open("ab") as f:
+        f.writelines(results)
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert sorted((key, label, status) for key, label, _, status, _ in _listed_subagents(db)) == sorted(
+        (keys[call], labels[call], "ended") for call in agents)

@@ -1289,6 +1289,43 @@ def claude_code_open_siblings(conn: apsw.Connection, call_id: str) -> tuple[str 
     return rows[0][0], {sibling for _, sibling in rows if sibling is not None}
 
 
+# A session's Task calls still running whose spawn no subagent's row holds yet (see spawns_held), each with
+# the type of subagent its spawn asked for, when its line was read. Running tool calls are few: the
+# partial index of unsettled calls finds them by name.
+_OPEN_TASKS = """
+SELECT t.tool_call_id, s.mode FROM tool_calls AS t
+LEFT JOIN subagents AS s ON s.child_session_key = ?3 || t.tool_call_id
+WHERE t.tool_name IN (SELECT value FROM json_each(?2)) AND t.status IN ('running', 'interrupted')
+AND t.status = 'running' AND t.session_id = ?1
+AND NOT EXISTS (SELECT 1 FROM subagents AS c WHERE c.spawn_key = ?3 || t.tool_call_id)
+"""
+
+
+def open_tasks(conn: apsw.Connection, session_id: str, tools: list[str], spawn_prefix: str) -> dict[str, str | None]:
+    """{call id: subagent type asked for (None if not known yet)} of the Task calls (``tools``) session
+    ``session_id`` made that are still running and whose spawn (key ``spawn_prefix`` + call id) no
+    subagent's row holds."""
+    return dict(conn.execute(_OPEN_TASKS, (session_id, _json_list(tools), spawn_prefix)))
+
+
+def spawns_held(conn: apsw.Connection, spawn_keys: list[str]) -> dict[str, str]:
+    """{spawn key: the child's key} of these Task spawns that a subagent's row holds already."""
+    return dict(conn.execute("SELECT spawn_key, child_session_key FROM subagents "
+                             "WHERE spawn_key IN (SELECT value FROM json_each(?))", (_json_list(spawn_keys),)))
+
+
+def spawn_held_by(conn: apsw.Connection, child_key: str) -> str | None:
+    """The spawn key of the Task whose spawn subagent ``child_key``'s row holds; None if none (or no row)."""
+    rows = conn.execute("SELECT spawn_key FROM subagents WHERE child_session_key = ?", (child_key,)).fetchall()
+    return rows[0][0] if rows else None
+
+
+def hook_event_times(conn: apsw.Connection, event_ids: list[int]) -> dict[int, int]:
+    """{event id: when it first arrived} of these hook events the ledger recorded."""
+    return dict(conn.execute("SELECT id, ts_ms FROM hook_events WHERE id IN (SELECT value FROM json_each(?))",
+                             (_json_list(event_ids),)))
+
+
 def day_totals(conn: apsw.Connection, since: int, until: int, agent: str | None = None) -> dict:
     """What day-scoped gates measure in [since, until]: model and tool calls only, from the rollups,
     cost in exact pico-USD (snapshot fallbacks included)."""

@@ -42,14 +42,15 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.faults import fault
-from agentledger.ledger import rollups
+from agentledger.ledger import queries, rollups
 from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import PRICED, Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
-from agentledger.sources.claude_code import branch_key, child_key, child_session_id
+from agentledger.sources.claude_code import TASK_TOOLS, branch_key, child_key, child_session_id, spawn_key
+from agentledger.sources.claude_code_hooks import event_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 
 if TYPE_CHECKING:
@@ -310,6 +311,7 @@ _REKEY_SESSION = (
 _RENAME_SUBAGENT = "UPDATE subagents SET child_session_key = ? WHERE child_session_key = ?"
 _SUBAGENT_KEYS = "SELECT child_session_key FROM subagents WHERE child_session_key IN (SELECT value FROM json_each(?))"
 _DROP_SUBAGENT = "DELETE FROM subagents WHERE child_session_key = ?"
+_HOLD_SPAWN = "UPDATE subagents SET spawn_key = ? WHERE child_session_key = ?"
 # Which of these (branch, call) pairs a side branch's own start put on that branch.
 _BRANCH_ROWS = (
     "SELECT tc.branch, tc.tool_call_id FROM json_each(?) AS j "
@@ -529,12 +531,15 @@ _SUBAGENT_SPAWNED = _spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)
 # upsert would have put it there: the child's row holds what both say.
 _MERGE_SPAWN = _spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, "
                              "status, spawned_ms, told_by_child FROM subagents WHERE child_session_key = ?2")
-# Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order.
+# Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order. The Task's
+# result names the Task whose spawn the row holds (spawn_key): the surest word on it, kept whoever else spoke.
 _SUBAGENT_ENDED = """
-INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model, end_rank)
-VALUES (?, ?, 'ended', ?, ?, ?, ?, ?, ?)
+INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model, end_rank,
+                       spawn_key)
+VALUES (?, ?, 'ended', ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (child_session_key) DO UPDATE SET
     status      = 'ended',
+    spawn_key   = coalesce(excluded.spawn_key, subagents.spawn_key),
     ended_ms    = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.ended_ms, subagents.ended_ms),
                       coalesce(subagents.ended_ms, excluded.ended_ms)),
     duration_ms = iif(excluded.end_rank >= subagents.end_rank, coalesce(excluded.duration_ms, subagents.duration_ms),
@@ -736,7 +741,8 @@ def _told_by_child(f: SubagentSpawned) -> int:
 def _subagent_ended(f: SubagentEnded) -> tuple:
     # subagent.stop is the requester's word that the child is done; every other end is the child's own.
     rank = 1 if f.kind == "subagent.stop" else 2
-    return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model, rank)
+    return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model, rank,
+            f.spawn_key)
 
 
 def _compaction(f: Compaction) -> tuple:
@@ -891,15 +897,18 @@ def _bare(f: Fact, session_id: str | None) -> Marker:
 def _rename_subagents(conn: apsw.Connection, facts: list[Fact]) -> set[str]:
     """A subagent spawned under a provisional key takes the child's key once an end names both.
 
-    The row's contribution to every rollup stays as it was; the batch's own spawns take the key too.
-    Where the child's key has a row already, the spawn's goes into it (see _merge_spawns). Returns the
-    sessions whose totals moved."""
+    The row's contribution to every rollup stays as it was; the batch's own spawns take the key too, and
+    so do those of a Task whose spawn a child's row holds already (its SubagentStart told which Task it
+    was: see _pair_task). Where the child's key has a row already, the spawn's goes into it (see
+    _merge_spawns). Returns the sessions whose totals moved."""
     renames = {f.spawn_key: f.child_session_key for f in facts if type(f) is SubagentEnded and f.spawn_key}
+    spawns = [f for f in facts if type(f) is SubagentSpawned]
+    tasks = [f.child_session_key for f in spawns if f.source == CLAUDE_CODE and f.child_session_key not in renames]
+    held = queries.spawns_held(conn, tasks) if tasks else {}
+    for f in spawns:
+        f.child_session_key = renames.get(f.child_session_key) or held.get(f.child_session_key, f.child_session_key)
     if not renames:
         return set()
-    for f in facts:
-        if type(f) is SubagentSpawned and f.child_session_key in renames:
-            f.child_session_key = renames[f.child_session_key]
     keys = orjson.dumps(sorted({*renames, *renames.values()})).decode()
     stored = {key for (key,) in conn.execute(_SUBAGENT_KEYS, (keys,))}
     conn.executemany(_RENAME_SUBAGENT, [(new, old) for old, new in renames.items() if new not in stored])
@@ -919,6 +928,33 @@ def _merge_spawns(conn: apsw.Connection, merges: list[tuple[str, str]]) -> set[s
     conn.executemany(_DROP_SUBAGENT, [(old,) for _, old in merges])
     tracker.after([], [])
     return tracker.touched
+
+
+def _pair_task(conn: apsw.Connection, started: SubagentSpawned) -> set[str]:
+    """A Task subagent's SubagentStart (``started``) gives its row the spawn of its Task, when only one Task
+    of the session can be it, so that a running subagent is one row, not its Task's and its own until the
+    Task's result is read. The hook names no Task. Claude Code asks the Task's PreToolUse before the
+    subagent starts, so the Tasks that may be its own are the session's still running, their spawns held
+    by no subagent, of the type it is (as far as known), not asked after it started. It is paired only
+    when one Task is left and its PreToolUse was asked: a transcript read ahead can add Tasks (never
+    asked here, or not yet), which then leave it unpaired. Concurrent Tasks of one type stay two rows
+    each until their results. Returns the sessions whose totals moved."""
+    child, session = started.child_session_key, started.session_id
+    if session is None or queries.spawn_held_by(conn, child) is not None:
+        return set()
+    open_tasks = queries.open_tasks(conn, session, sorted(TASK_TOOLS), spawn_key(""))
+    maybe = [call for call, mode in open_tasks.items() if None in (mode, started.mode) or mode == started.mode]
+    asked_ids = {call: event_id("PreToolUse", session, {"tool_use_id": call}) for call in maybe}
+    asked = queries.hook_event_times(conn, list(asked_ids.values()))
+    maybe = [call for call in maybe if asked.get(asked_ids[call], started.ts_ms) <= started.ts_ms]
+    if len(maybe) != 1 or asked_ids[maybe[0]] not in asked:
+        return set()
+    task = spawn_key(maybe[0])
+    # The Task's line read already made its spawn's row: it goes into the child's.
+    stored = conn.execute(_SUBAGENT_KEYS, (orjson.dumps([task]).decode(),)).fetchall()
+    moved = _merge_spawns(conn, [(child, task)]) if stored else set()
+    conn.execute(_HOLD_SPAWN, (task, child))
+    return moved
 
 
 def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, list], set[str]]:
@@ -1443,10 +1479,13 @@ class LedgerWriter:
         with self.transaction() as conn:
             items = []
             runs: dict[str, str] = {}
+            started = []
             for event in events:
                 conn.execute(_HOOK_EVENT, (event.id, event.ts_ms, event.session_id, event.name))
                 if conn.changes() != 1:
                     continue  # sent before
+                if event.name == "SubagentStart" and event.more:
+                    started.append(event.more[0])
                 fact = event.fact
                 if type(fact) is ToolObserved:
                     if fact.tool_call_id not in runs:
@@ -1457,6 +1496,8 @@ class LedgerWriter:
                 items.append((0, 0, fact))
                 items.extend((0, 0, more) for more in event.more)
             result = self._apply_facts(conn, [(HOOK_FILE_ID, HOOK_LOG, items)]) if items else ApplyResult(0, 0, 0)
+            for spawned in started:  # once the batch's PreToolUse events are recorded, in the order they came
+                result.sessions |= _pair_task(conn, spawned)
             result.duplicate_facts = len(events) - len(items)
             result.position = rollups.advance_position(conn, result.sessions)
         return result

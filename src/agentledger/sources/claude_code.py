@@ -21,7 +21,8 @@ session it would be (``LlmCall.branch``), and the result or hook names that sess
 ledger puts a branch's calls in the child once it is named, whatever the order (see
 ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
 is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
-child, whose key the subagent row then takes. Tool calls on a branch name it too, and count
+child (or its SubagentStart hook does, when only one Task can be its own), whose key the subagent
+row then takes. Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
 run, so the run that spawned it counts them).
 
@@ -101,7 +102,7 @@ _SCAN = json.JSONDecoder().raw_decode
 # and settings that mostly have no time of their own. Such a line is neither an event nor a fault:
 # with no time it is skipped, with one it is kept whole (a RawEvent) for a later version to read.
 _INDEXED = frozenset({"user", "assistant", "system"})
-_TASK_TOOLS = frozenset({"Task", "Agent"})
+TASK_TOOLS = frozenset({"Task", "Agent"})
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
@@ -368,7 +369,7 @@ class FileDecoder:
                 facts.append(ToolStarted(**base | ids, kind="tool.start", run_id=run_id,
                                          tool_name=text(block.get("name")), tool_call_id=block["id"], branch=branch,
                                          message_key=message_key, file_path=path, exec_command=command))
-                if block.get("name") in _TASK_TOOLS:
+                if block.get("name") in TASK_TOOLS:
                     task = block.get("input") if isinstance(block.get("input"), dict) else {}
                     ids = {"event_id": derived_id(base["event_id"], len(facts))}
                     facts.append(SubagentSpawned(**base | ids, kind="subagent.spawn", run_id=run_id,

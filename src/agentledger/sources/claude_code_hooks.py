@@ -10,8 +10,9 @@ tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own 
 subagent makes (their ``agent_id``), so its calls go there even before the
 Task's result is read; SubagentStart records its spawn by the session too, so the session's
 family (and its gates) counts what the subagent spends while it runs, and SubagentStop its end.
-The Task's result, once read, merges that spawn with the one its call recorded (see the writer's
-_merge_spawns), and its end, the surer word, says how the subagent ended.
+That spawn takes the one the Task's call recorded at once when only one Task of the session can be
+the subagent's (see the writer's _pair_task), else when the Task's result is read (_merge_spawns); the
+result's end, the surer word, says how the subagent ended.
 
 A payload has no time and no id of its own, so an event's identity is what distinguishes it
 from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
