@@ -452,9 +452,10 @@ def _listed_subagents(db: Path) -> list[tuple]:
             for s in cli_json(db, "subagents")]
 
 
-@pytest.mark.parametrize("order", [("asked", "task-line", "started", "child"), ("task-line", "asked", "started", "child"),
-                                   ("asked", "started", "task-line", "child"), ("asked", "started", "child", "task-line"),
-                                   ("child", "asked", "started", "task-line")])
+@pytest.mark.parametrize("order", [
+    ("asked", "task-line", "started", "child"), ("task-line", "asked", "started", "child"),
+    ("asked", "started", "task-line", "child"), ("asked", "started", "child", "task-line"),
+    ("child", "asked", "started", "task-line")])
 def test_a_running_task_subagent_is_listed_once_whichever_of_hooks_and_transcript_come_first(tmp_path, db, order):
     """The Task's PreToolUse, then its SubagentStart (Claude Code sends them in that order): the only Task of
     the session asked and still running is the subagent's, so its spawn is the child's row from then on, with

@@ -15,6 +15,8 @@ import pytest
 from conftest import CORPUS, cli_json, ingest
 from logwriter import BASE_TS, LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
+from test_transcript_sources import CHILD_KEY, PARENT_KEY, TASK_AGENT, _task_lines
+from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.config import GateConfig
 from agentledger.daemon import LiveState, _reconcile, _record_hooks
@@ -500,11 +502,13 @@ class _Hooks:
         self.tool = "Bash"
         self.inbox = HookInbox()
 
-    def pre(self, call_id: str) -> bool:
-        """Whether the call was allowed."""
+    def pre(self, call_id: str, agent: str | None = None) -> bool:
+        """Whether the call was allowed; ``agent``: the Task subagent that asks, if one does."""
         payload = {"session_id": self.session, "transcript_path": "/t.jsonl", "cwd": "/",
                    "hook_event_name": "PreToolUse", "tool_name": self.tool, "tool_input": {"command": "ls"},
                    "tool_use_id": call_id}
+        if agent is not None:
+            payload |= {"agent_id": agent, "agent_type": "general-purpose"}
         return take_claude_code_hook(self.ledger.keeper, self.inbox, payload, NOW_MS) == {}
 
     def record(self) -> None:
@@ -824,3 +828,56 @@ def test_a_failed_model_call_counts_once_toward_an_llm_calls_gate(ledger_with):
     ledger.add(llm(3, 0.0, ts=NOW_MS - 500))
     d = ledger.ask()
     assert (d.decision, d.gate, d.value) == ("block", "calls", 3)
+
+
+def _subagent_at_work(tmp_path: Path, ledger: Ledger) -> _Hooks:
+    """A Claude Code session whose Task subagent is at work: the session's prompt and Task, the subagent's
+    lines so far and its SubagentStart are in the ledger. The session itself spent $0.002805, the subagent
+    $0.00891 (its family's $0.011715 in all); each made one tool call."""
+    parent, child, _ = _task_lines()
+    project = tmp_path / "claude" / "projects" / "-p"
+    subagents = project / TASK_SESSION / "subagents"
+    subagents.mkdir(parents=True)
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2]))
+    (subagents / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    hooks = _Hooks(ledger, TASK_SESSION)
+    started = {"session_id": TASK_SESSION, "hook_event_name": "SubagentStart", "agent_id": TASK_AGENT,
+               "agent_type": "general-purpose"}
+    take_claude_code_hook(ledger.keeper, hooks.inbox, started, NOW_MS)
+    hooks.record()
+    Pipeline(ledger.writer, specs_from("claude-code", [tmp_path / "claude"]),
+             after_commit=lambda r: ledger.live.committed(r.sessions, r.position)).run_once()
+    return hooks
+
+
+def test_a_subagent_s_tool_call_is_gated_by_its_own_session_s_spend_not_its_parent_s(tmp_path, ledger_with):
+    """Inside a Task subagent (the hook's agent_id), a session gate measures the subagent's own session: the
+    parent's own spend leaves the subagent's out, and the subagent's is what it spent."""
+    ledger = ledger_with([gate(name="own", limit=0.005)])
+    hooks = _subagent_at_work(tmp_path, ledger)
+    assert hooks.pre("toolu_parent") is True  # the session's own $0.002805
+    assert hooks.pre("toolu_sub", agent=TASK_AGENT) is False
+    blocked, _ = ledger.keeper.drain()
+    assert [(d.gate, d.session_key, d.value) for d in blocked] == [("own", CHILD_KEY, 0.00891)]
+    assert blocked[0].reason == f"session {CHILD_KEY} spent $0.01 of its $0.01 budget (gate own)"
+
+
+def test_a_subagent_s_tool_call_is_gated_by_its_parent_s_family(tmp_path, ledger_with):
+    """The session that started the subagent counts it in its family: a family budget over stops the
+    subagent's next call too."""
+    ledger = ledger_with([gate(name="family", scope="session-family", limit=0.01)])
+    hooks = _subagent_at_work(tmp_path, ledger)
+    assert hooks.pre("toolu_sub", agent=TASK_AGENT) is False
+    (d,), _ = ledger.keeper.drain()
+    assert (d.gate, d.session_key, d.value) == ("family", CHILD_KEY, 0.011715)
+    assert d.reason == f"session {PARENT_KEY} with its subagents spent $0.01 of its $0.01 budget (gate family)"
+    assert ledger.keeper.decide(CHILD_KEY, "Bash").decision == "allow"  # the subagent's own family is itself
+
+
+def test_calls_a_subagent_was_let_make_count_in_its_parent_s_family_at_once(tmp_path, ledger_with):
+    ledger = ledger_with([gate(name="family-tools", scope="session-family", metric="tool_calls", limit=3)])
+    hooks = _subagent_at_work(tmp_path, ledger)  # the session's Task and the subagent's Grep: 2 of 3
+    assert hooks.pre("toolu_sub", agent=TASK_AGENT) is True
+    assert hooks.pre("toolu_parent") is False  # the subagent's call counts before the ledger has it
+    hooks.record()
+    assert (_view(ledger, PARENT_KEY).family.tool_calls, _view(ledger, CHILD_KEY).own.tool_calls) == (4, 2)

@@ -161,9 +161,12 @@ class _Answered:
     failed: bool  # denied: recorded as a failed call
     at: float  # monotonic
     decision: Decision
+    parent_key: str | None = None  # a Task subagent's call: the session whose family counts it too
     recorded_at: int | None = None  # the ledger position its hook event was committed at, once it was
 
     def counts_in(self, gate: GateConfig, session_key: str | None, agent: str | None, day: int) -> bool:
+        if gate.scope == "session-family" and self.parent_key is not None and self.parent_key == session_key:
+            return True
         if gate.scope in ("session", "session-family"):
             return self.session_key == session_key
         if gate.scope == "agent-day":
@@ -295,10 +298,12 @@ class GateKeeper:
         return decision
 
     def decide_call(self, session_key: str, tool: str, agent: str, call_id: str | None,
-                    queue: Callable[[Decision], bool] | None = None) -> Decision:
+                    queue: Callable[[Decision], bool] | None = None, parent_key: str | None = None) -> Decision:
         """The decision on a tool call this process records itself (a Claude Code hook's), counted at once:
         Claude Code runs a turn's tool calls in parallel, and each asks before the ledger holds the others.
         ``agent``: the agent the call is recorded under, which a session the ledger does not know yet is of;
+        ``parent_key``: the session that spawned ``session_key``, when a Task subagent asks: its family
+        gates measure the call too (see ``_measure``);
         ``call_id``: its tool_use_id (None: a call that will not be recorded, not counted), by which a call
         asked about again (a retry) counts once and is answered as it was; ``queue``: queues its hook event,
         told the decision, and says whether it was taken (None: taken elsewhere). Called before the next
@@ -309,7 +314,7 @@ class GateKeeper:
             waiting = self._unrecorded.get(call_id) if call_id is not None else None
             earlier = waiting or (self._recent.get(call_id) if call_id is not None else None)
             if earlier is None:
-                decision, answered = self._decide(session_key, tool, "claude-code", agent, call_id)
+                decision, answered = self._decide(session_key, tool, "claude-code", agent, call_id, parent_key)
             else:
                 decision, answered = earlier.decision, earlier
                 self._tell(decision)
@@ -369,19 +374,19 @@ class GateKeeper:
             self._recent.popitem(last=False)
 
     def _decide(self, session_key: str | None, tool: str | None, via: str, agent: str | None = None,
-                call_id: str | None = None) -> tuple[Decision, _Answered | None]:
+                call_id: str | None = None, parent_key: str | None = None) -> tuple[Decision, _Answered | None]:
         """``call_id``: the decision is on this tool call, which counts from now (``decide_call``): its
-        waiting entry comes with it."""
+        waiting entry comes with it. ``parent_key``: as ``decide_call``'s."""
         now_ms = int(self.clock() * 1000)
         day = self._day_bounds(now_ms)[0]
         with self.readers.connection() as conn:
             at = _At(conn, self.position)
             try:
-                measured = self._measure(at, session_key, tool, agent, now_ms, day, call_id)
+                measured = self._measure(at, session_key, parent_key, tool, agent, now_ms, day, call_id)
             except _Moved:  # memory was behind the ledger read: all again, from the ledger alone
-                measured = self._measure(at, session_key, tool, agent, now_ms, day, call_id)
+                measured = self._measure(at, session_key, parent_key, tool, agent, now_ms, day, call_id)
             at.end()
-        state, named, agent, applicable, tripped, unpriced = measured
+        state, named, parent, parent_named, agent, applicable, tripped, unpriced = measured
         base = {"session_key": state.session_key if state else session_key,
                 "session_id": state.session_id if state else None,
                 "agent_id": agent, "tool": tool, "ts_ms": now_ms, "via": via}
@@ -390,7 +395,7 @@ class GateKeeper:
             gate, value, who, unknown = tripped[0]
             decision = Decision(gate.action, _reason(gate, who, value, self.zone.key, unknown), gate.name, gate.scope,
                                 gate.metric, value, _limit(gate), **base)
-        elif session_key and state is None:
+        elif session_key and state is None and parent is None:
             unread = ": the logs are still being read" if self.catching_up else ""
             decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
         elif not applicable:
@@ -401,40 +406,52 @@ class GateKeeper:
         if call_id is None:
             return decision, None
         # A denied call is recorded too, as a failed one.
-        return decision, _Answered(named, agent, day, decision.decision == "block", time.monotonic(), decision)
+        return decision, _Answered(named, agent, day, decision.decision == "block", time.monotonic(), decision,
+                                   parent_named)
 
-    def _measure(self, at: _At, session_key: str | None, tool: str | None, agent: str | None, now_ms: int,
-                 day: int, call_id: str | None) -> tuple:
-        """(the session's view, the name its waiting calls go by, its agent, the gates that apply, those
-        tripped, those whose measure leaves unpriced calls out)."""
+    def _measure(self, at: _At, session_key: str | None, parent_key: str | None, tool: str | None,
+                 agent: str | None, now_ms: int, day: int, call_id: str | None) -> tuple:
+        """(the session's view, the name its waiting calls go by, its parent's view and name (``parent_key``,
+        if given), its agent, the gates that apply, those tripped, those whose measure leaves unpriced calls
+        out).
+
+        A Task subagent's call (``parent_key`` given) is its own session's: the subagent's session and
+        session-family gates measure it, and so do its parent's session-family gates, whose family counts
+        it; the parent's session gates do not, counting only what the parent spends itself."""
         state = self._view(at, session_key) if session_key else None
         if state is not None:
             # Asked by id or by key, a session's waiting calls are told by its key.
             session_key, agent = state.session_key or session_key, state.agent_id
         elif agent is None:
             agent = agent_from_key(session_key)
+        parent = self._view(at, parent_key) if parent_key else None
+        if parent is not None:
+            parent_key = parent.session_key or parent_key
         applicable = self._gates_for(tool or "", agent or "")
         counted = any(g.metric in _COUNTED for g in applicable)
         waiting = self._waiting(at) if counted else []
         calls_gated = call_id is not None and any(g.metric == "tool_calls" for g in applicable)
         ahead = self._not_made_yet(at, call_id) if calls_gated else None
         tripped, unpriced = [], []
-        for gate in applicable:
-            totals, who = self._totals(at, gate, state, agent, now_ms)
+        for gate, view, named in self._measured(applicable, state, session_key, parent, parent_key):
+            totals, who = self._totals(at, gate, view, agent, now_ms)
             extra = 0
             if gate.metric in _COUNTED:
                 # A denied call its transcript told first is a running call there until its hook is
                 # recorded: it counts as a call once, as an error here until the ledger's is one.
-                extra = sum(1 for w, held, failed in waiting if w.counts_in(gate, session_key, agent, day)
+                extra = sum(1 for w, held, failed in waiting if w.counts_in(gate, named, agent, day)
                             and (w.failed and not failed if gate.metric == "tool_errors" else not held))
                 # The calls a turn's transcript told before their hooks asked (the one asked about too)
                 # are not made yet: each counts from its own answer, so a limit of N lets N of them
-                # through. They are in the run's session: a subagent's, in the family of the one asked.
+                # through. They are in the run's session: a day, or the family of the session whose turn it
+                # is, holds them all (a subagent's too); a session alone, or a subagent's family, its own.
+                alone = gate.scope == "session" or (
+                    gate.scope == "session-family" and named != (parent_key or session_key))
                 if gate.metric == "tool_calls" and ahead is not None and (
-                        gate.scope != "session" or (state is not None and ahead[0] == state.session_id)):
+                        not alone or (view is not None and ahead[0] == view.session_id)):
                     extra -= ahead[1]
                 if totals is None and extra > 0 and gate.scope != "agent-day":
-                    totals, who = Totals(), f"session {session_key}"  # unknown to the ledger, not to us
+                    totals, who = Totals(), f"session {named}"  # unknown to the ledger, not to us
             if totals is None:
                 continue
             value = max(exact(totals, gate.metric) + extra, 0)
@@ -443,7 +460,19 @@ class GateKeeper:
                 tripped.append((gate, shown(gate.metric, value), who, unknown))
             elif unknown:
                 unpriced.append((gate, who, unknown))
-        return state, session_key, agent, applicable, tripped, unpriced
+        return state, session_key, parent, parent_key, agent, applicable, tripped, unpriced
+
+    @staticmethod
+    def _measured(applicable: tuple[GateConfig, ...], state: HotSession | None, session_key: str | None,
+                  parent: HotSession | None, parent_key: str | None) -> list[tuple]:
+        """(gate, the view it measures, the key its waiting calls go by) of each measure a question takes: one
+        a gate, and a second of a family gate when a subagent asks, its parent's family (see ``_measure``)."""
+        out = []
+        for gate in applicable:  # in the config's order: of the tripped, the first listed decides
+            out.append((gate, state, session_key))
+            if parent_key is not None and gate.scope == "session-family":
+                out.append((gate, parent, parent_key))
+        return out
 
     def _view(self, at: _At, key: str) -> HotSession | None:
         if at.memory:

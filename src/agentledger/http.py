@@ -132,8 +132,10 @@ def claude_code_answer(keeper: GateKeeper, payload: object, call_id: str | None 
     key, tool = payload.get("session_id"), payload.get("tool_name")
     if not isinstance(key, str) or not isinstance(tool, str):
         raise BadRequest("a PreToolUse payload needs string session_id and tool_name")
-    # Asked by its key, as the ledger names the session: a session not read yet is named alike.
-    decision = keeper.decide_call(claude_code_hooks.session_key(key), tool, claude_code_hooks.AGENT, call_id, queue)
+    # Asked by its key, as the ledger names the session: a session not read yet is named alike. A Task
+    # subagent's call is its own session's, and its parent's family's.
+    asked, parent = claude_code_hooks.asking(key, payload.get("agent_id"))
+    decision = keeper.decide_call(asked, tool, claude_code_hooks.AGENT, call_id, queue, parent)
     if decision.decision != "block":
         return {}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",

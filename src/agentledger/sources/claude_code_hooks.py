@@ -87,6 +87,16 @@ def _child(session_id: str, agent_id: str) -> dict:
     return {"session_key": branch_key(branch), "session_id": branch}
 
 
+def asking(session_id: str, agent_id: object) -> tuple[str, str | None]:
+    """(key of the session whose tool call a PreToolUse asks about, key of the session that spawned it):
+    asked from inside a Task subagent (a payload's ``agent_id``), the call is the subagent's own session's,
+    in its parent's family; else the session's own, spawned by none a hook names."""
+    agent = text(agent_id)
+    if agent is None:
+        return session_key(session_id), None
+    return _child(session_id, agent)["session_key"], session_key(session_id)
+
+
 def decode(payload: object, received_ms: int) -> HookEvent:
     """A hook payload → its event."""
     if not isinstance(payload, dict):
