@@ -193,6 +193,34 @@ def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start
     assert calls_in_the_hot_view() == 2
 
 
+def test_hot_views_serve_kept_from_before_a_migration_that_refills_rollups_are_rebuilt(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    snapshot = {"provider": "anthropic", "model": "claude-sonnet-4-5", "costUsd": 2.0,
+                "usage": {"input": 1, "output": 1, "total": 2}}
+    logs.append(llm_call(1) + event(2, "run.start", {}, run="r2") + event(3, "usage.snapshot", snapshot, run="r2")
+                + event(4, "run.end", {}, run="r2"))
+    daemon = Served.on(tmp_path, logs.root, flush_interval_s=3600)
+    db = daemon.db
+    ingest(db, logs.root)
+    conn = apsw.Connection(str(db))
+    conn.execute("DELETE FROM session_fallback_costs")  # as a ledger of before 0031 may hold them: wrong
+    conn.close()
+
+    def cost_in_the_hot_view() -> float:
+        daemon.start()
+        try:
+            wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
+            return daemon.get("/v1/sessions/agent:main:s1/hot")[1]["cost_usd"]
+        finally:
+            assert daemon.stop() == 0
+
+    assert cost_in_the_hot_view() == pytest.approx(0.000001)  # kept in the state dir
+    conn = apsw.Connection(str(db))
+    as_of_version(conn, 30)  # the next start migrates, refilling session_fallback_costs (db.REFILLS)
+    conn.close()
+    assert cost_in_the_hot_view() == pytest.approx(2.000001)
+
+
 def _checkpoint_off_a_line(tmp_path: Path, oc_corpus: Path) -> Path:
     """A ledger of some corpus lines whose file checkpoint no longer sits at a line's end."""
     logs = LogDir(tmp_path / "state")

@@ -267,9 +267,14 @@ def migrate(conn: apsw.Connection) -> int:
                 tables = REFILLS[number]
                 refill = None if tables is None or refill is None else refill | set(tables)
         if refill is None or refill:
-            from agentledger.ledger.verify import rebuild_rollups
+            from agentledger.ledger.verify import rebuild_rollups, rebuild_rollups_as_a_change
 
-            rebuild_rollups(conn, None if refill is None else tuple(refill))
+            tables = None if refill is None else tuple(refill)
+            if current:
+                # Hot views and metric floors kept from before were built from the former rollups.
+                rebuild_rollups_as_a_change(conn, tables)
+            else:
+                rebuild_rollups(conn, tables)
         conn.execute(f"PRAGMA user_version = {pending[-1][0]:d}")
     except BaseException:
         conn.execute("ROLLBACK")

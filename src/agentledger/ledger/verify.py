@@ -466,23 +466,27 @@ ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, mark = excluded.mark
 """
 
 
+def rebuild_rollups_as_a_change(conn: apsw.Connection, tables: tuple[str, ...] | None = None) -> None:
+    """Recompute rollups (``rebuild_rollups``) as a change of the ledger like any batch: it takes the next
+    position, and every session is marked changed at it, so that hot session views kept from before
+    (``serve``'s state dir) are rebuilt rather than trusted at its next start."""
+    rebuild_rollups(conn, tables)
+    advance_position(conn, set())
+    conn.execute(_ALL_SESSIONS_CHANGED)
+    # A new epoch for the metric series, as a reprice takes: the highest values `serve` kept of the former
+    # sums (metric-floors.json) would otherwise hide the new ones until the ledger passed them.
+    conn.execute(NEW_SERIES_EPOCH)
+
+
 def repair_rollups(conn: apsw.Connection) -> list[Difference]:
     """Rebuild every rollup from the base rows if any differs from its recomputation, in one
-    transaction. Returns the differences found; with none, nothing is written.
-
-    The rebuild is a change of the ledger like any batch: it takes the next position, and every
-    session is marked changed at it, so that hot session views kept from before (``serve``'s state
-    dir) are rebuilt rather than trusted at its next start."""
+    transaction, as a change of the ledger (``rebuild_rollups_as_a_change``). Returns the differences
+    found; with none, nothing is written."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         diffs = check_rollups(conn)
         if diffs:
-            rebuild_rollups(conn)
-            advance_position(conn, set())
-            conn.execute(_ALL_SESSIONS_CHANGED)
-            # A new epoch for the metric series, as a reprice takes: the highest values `serve` kept of
-            # the wrong sums (metric-floors.json) would otherwise hide the repair until the ledger passed them.
-            conn.execute(NEW_SERIES_EPOCH)
+            rebuild_rollups_as_a_change(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
