@@ -416,7 +416,7 @@ def test_the_fallback_of_a_few_sessions_reads_only_theirs(tmp_path, db):
             "S1": [3, 3, 0, 0, 6, round((1.5 + 4.5 + 7.5) * 10**12), 0],
             "S2": [3, 3, 0, 0, 6, round((2.5 + 5.5 + 8.5) * 10**12), 0]}
         params = [orjson.dumps(["S1"]).decode()]
-        sql = queries._SESSION_FALLBACKS.format(keys="session_id")
+        sql = queries._SESSION_FALLBACKS.format(keys="session_id", where=queries._OF_SESSIONS)
         plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     finally:
         conn.close()

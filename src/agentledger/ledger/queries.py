@@ -193,16 +193,18 @@ def _fallback_groups(conn: apsw.Connection, w: Window, keys: list[str]) -> dict[
 
 # The writer keeps every session's fallback by provider and model (session_fallback_costs): a session's
 # whole history is read there, not worked out again from its runs on every commit's hot views.
-_SESSION_FALLBACKS = f"""
-SELECT {{keys}}, {FALLBACK_SUMS} FROM session_fallback_costs
-WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY {{keys}}"""
+_SESSION_FALLBACKS = f"SELECT {{keys}}, {FALLBACK_SUMS} FROM session_fallback_costs {{where}} GROUP BY {{keys}}"
+_OF_SESSIONS = "WHERE session_id IN (SELECT value FROM json_each(?))"
 
 
 def _session_fallbacks(conn: apsw.Connection, session_ids, keys: str = "session_id") -> dict[object, list[int]]:
-    """These sessions' snapshot fallback tokens and costs (FALLBACK_COLUMNS) over their whole history, by
-    ``keys`` (columns of session_fallback_costs: session_id, provider, model; '' for an unknown provider or
-    model)."""
-    rows = conn.execute(_SESSION_FALLBACKS.format(keys=keys), (_json_list(session_ids),))
+    """These sessions' (None: every session's) snapshot fallback tokens and costs (FALLBACK_COLUMNS) over their
+    whole history, by ``keys`` (columns of session_fallback_costs: session_id, provider, model; '' for an
+    unknown provider or model)."""
+    if session_ids is None:
+        rows = conn.execute(_SESSION_FALLBACKS.format(keys=keys, where=""))
+    else:
+        rows = conn.execute(_SESSION_FALLBACKS.format(keys=keys, where=_OF_SESSIONS), (_json_list(session_ids),))
     width = len(FALLBACK_COLUMNS)
     return {row[0] if len(row) == width + 1 else tuple(row[:-width]): list(row[-width:]) for row in rows}
 
@@ -1427,9 +1429,7 @@ _LABEL_SOURCES = {
 def fallbacks_by_model(conn: apsw.Connection) -> dict[tuple[str, str], list[int]]:
     """The snapshot fallbacks (FALLBACK_COLUMNS) of every run without model calls, by provider and model ('' for
     none): from what the writer keeps per session, never from the runs."""
-    width = len(FALLBACK_COLUMNS)
-    return {tuple(row[:-width]): list(row[-width:]) for row in conn.execute(
-        f"SELECT provider, model, {FALLBACK_SUMS} FROM session_fallback_costs GROUP BY 1, 2")}
+    return _session_fallbacks(conn, None, "provider, model")
 
 
 def first_seen_values(conn: apsw.Connection, dimension: str, limit: int) -> set[str]:
