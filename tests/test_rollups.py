@@ -169,6 +169,16 @@ def test_verify_repair_is_refused_while_serve_writes_the_ledger(tmp_path):
     assert _agentledger(db, "verify").returncode == 0
 
 
+def _hot_view_at_start(daemon: Served) -> dict:
+    """Session s1's hot view once ``serve`` started on the ledger caught up; it is stopped again."""
+    daemon.start()
+    try:
+        wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
+        return daemon.get("/v1/sessions/agent:main:s1/hot")[1]
+    finally:
+        assert daemon.stop() == 0
+
+
 def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1) + llm_call(2))
@@ -180,17 +190,9 @@ def test_hot_views_serve_kept_from_before_a_repair_are_rebuilt_at_its_next_start
     conn.execute("UPDATE session_totals SET llm_calls = llm_calls + 5")
     conn.close()
 
-    def calls_in_the_hot_view() -> int:
-        daemon.start()
-        try:
-            wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
-            return daemon.get("/v1/sessions/agent:main:s1/hot")[1]["llm_calls"]
-        finally:
-            assert daemon.stop() == 0
-
-    assert calls_in_the_hot_view() == 7  # built from the corrupted totals, and kept in the state dir
+    assert _hot_view_at_start(daemon)["llm_calls"] == 7  # built from the corrupted totals, kept in the state dir
     assert _agentledger(db, "verify", "--repair").returncode == 0
-    assert calls_in_the_hot_view() == 2
+    assert _hot_view_at_start(daemon)["llm_calls"] == 2
 
 
 def test_hot_views_serve_kept_from_before_a_migration_that_refills_rollups_are_rebuilt(tmp_path):
@@ -206,19 +208,11 @@ def test_hot_views_serve_kept_from_before_a_migration_that_refills_rollups_are_r
     conn.execute("DELETE FROM session_fallback_costs")  # as a ledger of before 0031 may hold them: wrong
     conn.close()
 
-    def cost_in_the_hot_view() -> float:
-        daemon.start()
-        try:
-            wait_for(lambda: "caught up" in daemon.log(), what="serve caught up")
-            return daemon.get("/v1/sessions/agent:main:s1/hot")[1]["cost_usd"]
-        finally:
-            assert daemon.stop() == 0
-
-    assert cost_in_the_hot_view() == pytest.approx(0.000001)  # kept in the state dir
+    assert _hot_view_at_start(daemon)["cost_usd"] == pytest.approx(0.000001)  # kept in the state dir
     conn = apsw.Connection(str(db))
     as_of_version(conn, 30)  # the next start migrates, refilling session_fallback_costs (db.REFILLS)
     conn.close()
-    assert cost_in_the_hot_view() == pytest.approx(2.000001)
+    assert _hot_view_at_start(daemon)["cost_usd"] == pytest.approx(2.000001)
 
 
 def _checkpoint_off_a_line(tmp_path: Path, oc_corpus: Path) -> Path:
