@@ -47,12 +47,17 @@ def dump(db: Path, tables: tuple[str, ...] = tuple(_TABLES)) -> dict[str, list[t
         conn.close()
 
 
-def scalar(db: Path, sql: str, params: tuple = ()):
+def rows(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """What a query of the ledger at ``db`` returns, read on a connection of its own."""
     conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return conn.execute(sql, params).fetchall()[0][0]
+        return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def scalar(db: Path, sql: str, params: tuple = ()):
+    return rows(db, sql, params)[0][0]
 
 
 def usage(db: Path, **window) -> dict:

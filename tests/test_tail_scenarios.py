@@ -8,11 +8,13 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from conftest import cli_env, ingest, metric_counters
-from ledgerdump import scalar
+from ledgerdump import rows, scalar
 from logwriter import LogDir, llm_call
 
 from agentledger.faults import EXIT_CODE
@@ -24,11 +26,7 @@ from agentledger.tail.tailer import Tailer
 
 
 def ids(db: Path) -> set[int]:
-    conn = __import__("apsw").Connection(str(db))
-    try:
-        return {row[0] for row in conn.execute("SELECT id FROM events")}
-    finally:
-        conn.close()
+    return {row[0] for row in rows(db, "SELECT id FROM events")}
 
 
 def want(*ranges: range) -> set[int]:
@@ -44,9 +42,15 @@ def cost(db: Path) -> int:
 
 
 def file_events(db: Path) -> list[tuple]:
-    conn = __import__("apsw").Connection(str(db))
+    return rows(db, "SELECT event, bytes FROM file_events ORDER BY id")
+
+
+@contextmanager
+def following(db: Path, root: Path, **options) -> Iterator[Pipeline]:
+    """A pipeline of the ledger at ``db`` over the oc-telemetry ``root``, run pass by pass as serve's loop runs it."""
+    conn = open_writer(db)
     try:
-        return conn.execute("SELECT event, bytes FROM file_events ORDER BY id").fetchall()
+        yield Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]), **options)
     finally:
         conn.close()
 
@@ -125,9 +129,7 @@ def test_copytruncate(tmp_path, db):
     assert stats.events == 10 and stats.duplicates == 0 and stats.lost_files == 0
     assert ids(db) == want(range(1, 21))
     assert cost(db) == 20 * 1_000_000
-    conn = open_writer(db)
-    paths = {row[0]: row[1] for row in conn.execute("SELECT path, offset FROM files")}
-    conn.close()
+    paths = dict(rows(db, "SELECT path, offset FROM files"))
     assert paths[str(copy)] == copy.stat().st_size
 
 
@@ -148,10 +150,8 @@ def test_inode_reuse_is_a_new_file(tmp_path, db):
 def _read_first_batch_only(db: Path, root: Path) -> None:
     """Read one batch and stop, as a daemon killed mid catch-up would."""
     stop = threading.Event()
-    conn = open_writer(db)
-    Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]), stop=stop, batch_lines=2000,
-             on_progress=lambda n: stop.set()).run_once()
-    conn.close()
+    with following(db, root, stop=stop, batch_lines=2000, on_progress=lambda n: stop.set()) as pipeline:
+        pipeline.run_once()
 
 
 @pytest.mark.parametrize("rotate_before_first_read", [True, False])
@@ -212,9 +212,7 @@ def test_bad_lines_are_rejects_and_neighbours_are_indexed(tmp_path, db):
     stats = ingest(db, logs.root)
     assert stats.events == 4 and stats.rejects == 5
     assert ids(db) == want(range(1, 5))
-    conn = open_writer(db)
-    reasons = [r[0].split(":")[0] for r in conn.execute("SELECT reason FROM rejects ORDER BY offset")]
-    conn.close()
+    reasons = [r[0].split(":")[0] for r in rows(db, "SELECT reason FROM rejects ORDER BY offset")]
     assert reasons == ["invalid JSON", "invalid UTF-8", "blank line", "blank line", "not a JSON object (list)"]
 
 
@@ -230,9 +228,7 @@ def test_fifty_megabyte_line_is_rejected_and_the_rest_indexed(tmp_path, db):
         f.write(llm_call(2))
     stats = ingest(db, logs.root)
     assert stats.events == 2 and stats.rejects == 1
-    conn = open_writer(db)
-    length, reason = conn.execute("SELECT length, reason FROM rejects").fetchall()[0]
-    conn.close()
+    ((length, reason),) = rows(db, "SELECT length, reason FROM rejects")
     assert length > 50 * (1 << 20)
     assert "exceeds max_line" in reason
 
@@ -268,11 +264,9 @@ def test_end_before_start_gives_one_complete_row(tmp_path, db):
         + ev(6, "session.start", {"sessionId": "S"}, sessionKey="unknown", sessionId="S")
     )
     ingest(db, logs.root)
-    conn = open_writer(db)
-    runs = conn.execute("SELECT status, started_ms, ended_ms, total_tokens, session_key FROM runs").fetchall()
-    tools = conn.execute("SELECT status, started_ms, ended_ms, duration_ms, error FROM tool_calls").fetchall()
-    sess = conn.execute("SELECT session_key, status, started_ms, ended_ms, message_count FROM sessions").fetchall()
-    conn.close()
+    runs = rows(db, "SELECT status, started_ms, ended_ms, total_tokens, session_key FROM runs")
+    tools = rows(db, "SELECT status, started_ms, ended_ms, duration_ms, error FROM tool_calls")
+    sess = rows(db, "SELECT session_key, status, started_ms, ended_ms, message_count FROM sessions")
     t = 1_790_000_000_000
     assert runs == [("ok", t + 5, t + 3, 11, "agent:main:main")]
     assert tools == [("error", t + 4, t + 2, 7, "exit 1")]
@@ -296,9 +290,7 @@ def test_a_copytruncate_seen_between_its_copy_and_its_truncate_leaves_no_stale_c
 
     logs = LogDir(tmp_path / "state")
     logs.append(lines(range(1, 11)))
-    conn = open_writer(db)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+    with following(db, logs.root) as pipeline:
         pipeline.run_once()
         copy = logs.rotated_name()
         shutil.copyfile(logs.live, copy)
@@ -307,9 +299,7 @@ def test_a_copytruncate_seen_between_its_copy_and_its_truncate_leaves_no_stale_c
         pipeline.run_once()
         logs.append(lines(range(11, 16)))
         pipeline.run_once()
-        assert check_checkpoints(conn) == []
-    finally:
-        conn.close()
+        assert check_checkpoints(pipeline.writer.conn) == []
     assert ids(db) == want(range(1, 16))
     # The original was truncated in place after its copy was taken: told as such, once, with nothing unread.
     assert file_events(db) == [("truncate", None)]
@@ -401,9 +391,7 @@ def test_a_copy_read_before_its_original_is_found_truncated_leaves_nothing_lost(
                                                                                copy_removed):
     logs = LogDir(tmp_path / "state")
     logs.append(lines(range(1, 6)))
-    conn = open_writer(db)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+    with following(db, logs.root) as pipeline:
         pipeline.run_once()
         logs.append(lines(range(6, 11)))
         copy = logs.rotated_name()
@@ -422,8 +410,6 @@ def test_a_copy_read_before_its_original_is_found_truncated_leaves_nothing_lost(
         if copy_removed:  # by retention, read to its end
             os.unlink(copy)
         stats = pipeline.run_once()
-    finally:
-        conn.close()
     assert (stats.truncated, stats.lost_files, stats.lost_bytes) == (1, 0, 0)
     assert inputs(db)[str(logs.live)]["lost_bytes"] is None
     assert ids(db) == want(range(1, 11))
@@ -444,9 +430,7 @@ def test_a_pass_over_the_files_written_to_reads_only_them_and_scans_in_full_on_a
     a, b = LogDir(root, agent="a"), LogDir(root, agent="b")
     a.append(lines(range(1, 3)))
     b.append(lines(range(100, 102), session="b"))
-    conn = open_writer(db)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [root]))
+    with following(db, root) as pipeline:
         assert pipeline.run_once(set()).lines == 4  # the first pass always lists the files
         a.append(lines(range(3, 5)))
         b.append(lines(range(102, 104), session="b"))
@@ -466,8 +450,6 @@ def test_a_pass_over_the_files_written_to_reads_only_them_and_scans_in_full_on_a
         b.append(lines(range(200, 201), session="b"))
         stats = pipeline.run_once({str(b.live.resolve())})
         assert (stats.lines, stats.truncated) == (1, 1)
-    finally:
-        conn.close()
     assert ids(db) == want(range(1, 7), range(100, 104), range(200, 201))
 
 
@@ -488,15 +470,11 @@ def test_a_symlink_loop_among_the_agents_is_skipped_with_one_warning(tmp_path, d
     assert ids(db) == want(range(1, 4))
     # The daemon lists the agents on every pass: the loop is told about once, not every time.
     caplog.set_level("WARNING", logger="agentledger.tail")
-    conn = open_writer(db)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+    with following(db, logs.root) as pipeline:
         logs.append(lines(range(4, 6)))
         assert pipeline.run_once().events == 2
         logs.append(lines(range(6, 7)))
         assert pipeline.run_once().events == 1
-    finally:
-        conn.close()
     assert len([r for r in caplog.records if r.name == "agentledger.tail"]) == 1
 
 
@@ -683,16 +661,12 @@ def test_a_pass_over_the_files_written_to_sees_an_older_copy_written_over_one(tm
     logs = LogDir(tmp_path / "state")
     backup = lines(range(1, 4))
     logs.append(backup + lines(range(4, 7)))
-    conn = open_writer(db)
-    try:
-        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-telemetry", [logs.root]))
+    with following(db, logs.root) as pipeline:
         assert pipeline.run_once(set()).events == 6
         _put_back(logs, backup, new_inode=False)
         logs.append(lines(range(100, 104), pad=7))
         stats = pipeline.run_once({str(logs.live.resolve())})
         assert (stats.truncated, stats.events, stats.rejects) == (1, 4, 0)
-    finally:
-        conn.close()
     assert ids(db) == want(range(1, 7), range(100, 104))
 
 
