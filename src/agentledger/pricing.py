@@ -36,11 +36,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from agentledger.facts import LlmCall, Tokens, UsageSnapshot
-from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
+from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD, PRICED
 
 log = logging.getLogger(__name__)
 
-PRICED = "priced"
 FAST = "fast"
 STANDARD = "standard"
 _RATE_KEYS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")

@@ -9,3 +9,6 @@ PICO_PER_USD = 10**12  # costs are integer pico-USD, so sums are exact however m
 # ledger sums costs in 64-bit pico-USD, which 9,223 calls at this cap would take to overflow
 # (ten at the million dollars this once was). It bounds a cost the log carries and one priced here.
 MAX_CALL_COST_USD = 10**3
+
+# The cost_source of a cost priced here from its tokens, the log having carried none.
+PRICED = "priced"

@@ -16,6 +16,8 @@ from collections import defaultdict
 import apsw
 import orjson
 
+from agentledger.units import PRICED
+
 # The session of a run (the runs row r, its events' run_activity row a): the runs row's, else the one its
 # events name (see the writer's _RUN_ACTIVITY). Its tool calls that name none count there (verify.TOOL_SESSION).
 RUN_SESSION = "coalesce(r.session_id, a.session_id)"
@@ -130,7 +132,7 @@ def _move_fallback(moved: dict[tuple, list[int]], provider: str, model: str, cos
                    sign: int) -> None:
     """Move cost_source_totals by a fallback's cost: what was priced here as 'priced', the rest as the log's."""
     moved[(provider, model, "log")][0] += sign * (cost - priced)
-    moved[(provider, model, "priced")][0] += sign * priced
+    moved[(provider, model, PRICED)][0] += sign * priced
 
 
 def refresh_fallbacks(conn: apsw.Connection, session_ids: set[str]) -> None:

@@ -13,7 +13,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS, NEW_SERIES_EPOCH, RUN_SESSION, advance_position
-from agentledger.pricing import PRICED
+from agentledger.units import PRICED
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
 # group of rows. Queries use the same sums for the partial slots at a window's edges.

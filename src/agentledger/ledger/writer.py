@@ -47,11 +47,12 @@ from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.ledger.verify import rebuild_keys
-from agentledger.pricing import PRICED, Pricer
+from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import TASK_TOOLS, branch_key, child_key, child_session_id, spawn_key
 from agentledger.sources.claude_code_hooks import event_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
+from agentledger.units import PRICED
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
