@@ -115,6 +115,12 @@ def test_a_session_crossing_its_budget_is_blocked_on_the_next_call_and_not_befor
     }
 
 
+def test_a_budget_finer_than_a_cent_is_named_as_configured(ledger_with):
+    ledger = ledger_with([gate(name="tiny", limit=0.015)])
+    ledger.add(llm(1, 0.0175))
+    assert ledger.ask().reason == "session agent:main:s1 spent $0.018 of its $0.015 budget (gate tiny)"
+
+
 def test_zero_cost_calls_never_trip_a_cost_gate(ledger_with):
     ledger = ledger_with([gate(limit=0.000001)])
     ledger.add(*(llm(n, 0.0, model="local-free") for n in range(1, 200)))
@@ -859,7 +865,7 @@ def test_a_subagent_s_tool_call_is_gated_by_its_own_session_s_spend_not_its_pare
     assert hooks.pre("toolu_sub", agent=TASK_AGENT) is False
     blocked, _ = ledger.keeper.drain()
     assert [(d.gate, d.session_key, d.value) for d in blocked] == [("own", CHILD_KEY, 0.00891)]
-    assert blocked[0].reason == f"session {CHILD_KEY} spent $0.01 of its $0.01 budget (gate own)"
+    assert blocked[0].reason == f"session {CHILD_KEY} spent $0.009 of its $0.005 budget (gate own)"
 
 
 def test_a_subagent_s_tool_call_is_gated_by_its_parent_s_family(tmp_path, ledger_with):

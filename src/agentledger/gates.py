@@ -115,10 +115,16 @@ def hot_json(state: HotSession) -> dict:
             **_totals_json(state.own), "family": _totals_json(state.family)}
 
 
-def _amount(metric: str, value: float) -> str:
+def _amount(metric: str, value: float, places: int = 2) -> str:
     if metric == "cost_usd":
-        return f"${value:,.2f}"
+        return f"${value:,.{places}f}"
     return f"{value:,.0f}"
+
+
+def _places(limit: float) -> int:
+    """Decimals that show a dollar budget as configured: cents, or as many more as it has (up to a
+    millionth). A budget of $0.015 shown as $0.01 would contradict the spend said to exceed it."""
+    return next((places for places in range(2, 6) if round(limit, places) == limit), 6)
 
 
 def _limit(gate: GateConfig) -> float | int:
@@ -130,7 +136,8 @@ def _unpriced(n: int) -> str:
 
 
 def _reason(gate: GateConfig, who: str, value: float, zone: str, unpriced: int) -> str:
-    used, limit = _amount(gate.metric, value), _amount(gate.metric, gate.limit)
+    places = _places(gate.limit)
+    used, limit = _amount(gate.metric, value, places), _amount(gate.metric, gate.limit, places)
     period = f" today ({zone})" if gate.scope.endswith("-day") else ""
     budget = "daily budget" if period else "budget"
     if gate.metric == "cost_usd":
