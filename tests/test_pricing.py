@@ -8,9 +8,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
+import apsw
 import orjson
 import pytest
-from conftest import cli_env, cli_json, ingest
+from conftest import as_of_version, cli_env, cli_json, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgerdump import scalar, verify
@@ -23,6 +24,8 @@ from test_transcript_sources import (
 )
 
 from agentledger.facts import LlmCall, Tokens
+from agentledger.ledger.db import open_writer
+from agentledger.ledger.verify import rebuild_rollups
 from agentledger.pricing import Pricer, exclusive, load_overrides
 
 OCT_2026 = 1_790_812_800_000
@@ -572,6 +575,66 @@ def test_a_telemetry_call_logged_at_zero_beside_tokens_is_priced_or_counted_unpr
     assert (rows["llama-local-xyz"]["cost_usd"], rows["llama-local-xyz"]["unpriced_calls"]) == (0, 1)
     assert cli_json(db, "usage")["unpriced_calls"] == 1
     assert verify(db) == []
+
+
+def _as_an_older_version_stored(db: Path, version: int, *edits: str) -> None:
+    """The ledger as an older agentledger left it: taken back to schema ``version``, its rows edited to what
+    that version stored (``edits``), its rollups refilled from them; then opened by this version, which
+    migrates it."""
+    conn = apsw.Connection(str(db))
+    try:
+        as_of_version(conn, version)
+        for edit in edits:
+            conn.execute(edit)
+        rebuild_rollups(conn)
+    finally:
+        conn.close()
+    open_writer(db).close()
+
+
+def _reads_as_afresh(db: Path, fresh: Path) -> None:
+    """``db`` answers as a fresh read of the same logs (``fresh``) does, and verifies clean."""
+    for query in (("usage",), ("costs", "--group-by", "provider"), ("costs", "--group-by", "model"), ("sessions",)):
+        assert cli_json(db, *query) == cli_json(fresh, *query), query
+    # A refill keeps a sum of $0 (a call that used nothing) as a series at 0 that a read adding row by row never
+    # started: the same spend.
+    assert {k: v for k, v in metric_counters(db).items() if v} == {k: v for k, v in metric_counters(fresh).items() if v}
+    assert verify(db) == []
+
+
+def test_a_telemetry_zero_beside_tokens_an_older_version_kept_as_0_is_unpriced_then_repriced(tmp_path, db):
+    """Before a costUsd of 0 beside tokens was read as no cost, calls and usage snapshots so logged were kept as
+    the log's $0, which reprice never touches. The upgrade makes them unpriced, as a read of them now leaves a
+    model the table lacks, and reprice prices the ones it knows: the ledger then reads as a fresh one."""
+    from logwriter import LogDir, event
+
+    logs = LogDir(tmp_path / "logs")
+    delta = {"input": 100_000, "output": 2000, "total": 102_000}
+    models = (("anthropic", "claude-sonnet-4-5"), ("local", "llama-local-xyz"))
+    for n, (provider, model) in enumerate(models, 1):
+        logs.append(event(n, "llm.call", {"callIndex": n, "provider": provider, "model": model, "delta": delta,
+                                          "costUsd": 0}))
+    failed = orjson.loads(event(3, "llm.call", {"callIndex": 3, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                                "delta": delta, "costUsd": 0}))
+    logs.append(orjson.dumps(failed | {"error": {"message": "overloaded"}}) + b"\n")
+    logs.append(event(4, "llm.call", {"callIndex": 4, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {}, "costUsd": 0}))  # used nothing: $0 it is
+    for n, (provider, model) in zip((10, 20), models):  # runs without calls, of a snapshot's cost
+        run = {"model": model, "provider": provider}
+        logs.append(event(n, "run.start", run, session="s2", run=f"R{n}") + event(n + 1, "run.end", run, session="s2",
+                                                                                    run=f"R{n}")
+                    + event(n + 2, "usage.snapshot", run | {"usage": delta, "costUsd": 0}, session="s2"))
+    ingest(db, logs.root)
+    old = tmp_path / "old.db"
+    ingest(old, logs.root)
+    _as_an_older_version_stored(
+        old, 33, "UPDATE llm_calls SET cost_pico = 0, cost_source = 'log' WHERE cost_pico IS NULL OR cost_source = 'priced'",
+        "UPDATE usage_snapshots SET cost_pico = 0, cost_source = 'log' WHERE cost_pico IS NULL OR cost_source = 'priced'")
+    # Unpriced, not $0: the two calls and two runs with tokens; the failed call costs nothing, as ever.
+    assert (cli_json(old, "usage")["cost_usd"], cli_json(old, "usage")["unpriced_calls"]) == (0, 4)
+    assert verify(old) == []
+    cli_json(old, "reprice")
+    _reads_as_afresh(old, db)
 
 
 def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
