@@ -112,7 +112,7 @@ def test_a_cost_chart_marks_what_leaves_out_unpriced_calls(tmp_path):
                                                 "total": 10}}))
     db = tmp_path / "ledger.db"
     ingest(db, logs.root)
-    note = "* leaves out model calls with no price for their model"
+    note = "* leaves out model calls of unknown cost"
     (tmp_path / "day").mkdir()
     term = Terminal(tmp_path / "day", ["costs", "--group-by", "day", "--chart"], cli_env(db), hold=True)
     try:

@@ -413,7 +413,7 @@ def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out
         (line,) = [line for line in lines if line.startswith(name) or f" {name} " in line]
         return line.split()[-1]
 
-    note = "* leaves out model calls with no price for their model"
+    note = "* leaves out model calls of unknown cost"
     subagents = text("subagents")
     assert (cost_of(subagents, part), cost_of(subagents, blind)) == ("≥0.2500*", "—*")
     assert sum(note in line for line in subagents) == 1

@@ -657,3 +657,10 @@ def test_reprice_prices_a_snapshot_again_and_every_total_follows(tmp_path, db):
     assert _priced_where_its_cost_counts(db) == _priced_everywhere(2000 * 10e-6 + 1100 * 100e-6)
     assert verify(db) == []
     assert cli_json(db, "reprice", "--prices", str(prices))["snapshots_changed"] == 0
+
+
+def test_reprice_counts_the_unpriced_calls_usage_counts_after_it(tmp_path, db):
+    """R2 has no model calls and its snapshot no cost, of a model the table does not know: after `reprice`
+    it still counts as one unpriced call in `usage`, and reprice's own count says so, not 0."""
+    _ingested(tmp_path, db, _r2_snapshot_costs(None)).close()
+    assert cli_json(db, "reprice")["unpriced_calls"] == cli_json(db, "usage")["unpriced_calls"] == 1

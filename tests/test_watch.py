@@ -128,7 +128,7 @@ def test_watch_marks_costs_that_leave_out_unpriced_calls(tmp_path, env):
     # One priced call gives no pace: with a call of no price beside it, the pace is unknown rather than none.
     assert rows["session-cost"][1:] == ["≥$0.5000*/$5.00", "$4.50", "—*", "—"]
     assert rows["fleet-day"][-4:] == ["≥$0.5000*/$50.00", "$49.50", "—*", "—"]
-    assert sum(line.startswith("* leaves out model calls with no price") for line in lines) == 1
+    assert sum(line.startswith("* leaves out model calls of unknown cost") for line in lines) == 1
 
 
 def test_watch_shows_the_time_on_the_clock_of_the_zone_it_names(tmp_path, env):

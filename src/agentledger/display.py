@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 DASH = "—"
-# A model missing from the price table leaves its calls out of a cost: never a silent $0.
-UNPRICED_NOTE = ("* leaves out model calls with no price for their model (unpriced_calls in --json): "
-                 "add their prices and run `agentledger reprice`")
+# A call of unknown cost (mostly a model missing from the price table) is left out of a cost: never a silent
+# $0. A price added for its model does not price every such call (README: Prices), so the note says so.
+UNPRICED_NOTE = ("* leaves out model calls of unknown cost (unpriced_calls in --json): add their models to the "
+                 "price file and run `agentledger reprice` (a few stay unpriced: see Prices in the README)")
 
 
 def usd(value: float | None) -> str:

@@ -129,7 +129,7 @@ class Unreadable(NamedTuple):
 class RepriceResult:
     checked: int = 0
     changed: int = 0
-    unpriced: int = 0
+    unpriced: int = 0  # what usage counts unpriced once repriced: calls, and runs without calls on a snapshot
     snapshots_changed: int = 0  # usage snapshots, whose costs runs without model calls count
 
 
@@ -1567,6 +1567,7 @@ class LedgerWriter:
         result = RepriceResult()
         self._reprice_calls(pricer, result, batch)
         self._reprice_snapshots(pricer, result, batch)
+        result.unpriced = queries.usage(self.conn, queries.Window())["unpriced_calls"]
         return result
 
     def _reprice_calls(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
@@ -1585,7 +1586,6 @@ class LedgerWriter:
                     tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
                                     total=row[14], cache_write_1h=row[21])
                     cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25], row[26])
-                    result.unpriced += cost is None
                     if cost == row[15]:
                         continue
                     source = PRICED if cost is not None else None
