@@ -134,7 +134,8 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
                          env=env, capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 2, "calls_changed": 1, "unpriced_calls": 0,
-                                        "snapshots_changed": 0, "prices": str(prices), "unmatched_overrides": []}
+                                        "snapshots_changed": 0, "calls_given_provider": 0,
+                                        "runs_given_provider": 0, "prices": str(prices), "unmatched_overrides": []}
     after = usage()
     assert after["unpriced_calls"] == 0
     # 10 input + 1000 output at 1 and 1000 USD per million; cache tokens at the override's defaults.
@@ -323,7 +324,8 @@ def test_an_undated_override_prices_dated_calls_at_ingest_and_at_reprice_and_a_s
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(both)],
                          env=cli_env(fresh), capture_output=True, check=True)
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
-                                        "snapshots_changed": 0, "prices": str(both), "unmatched_overrides": ["claude-sonet-4-5"]}
+                                        "snapshots_changed": 0, "calls_given_provider": 0,
+                                        "runs_given_provider": 0, "prices": str(both), "unmatched_overrides": ["claude-sonet-4-5"]}
     assert scalar(fresh, "SELECT cost_pico FROM llm_calls") == overridden * 10**6
     text = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--prices", str(both)],
                           env=cli_env(fresh), capture_output=True, check=True, text=True)
@@ -594,7 +596,8 @@ def _as_an_older_version_stored(db: Path, version: int, *edits: str) -> None:
 
 def _reads_as_afresh(db: Path, fresh: Path) -> None:
     """``db`` answers as a fresh read of the same logs (``fresh``) does, and verifies clean."""
-    for query in (("usage",), ("costs", "--group-by", "provider"), ("costs", "--group-by", "model"), ("sessions",)):
+    for query in (("usage",), ("costs", "--group-by", "provider"), ("costs", "--group-by", "model"), ("sessions",),
+                  ("runs",)):
         assert cli_json(db, *query) == cli_json(fresh, *query), query
     # A refill keeps a sum of $0 (a call that used nothing) as a series at 0 that a read adding row by row never
     # started: the same spend.
@@ -635,6 +638,33 @@ def test_a_telemetry_zero_beside_tokens_an_older_version_kept_as_0_is_unpriced_t
     assert verify(old) == []
     assert cli_json(old, "reprice")["unpriced_calls"] == 2  # the model the table does not know: a call, a run
     _reads_as_afresh(old, db)
+
+
+def test_reprice_gives_a_gateway_s_calls_an_older_version_left_without_a_provider_the_table_s(tmp_path, db):
+    """Claude Code's calls of another provider's model through a gateway, and the runs they ended, had no
+    provider before the price table named it: reprice names it, and every total by provider, /metrics'
+    labels among them, reads as a fresh read of the same transcript. A model the table does not know keeps none."""
+    project = _project(tmp_path)
+    (project / f"{SESSION}.jsonl").write_bytes(
+        cc_prompt("u1", "hi", 0) + b"".join(
+            cc_assistant(f"a{i}", f"msg_{i}", {"type": "text", "text": "Done."}, output=100, second=i, model=model,
+                         stop="end_turn" if model == "gpt-5" else None)
+            for i, model in enumerate((SONNET, "gpt-5-mini", "gpt-5"), 1))
+        + cc_prompt("u2", "again", 10) + cc_assistant("a4", "msg_4", {"type": "text", "text": "Done."}, output=100,
+                                                      second=11, model="our-own-model", stop="end_turn"))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    old = tmp_path / "old.db"
+    ingest(old, tmp_path / "claude", fmt="claude-code")
+    _as_an_older_version_stored(old, 33, "UPDATE llm_calls SET provider = NULL WHERE model NOT LIKE 'claude%'",
+                                "UPDATE runs SET provider = NULL WHERE model NOT LIKE 'claude%'")
+    assert {r["provider"]: r["llm_calls"] for r in cli_json(old, "costs", "--group-by", "provider")["rows"]} == {
+        None: 3, "anthropic": 1}
+    out = cli_json(old, "reprice")
+    assert (out["calls_given_provider"], out["runs_given_provider"]) == (2, 1)
+    _reads_as_afresh(old, db)
+    assert {r["provider"]: r["llm_calls"] for r in cli_json(old, "costs", "--group-by", "provider")["rows"]} == {
+        None: 1, "anthropic": 1, "openai": 2}
+    assert cli_json(old, "reprice")["calls_given_provider"] == 0
 
 
 def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
@@ -749,6 +779,7 @@ def test_a_call_priced_above_a_call_s_cap_is_kept_unpriced_at_ingest_and_at_repr
     assert cli_json(other, "usage")["unpriced_calls"] == 0
     assert cli_json(other, "reprice", "--prices", str(dear)) == {"calls_checked": 2, "calls_changed": 2,
                                                              "unpriced_calls": 1, "snapshots_changed": 0,
+                                                             "calls_given_provider": 0, "runs_given_provider": 0,
                                                              "prices": str(dear),
                                                              "unmatched_overrides": []}
     again = cli_json(other, "usage")
@@ -802,7 +833,8 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
     out = reprice()
     assert out.returncode == 0 and out.stderr == ""
     assert orjson.loads(out.stdout) == {"calls_checked": 1, "calls_changed": 1, "unpriced_calls": 0,
-                                        "snapshots_changed": 0, "prices": str(prices), "unmatched_overrides": []}
+                                        "snapshots_changed": 0, "calls_given_provider": 0,
+                                        "runs_given_provider": 0, "prices": str(prices), "unmatched_overrides": []}
     each = (10 * 1 + 100_000 * 2) * 10**6
     transcript.write_bytes(transcript.read_bytes() + _claude_call("a2", "msg_2", model="in-house-llm", second=2))
     daemon.start()

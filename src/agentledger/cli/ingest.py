@@ -162,7 +162,8 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
 def reprice(obj, prices: Path | None, as_json: bool) -> None:
     """Price again every call priced here (or left unpriced), with today's price table and overrides.
 
-    Costs the logs carried are never touched; rollups move with the rows. Give it the configuration
+    Costs the logs carried are never touched; rollups move with the rows. Claude Code calls and runs that
+    name no provider first take the one the price table lists their model under. Give it the configuration
     `serve` runs with (--config), so that both read the same price file."""
     if not ledger_exists(obj.db):
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
@@ -171,7 +172,8 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
         result = LedgerWriter(conn).reprice(pricer)
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,
-               "snapshots_changed": result.snapshots_changed,
+               "snapshots_changed": result.snapshots_changed, "calls_given_provider": result.calls_given_provider,
+               "runs_given_provider": result.runs_given_provider,
                "prices": str(prices or configured) if prices or configured else None}
     if prices is not None and (configured is None or not _same_file(prices, configured)):
         # The calls indexed from now on would be priced from the configured file, not from this one.

@@ -314,6 +314,7 @@ def move_llm_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[
     _write(conn, _ADD_RUN_LLM, d.run_llm)
     _write(conn, _ADD_SESSION_MODEL, d.session_model)
     _write(conn, _ADD_COST_SOURCE, d.cost_sources)
+    _write(conn, _ADD_DURATION, d.durations)  # keyed by provider and model, which a change may name anew
     return set(d.session)
 
 

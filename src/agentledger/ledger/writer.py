@@ -49,7 +49,14 @@ from agentledger.ledger.lifecycle import Lifecycle
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
-from agentledger.sources.claude_code import TASK_TOOLS, branch_key, child_key, child_session_id, spawn_key
+from agentledger.sources.claude_code import (
+    TASK_TOOLS,
+    branch_key,
+    child_key,
+    child_session_id,
+    provider_of_model,
+    spawn_key,
+)
 from agentledger.sources.claude_code_hooks import event_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 from agentledger.units import PRICED
@@ -131,6 +138,13 @@ class RepriceResult:
     changed: int = 0
     unpriced: int = 0  # what usage counts unpriced once repriced: calls, and runs without calls on a snapshot
     snapshots_changed: int = 0  # usage snapshots, whose costs runs without model calls count
+    # Claude Code calls, and their runs, of no provider given the one the price table names for their model
+    calls_given_provider: int = 0
+    runs_given_provider: int = 0
+
+    def moved(self) -> bool:
+        """Whether the reprice has moved the ledger's sums yet (the metric series start a new epoch once)."""
+        return bool(self.changed or self.snapshots_changed or self.calls_given_provider or self.runs_given_provider)
 
 
 @dataclass(slots=True)
@@ -324,6 +338,18 @@ _BRANCH_STARTS = (
     "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1 "
     "WHERE tc.started_ms IS NOT NULL"
 )
+# Claude Code calls and runs whose model named no provider: a gateway's other models, before the price table
+# named theirs (claude_code.provider_of_model), and any model the table has learnt since it was read.
+_PROVIDERLESS_CALLS = (
+    f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE source = '{CLAUDE_CODE}' AND provider IS NULL "
+    "AND model IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
+)
+_SET_CALL_PROVIDER = "UPDATE llm_calls SET provider = ? WHERE id = ?"
+_PROVIDERLESS_RUNS = (
+    f"SELECT run_id, model FROM runs WHERE source = '{CLAUDE_CODE}' AND provider IS NULL AND model IS NOT NULL "
+    "AND run_id > ? ORDER BY run_id LIMIT ?"
+)
+_SET_RUN_PROVIDER = "UPDATE runs SET provider = ? WHERE run_id = ?"
 # Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
 _REPRICEABLE = (
     f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
@@ -1562,13 +1588,62 @@ class LedgerWriter:
         return added, replaced
 
     def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:
-        """Price again every call, then every usage snapshot, whose cost was priced here or unknown; one
-        transaction per batch."""
+        """Give the calls and runs of no provider the one the price table names, then price again every call,
+        then every usage snapshot, whose cost was priced here or unknown; one transaction per batch."""
         result = RepriceResult()
+        self._give_calls_providers(result, batch)
+        self._give_runs_providers(result, batch)
         self._reprice_calls(pricer, result, batch)
         self._reprice_snapshots(pricer, result, batch)
         result.unpriced = queries.usage(self.conn, queries.Window())["unpriced_calls"]
         return result
+
+    def _give_calls_providers(self, result: RepriceResult, batch: int) -> None:
+        """The provider of each call that has none and whose model the price table now names one for, as a
+        read of its line gives it; first, so that it is priced as such a read prices it."""
+        last = 0
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(_PROVIDERLESS_CALLS, (last, batch)).fetchall()
+                if not rows:
+                    return
+                last = rows[-1][0]
+                old_rows, new_rows, updates = [], [], []
+                for rid, *row in rows:
+                    provider = provider_of_model(row[8])
+                    if provider is None:
+                        continue
+                    old_rows.append(tuple(row))
+                    row[7] = provider
+                    new_rows.append(tuple(row))
+                    updates.append((provider, rid))
+                if updates:
+                    if not result.moved():
+                        conn.execute(rollups.NEW_SERIES_EPOCH)
+                    conn.executemany(_SET_CALL_PROVIDER, updates)
+                    rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
+                    result.calls_given_provider += len(updates)
+
+    def _give_runs_providers(self, result: RepriceResult, batch: int) -> None:
+        """The runs of those calls, which took the provider of the call that ended them, as the calls do."""
+        last = ""
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(_PROVIDERLESS_RUNS, (last, batch)).fetchall()
+                if not rows:
+                    return
+                last = rows[-1][0]
+                updates = [(provider, run_id) for run_id, model in rows
+                           if (provider := provider_of_model(model)) is not None]
+                if updates:
+                    if not result.moved():
+                        conn.execute(rollups.NEW_SERIES_EPOCH)
+                    tracker = rollups.Tracker(conn, {run_id for _, run_id in updates}, set(), set(), set())
+                    tracker.before()
+                    conn.executemany(_SET_RUN_PROVIDER, updates)
+                    tracker.after([], [])
+                    rollups.advance_position(conn, tracker.touched)
+                    result.runs_given_provider += len(updates)
 
     def _reprice_calls(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
         last = 0
@@ -1594,7 +1669,7 @@ class LedgerWriter:
                     new_rows.append(tuple(row))
                     updates.append((cost, source, rid))
                 if updates:
-                    if not result.changed:  # in the first change's own commit: a run cut short moved calls too
+                    if not result.moved():  # in the first change's own commit: a run cut short moved calls too
                         conn.execute(rollups.NEW_SERIES_EPOCH)
                     conn.executemany(_SET_COST, updates)
                     rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
@@ -1619,7 +1694,7 @@ class LedgerWriter:
                         updates.append((cost, PRICED if cost is not None else "log", sid))
                         sessions.add(session_id)
                 if updates:
-                    if not (result.changed or result.snapshots_changed):
+                    if not result.moved():
                         conn.execute(rollups.NEW_SERIES_EPOCH)
                     conn.executemany(_SET_SNAPSHOT_COST, updates)
                     rollups.advance_position(conn, sessions - {None})

@@ -249,7 +249,7 @@ def _web_searches(usage: dict) -> int:
     return n if n <= _MAX_SEARCHES else 0
 
 
-def _provider(model: str | None) -> str | None:
+def provider_of_model(model: str | None) -> str | None:
     """Claude Code's own models are Anthropic's, new ones before the price table knows them too; a
     gateway's other models are the provider's the table lists them under."""
     if not model:
@@ -353,7 +353,7 @@ class FileDecoder:
         tokens = _tokens(usage)
         # Older transcripts (costUSD went in 2025) carry the producer's cost of each response: the log's
         # word, kept (a streamed response's lines each carry one, and the call keeps one line's).
-        call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=_provider(model), model=model,
+        call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=provider_of_model(model), model=model,
                        tokens=tokens, cost_pico=logged_cost(obj.get("costUSD"), tokens),
                        speed=_speed(usage), web_searches=_web_searches(usage), inference_geo=_inference_geo(usage),
                        call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
