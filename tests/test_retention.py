@@ -193,6 +193,36 @@ def test_a_late_snapshot_stays_while_it_stands_in_for_its_own_run(tmp_path: Path
     assert scalar(db, "SELECT ts_ms FROM usage_snapshots") == 2020
 
 
+def test_every_snapshot_of_a_run_without_calls_stays_as_a_reprice_may_make_another_stand_in(tmp_path: Path):
+    """r1's first snapshot carries the log's cost and its later one none, of a model no table prices: the first
+    stands in for r1. Both stay, since a price for the model makes the later, costlier one stand in instead."""
+    tdir = tmp_path / "root" / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True)
+    ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1"}
+    run = {"model": "in-house-llm", "provider": "p"}
+    lines = [
+        {"id": "evt_0000000000000001", "ts": 1000, "kind": "run.start", "runId": "r1", "data": run, **ids},
+        {"id": "evt_0000000000000002", "ts": 2000, "kind": "usage.snapshot",
+         "data": run | {"usage": {"input": 100, "output": 10, "total": 110}, "costUsd": 0.001}, **ids},
+        {"id": "evt_0000000000000003", "ts": 2500, "kind": "usage.snapshot",
+         "data": run | {"usage": {"input": 400, "output": 40, "total": 440}}, **ids},
+        {"id": "evt_0000000000000004", "ts": 3000, "kind": "run.end", "runId": "r1", "data": run, **ids},
+    ]
+    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    db = tmp_path / "ledger.db"
+    ingest(db, tmp_path / "root")
+    before = _picture(db)
+    assert before["usage"]["cost_usd"] == 0.001
+
+    assert _prune(db, AFTER_ALL).usage_snapshots == 0
+    assert _picture(db) == before
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."in-house-llm"]\ninput = 10\noutput = 100\n')
+    assert agentledger(db, "reprice", "--prices", str(prices)).returncode == 0
+    assert _picture(db)["usage"]["cost_usd"] == pytest.approx(400 * 10e-6 + 40 * 100e-6)
+    assert verify(db) == []
+
+
 def test_rereading_pruned_logs_counts_nothing_twice(ledger: Path, oc_corpus: Path, tmp_path: Path):
     before = _picture(ledger)
     _prune(ledger, AFTER_ALL)

@@ -7,7 +7,8 @@ Raw, and pruned once older than the horizon:
   id and changes nothing. Its kind, offset, agent, session key and the raw line of an unknown kind
   go (about two thirds of the row); ``agentledger events`` no longer lists it.
 - ``messages``: message previews. Nothing counts them.
-- ``usage_snapshots``: except those still standing in for the cost of a run without model calls.
+- ``usage_snapshots``: except those of a run without model calls, all of them: a reprice may make another
+  of them the one that stands in for its cost (verify.RUN_SNAPSHOT picks the costliest).
 - ``rejects``: the first bytes kept for a human to look at. The row itself (file, offset,
   length, reason) stays: rejected-line counts are made of it.
 - ``gate_decisions``: the log of warn and block answers (their counts are kept apart).
