@@ -521,3 +521,35 @@ def test_concurrent_tasks_are_paired_with_their_subagents_only_when_the_type_tel
     ingest(db, tmp_path / "claude", fmt="claude-code")
     assert sorted((key, label, status) for key, label, _, status, _ in _listed_subagents(db)) == sorted(
         (keys[call], labels[call], "ended") for call in agents)
+
+
+@pytest.mark.parametrize("order", [("use", "pre", "result", "post"), ("use", "result", "pre", "post"),
+                                   ("use", "pre", "post", "result"), ("pre", "use", "post", "result")])
+def test_a_subagent_s_tool_call_is_one_row_when_its_line_is_read_in_its_session_s_run_before_its_hooks(
+        tmp_path, db, order):
+    """The session's prompt read first, the subagent's lines are in its run (its parent's, on the subagent's
+    branch): a hook of the call, arriving after its line, lands on that row, not a second one."""
+    parent, child, btw = _task_lines()
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    post(db, [_TASK_ASKED, _TASK_STARTED], 1_790_848_801_500)
+    grep = {**_TASK_STARTED, "tool_name": "Grep", "tool_input": {"pattern": "paginate"}, "tool_use_id": "toolu_grep"}
+    hooks = [{**grep, "hook_event_name": "PreToolUse"}, {**grep, "hook_event_name": "PostToolUse", "duration_ms": 900}]
+    steps = {"use": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child[:2])),
+             "result": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child)),
+             "pre": lambda: post(db, hooks[:1], 1_790_848_803_500),
+             "post": lambda: post(db, hooks[1:], 1_790_848_804_500)}
+    for step in order:
+        steps[step]()
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+        assert {t["tool"]: t["calls"] for t in cli_json(db, "tools")} == {"Task": 1, "Grep": 1}, step
+    assert [t["duration_ms"] for t in cli_json(db, "session", CHILD_KEY)["tool_calls"]] == [900]
+    post(db, hooks, 1_790_848_900_000)  # sent again, after a restart: nothing changes
+    assert {t["tool"]: t["calls"] for t in cli_json(db, "tools")} == {"Task": 1, "Grep": 1}
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME

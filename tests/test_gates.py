@@ -887,3 +887,35 @@ def test_calls_a_subagent_was_let_make_count_in_its_parent_s_family_at_once(tmp_
     assert hooks.pre("toolu_parent") is False  # the subagent's call counts before the ledger has it
     hooks.record()
     assert (_view(ledger, PARENT_KEY).family.tool_calls, _view(ledger, CHILD_KEY).own.tool_calls) == (4, 2)
+
+
+@pytest.mark.parametrize("scope, limit", [("session", 4), ("session-family", 5)])  # the family counts the Task too
+def test_a_subagent_s_calls_its_transcript_told_first_count_once_each_when_recorded(tmp_path, ledger_with,
+                                                                                     scope, limit):
+    """A Task subagent's turn of parallel calls, read in its session's run before their hooks ask: each
+    recorded hook is that call, counted once, so a limit of 4 lets 4 of the subagent's calls through."""
+    ledger = ledger_with([gate(name="tools", scope=scope, metric="tool_calls", limit=limit)])
+    path, pipeline = _transcript(tmp_path, ledger)
+    path.write_bytes(_turn(0, [("toolu_task", "Task")]))
+    pipeline.run_once()
+    hooks = _Hooks(ledger, _SID)
+    assert hooks.pre("toolu_task") is True
+    take_claude_code_hook(ledger.keeper, hooks.inbox, {"session_id": _SID, "hook_event_name": "SubagentStart",
+                                                       "agent_id": "a1", "agent_type": "general-purpose"}, NOW_MS)
+    hooks.record()
+    grep = [{"type": "tool_use", "id": f"toolu_g{i}", "name": "Grep", "input": {"pattern": str(i)}} for i in range(6)]
+    lines = [{"type": "user", "uuid": "c0", "sessionId": _SID, "isSidechain": True, "agentId": "a1",
+              "timestamp": "2026-11-23T10:00:02.000Z", "message": {"role": "user", "content": "look"}},
+             {"type": "assistant", "uuid": "c1", "parentUuid": "c0", "sessionId": _SID, "isSidechain": True,
+              "agentId": "a1", "requestId": "req_c1", "timestamp": "2026-11-23T10:00:03.000Z",
+              "message": {"id": "msg_c1", "model": "claude-sonnet-4-5", "role": "assistant", "content": grep,
+                          "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}}]
+    (path.parent / _SID / "subagents").mkdir(parents=True)
+    (path.parent / _SID / "subagents" / "agent-a1.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    pipeline.run_once()
+    allowed = []
+    for i in range(6):
+        allowed.append(hooks.pre(f"toolu_g{i}", agent="a1"))
+        hooks.record()
+    assert allowed == [True] * 4 + [False] * 2
+    assert {t["tool"]: t["calls"] for t in cli_json(ledger.db, "tools")} == {"Task": 1, "Grep": 6}

@@ -478,8 +478,11 @@ INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, sessi
                         started_ms, ended_ms, duration_ms, error, file_path, exec_command, session_id)
 VALUES (?, ?, ?, '{HOOK_ROW_SOURCE}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 {_FILL_TOOL}"""
-# The row of a call, wherever the session's runs put it (or under no run).
-_TOOL_ROW_OF_SESSION = """
+# The row of a call, wherever the session's runs put it (or under no run). A Task subagent's session has no
+# runs: the transcript writes its calls in its parent's, under the parent's key, on the subagent's branch.
+_TOOL_ROW_OF_SESSION = f"""
+SELECT run_id FROM tool_calls WHERE tool_call_id = ?2 AND branch = ?1 AND source = '{CLAUDE_CODE}'
+UNION ALL
 SELECT run_id FROM tool_calls
 WHERE tool_call_id = ?2 AND session_key = ?3
   AND run_id IN (SELECT run_id FROM runs WHERE session_id = ?1 UNION ALL SELECT '')
