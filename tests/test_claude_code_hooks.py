@@ -553,3 +553,37 @@ def test_a_subagent_s_tool_call_is_one_row_when_its_line_is_read_in_its_session_
     (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+@pytest.mark.parametrize("order", [
+    ("asked", "task-line", "grep", "child"), ("task-line", "asked", "grep", "child"),
+    ("asked", "grep", "task-line", "child"), ("asked", "grep", "child", "task-line"),
+    ("child", "asked", "grep", "task-line"), ("task-line", "child", "asked", "grep")])
+def test_a_subagent_whose_start_hook_never_came_is_its_session_s_once_its_first_call_is_recorded(
+        tmp_path, db, order):
+    """Only PreToolUse registered: the subagent's first call the ledger records ties it to its session, as
+    SubagentStart would (and to the one Task asked that can be its own), so the family counts it and
+    `subagents` lists it once, whichever of the hooks and the lines is read first."""
+    parent, child, btw = _task_lines()
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    grep = {**_TASK_STARTED, "hook_event_name": "PreToolUse", "tool_name": "Grep",
+            "tool_input": {"pattern": "paginate"}, "tool_use_id": "toolu_grep"}
+    steps = {"asked": lambda: post(db, [_TASK_ASKED], 1_790_848_801_500),
+             "grep": lambda: post(db, [grep], 1_790_848_803_500),
+             "task-line": lambda: (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2])),
+             "child": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))}
+    for step in order:
+        steps[step]()
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _listed_subagents(db) == [(CHILD_KEY, "Find callers", "general-purpose", "running", True)]
+    running = cli_json(db, "session", PARENT_KEY)
+    own_child = cli_json(db, "session", CHILD_KEY)["cost_usd"]
+    assert running["family_cost_usd"] == pytest.approx(running["cost_usd"] + own_child, abs=1e-9)
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    (sub / f"agent-{BTW_AGENT}.jsonl").write_bytes(b"".join(btw))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _task_outcome(db) == WANT_TASK_OUTCOME
+    post(db, [_TASK_ASKED, grep], 1_790_848_900_000)  # sent again: nothing changes
+    assert _task_outcome(db) == WANT_TASK_OUTCOME

@@ -919,3 +919,24 @@ def test_a_subagent_s_calls_its_transcript_told_first_count_once_each_when_recor
         hooks.record()
     assert allowed == [True] * 4 + [False] * 2
     assert {t["tool"]: t["calls"] for t in cli_json(ledger.db, "tools")} == {"Task": 1, "Grep": 6}
+
+
+def test_a_subagent_s_recorded_calls_count_in_its_parent_s_family_without_its_start_hook(ledger_with):
+    """Only PreToolUse registered: no SubagentStart ties the subagent to its session. Its first call recorded
+    does, so its calls count in the family once recorded as they did while they waited to be."""
+    ledger = ledger_with([gate(name="family-tools", scope="session-family", metric="tool_calls", limit=4)])
+    hooks = _Hooks(ledger, _SID)
+    assert [hooks.pre("toolu_p1"), hooks.pre("toolu_p2")] == [True, True]
+    hooks.tool = "Task"
+    assert hooks.pre("toolu_task") is True
+    hooks.record()
+    hooks.tool = "Grep"
+    allowed = []
+    for i in range(3):
+        allowed.append(hooks.pre(f"toolu_s{i}", agent="a1"))
+        hooks.record()
+    assert allowed == [True, False, False]
+    parent = f"agent:claude-code:{_SID}"
+    assert (_view(ledger, parent).own.tool_calls, _view(ledger, parent).family.tool_calls) == (3, 6)
+    assert [(s["child_session_key"], s["parent_session_key"]) for s in cli_json(ledger.db, "subagents")] == \
+        [(f"agent:claude-code:subagent:{_SID}/a1", parent)]

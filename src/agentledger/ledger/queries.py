@@ -1322,6 +1322,12 @@ def spawn_held_by(conn: apsw.Connection, child_key: str) -> str | None:
     return rows[0][0] if rows else None
 
 
+def spawner_known(conn: apsw.Connection, child_key: str) -> bool:
+    """Whether subagent ``child_key``'s row says which session spawned it."""
+    return bool(conn.execute("SELECT 1 FROM subagents WHERE child_session_key = ? AND parent_session_key IS NOT NULL",
+                             (child_key,)).fetchall())
+
+
 def hook_event_times(conn: apsw.Connection, event_ids: list[int]) -> dict[int, int]:
     """{event id: when it first arrived} of these hook events the ledger recorded."""
     return dict(conn.execute("SELECT id, ts_ms FROM hook_events WHERE id IN (SELECT value FROM json_each(?))",

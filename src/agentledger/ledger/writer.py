@@ -961,11 +961,12 @@ def _merge_spawns(conn: apsw.Connection, merges: list[tuple[str, str]]) -> set[s
 
 
 def _pair_task(conn: apsw.Connection, started: SubagentSpawned) -> set[str]:
-    """A Task subagent's SubagentStart (``started``) gives its row the spawn of its Task, when only one Task
-    of the session can be it, so that a running subagent is one row, not its Task's and its own until the
-    Task's result is read. The hook names no Task. Claude Code asks the Task's PreToolUse before the
-    subagent starts, so the Tasks that may be its own are the session's still running, their spawns held
-    by no subagent, of the type it is (as far as known), not asked after it started. It is paired only
+    """A Task subagent's SubagentStart (``started``; without one, the spawn its first tool event recorded
+    told) gives its row the spawn of its Task, when only one Task of the session can be it, so that a
+    running subagent is one row, not its Task's and its own until the Task's result is read. The hook
+    names no Task. Claude Code asks the Task's PreToolUse before the subagent starts, so the Tasks that
+    may be its own are the session's still running, their spawns held by no subagent, of the type it is
+    (as far as known), not asked after it started. It is paired only
     when one Task is left and its PreToolUse was asked: a transcript read ahead can add Tasks (never
     asked here, or not yet), which then leave it unpaired. Concurrent Tasks of one type stay two rows
     each until their results. Returns the sessions whose totals moved."""
@@ -1505,17 +1506,27 @@ class LedgerWriter:
         """Record the hook events not recorded before, in one transaction.
 
         A hook's tool call lands on the row the ledger already has for it (any run of its
-        session), else under the run its session is in, else under no run."""
+        session), else under the run its session is in, else under no run. A Task subagent's
+        tool call records its spawn when nothing told the ledger yet who spawned it."""
         with self.transaction() as conn:
             items = []
             runs: dict[str, str] = {}
             started = []
+            spawned: set[str] = set()  # the subagents whose spawner the ledger knows, or this batch tells
             for event in events:
                 conn.execute(_HOOK_EVENT, (event.id, event.ts_ms, event.session_id, event.name))
                 if conn.changes() != 1:
                     continue  # sent before
                 if event.name == "SubagentStart" and event.more:
                     started.append(event.more[0])
+                    spawned.add(event.more[0].child_session_key)
+                elif event.spawn is not None and event.spawn.child_session_key not in spawned:
+                    spawned.add(event.spawn.child_session_key)
+                    # No SubagentStart came (only PreToolUse may be registered): the family would count
+                    # the subagent's calls while they wait to be recorded and drop them once they are.
+                    if not queries.spawner_known(conn, event.spawn.child_session_key):
+                        started.append(event.spawn)
+                        items.append((0, 0, event.spawn))
                 fact = event.fact
                 if type(fact) is ToolObserved:
                     if fact.tool_call_id not in runs:
@@ -1526,8 +1537,8 @@ class LedgerWriter:
                 items.append((0, 0, fact))
                 items.extend((0, 0, more) for more in event.more)
             result = self._apply_facts(conn, [(HOOK_FILE_ID, HOOK_LOG, items)]) if items else ApplyResult(0, 0, 0)
-            for spawned in started:  # once the batch's PreToolUse events are recorded, in the order they came
-                result.sessions |= _pair_task(conn, spawned)
+            for spawn in started:  # once the batch's PreToolUse events are recorded, in the order they came
+                result.sessions |= _pair_task(conn, spawn)
             result.duplicate_facts = len(events) - len(items)
             result.position = rollups.advance_position(conn, result.sessions)
         return result

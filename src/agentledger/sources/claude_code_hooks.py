@@ -10,6 +10,9 @@ tokens and no cost. SubagentStart and SubagentStop name the Task subagent's own 
 subagent makes (their ``agent_id``), so its calls go there even before the
 Task's result is read; SubagentStart records its spawn by the session too, so the session's
 family (and its gates) counts what the subagent spends while it runs, and SubagentStop its end.
+Where no SubagentStart is sent (only PreToolUse is registered, say), the subagent's first tool
+event the ledger records tells that spawn instead (HookEvent.spawn), once: the family counts the
+subagent's calls once they are recorded, not only while they wait to be.
 That spawn takes the one the Task's call recorded at once when only one Task of the session can be
 the subagent's (see the writer's _pair_task), else when the Task's result is read (_merge_spawns); the
 result's end, the surer word, says how the subagent ended.
@@ -56,6 +59,9 @@ class HookEvent:
     name: str
     fact: Fact
     more: tuple[Fact, ...] = ()
+    # A Task subagent's tool event: its spawn by the session, for the ledger to record should it not know
+    # yet who spawned the subagent (its SubagentStart never came, or not yet).
+    spawn: SubagentSpawned | None = None
 
 
 def event_id(name: str, session_id: str, payload: dict) -> int:
@@ -79,6 +85,13 @@ def _tool(base: dict, name: str, payload: dict) -> ToolObserved:
     return ToolObserved(**base, tool_name=text(payload.get("tool_name")), tool_call_id=payload["tool_use_id"],
                         status=status, error=error, duration_ms=duration(payload.get("duration_ms")),
                         file_path=path, exec_command=command)
+
+
+def _spawned(told: dict, child: dict, payload: dict) -> SubagentSpawned:
+    """The session's spawn of its Task subagent (``child``'s ids) that a subagent's event tells (``told``:
+    the spawn's own base fields)."""
+    return SubagentSpawned(**told | {"kind": "subagent.spawn"}, child_session_key=child["session_key"],
+                           child_agent_id=AGENT, mode=text(payload.get("agent_type")))
 
 
 def _child(session_id: str, agent_id: str) -> dict:
@@ -109,10 +122,14 @@ def decode(payload: object, received_ms: int) -> HookEvent:
             "session_key": session_key(session_id), "session_id": session_id}
     fact: Fact
     more: tuple[Fact, ...] = ()
+    spawn = None
+    told = base | {"event_id": derived_id(eid, 1)}
     if name in TOOL_EVENTS and text(payload.get("tool_use_id")):
         # Asked from inside a Task subagent (agent_id), the call is the subagent's, in its own session.
         agent = text(payload.get("agent_id"))
-        fact = _tool(base if agent is None else base | _child(session_id, agent), name, payload)
+        child = {} if agent is None else _child(session_id, agent)
+        fact = _tool(base | child, name, payload)
+        spawn = _spawned(told, child, payload) if child else None
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
         fact = SessionStarted(**base)
     elif name == "SessionEnd":
@@ -120,15 +137,13 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
         child = _child(session_id, payload["agent_id"])
         fact = Marker(**base | child)
-        told = base | {"event_id": derived_id(eid, 1)}
         if name == "SubagentStart":
-            more = (SubagentSpawned(**told | {"kind": "subagent.spawn"}, child_session_key=child["session_key"],
-                                    child_agent_id=AGENT, mode=text(payload.get("agent_type"))),)
+            more = (_spawned(told, child, payload),)
         else:  # the session's word that its subagent is done; the Task's result, once read, says how
             more = (SubagentEnded(**told | {"kind": "subagent.stop"}, child_session_key=child["session_key"]),)
     else:
         fact = Marker(**base)
-    return HookEvent(eid, received_ms, session_id, name, fact, more)
+    return HookEvent(eid, received_ms, session_id, name, fact, more, spawn)
 
 
 def denied(event: HookEvent, reason: str) -> HookEvent:
