@@ -83,6 +83,27 @@ def test_one_session_by_key_and_unknown(api, oc_expected):
     assert status == 404 and "no session" in d["error"]
 
 
+def test_a_subagent_s_key_is_asked_with_its_slash_as_it_is_or_percent_encoded(tmp_path, claude_corpus):
+    # The key's raw slash split the path before it was read: 404 "no such endpoint", %2F alone worked.
+    served = Served.on(tmp_path, claude_corpus, fmt="claude-code")
+    served.start()
+    try:
+        served.wait_ready()
+        keys = [s["session_key"] for s in served.get("/v1/sessions?limit=500")[1]]
+        key = next(k for k in keys if k.startswith("agent:claude-code:subagent:"))
+        encoded = urllib.parse.quote(key, safe=":")
+        assert "/" in key and "/" not in encoded
+        for view in ("", "/hot", "/forecast"):
+            raw, quoted = (served.get(f"/v1/sessions/{k}{view}") for k in (key, encoded))
+            assert raw[0] == quoted[0] == 200, (view, raw)
+            assert raw[1]["session_key"] == quoted[1]["session_key"] == key
+            assert raw[1]["cost_usd"] == quoted[1]["cost_usd"] > 0
+        # A key's own slash given as %2F is not taken for the path's: no such session.
+        assert served.get(f"/v1/sessions/{encoded}%2Fhot")[0] == 404
+    finally:
+        served.stop()
+
+
 def test_bad_parameters_are_400(api):
     assert get(f"{api}/v1/costs?group_by=nope")[0] == 400
     for group_by in ("model", "day", "tool"):  # not only where days are counted, as the CLI's --tz

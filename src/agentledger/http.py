@@ -203,6 +203,21 @@ def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> dict:
     return queries.costs_report(conn, _window(params, None, local), group_by, local)
 
 
+_SESSION_VIEWS = ("hot", "forecast")
+
+
+def _segments(path: str) -> list[str]:
+    """The path's segments, unquoted, a session's key one of them whatever it holds: everything between
+    ``/v1/sessions/`` and an optional last ``/hot`` or ``/forecast``. A Claude Code subagent's key has a slash
+    (``<session_id>/<agent_id>``), which clients send as it is; one given as %2F is the key's own, unquoted
+    after the split."""
+    raw = path.strip("/").split("/")
+    if raw[:2] == ["v1", "sessions"] and len(raw) > 3:
+        view = raw[-1:] if raw[-1] in _SESSION_VIEWS else []
+        raw = raw[:2] + ["/".join(raw[2:len(raw) - len(view)])] + view
+    return [unquote(p) for p in raw]
+
+
 _READS = ("GET", "HEAD")
 _Answer = Callable[[], tuple[int, object]]
 
@@ -221,7 +236,7 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
                 conn.close()
         return answer
 
-    match [unquote(p) for p in path.strip("/").split("/")]:
+    match _segments(path):
         case ["healthz"]:
             return _READS, None, health.alive
         case ["readyz"]:
