@@ -227,10 +227,12 @@ def _ask(api: str, method: str, path: str, body: bytes | None = None) -> tuple[i
 @pytest.mark.parametrize(("method", "path", "allow"), [
     ("GET", "/v1/hooks/claude-code", "POST"), ("POST", "/metrics", "GET, HEAD"), ("POST", "/v1/gate", "GET"),
     ("PUT", "/v1/usage", "GET, HEAD"), ("DELETE", "/v1/sessions/agent%3Amain%3As1", "GET, HEAD"),
-    ("PATCH", "/v1/hooks/claude-code", "POST"), ("HEAD", "/v1/gate", "GET"),
+    ("PATCH", "/v1/hooks/claude-code", "POST"), ("HEAD", "/v1/gate", "GET"), ("OPTIONS", "/v1/usage", "GET, HEAD"),
+    ("TRACE", "/healthz", "GET, HEAD"), ("PROPFIND", "/v1/hooks/claude-code", "POST"),
 ])
 def test_a_method_an_endpoint_does_not_answer_is_405_naming_the_one_it_does(api, method, path, allow):
-    # Was a 404 saying the endpoint does not exist, or for PUT, DELETE, PATCH and HEAD the stdlib's 501 page.
+    # Was a 404 saying the endpoint does not exist, or the stdlib's 501 HTML page for a method the handler had no
+    # do_<METHOD> for (OPTIONS, TRACE, any it never heard of).
     status, allowed, data = _ask(api, method, path, b"{}" if method in ("POST", "PUT", "PATCH") else None)
     assert (status, allowed) == (405, allow)
     if method != "HEAD":  # a HEAD answer has no body
@@ -238,7 +240,7 @@ def test_a_method_an_endpoint_does_not_answer_is_405_naming_the_one_it_does(api,
         assert json.loads(data) == {"error": f"{urllib.parse.urlsplit(path).path} does not answer {method}: use {want}"}
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "PROPFIND"])
 def test_any_method_on_no_endpoint_is_a_json_404(api, method):
     status, allowed, data = _ask(api, method, "/v1/nothing", b"{}" if method != "DELETE" else None)
     assert (status, allowed, json.loads(data)) == (404, None, {"error": "no such endpoint '/v1/nothing'"})

@@ -309,7 +309,14 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, "application/json", _error(f"no such endpoint {url.path!r}"))
 
-    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
+    do_GET = do_HEAD = do_POST = _dispatch
+
+    def __getattr__(self, name: str):
+        # http.server answers a method it finds no do_<METHOD> for with a 501 HTML page; any method but those
+        # served (OPTIONS, TRACE, one never heard of) is one the endpoint does not take: a 405 naming those it does.
+        if name.startswith("do_"):
+            return self._dispatch
+        raise AttributeError(name)
 
     def _endpoint(self, url: SplitResult) -> tuple[tuple[str, ...], Callable[[], None] | None]:
         """The methods the endpoint at ``url`` answers, and what answers them; none when there is no such endpoint."""
