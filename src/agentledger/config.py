@@ -233,7 +233,7 @@ class StoreConfig(_Strict):
         default_factory=state_home)
     max_entries: _Count = Field(default=128, ge=1)
     flush_interval_s: _Number = Field(default=5.0, ge=0, le=MAX_WAIT_S)
-    ttl_s: _Number = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory (their files stay)
+    ttl_s: _Number = Field(default=3600.0, ge=0, le=MAX_WAIT_S)  # idle sessions leave memory, their files deleted
     end_grace_s: _Number = Field(default=300.0, ge=0, le=MAX_WAIT_S)  # an ended session is dropped this long after its end
 
     @field_validator("state_dir")
