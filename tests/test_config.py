@@ -396,10 +396,35 @@ def test_an_empty_path_is_refused_not_taken_for_the_working_directory(tmp_path, 
     assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize("command, text, env, key, origin", [
+    (["usage"], 'db = "{tmp}/t\\u0000.db"\n', {}, "db", "{file}"),
+    (["serve", "--no-demo"], '[store]\nstate_dir = "{tmp}/x\\u0000y"\n', {}, "store.state_dir", "{file}"),
+    (["serve", "--no-demo"], '[hot]\nstate_dir = "{tmp}/x\\u0000y"\n', {}, "hot.state_dir", "{file}"),
+    (["ingest"], '[[sources]]\nformat = "oc-telemetry"\nroot = "{tmp}/x\\u0000y"\n', {}, "sources[0].root",
+     "{file}"),
+    (["ingest"], "", {"AGENTLEDGER_SOURCES": '[{{"format": "claude-code", "root": "{tmp}/x\\u0000y"}}]'},
+     "sources[0].root", "$AGENTLEDGER_SOURCES"),
+    (["reprice"], 'prices = "{tmp}/p\\u0000.toml"\n', {}, "prices", "{file}"),
+])
+def test_a_path_holding_a_nul_is_refused_naming_the_key_its_origin_and_the_fix(tmp_path, command, text, env, key,
+                                                                             origin):
+    # TOML and JSON spell one as \u0000; each use of the path failed on it with a bare "embedded null byte".
+    path = tmp_path / "c.toml"
+    path.write_text(text.format(tmp=tmp_path))
+    env = {**os.environ, **{k: v.format(tmp=tmp_path) for k, v in env.items()}}
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), *command], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=60)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1
+    assert ran.stderr.startswith(f"agentledger: invalid config: {key}: ")
+    assert "holds a NUL character, which no path can: give " in ran.stderr
+    assert ran.stderr.endswith(f" (from {origin.format(file=path)})\n")
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text())
 def test_show_loads_back_any_text(tmp_path, text):
-    cfg = Config(db=Path("/nonexistent") / f"l{text}.db",
+    cfg = Config(db=Path("/nonexistent") / f"l{text.replace(chr(0), '')}.db",  # no path holds a NUL
                  gates=[{"name": text or "g", "scope": "session", "metric": "tokens", "limit": 1}])
     path = tmp_path / "shown.toml"
     path.write_text(to_toml(cfg), encoding="utf-8")

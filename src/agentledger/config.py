@@ -183,10 +183,14 @@ def _real_number(v: Any) -> Any:
 
 
 def _given(fix: str) -> BeforeValidator:
-    """A path setting's check that it is not empty, whose message ends with ``fix``."""
+    """A path setting's check that it is not empty and can name a file, whose message ends with ``fix``."""
     def check(v: Any) -> Any:
         if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
             raise ValueError(f"is empty: {fix}")
+        # The file and the JSON of an environment variable can spell one (\u0000); every use of the path
+        # then failed with a bare "embedded null byte".
+        if isinstance(v, (str, Path)) and "\0" in str(v):
+            raise ValueError(f"{str(v)!r} holds a NUL character, which no path can: {fix}")
         return v
     return BeforeValidator(check)
 
@@ -308,7 +312,7 @@ class Config(_Strict):
     def _db_file(cls, v: Path) -> Path:
         try:
             mode = os.stat(v).st_mode
-        except (OSError, ValueError):  # ValueError: a NUL in it, which the file and the environment can hold
+        except OSError:
             return v  # none yet, which ingest and serve make; or out of reach, which opening it tells
         if stat.S_ISDIR(mode):
             raise ValueError(f"{str(v)!r} is a directory: give a file path, e.g. {str(v / 'ledger.db')!r}")
