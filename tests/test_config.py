@@ -370,6 +370,23 @@ def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value,
     assert ran.stderr.count("\n") == 1 and needle in ran.stderr and "(from $AGENTLEDGER_DB)" in ran.stderr
 
 
+@pytest.mark.parametrize("args, env, told", [
+    (["--db", "{tmp}"], {}, "invalid config: db: '{tmp}' is a directory: give a file path, e.g. '{tmp}/ledger.db' "
+                            "(from the command line)"),
+    (["--config", "{tmp}"], {}, "config file {tmp} is a directory: give the file's path, e.g. {tmp}/config.toml"),
+    ([], {"AGENTLEDGER_CONFIG": "{tmp}"}, "config file {tmp} is a directory: give the file's path, e.g. "
+                                         "{tmp}/config.toml"),
+])
+def test_a_db_or_config_file_that_is_a_directory_says_the_fix_from_a_flag_as_from_the_environment(tmp_path, args,
+                                                                                                  env, told):
+    # The flags got click's "File '...' is a directory." without the fix; the config file's read, by flag or
+    # environment, told the system's error alone.
+    env = {**os.environ, **{k: v.format(tmp=tmp_path) for k, v in env.items()}}
+    ran = subprocess.run([sys.executable, "-m", "agentledger", *[a.format(tmp=tmp_path) for a in args], "usage"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert (ran.returncode, ran.stderr) == (2, f"agentledger: {told.format(tmp=tmp_path)}\n")
+
+
 @pytest.mark.parametrize("command, text, env, key, origin", [
     (["serve", "--no-demo"], '[store]\nstate_dir = ""\n', {}, "store.state_dir", "{file}"),
     (["serve", "--no-demo"], "", {"AGENTLEDGER_STORE_STATE_DIR": ""}, "store.state_dir", "$AGENTLEDGER_STORE_STATE_DIR"),

@@ -578,6 +578,9 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
             doc = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist: create it or pass another --config") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory: give the file's path, e.g. "
+                              f"{path / 'config.toml'}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path} cannot be read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:

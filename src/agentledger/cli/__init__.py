@@ -117,10 +117,11 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
 
 @click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.version_option(__version__, prog_name="agentledger")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+# Both as they are given, checked where $AGENTLEDGER_CONFIG and $AGENTLEDGER_DB are: click's own check of a
+# directory named no fix, and Path("") was "." (a directory).
+@click.option("--config", "config_path", type=Path, metavar="FILE", default=None,
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
-# --db as text: an empty one is refused as the config's empty db is, where Path("") was "." (a directory).
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
+@click.option("--db", metavar="FILE", default=None,
               help="Ledger database (default: $AGENTLEDGER_DB, else config `db`, else "
                    "$XDG_STATE_HOME/agentledger/ledger.db).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
