@@ -290,6 +290,29 @@ def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_p
     assert "AGENTLEDGER_STORE_STATE_DIR" in err and "ReadWritePaths=" in err
 
 
+@pytest.mark.parametrize("text, env, key, fix, origin", [
+    ('[hot]\nstate_dir = "/proc/1/agentledger"\n', {}, "hot.state_dir", "point it at", "from {file}"),
+    ('state_dir = "/proc/1/agentledger"\n', {}, "state_dir", "point it at", "from {file}"),
+    ("", {"AGENTLEDGER_STATE_DIR": "/proc/1/agentledger"}, "state_dir", "point it at", "from $AGENTLEDGER_STATE_DIR"),
+    ("", {"XDG_STATE_HOME": "/proc/1"}, "store.state_dir",
+     "set it ([store] state_dir, or $AGENTLEDGER_STORE_STATE_DIR) to", "the default"),
+])
+def test_a_state_dir_that_cannot_hold_the_hot_store_is_named_as_it_was_given(tmp_path, text, env, key, fix, origin):
+    # Named [store] state_dir whatever name gave it: a config following that fix beside its [hot] state_dir
+    # was refused for giving one setting twice.
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    (tmp_path / "logs").mkdir()
+    env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_CONFIG": str(config)} | env
+    daemon = _serve(tmp_path / "ledger.db", "--format", "oc-telemetry", str(tmp_path / "logs"), env=env)
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 2
+    assert err.count("\n") == 1, err
+    assert (f'"{key}: cannot keep the hot store in /proc/1/agentledger/hot: No such file or directory; {fix} a '
+            f'directory agentledger can create and write (under systemd: one in ReadWritePaths=) '
+            f'({origin.format(file=config)})"') in err
+
+
 def _without_logs(tmp_path: Path) -> dict:
     """The environment of a user with no agent logs, all under tmp_path: serve runs the demo there."""
     env = cli_env(tmp_path / "unused.db")

@@ -499,13 +499,30 @@ def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, bo
     return default, False
 
 
-def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple]) -> str:
-    loc = tuple(error["loc"])
-    # The key as it was written, under a former name too.
+def _as_written(loc: tuple, origins: dict[tuple, str], written: dict[tuple, tuple]) -> tuple[str, str | None]:
+    """The key at ``loc`` as it was written, under a former name too, and where it was given (None: nowhere,
+    the default)."""
     n = next((n for n in range(len(loc), 0, -1) if loc[:n] in written), 0)
     shown = written[loc[:n]] + loc[n:] if n else loc
     key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in shown).replace(".[", "[")
-    origin = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+    return key, next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+
+
+class Origins:
+    """Where each setting of a loaded configuration was given, to name one whose value fails only when it is
+    used (the hot store's state_dir, which serve alone makes) as an invalid value is named."""
+
+    def __init__(self, origins: dict[tuple, str] | None = None, written: dict[tuple, tuple] | None = None):
+        self._origins, self._written = origins or {}, written or {}
+
+    def of(self, path: tuple[str, ...]) -> tuple[str, str | None]:
+        """The setting at ``path`` as it was written and where it was given; None where it is the default."""
+        return _as_written(path, self._origins, self._written)
+
+
+def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple]) -> str:
+    loc = tuple(error["loc"])
+    key, origin = _as_written(loc, origins, written)
     message = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
     kind, given = error["type"], error.get("input")
     if kind == "extra_forbidden":
@@ -566,6 +583,12 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
 
     ``roots_exist``: refuse a source root that does not exist, for a one-shot read, which has nothing
     to wait for (a daemon waits for it to appear)."""
+    return load_with_origins(explicit, overrides, env, roots_exist=roots_exist)[0]
+
+
+def load_with_origins(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
+                      env: Mapping[str, str] | None = None, *, roots_exist: bool = False) -> tuple[Config, Origins]:
+    """``load``'s configuration, and where each of its settings was given."""
     env = os.environ if env is None else env
     path, required = config_file(explicit, env)
     doc: dict = {}
@@ -606,7 +629,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
         if os.path.isfile(beside):
             doc["prices"] = str(beside)
     try:
-        return Config.model_validate(doc, context={"roots_exist": roots_exist})
+        return Config.model_validate(doc, context={"roots_exist": roots_exist}), Origins(origins, written)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"invalid config: {_describe(first, origins, written)}") from None

@@ -37,7 +37,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from agentledger.config import Config, default_sources, demo_dir, openclaw_format, out_of_reach
+from agentledger.config import Config, Origins, default_sources, demo_dir, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
 from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
@@ -504,7 +504,7 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[st
     return specs_from("oc-telemetry", [root]), [], root
 
 
-def _open_hot(config: Config) -> HotSessions | str:
+def _open_hot(config: Config, origins: Origins) -> HotSessions | str:
     """The hot store under the state dir; or why it cannot be there, and what to do."""
     where = config.store.state_dir / "hot"
     try:
@@ -512,13 +512,16 @@ def _open_hot(config: Config) -> HotSessions | str:
                            ttl_s=config.store.ttl_s, end_grace_s=config.store.end_grace_s)
     except OSError as exc:
         why = _cannot_make(exc)
-    # The setting may be given under its former name, which a second value under the new one would clash with.
-    return (f"store.state_dir: cannot keep the hot store in {where}: {why}; point [store] state_dir (or "
-            "$AGENTLEDGER_STORE_STATE_DIR; where the former state_dir or $AGENTLEDGER_STATE_DIR is given, that one) "
-            "at a directory agentledger can create and write (under systemd: one in ReadWritePaths=)")
+    # Named as it was given, a former name too: a value given again under the other name clashes with it.
+    key, origin = origins.of(("store", "state_dir"))
+    fix, given = ("point it at", f"from {origin}") if origin else \
+        ("set it ([store] state_dir, or $AGENTLEDGER_STORE_STATE_DIR) to", "the default")
+    return (f"{key}: cannot keep the hot store in {where}: {why}; {fix} a directory agentledger can create and write "
+            f"(under systemd: one in ReadWritePaths=) ({given})")
 
 
-def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
+def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None,
+               origins: Origins | None = None) -> int:
     # Gate questions are answered on request threads while this one ingests; with the default
     # 5 ms switch interval a question could wait that long for the interpreter lock.
     sys.setswitchinterval(0.0005)
@@ -547,7 +550,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         _say(str(exc), logging.ERROR)
         return 1
     with lock:
-        hot = _open_hot(config)
+        hot = _open_hot(config, origins or Origins())
         found = hot if isinstance(hot, str) else _roots(config, demo)
         if isinstance(found, str):
             _say(found, logging.ERROR)

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from agentledger import __version__, logs
-from agentledger.config import Config, listen_url, load
+from agentledger.config import Config, Origins, listen_url, load_with_origins
 from agentledger.ledger.db import LedgerBusy, LedgerError
 from agentledger.ledger.queries import NotFound
 
@@ -23,13 +23,15 @@ class Context:
         self.config_path = config_path
         self.db_flag = db
         self._config: Config | None = None
+        self.origins = Origins()  # where the configuration's settings were given, once it is read
         self.log_chosen = False  # --log-level or -v given
         self.log_json: bool | None = None  # None: JSON unless stderr is a terminal
 
     def configure(self, flags: dict | None = None, *, roots_exist: bool = False) -> Config:
         """The configuration with this command's flags (by dotted key path) on top; None means not given.
         ``roots_exist``: as ``load`` takes it."""
-        self._config = load(self.config_path, {"db": self.db_flag, **(flags or {})}, roots_exist=roots_exist)
+        self._config, self.origins = load_with_origins(self.config_path, {"db": self.db_flag, **(flags or {})},
+                                                       roots_exist=roots_exist)
         return self._config
 
     @property
