@@ -23,7 +23,7 @@ from test_transcript_sources import SESSION as TASK_SESSION
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import ApplyResult, LedgerWriter
 from agentledger.sources.claude_code_hooks import BadHook, HookInbox, decode, denied, event_id
 
 SESSION = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"
@@ -51,14 +51,14 @@ def transcript_lines() -> list[bytes]:
     return (CORPUS / "claude-code" / TRANSCRIPT).read_bytes().splitlines(keepends=True)
 
 
-def post(db: Path, payloads: list[dict], received_ms: int = RECEIVED_MS) -> None:
+def post(db: Path, payloads: list[dict], received_ms: int = RECEIVED_MS) -> ApplyResult:
     """What the daemon does with hook POSTs: decode in the request, write what the loop drains."""
     inbox = HookInbox()
     for n, payload in enumerate(payloads):
         inbox.put(decode(payload, received_ms + n))
     conn = open_writer(db)
     try:
-        LedgerWriter(conn).apply_hook_events(inbox.drain()[0])
+        return LedgerWriter(conn).apply_hook_events(inbox.drain()[0])
     finally:
         conn.close()
 
@@ -183,7 +183,7 @@ def test_hooked_tool_calls_are_listed_where_they_are_counted_run_or_no_run(db, t
 
 
 def test_a_hook_event_sent_again_changes_nothing_even_after_a_restart(db, payloads):
-    post(db, payloads)
+    assert post(db, payloads).duplicate_facts == 0
     picture = ("SELECT * FROM tool_calls", "SELECT * FROM sessions", "SELECT * FROM hook_events",
                "SELECT ts_ms, id, kind FROM events", "SELECT * FROM session_totals", "SELECT * FROM tool_slots")
 
@@ -196,8 +196,9 @@ def test_a_hook_event_sent_again_changes_nothing_even_after_a_restart(db, payloa
 
     first = snapshot()
     assert scalar(db, "SELECT count(*) FROM hook_events") == len(payloads)
-    post(db, payloads, RECEIVED_MS + 60_000)  # a new writer, later arrival times
+    again = post(db, payloads, RECEIVED_MS + 60_000)  # a new writer, later arrival times
     assert snapshot() == first
+    assert (again.new_facts, again.duplicate_facts) == (0, len(payloads))
 
 
 def test_durations_no_tool_takes_are_not_recorded_and_cannot_overflow_the_rollups(db):

@@ -1513,10 +1513,12 @@ class LedgerWriter:
             runs: dict[str, str] = {}
             started = []
             spawned: set[str] = set()  # the subagents whose spawner the ledger knows, or this batch tells
+            sent_before = 0
             for event in events:
                 conn.execute(_HOOK_EVENT, (event.id, event.ts_ms, event.session_id, event.name))
                 if conn.changes() != 1:
-                    continue  # sent before
+                    sent_before += 1
+                    continue
                 if event.name == "SubagentStart" and event.more:
                     started.append(event.more[0])
                     spawned.add(event.more[0].child_session_key)
@@ -1539,7 +1541,7 @@ class LedgerWriter:
             result = self._apply_facts(conn, [(HOOK_FILE_ID, HOOK_LOG, items)]) if items else ApplyResult(0, 0, 0)
             for spawn in started:  # once the batch's PreToolUse events are recorded, in the order they came
                 result.sessions |= _pair_task(conn, spawn)
-            result.duplicate_facts = len(events) - len(items)
+            result.duplicate_facts += sent_before
             result.position = rollups.advance_position(conn, result.sessions)
         return result
 
