@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import apsw
 import click
 import pytest
 from conftest import REPO, cli_env, ingest
@@ -92,6 +93,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert len(lines) == 1, out.stderr
     assert needle in lines[0]
     assert lines[0].startswith("agentledger: ")
+
+
+def test_a_query_of_a_ledger_still_being_created_says_it_has_none_yet(tmp_path):
+    # What a query sees while a first ingest holds its first transaction: the file, without tables.
+    db = tmp_path / "new.db"
+    apsw.Connection(str(db)).close()
+    out = run("usage", db=db)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"agentledger: no ledger at {db} yet: an empty database")
 
 
 @pytest.mark.parametrize("args, command", [([], "sessions"), (["config"], "show")])
@@ -302,7 +312,6 @@ def test_a_ledger_path_with_uri_characters_reads_back(tmp_path, oc_corpus, name)
 
 
 def test_a_newer_ledger_says_to_upgrade(tmp_path):
-    import apsw
 
     db = tmp_path / "new.db"
     apsw.Connection(str(db)).execute("PRAGMA user_version = 99")

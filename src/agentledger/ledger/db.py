@@ -235,6 +235,10 @@ def open_reader(path: str | Path) -> apsw.Connection:
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
         raise _cannot_read(path, exc) from None
     latest = len(migrations())
+    if version == 0:  # no tables (see _schema_version): created, its first transaction not committed yet
+        conn.close()
+        raise LedgerError(f"no ledger at {path} yet: an empty database, which the first `agentledger ingest` or "
+                          "`serve` on it fills; wait for its first commit, or pass --db")
     if version > latest:
         conn.close()
         raise LedgerError(f"{path}: schema version {version} is newer than this agentledger's ({latest}); "
