@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -1607,114 +1607,100 @@ class LedgerWriter:
         """Give the calls and runs of no provider the one the price table names, then price again every call,
         then every usage snapshot, whose cost was priced here or unknown; one transaction per batch."""
         result = RepriceResult()
-        self._give_calls_providers(result, batch)
-        self._give_runs_providers(result, batch)
-        self._reprice_calls(pricer, result, batch)
-        self._reprice_snapshots(pricer, result, batch)
+        self._paged(_PROVIDERLESS_CALLS, 0, batch, lambda conn, rows: self._give_calls_providers(conn, rows, result))
+        self._paged(_PROVIDERLESS_RUNS, "", batch, lambda conn, rows: self._give_runs_providers(conn, rows, result))
+        self._paged(_REPRICEABLE, 0, batch, lambda conn, rows: self._reprice_calls(conn, rows, pricer, result))
+        self._paged(_REPRICEABLE_SNAPSHOTS, 0, batch,
+                    lambda conn, rows: self._reprice_snapshots(conn, rows, pricer, result))
         result.unpriced = queries.usage(self.conn, queries.Window())["unpriced_calls"]
         return result
 
-    def _give_calls_providers(self, result: RepriceResult, batch: int) -> None:
+    def _paged(self, sql: str, first: object, batch: int, step: Callable[[apsw.Connection, list], None]) -> None:
+        """``step`` on each page of ``sql``'s rows (after the key ``first``, ``batch`` at a time, ordered by their
+        first column), in a transaction of its own."""
+        last = first
+        while True:
+            with self.transaction() as conn:
+                rows = conn.execute(sql, (last, batch)).fetchall()
+                if not rows:
+                    return
+                last = rows[-1][0]
+                step(conn, rows)
+
+    @staticmethod
+    def _moving(conn: apsw.Connection, result: RepriceResult) -> None:
+        """Before a reprice's first change, in its own commit: the metric series start a new epoch once."""
+        if not result.moved():
+            conn.execute(rollups.NEW_SERIES_EPOCH)
+
+    def _give_calls_providers(self, conn: apsw.Connection, rows: list, result: RepriceResult) -> None:
         """The provider of each call that has none and whose model the price table now names one for, as a
         read of its line gives it; first, so that it is priced as such a read prices it."""
-        last = 0
-        while True:
-            with self.transaction() as conn:
-                rows = conn.execute(_PROVIDERLESS_CALLS, (last, batch)).fetchall()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                old_rows, new_rows, updates = [], [], []
-                for rid, *row in rows:
-                    provider = provider_of_model(row[8])
-                    if provider is None:
-                        continue
-                    old_rows.append(tuple(row))
-                    row[7] = provider
-                    new_rows.append(tuple(row))
-                    updates.append((provider, rid))
-                if updates:
-                    if not result.moved():
-                        conn.execute(rollups.NEW_SERIES_EPOCH)
-                    conn.executemany(_SET_CALL_PROVIDER, updates)
-                    rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
-                    result.calls_given_provider += len(updates)
+        old_rows, new_rows, updates = [], [], []
+        for rid, *row in rows:
+            provider = provider_of_model(row[8])
+            if provider is None:
+                continue
+            old_rows.append(tuple(row))
+            row[7] = provider
+            new_rows.append(tuple(row))
+            updates.append((provider, rid))
+        if updates:
+            self._moving(conn, result)
+            conn.executemany(_SET_CALL_PROVIDER, updates)
+            rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
+            result.calls_given_provider += len(updates)
 
-    def _give_runs_providers(self, result: RepriceResult, batch: int) -> None:
+    def _give_runs_providers(self, conn: apsw.Connection, rows: list, result: RepriceResult) -> None:
         """The runs of those calls, which took the provider of the call that ended them, as the calls do."""
-        last = ""
-        while True:
-            with self.transaction() as conn:
-                rows = conn.execute(_PROVIDERLESS_RUNS, (last, batch)).fetchall()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                updates = [(provider, run_id) for run_id, model in rows
-                           if (provider := provider_of_model(model)) is not None]
-                if updates:
-                    if not result.moved():
-                        conn.execute(rollups.NEW_SERIES_EPOCH)
-                    tracker = rollups.Tracker(conn, {run_id for _, run_id in updates}, set(), set(), set())
-                    tracker.before()
-                    conn.executemany(_SET_RUN_PROVIDER, updates)
-                    tracker.after([], [])
-                    rollups.advance_position(conn, tracker.touched)
-                    result.runs_given_provider += len(updates)
+        updates = [(provider, run_id) for run_id, model in rows if (provider := provider_of_model(model)) is not None]
+        if updates:
+            self._moving(conn, result)
+            tracker = rollups.Tracker(conn, {run_id for _, run_id in updates}, set(), set(), set())
+            tracker.before()
+            conn.executemany(_SET_RUN_PROVIDER, updates)
+            tracker.after([], [])
+            rollups.advance_position(conn, tracker.touched)
+            result.runs_given_provider += len(updates)
 
-    def _reprice_calls(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
-        last = 0
-        while True:
-            with self.transaction() as conn:
-                rows = conn.execute(_REPRICEABLE, (last, batch)).fetchall()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                old_rows, new_rows, updates = [], [], []
-                for rid, *row in rows:
-                    if row[18] is not None:
-                        continue  # a failed call
-                    result.checked += 1
-                    tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
-                                    total=row[14], cache_write_1h=row[21])
-                    cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25], row[26])
-                    if cost == row[15]:
-                        continue
-                    source = PRICED if cost is not None else None
-                    old_rows.append(tuple(row))
-                    row[15], row[16] = cost, source
-                    new_rows.append(tuple(row))
-                    updates.append((cost, source, rid))
-                if updates:
-                    if not result.moved():  # in the first change's own commit: a run cut short moved calls too
-                        conn.execute(rollups.NEW_SERIES_EPOCH)
-                    conn.executemany(_SET_COST, updates)
-                    rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
-                    result.changed += len(updates)
+    def _reprice_calls(self, conn: apsw.Connection, rows: list, pricer: Pricer, result: RepriceResult) -> None:
+        old_rows, new_rows, updates = [], [], []
+        for rid, *row in rows:
+            if row[18] is not None:
+                continue  # a failed call
+            result.checked += 1
+            tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
+                            total=row[14], cache_write_1h=row[21])
+            cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25], row[26])
+            if cost == row[15]:
+                continue
+            source = PRICED if cost is not None else None
+            old_rows.append(tuple(row))
+            row[15], row[16] = cost, source
+            new_rows.append(tuple(row))
+            updates.append((cost, source, rid))
+        if updates:
+            self._moving(conn, result)  # a run cut short moved calls too
+            conn.executemany(_SET_COST, updates)
+            rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
+            result.changed += len(updates)
 
-    def _reprice_snapshots(self, pricer: Pricer, result: RepriceResult, batch: int) -> None:
+    def _reprice_snapshots(self, conn: apsw.Connection, rows: list, pricer: Pricer, result: RepriceResult) -> None:
         """Price again every usage snapshot priced here or left unpriced; the fallbacks of their sessions
         follow (rollups.refresh_fallbacks). One read before its kinds were kept stays unpriced: its total
         alone cannot be priced."""
-        last = 0
-        while True:
-            with self.transaction() as conn:
-                rows = conn.execute(_REPRICEABLE_SNAPSHOTS, (last, batch)).fetchall()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                updates, sessions = [], set()
-                for sid, session_id, provider, model, ts, i, o, cr, cw, total, old in rows:
-                    cost = pricer.price(provider, model, Tokens(input=i, output=o, cache_read=cr, cache_write=cw,
-                                                               total=total), ts)
-                    if cost != old:
-                        updates.append((cost, PRICED if cost is not None else "log", sid))
-                        sessions.add(session_id)
-                if updates:
-                    if not result.moved():
-                        conn.execute(rollups.NEW_SERIES_EPOCH)
-                    conn.executemany(_SET_SNAPSHOT_COST, updates)
-                    rollups.advance_position(conn, sessions - {None})
-                    result.snapshots_changed += len(updates)
+        updates, sessions = [], set()
+        for sid, session_id, provider, model, ts, i, o, cr, cw, total, old in rows:
+            cost = pricer.price(provider, model, Tokens(input=i, output=o, cache_read=cr, cache_write=cw,
+                                                       total=total), ts)
+            if cost != old:
+                updates.append((cost, PRICED if cost is not None else "log", sid))
+                sessions.add(session_id)
+        if updates:
+            self._moving(conn, result)
+            conn.executemany(_SET_SNAPSHOT_COST, updates)
+            rollups.advance_position(conn, sessions - {None})
+            result.snapshots_changed += len(updates)
 
     def session_keys(self, session_ids: list[str]) -> dict[str, str]:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
