@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -453,6 +454,23 @@ def _listed_subagents(db: Path) -> list[tuple]:
             for s in cli_json(db, "subagents")]
 
 
+def _play_task_scene(tmp_path: Path, db: Path, parent: list[bytes], child: list[bytes], order: tuple[str, ...],
+                     **more: Callable[[], object]) -> tuple[Path, Path]:
+    """Steps of a Task's scene in ``order``, each followed by an ingest: the Task asked about (its PreToolUse),
+    its transcript line written, the child's lines written, and ``more``. Returns the project directory and
+    the Task session's subagents directory."""
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    steps = {"asked": lambda: post(db, [_TASK_ASKED], 1_790_848_801_500),
+             "task-line": lambda: (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2])),
+             "child": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child)), **more}
+    for step in order:
+        steps[step]()
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    return project, sub
+
+
 @pytest.mark.parametrize("order", [
     ("asked", "task-line", "started", "child"), ("task-line", "asked", "started", "child"),
     ("asked", "started", "task-line", "child"), ("asked", "started", "child", "task-line"),
@@ -462,16 +480,8 @@ def test_a_running_task_subagent_is_listed_once_whichever_of_hooks_and_transcrip
     the session asked and still running is the subagent's, so its spawn is the child's row from then on, with
     the Task's label and the child's key and spend, whenever the transcript's lines are read."""
     parent, child, btw = _task_lines()
-    project = tmp_path / "claude" / PROJECT
-    sub = project / TASK_SESSION / "subagents"
-    sub.mkdir(parents=True)
-    steps = {"asked": lambda: post(db, [_TASK_ASKED], 1_790_848_801_500),
-             "started": lambda: post(db, [_TASK_STARTED], 1_790_848_802_000),
-             "task-line": lambda: (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2])),
-             "child": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))}
-    for step in order:
-        steps[step]()
-        ingest(db, tmp_path / "claude", fmt="claude-code")
+    project, sub = _play_task_scene(tmp_path, db, parent, child, order,
+                                    started=lambda: post(db, [_TASK_STARTED], 1_790_848_802_000))
     assert _listed_subagents(db) == [(CHILD_KEY, "Find callers", "general-purpose", "running", True)]
     assert cli_json(db, "usage")["subagents"] == 1
     (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
@@ -566,18 +576,10 @@ def test_a_subagent_whose_start_hook_never_came_is_its_session_s_once_its_first_
     SubagentStart would (and to the one Task asked that can be its own), so the family counts it and
     `subagents` lists it once, whichever of the hooks and the lines is read first."""
     parent, child, btw = _task_lines()
-    project = tmp_path / "claude" / PROJECT
-    sub = project / TASK_SESSION / "subagents"
-    sub.mkdir(parents=True)
     grep = {**_TASK_STARTED, "hook_event_name": "PreToolUse", "tool_name": "Grep",
             "tool_input": {"pattern": "paginate"}, "tool_use_id": "toolu_grep"}
-    steps = {"asked": lambda: post(db, [_TASK_ASKED], 1_790_848_801_500),
-             "grep": lambda: post(db, [grep], 1_790_848_803_500),
-             "task-line": lambda: (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent[:2])),
-             "child": lambda: (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))}
-    for step in order:
-        steps[step]()
-        ingest(db, tmp_path / "claude", fmt="claude-code")
+    project, sub = _play_task_scene(tmp_path, db, parent, child, order,
+                                    grep=lambda: post(db, [grep], 1_790_848_803_500))
     assert _listed_subagents(db) == [(CHILD_KEY, "Find callers", "general-purpose", "running", True)]
     running = cli_json(db, "session", PARENT_KEY)
     own_child = cli_json(db, "session", CHILD_KEY)["cost_usd"]
