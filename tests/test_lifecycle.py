@@ -408,6 +408,41 @@ def test_a_crash_with_no_end_is_interrupted_and_a_late_end_wins(tmp_path, db):
     _verify(db)
 
 
+@pytest.mark.parametrize("cut", [None, 2, 3])
+def test_a_restart_interrupts_at_once_a_subagent_that_never_wrote_a_line_and_a_late_end_wins(tmp_path, cut):
+    """The child of S1's run dies with the gateway though no line of its own was read; however the lines
+    before the restart were batched."""
+    child = "agent:main:subagent:c"
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1")
+    log.ev(T0 + 2000, "subagent.spawn", {"childSessionKey": child, "label": "x", "mode": "run"}, sid="unknown",
+           run="R1")
+    log.restart()
+    log.ev(T0 + MIN, "run.start", run="R2")
+    db = tmp_path / "l.db"
+    logs = log.write(tmp_path / "state", slice(None, cut))
+    if cut is not None:
+        ingest(db, logs.root)
+        logs.append(b"".join(log.lines[cut:]))
+    ingest(db, logs.root)
+
+    def subagent() -> tuple:
+        (row,) = _q(db, queries.subagents, queries.Window())
+        return row["status"], row["outcome"]
+
+    assert subagent() == ("interrupted", None)
+    assert _session(db, "S1")["status"] == "active"
+    _verify(db)
+
+    log.ev(T0 + MIN + 1000, "subagent.end", {"targetSessionKey": child, "outcome": "ok"}, key=child, sid="unknown",
+           run="R1")
+    logs.append(log.lines[-1])
+    ingest(db, logs.root)
+    assert subagent() == ("ended", "ok")
+    _verify(db)
+
+
 @pytest.mark.parametrize("cause", ["seq", "idle"])
 def test_a_session_idle_before_a_restart_has_the_grace_from_the_restart_to_come_back(tmp_path, db, cause):
     log = Log()

@@ -130,9 +130,14 @@ _OPEN_TOOLS = """
 SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
 WHERE status = 'running' AND run_id IN (SELECT value FROM json_each(?)) AND coalesce(started_ms, ended_ms) <= ?
 """
-_OPEN_SUBAGENTS = """
-SELECT child_session_key FROM subagents INDEXED BY subagents_open
-WHERE status = 'running' AND child_session_key IN (SELECT value FROM json_each(?)) AND coalesce(spawned_ms, 0) <= ?
+# A child dies with its gateway whether or not it wrote a line: the suspended sessions' own subagents (?1:
+# their keys) and those their runs spawned (?2), or their key when no line says whose the spawning run is.
+_OPEN_SUBAGENTS = f"""
+SELECT s.child_session_key FROM subagents AS s INDEXED BY subagents_open
+LEFT JOIN runs AS r ON r.run_id = s.parent_run_id LEFT JOIN run_activity AS a ON a.run_id = s.parent_run_id
+WHERE s.status = 'running' AND coalesce(s.spawned_ms, 0) <= ?3
+  AND (s.child_session_key IN (SELECT value FROM json_each(?1)) OR {rollups.RUN_SESSION} IN (SELECT value FROM json_each(?2))
+       OR ({rollups.RUN_SESSION} IS NULL AND s.parent_session_key IN (SELECT value FROM json_each(?1))))
 """
 
 
@@ -465,7 +470,7 @@ class Lifecycle:
         runs = [r for (r,) in conn.execute(_OPEN_RUNS, (sessions, point))]
         tools = [tuple(k) for k in conn.execute(_OPEN_TOOLS, (_json(runs), point))] if runs else []
         keys = {self.states[sid].key for sid in restart.suspended} - {None}
-        subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (_json(keys), point))] if keys else []
+        subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (_json(keys), sessions, point))]
         if not (runs or tools or subagents):
             return
         tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
