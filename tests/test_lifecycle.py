@@ -348,6 +348,50 @@ def test_a_chain_of_resets_takes_the_key_all_along_however_the_lines_are_batched
     _verify(db)
 
 
+@pytest.mark.parametrize("cut", [None, 3])
+def test_a_session_end_read_after_a_subagent_end_keeps_the_earlier_time(tmp_path, cut):
+    """The child's subagent.end says it ended before its session.end line: that time stands, with the
+    stronger reason the session.end gives, whether the two are read together or apart."""
+    child = "agent:main:subagent:c1"
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "C"}, key="unknown", sid="C")
+    log.ev(T0 + 1000, "run.start", key=child, sid="C", run="RC")
+    log.ev(T0 + 9000, "subagent.end", {"targetSessionKey": child, "outcome": "ok", "endedAt": T0 + 8000}, key=child,
+           sid="unknown", run="RC")
+    log.ev(T0 + 10_000, "session.end", {"sessionId": "C", "messageCount": 3, "durationMs": 100}, key="unknown",
+           sid="C")
+    db = tmp_path / "l.db"
+    logs = log.write(tmp_path / "state", slice(None, cut))
+    if cut is not None:
+        ingest(db, logs.root)
+        logs.append(b"".join(log.lines[cut:]))
+    ingest(db, logs.root)
+    c = _session(db, "C")
+    (sub,) = _q(db, queries.subagents, queries.Window())
+    assert (c["status"], c["end_reason"], c["ended_at"], c["message_count"]) == ("ended", "end", sub["ended_at"], 3)
+    _verify(db)
+
+
+@pytest.mark.parametrize("cut", [None, 4])
+def test_a_session_end_read_after_its_reset_keeps_the_reset_time(tmp_path, cut):
+    """S2's start resets S1 ten seconds before a session.end for S1 is written: S1 ended when S2 started,
+    for reset, whether the session.end is read with the reset or in a later ingest."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1").ev(T0 + 2000, "run.end", run="R1")
+    log.ev(T0 + 10_000, "session.start", {"sessionId": "S2", "resumedFrom": "S1"}, key="unknown", sid="S2")
+    log.ev(T0 + 20_000, "session.end", {"sessionId": "S1", "messageCount": 3, "durationMs": 5}, key="unknown")
+    db = tmp_path / "l.db"
+    logs = log.write(tmp_path / "state", slice(None, cut))
+    if cut is not None:
+        ingest(db, logs.root)
+        logs.append(b"".join(log.lines[cut:]))
+    ingest(db, logs.root)
+    s1, s2 = _session(db, "S1"), _session(db, "S2")
+    assert (s1["status"], s1["end_reason"], s1["ended_at"]) == ("ended", "reset", s2["started_at"])
+    _verify(db)
+
+
 def test_key_only_events_are_reattributed_when_the_mapping_is_learnt(tmp_path, db):
     log = _reset()
     # Without resumedFrom, nothing says S2 belongs to the key until its run starts.

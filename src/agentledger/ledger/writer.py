@@ -205,8 +205,11 @@ _SESSION_STARTED = (
     "UPDATE sessions SET started_ms = iif(?4, min(?1, coalesce(first_ms, ?1)), ?1), "
     "resumed_from = coalesce(?2, resumed_from) WHERE session_id = ?3"
 )
+# The earliest end stands (as lifecycle's _WRITE_STATE keeps it): a reset or a subagent end read in an
+# earlier batch may have ended the session before this line says.
 _SESSION_ENDED = (
-    "UPDATE sessions SET ended_ms = ?, message_count = ?, duration_ms = ?, status = 'ended' WHERE session_id = ?"
+    "UPDATE sessions SET ended_ms = min(coalesce(ended_ms, ?1), ?1), message_count = ?2, duration_ms = ?3, "
+    "status = 'ended' WHERE session_id = ?4"
 )
 
 _RUN_STARTED = """
