@@ -303,3 +303,55 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
     ingest(db, tmp_path / "claude", fmt="claude-code")  # migrates, then reads the next prompt
     assert _runs(db) == [("u1", "ok", "end_turn", 1_000, 2), ("u2", "running", None, None, 0)]
     _verify(db)
+
+
+def _tool_statuses(db: Path) -> list[tuple]:
+    conn = open_reader(db)
+    try:
+        return conn.execute("SELECT tool_call_id, status FROM tool_calls ORDER BY tool_call_id").fetchall()
+    finally:
+        conn.close()
+
+
+def _read_settled_in_two(tmp_path: Path, lines: list[bytes], cut: int) -> tuple:
+    """Read the first ``cut`` lines, with reconcile passing past the grace, then the rest and reconcile
+    again: the turns, the tool calls and the interrupted runs ``usage`` counts."""
+    root = tmp_path / f"cut{cut}" / "claude"
+    transcript = root / "projects" / "-home-dev-app" / f"{SESSION}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    db = tmp_path / f"cut{cut}.db"
+    transcript.write_bytes(b"".join(lines[:cut]))
+    ingest(db, root, fmt="claude-code")
+    _settle(db)
+    with transcript.open("ab") as f:
+        f.write(b"".join(lines[cut:]))
+    ingest(db, root, fmt="claude-code")
+    _settle(db)
+    _verify(db)
+    settled = dump(db)
+    assert (_settle(db).runs, _settle(db).finished_runs) == (0, 0) and dump(db) == settled  # idempotent
+    usage = json.loads(_cli(db, "usage", "--json").stdout)
+    return _runs(db), _tool_statuses(db), usage["interrupted_runs"]
+
+
+def test_a_claude_code_turn_reconcile_settled_is_settled_again_on_its_later_lines(tmp_path):
+    """A turn whose tool outlived the grace when reconcile passed (or that had no answer yet) was cut
+    off; its tool's result and the answer read later end it as a read of all its lines does, whichever
+    line the first read stopped at."""
+    answered = [cc_prompt("u1", "run the tests", 0),
+                cc_assistant("a1", "msg_1", _tool_use("toolu_1"), output=5, second=1, stop="tool_use"),
+                cc_result("r1", "toolu_1", 12),
+                cc_assistant("a2", "msg_2", _text("All tests pass."), output=5, second=13)]  # no stop reason
+    for cut in range(len(answered) + 1):
+        assert _read_settled_in_two(tmp_path / "answered", answered, cut) == (
+            [("u1", "ok", None, 13_000, 0)], [("toolu_1", "ok")], 0), cut
+    # Of two tools asked at once, one never answers: the turn stays cut off in every order, its answered
+    # tool ended, the other still interrupted.
+    one_unanswered = [cc_prompt("u1", "build and lint", 0),
+                      cc_assistant("a1", "msg_1", _tool_use("toolu_1"), output=5, second=1, stop="tool_use"),
+                      cc_assistant("a2", "msg_2", _tool_use("toolu_2"), output=5, second=2, stop="tool_use"),
+                      cc_result("r2", "toolu_2", 12),
+                      cc_assistant("a3", "msg_3", _text("Lint is clean."), output=5, second=13)]
+    for cut in range(len(one_unanswered) + 1):
+        assert _read_settled_in_two(tmp_path / "unanswered", one_unanswered, cut) == (
+            [("u1", "interrupted", None, None, 0)], [("toolu_1", "interrupted"), ("toolu_2", "ok")], 1), cut

@@ -10,7 +10,9 @@ vanished: interrupted too. A late event still wins: the writer's upserts set the
 Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
 Claude Code run past the grace that has a response and no tool call still waiting for its
 result finished: it ends ``ok`` (at its last sign of life) instead. Only a run left waiting on
-a tool, as a killed session leaves its last turn, is orphaned.
+a tool, as a killed session leaves its last turn, is orphaned. Either end is settled on the lines
+read so far: a later line of the run (a slow tool's result) opens it again in the writer, and the
+next pass settles it on all of them.
 
 Nothing in an OpenClaw transcript says its session ended: its reset or deletion shows only as
 the file renamed to an archive (``<id>.jsonl.reset.<ts>`` / ``.deleted.<ts>``). A session whose

@@ -266,6 +266,25 @@ WHERE run_id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND stop_reaso
   AND EXISTS (SELECT 1 FROM llm_calls AS c WHERE c.run_id = runs.run_id AND c.error IS NULL
                                              AND c.ts_ms > runs.ended_ms)
 """
+# Reconcile settles a Claude Code run that never said it ended (end_rank 0: ok at its last answer, or
+# interrupted, see reconcile.py) on the lines read by then. Lines of it read later (a tool's result, the
+# answer after it) make it what a read of all its lines is before reconcile: open, with the tool calls
+# reconcile cut off still waiting, so that the next reconcile settles it on everything, in every order.
+_SETTLED_TOOLS = f"""
+SELECT tc.run_id, tc.tool_call_id FROM json_each(?) AS j
+JOIN runs AS r ON r.run_id = j.value AND r.source = '{CLAUDE_CODE}' AND r.status != 'running' AND r.end_rank = 0
+JOIN tool_calls AS tc ON tc.run_id = r.run_id AND tc.status = 'interrupted' AND tc.ended_ms IS NULL
+"""
+_REOPEN_SETTLED_RUNS = f"""
+UPDATE runs SET status = 'running', ended_ms = NULL
+WHERE run_id IN (SELECT value FROM json_each(?)) AND source = '{CLAUDE_CODE}' AND status != 'running'
+  AND end_rank = 0
+"""
+_REOPEN_CUT_TOOLS = """
+UPDATE tool_calls SET status = 'running'
+WHERE (run_id, tool_call_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))
+  AND status = 'interrupted' AND ended_ms IS NULL
+"""
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
     "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
@@ -1145,6 +1164,19 @@ def _reopen_retried(conn: apsw.Connection, facts: list[Fact]) -> None:
         conn.execute(_RETRIED_RUNS, (orjson.dumps(sorted(runs)).decode(), OC_TRANSCRIPT))
 
 
+def _settled_tools(conn: apsw.Connection, runs: dict[str, list]) -> list[tuple[str, str]]:
+    """The tool calls reconcile cut off in those of these runs whose end it settled (see _SETTLED_TOOLS)."""
+    return conn.execute(_SETTLED_TOOLS, (orjson.dumps(sorted(runs)).decode(),)).fetchall() if runs else []
+
+
+def _reopen_settled(conn: apsw.Connection, runs: dict[str, list], tools: list[tuple[str, str]]) -> None:
+    """Open again the Claude Code runs whose end reconcile settled that the batch has lines of, and the
+    tool calls ``_settled_tools`` found in them. Both are the batch's, so the rollups follow."""
+    if runs:
+        conn.execute(_REOPEN_CUT_TOOLS, (orjson.dumps(tools).decode(),))
+        conn.execute(_REOPEN_SETTLED_RUNS, (orjson.dumps(sorted(runs)).decode(),))
+
+
 def _rekey_session(conn: apsw.Connection, session_id: str, key: str) -> set[str]:
     """The session, and every row that names it by key, under ``key``; the rollups and the tables
     derived per key follow. Returns the sessions whose views changed: this one, and the old key's."""
@@ -1438,6 +1470,8 @@ class LedgerWriter:
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
         replays = _replayed_tools(conn, facts) if branching else []
         prepared.tool_keys.update(replays)
+        cut_tools = _settled_tools(conn, prepared.runs) if branching else []
+        prepared.tool_keys.update(cut_tools)
         tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
                                   prepared.subagent_keys)
         tracker.before()
@@ -1458,6 +1492,8 @@ class LedgerWriter:
                 conn.executemany(sql, rows)
         if branch_tools:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
+        if branching:  # after the upserts: a tool call this batch ended stays ended
+            _reopen_settled(conn, prepared.runs, cut_tools)
         if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
             _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()
