@@ -12,7 +12,8 @@ import apsw
 import click
 import pytest
 from conftest import REPO, cli_env, ingest
-from logwriter import LogDir, llm_call
+from logwriter import LogDir, event, llm_call
+from terminal import Terminal, needs_tmux
 
 from agentledger.cli import cli
 
@@ -519,3 +520,41 @@ def test_a_ledger_the_user_cannot_look_for_is_one_line_saying_why(tmp_path, unpr
     finally:
         closed.chmod(0o755)
     _one_line(out, 2, f"cannot read {db} (Permission denied)")
+
+
+_WIDE_KEY = "whatsapp:direct:20654912641234"  # a session key as long as a real one
+
+
+def _wide_ledger(tmp_path: Path) -> Path:
+    """A session of one run whose tokens and cost are as wide as a busy session's."""
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "run.start", {"model": "claude-sonnet-4-5", "provider": "anthropic"}, session=_WIDE_KEY))
+    logs.append(event(2, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 12_345_678, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 12_345_678}, "costUsd": 12.3456}, session=_WIDE_KEY))
+    logs.append(event(3, "run.end", {"model": "claude-sonnet-4-5", "provider": "anthropic"}, session=_WIDE_KEY))
+    db = tmp_path / "ledger.db"
+    ingest(db, logs.root)
+    return db
+
+
+@needs_tmux
+@pytest.mark.parametrize("args, texts", [
+    (["sessions"], {"12,345,678": 1, "12.3456": 1, "active": 1}),
+    (["runs"], {"12,345,678": 1, "12.3456": 1}),
+    (["top", "runs"], {"12,345,678": 1, "12.3456": 1}),
+    (["session", f"agent:main:{_WIDE_KEY}"], {"12,345,678": 2, "12.3456": 5}),  # twice in the summary
+    (["inputs"], {"lost": 1, "bytes": 1, "{size}": 2}),  # read to its end: offset and size
+])
+def test_an_80_column_terminal_cuts_text_never_numbers(tmp_path, args, texts):
+    # Every column after the first was cut to fit: costs went missing, tokens showed as "12,34…".
+    db = _wide_ledger(tmp_path)
+    term = Terminal(tmp_path, args, cli_env(db), lines=50, hold=True)
+    try:
+        assert term.exit_code() == 0
+        screen = term.screen()
+    finally:
+        term.close()
+    (log,) = (tmp_path / "logs").rglob("*.jsonl")
+    shown = {text: screen.count(text.format(size=f"{log.stat().st_size:,}")) for text in texts}
+    assert shown == texts, screen

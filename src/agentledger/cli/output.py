@@ -70,26 +70,82 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str |
                note: bool = True) -> None:
     """``columns`` is a list of (key, header); a row's ``cost_usd`` is marked by its ``unpriced_calls``,
     with the footnote under the table unless ``note`` is false (the caller gives it once for several)."""
+    cells = [_row_cells(row, columns) for row in rows]
     if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title)
-        for i, (key, header) in enumerate(columns):
-            numeric = bool(rows) and isinstance(rows[0].get(key), (int, float))
-            # The first column names the row: wrap it rather than cut it short.
-            table.add_column(header, justify="right" if numeric else "left",
-                             overflow="fold" if i == 0 else "ellipsis", min_width=12 if i == 0 else None)
-        for row in rows:
-            table.add_row(*_row_cells(row, columns))
-        Console().print(table)
+        _print_fitted(cells, columns, [_is_number(rows, key) for key, _ in columns], title)
     else:
-        cells = [[h for _, h in columns]] + [_row_cells(row, columns) for row in rows]
+        cells = [[h for _, h in columns]] + cells
         widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
         for r in cells:
             click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     if note and any(k == "cost_usd" for k, _ in columns):
         note_unpriced(sum(row.get("unpriced_calls") or 0 for row in rows))
+
+
+def _is_number(rows: list[dict], key: str) -> bool:
+    # A cost column is one even where every cost is unknown; elsewhere a dash stands for a missing number.
+    return key == "cost_usd" or any(isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)
+                                    for row in rows)
+
+
+# The narrowest a text column is squeezed to (with an ellipsis) before columns are left out whole.
+_TEXT_FLOOR = 10
+
+
+def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], numbers: list[bool],
+                  title: str | None) -> None:
+    """A table that fits the terminal: numbers keep their width, text gives way first. Text squeezed
+    too narrow, the borders go (the piped layout); still too wide, text columns other than the first
+    are left out from the right, and said to be."""
+    from rich import box
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    # A header may fold at its spaces: a number's column needs its longest word, or its widest number.
+    natural = [max([cell_len(w) for w in (header.split() if numbers[i] else [header])] +
+                   [cell_len(r[i]) for r in cells]) for i, (_, header) in enumerate(columns)]
+    kept = list(range(len(columns)))
+
+    def room(boxed: bool) -> int:
+        """What the kept text columns have between the borders and the numbers."""
+        borders = 3 * len(kept) + 1 if boxed else 2 * (len(kept) - 1)
+        return console.width - borders - sum(natural[i] for i in kept if numbers[i])
+
+    def fits(boxed: bool) -> bool:
+        return sum(min(natural[i], _TEXT_FLOOR) for i in kept if not numbers[i]) <= room(boxed)
+
+    boxed = fits(True)
+    droppable = [i for i in kept[1:] if not numbers[i]]
+    while not boxed and not fits(False) and droppable:
+        kept.remove(droppable.pop())
+    # Too narrow even for the numbers: rich shares out what there is, and every column folds onto more
+    # lines, never cut short.
+    widths = _share([natural[i] for i in kept if not numbers[i]], room(boxed)) if fits(boxed) else None
+    table = Table(title=title, box=box.HEAVY_HEAD if boxed else None, pad_edge=boxed)
+    for i in kept:
+        table.add_column(columns[i][1], justify="right" if numbers[i] else "left",
+                         overflow="fold" if numbers[i] or i == 0 or widths is None else "ellipsis",
+                         width=None if widths is None else natural[i] if numbers[i] else widths.pop(0))
+    for r in cells:
+        table.add_row(*(r[i] for i in kept))
+    console.print(table)
+    left_out = [header for i, (_, header) in enumerate(columns) if i not in kept]
+    if left_out:
+        click.echo(f"(too narrow for {', '.join(left_out)}: a wider terminal or --json shows them)")
+
+
+def _share(wanted: list[int], room: int) -> list[int]:
+    """Widths for columns that want ``wanted`` within ``room``: the widest are cut to one level, as
+    high as fits, so a short column keeps all of its text; what is left over goes to the first."""
+    level = max(wanted, default=0)
+    while level > 1 and sum(min(w, level) for w in wanted) > room:
+        level -= 1
+    widths = [min(w, level) for w in wanted]
+    if widths and widths[0] < wanted[0]:
+        widths[0] += max(0, room - sum(widths))
+    return widths
 
 
 def note_unpriced(unpriced: int) -> None:
