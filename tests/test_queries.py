@@ -393,6 +393,19 @@ def test_calls_naming_another_session_than_their_run_s_are_listed_where_they_cou
     assert tools == ["T1"]
 
 
+def test_a_timeline_shows_a_subagent_of_no_label_as_a_dash_not_as_none(tmp_path):
+    log = _HookLog()
+    root, child = "agent:main:main", "agent:main:subagent:c1"
+    log.call(root, "S0", "R0", 1.0)
+    log.spawn(root, "R0", child)
+    db = log.ledger(tmp_path)
+    (item,) = json.loads(_cli(db, "timeline", root, "--kinds", "subagent", "--json").stdout)
+    assert item["what"].split()[0] == "-"
+    (row,) = [line for line in _cli(db, "timeline", root, "--kinds", "subagent").stdout.splitlines()
+              if " subagent " in line]
+    assert "None" not in row and " - " in row
+
+
 def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out(tmp_path):
     log = _HookLog()
     root, part, blind = "agent:main:main", "agent:main:subagent:part", "agent:main:subagent:blind"

@@ -1095,7 +1095,7 @@ def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w:
     if "subagent" in want:
         for s in detail["subagents"]:
             items.append(_item(s["spawned_at"] or s["ended_at"], "subagent",
-                               f"{s['label']} {s['outcome'] or s['status']}", s["child_session_key"], s["cost_usd"],
+                               f"{s['label'] or '-'} {s['outcome'] or s['status']}", s["child_session_key"], s["cost_usd"],
                                s["unpriced_calls"]))
     if "session" in want:
         items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
