@@ -105,6 +105,16 @@ def test_a_query_of_a_ledger_still_being_created_says_it_has_none_yet(tmp_path):
     assert out.stderr.startswith(f"agentledger: no ledger at {db} yet: an empty database")
 
 
+@pytest.mark.parametrize("args, command", [
+    (["usage", "--since"], "usage"), (["sessions", "--limit"], "sessions"), (["costs", "--group-by"], "costs"),
+    (["--log-level", "info", "top", "runs", "--limit"], "top"), (["--db"], ""),
+])
+def test_an_option_without_its_value_points_at_its_command_s_help(tmp_path, args, command):
+    # Click gives this error no context: it pointed at `agentledger --help` whatever the command.
+    line = _one_line(run(*args, db=tmp_path / "l.db"), 2, "requires an argument")
+    assert line.endswith(f"(see `{' '.join(['agentledger', command]).strip()} --help`)"), line
+
+
 @pytest.mark.parametrize("args, command", [([], "sessions"), (["config"], "show")])
 def test_a_group_without_its_command_prints_its_help_as_help(args, command):
     # Flattened as an error, it was one line of 2,600 characters.

@@ -67,6 +67,20 @@ def daemon_url(flag: str | None, config: Config) -> str:
     return url
 
 
+def _named_context(args: list[str]) -> click.Context:
+    """The context of the command ``args`` name, read as far as they go: click leaves it off some usage
+    errors (an option given without its value), where the help to see is still that command's."""
+    ctx = click.Context(cli, info_name="agentledger", resilient_parsing=True)
+    while isinstance(ctx.command, click.Group):
+        # A group's own parse: its options read, the command's name and its args left.
+        rest = click.Command.parse_args(ctx.command, ctx, list(args))
+        command = ctx.command.get_command(ctx, rest[0]) if rest else None
+        if command is None:
+            break
+        ctx, args = click.Context(command, parent=ctx, info_name=rest[0], resilient_parsing=True), rest[1:]
+    return ctx
+
+
 def main(args: list[str] | None = None) -> None:
     """Console entry point: usage and configuration errors are one line and exit code 2 (a group's help,
     shown for want of a command, keeps its lines)."""
@@ -77,7 +91,8 @@ def main(args: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
-        where = f"agentledger {exc.ctx.command_path.partition(' ')[2]}".strip() if exc.ctx else "agentledger"
+        ctx = exc.ctx or _named_context(sys.argv[1:] if args is None else args)
+        where = f"agentledger {ctx.command_path.partition(' ')[2]}".strip()
         _fail(f"{exc.format_message()} (see `{where} --help`)")
     except LedgerBusy as exc:
         _fail(str(exc), 1)
