@@ -590,3 +590,14 @@ def test_a_subagent_whose_start_hook_never_came_is_its_session_s_once_its_first_
     assert _task_outcome(db) == WANT_TASK_OUTCOME
     post(db, [_TASK_ASKED, grep], 1_790_848_900_000)  # sent again: nothing changes
     assert _task_outcome(db) == WANT_TASK_OUTCOME
+
+
+def test_a_hook_event_names_no_file_and_no_offset_in_it(db, payloads):
+    # Posted, not read from a file: it showed offset 0 beside no file, as if at the start of one.
+    post(db, payloads)
+    rows = _json(db, "events", "--limit", "500")
+    assert len(rows) >= len(payloads)  # a hook may tell a subagent's spawn or stop too
+    assert {(r["file"], r["offset"]) for r in rows} == {(None, None)}
+    header, *lines = _cli(db, "events", "--limit", "500").stdout.splitlines()
+    assert header.split()[-2:] == ["file", "offset"]
+    assert {tuple(line.split()[-2:]) for line in lines} == {("-", "-")}

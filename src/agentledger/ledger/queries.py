@@ -1041,7 +1041,9 @@ def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) 
     rows = conn.execute(
         f"SELECT e.ts_ms, e.id, e.kind, e.agent_id, e.session_key, f.path, e.offset FROM events AS e "
         f"LEFT JOIN files AS f ON f.id = e.file_id WHERE {cond} ORDER BY e.ts_ms DESC, e.id {limit}", params)
-    return [_row(EVENT_FIELDS, (iso(ts), f"{eid & (2**64 - 1):016x}", kind, agent, key, path, off))
+    # A hook event was posted, not read from a file: it has no offset in one.
+    return [_row(EVENT_FIELDS, (iso(ts), f"{eid & (2**64 - 1):016x}", kind, agent, key, path,
+                                None if path is None else off))
             for ts, eid, kind, agent, key, path, off in rows]
 
 
