@@ -219,6 +219,14 @@ def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
     assert (csv_rows["grep"]["duration_s"], csv_rows["read"]["duration_s"]) == ("", "1.5")
 
 
+def test_the_tools_table_shows_each_tool_s_total_time(tmp_path):
+    # Only --json and --csv had it, where the README says tools shows it.
+    db = _timed_and_untimed_tools(tmp_path)
+    header, *lines = _cli(db, "tools").stdout.splitlines()
+    assert header.split()[-2:] == ["time", "s"]
+    assert {line.split()[0]: line.split()[-1] for line in lines} == {"read": "1.5000", "grep": "-"}
+
+
 def test_costs_by_tool_keep_a_time_no_call_reported_unknown(tmp_path):
     # The rollups summed a missing duration as 0: grep, whose calls never told theirs, showed 0.0 s.
     db = _timed_and_untimed_tools(tmp_path)

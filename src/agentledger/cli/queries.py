@@ -386,11 +386,11 @@ def run(conn, w, fmt, run_id):
 @click.option("--name", type=TEXT, metavar="TOOL", help="Only this tool.")
 @click.option("--errors-only", is_flag=True, help="Only tools that failed at least once.")
 def tools_cmd(conn, w, fmt, name, errors_only):
-    """Tool calls by tool: calls, errors, error rate, duration percentiles."""
+    """Tool calls by tool: calls, errors, error rate, duration percentiles and total time."""
     _emit_rows(queries.tools(conn, w, name=name, errors_only=errors_only), queries.TOOL_FIELDS, fmt,
                "no tool calls match",
                [("tool", "tool"), ("calls", "calls"), ("errors", "errors"), ("error_rate", "err rate"),
-                ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms")])
+                ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("duration_s", "time s")])
 
 
 @cli.command()
