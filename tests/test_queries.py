@@ -219,6 +219,22 @@ def test_a_tool_whose_calls_told_no_duration_took_an_unknown_time(tmp_path):
     assert (csv_rows["grep"]["duration_s"], csv_rows["read"]["duration_s"]) == ("", "1.5")
 
 
+def test_a_run_s_failed_model_call_is_marked_as_failed(tmp_path):
+    # It was listed as one more call of 0 tokens costing 0.0000: two calls where the run counts one and an error.
+    log = _HookLog()
+    key, model = "agent:main:main", {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+    log.ev("run.start", model, key, "S1", "R1")
+    log.ev("llm.call", {**model, "callIndex": 0, "costUsd": 0.5, "delta": {"input": 1, "output": 1, "total": 2}},
+           key, "S1", "R1")
+    log.ev("llm.call", {**model, "callIndex": 1, "delta": {"total": 0}}, key, "S1", "R1", error="overloaded_error")
+    log.ev("run.end", model, key, "S1", "R1")
+    db = log.ledger(tmp_path)
+    out = _cli(db, "run", "R1").stdout
+    header, ok, failed = out.partition("model calls (2)\n")[2].splitlines()[:3]
+    assert header.split()[-1] == "error"
+    assert (ok.split()[-1], failed.split()[-1]) == ("-", "overloaded_error")
+
+
 def test_the_tools_table_shows_each_tool_s_total_time(tmp_path):
     # Only --json and --csv had it, where the README says tools shows it.
     db = _timed_and_untimed_tools(tmp_path)
@@ -284,7 +300,8 @@ class _HookLog:
     def __init__(self) -> None:
         self.lines: list[bytes] = []
 
-    def ev(self, kind: str, data: dict, key: str, sid: str = "unknown", run: str | None = None) -> None:
+    def ev(self, kind: str, data: dict, key: str, sid: str = "unknown", run: str | None = None,
+           error: str | None = None) -> None:
         import orjson
 
         n = len(self.lines) + 1
@@ -292,6 +309,8 @@ class _HookLog:
              "sessionId": sid, "kind": kind, "data": data, "source": "hook"}
         if run:
             e["runId"] = run
+        if error:
+            e["error"] = {"message": error}
         self.lines.append(orjson.dumps(e))
 
     def call(self, key: str, sid: str, run: str, cost: float | None) -> None:

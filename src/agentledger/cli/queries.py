@@ -375,8 +375,9 @@ def run(conn, w, fmt, run_id):
     d = queries.run_detail(conn, run_id)
     _emit_detail(d, fmt, [
         ("tool_calls_list", "tool calls", _TOOL_CALL_TABLE),
+        # A failed call is listed with its error, as a failed tool call is: its row alone says it failed.
         ("model_calls", "model calls", [("at", "at"), ("model", "model"), ("total_tokens", "tokens"),
-                                        ("cost_usd", "cost $"), ("duration_ms", "ms")]),
+                                        ("cost_usd", "cost $"), ("duration_ms", "ms"), ("error", "error")]),
     ], [("run", d["run_id"]), ("session", d["session_key"]), ("model", d["model"]), ("status", d["status"]),
         ("error", d["error"]), ("cost $", cost_cell(d["cost_usd"], d["unpriced_calls"]))], d["unpriced_calls"])
 
