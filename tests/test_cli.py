@@ -202,6 +202,23 @@ def test_rejects_name_the_file_a_bad_line_is_in_once_it_was_rotated(tmp_path):
     assert rotated.read_bytes()[row["offset"]:].startswith(b'{"broken')
 
 
+def test_inputs_as_csv_are_its_json_rows(tmp_path):
+    # It took --json alone, where the README says every query command takes --csv too.
+    import csv
+
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    out = run("inputs", "--csv", db=db)
+    assert out.returncode == 0, out.stderr
+    (row,) = csv.DictReader(out.stdout.splitlines())
+    (want,) = json.loads(run("inputs", "--json", db=db).stdout)
+    assert row == {k: "" if v is None else str(v) for k, v in want.items()}
+    assert row["path"] == str(logs.live) and row["offset"] == str(len(llm_call(1)))
+    _one_line(run("inputs", "--csv", "--json", db=db), 2, "print one format, --json or --csv")
+
+
 def test_db_from_environment(tmp_path, oc_corpus):
     db = tmp_path / "env.db"
     ingest(db, oc_corpus)

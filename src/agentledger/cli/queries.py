@@ -49,18 +49,20 @@ def _zone(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True):
-    """--json, --csv, --since/--until, --agent and --limit, the same on every query command that can apply
-    them; a command about ``one`` session or run takes --json only. A flag a command would ignore is not
-    offered, so giving it is an error rather than a surprise."""
+def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True,
+                  window: bool = True):
+    """--json, --csv, --since/--until (unless no ``window`` applies), --agent and --limit, the same on every
+    query command that can apply them; a command about ``one`` session or run takes --json only. A flag a
+    command would ignore is not offered, so giving it is an error rather than a surprise."""
     # Apart, not one shared destination: given both, the last one silently won.
     options = [click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table.")]
     if not one:
         options += [
             click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row."),
-            click.option("--since", metavar="TIME",
-                         help="From this time on (inclusive): 2026-11-01, an ISO time, or an age like 7d, 24h, 30m."),
-            click.option("--until", metavar="TIME", help="Up to this time (inclusive), same forms."),
+            *([click.option("--since", metavar="TIME", help="From this time on (inclusive): 2026-11-01, an ISO "
+                                                            "time, or an age like 7d, 24h, 30m."),
+               click.option("--until", metavar="TIME", help="Up to this time (inclusive), same forms.")]
+              if window else []),
             *([click.option("--agent", type=TEXT, metavar="ID", help="Only this agent id.")] if agent else []),
             *([click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
                             show_default=True, help="At most this many rows.")] if limit else []),
@@ -288,25 +290,17 @@ def rejects(conn, w, fmt):
 
 
 @cli.command(name="inputs")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.pass_obj
-def inputs(obj, as_json):
-    """Tailed log files: where each one is read up to, any that were lost, and any that cannot be read."""
-    conn = open_reader(obj.db)
-    try:
-        rows = queries.file_status(conn)
-    finally:
-        conn.close()
-    if as_json:
-        emit_json(rows)
-    elif not rows:
-        click.echo("no files tailed yet")
-    else:
-        columns = [("source", "source"), ("path", "file"), ("status", "status"), ("offset", "offset"),
-                   ("size", "size"), ("lines", "lines"), ("lost_bytes", "lost bytes")]
-        if any(row["reason"] for row in rows):  # else a column of dashes
-            columns.append(("reason", "reason"))
-        emit_table(rows, columns)
+@query_options(default_limit=None, agent=False, limit=False, window=False)
+def inputs(conn, w, fmt):
+    """Tailed log files: where each one is read up to, any that were lost, and any that cannot be read.
+
+    Every file as it is now: there is no --since/--until, --agent or --limit."""
+    rows = queries.file_status(conn)
+    columns = [("source", "source"), ("path", "file"), ("status", "status"), ("offset", "offset"),
+               ("size", "size"), ("lines", "lines"), ("lost_bytes", "lost bytes")]
+    if any(row["reason"] for row in rows):  # else a column of dashes
+        columns.append(("reason", "reason"))
+    _emit_rows(rows, queries.FILE_STATUS_FIELDS, fmt, "no files tailed yet", columns)
 
 
 _RUN_TABLE = [("run_id", "run"), ("session_key", "session"), ("model", "model"), ("status", "status"),

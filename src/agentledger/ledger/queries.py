@@ -534,14 +534,16 @@ def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
             for path, off, length, reason, head, ts in rows]
 
 
+FILE_STATUS_FIELDS = ("source", "path", "status", "offset", "size", "lines", "lost_bytes", "updated_at", "reason")
+
+
 def file_status(conn: apsw.Connection) -> list[dict]:
     """Every tailed file, and every file or directory that could not be read at the last look: status
     ``unreadable``, with the reason (a followed file keeps how far it was read)."""
     unreadable = {(s, p): (why, ts) for s, p, why, ts in conn.execute(
         "SELECT source, path, reason, since_ms FROM unreadable_inputs")}
     rows = [
-        {"source": s, "path": p, "status": st, "offset": off, "size": size, "lines": lines,
-         "lost_bytes": lost, "updated_at": iso(ts), "reason": None}
+        _row(FILE_STATUS_FIELDS, (s, p, st, off, size, lines, lost, iso(ts), None))
         for s, p, st, off, size, lines, lost, ts in conn.execute(
             "SELECT source, path, status, offset, size, lines, lost_bytes, updated_ms FROM files")
     ]
@@ -549,8 +551,8 @@ def file_status(conn: apsw.Connection) -> list[dict]:
         why = unreadable.pop((row["source"], row["path"]), None)
         if why is not None:
             row["status"], row["reason"] = "unreadable", why[0]
-    rows += [{"source": s, "path": p, "status": "unreadable", "offset": None, "size": None, "lines": None,
-              "lost_bytes": None, "updated_at": iso(ts), "reason": why} for (s, p), (why, ts) in unreadable.items()]
+    rows += [_row(FILE_STATUS_FIELDS, (s, p, "unreadable", None, None, None, None, iso(ts), why))
+             for (s, p), (why, ts) in unreadable.items()]
     return sorted(rows, key=lambda row: (row["source"], row["path"]))
 
 
