@@ -348,6 +348,18 @@ def test_a_chain_of_resets_takes_the_key_all_along_however_the_lines_are_batched
     _verify(db)
 
 
+def _read_cut(tmp_path: Path, log: Log, cut: int | None) -> tuple[Path, LogDir]:
+    """A ledger of ``log`` read in one ingest (``cut`` None), or in two, the first of its first ``cut`` lines;
+    and the log directory, to write more to."""
+    db = tmp_path / "l.db"
+    logs = log.write(tmp_path / "state", slice(None, cut))
+    if cut is not None:
+        ingest(db, logs.root)
+        logs.append(b"".join(log.lines[cut:]))
+    ingest(db, logs.root)
+    return db, logs
+
+
 @pytest.mark.parametrize("cut", [None, 3])
 def test_a_session_end_read_after_a_subagent_end_keeps_the_earlier_time(tmp_path, cut):
     """The child's subagent.end says it ended before its session.end line: that time stands, with the
@@ -360,12 +372,7 @@ def test_a_session_end_read_after_a_subagent_end_keeps_the_earlier_time(tmp_path
            sid="unknown", run="RC")
     log.ev(T0 + 10_000, "session.end", {"sessionId": "C", "messageCount": 3, "durationMs": 100}, key="unknown",
            sid="C")
-    db = tmp_path / "l.db"
-    logs = log.write(tmp_path / "state", slice(None, cut))
-    if cut is not None:
-        ingest(db, logs.root)
-        logs.append(b"".join(log.lines[cut:]))
-    ingest(db, logs.root)
+    db, _ = _read_cut(tmp_path, log, cut)
     c = _session(db, "C")
     (sub,) = _q(db, queries.subagents, queries.Window())
     assert (c["status"], c["end_reason"], c["ended_at"], c["message_count"]) == ("ended", "end", sub["ended_at"], 3)
@@ -381,12 +388,7 @@ def test_a_session_end_read_after_its_reset_keeps_the_reset_time(tmp_path, cut):
     log.ev(T0 + 1000, "run.start", run="R1").ev(T0 + 2000, "run.end", run="R1")
     log.ev(T0 + 10_000, "session.start", {"sessionId": "S2", "resumedFrom": "S1"}, key="unknown", sid="S2")
     log.ev(T0 + 20_000, "session.end", {"sessionId": "S1", "messageCount": 3, "durationMs": 5}, key="unknown")
-    db = tmp_path / "l.db"
-    logs = log.write(tmp_path / "state", slice(None, cut))
-    if cut is not None:
-        ingest(db, logs.root)
-        logs.append(b"".join(log.lines[cut:]))
-    ingest(db, logs.root)
+    db, _ = _read_cut(tmp_path, log, cut)
     s1, s2 = _session(db, "S1"), _session(db, "S2")
     assert (s1["status"], s1["end_reason"], s1["ended_at"]) == ("ended", "reset", s2["started_at"])
     _verify(db)
@@ -464,12 +466,7 @@ def test_a_restart_interrupts_at_once_a_subagent_that_never_wrote_a_line_and_a_l
            run="R1")
     log.restart()
     log.ev(T0 + MIN, "run.start", run="R2")
-    db = tmp_path / "l.db"
-    logs = log.write(tmp_path / "state", slice(None, cut))
-    if cut is not None:
-        ingest(db, logs.root)
-        logs.append(b"".join(log.lines[cut:]))
-    ingest(db, logs.root)
+    db, logs = _read_cut(tmp_path, log, cut)
 
     def subagent() -> tuple:
         (row,) = _q(db, queries.subagents, queries.Window())

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -14,7 +15,7 @@ import orjson
 from conftest import as_of_version, ingest, metric_counters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar
+from ledgerdump import dump, rows, scalar
 from logwriter import LogDir
 from test_transcript_sources import SESSION, cc_assistant, cc_prompt, cc_result
 
@@ -234,18 +235,7 @@ def test_a_claude_code_read_resumed_mid_file_ends_turns_as_a_straight_read(tmp_p
     lines = [cc_prompt("u1", "a", 0), cc_assistant("a1", "msg_1", _text("b"), output=5, second=1),
              cc_prompt("u2", "c", 10), cc_assistant("a2", "msg_2", _text("d"), output=5, second=11),
              _cc_interrupt("i1", 12), cc_prompt("u3", "e", 20)]
-    ledgers = []
-    for cut in (len(lines), 1, 2, 3, 5):
-        root = tmp_path / f"cut{cut}" / "claude"
-        transcript = root / "projects" / "-home-dev-app" / f"{SESSION}.jsonl"
-        transcript.parent.mkdir(parents=True)
-        db = tmp_path / f"cut{cut}.db"
-        transcript.write_bytes(b"".join(lines[:cut]))
-        ingest(db, root, fmt="claude-code")
-        with transcript.open("ab") as f:
-            f.write(b"".join(lines[cut:]))
-        ingest(db, root, fmt="claude-code")
-        ledgers.append(_runs(db))
+    ledgers = [_runs(_read_in_two(tmp_path, lines, cut)) for cut in (len(lines), 1, 2, 3, 5)]
     assert ledgers[0] == [("u1", "ok", "next_prompt", 10_000, 1), ("u2", "interrupted", "user_interrupt", 12_000, 3),
                           ("u3", "running", None, None, 0)]
     assert all(runs == ledgers[0] for runs in ledgers)
@@ -306,26 +296,30 @@ def test_a_ledger_from_before_end_ranks_keeps_its_reported_ends(tmp_path, db):
 
 
 def _tool_statuses(db: Path) -> list[tuple]:
-    conn = open_reader(db)
-    try:
-        return conn.execute("SELECT tool_call_id, status FROM tool_calls ORDER BY tool_call_id").fetchall()
-    finally:
-        conn.close()
+    return rows(db, "SELECT tool_call_id, status FROM tool_calls ORDER BY tool_call_id")
 
 
-def _read_settled_in_two(tmp_path: Path, lines: list[bytes], cut: int) -> tuple:
-    """Read the first ``cut`` lines, with reconcile passing past the grace, then the rest and reconcile
-    again: the turns, the tool calls and the interrupted runs ``usage`` counts."""
+def _read_in_two(tmp_path: Path, lines: list[bytes], cut: int, between: Callable[[Path], object] = lambda db: None
+                 ) -> Path:
+    """A ledger of a Claude Code transcript read in two ingests, the first of its first ``cut`` lines,
+    ``between`` them done to it."""
     root = tmp_path / f"cut{cut}" / "claude"
     transcript = root / "projects" / "-home-dev-app" / f"{SESSION}.jsonl"
     transcript.parent.mkdir(parents=True)
     db = tmp_path / f"cut{cut}.db"
     transcript.write_bytes(b"".join(lines[:cut]))
     ingest(db, root, fmt="claude-code")
-    _settle(db)
+    between(db)
     with transcript.open("ab") as f:
         f.write(b"".join(lines[cut:]))
     ingest(db, root, fmt="claude-code")
+    return db
+
+
+def _read_settled_in_two(tmp_path: Path, lines: list[bytes], cut: int) -> tuple:
+    """Read the first ``cut`` lines, with reconcile passing past the grace, then the rest and reconcile
+    again: the turns, the tool calls and the interrupted runs ``usage`` counts."""
+    db = _read_in_two(tmp_path, lines, cut, _settle)
     _settle(db)
     _verify(db)
     settled = dump(db)
