@@ -233,6 +233,28 @@ def test_fifty_megabyte_line_is_rejected_and_the_rest_indexed(tmp_path, db):
     assert "exceeds max_line" in reason
 
 
+@pytest.mark.parametrize("looked_between, appended", [(True, range(3, 40)), (False, range(3, 40)),
+                                                      (False, range(3, 5))])
+def test_an_over_long_torn_line_cut_back_by_its_writer_swallows_none_of_the_lines_after_it(tmp_path, db,
+                                                                                           looked_between, appended):
+    # The writer dies mid over-long line, then cuts its torn tail back to its last newline and writes on:
+    # what the long line was scanned to before no longer holds it.
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 2)))
+    kept = logs.live.stat().st_size
+    with following(db, logs.root, max_line=1000) as pipeline:
+        pipeline.run_once()
+        logs.append(llm_call(2, pad=3000)[:2500])
+        assert pipeline.run_once().events == 0
+        os.truncate(logs.live, kept)
+        if looked_between:
+            assert pipeline.run_once().events == 0
+        logs.append(lines(appended))
+        pipeline.run_once()
+    assert ids(db) == want(range(1, 2), appended)
+    assert scalar(db, "SELECT count(*) FROM rejects") == 0
+
+
 def test_two_megabyte_tool_result_is_indexed(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1, pad=2 * 1024 * 1024) + llm_call(2))

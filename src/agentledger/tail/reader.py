@@ -38,6 +38,20 @@ def _find_newline(fd: int, start: int, limit: int | None) -> tuple[int | None, i
     return None, pos
 
 
+def _resume(fd: int, pos: int, scanned_to: int) -> tuple[int | None, int] | None:
+    """Resume scanning the long line at ``pos``, noted without a newline up to ``scanned_to``: (newline
+    offset, scanned to) as ``_find_newline`` gives them. None when the file no longer holds it as noted
+    (cut back since, maybe written on), for the caller to read afresh from ``pos``. Before the line is
+    rejected, what was scanned of it is scanned again: a rewrite leaves no other sign, and a note
+    trusted blindly would reject the lines written over it as one."""
+    if os.fstat(fd).st_size < scanned_to:
+        return None
+    nl, scanned = _find_newline(fd, scanned_to, None)
+    if nl is not None and _find_newline(fd, pos, scanned_to) != (None, scanned_to):
+        return None
+    return nl, scanned
+
+
 def read_lines(
     fd: int,
     offset: int,
@@ -53,15 +67,16 @@ def read_lines(
     consumed = 0
     while len(res.lines) < max_lines and consumed < max_bytes:
         if resume_long is not None and resume_long[0] == pos:
-            nl, scanned = _find_newline(fd, resume_long[1], None)
-            resume_long = None
-            if nl is None:
-                res.pending_long = (pos, scanned)
-                break
-            res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
-            consumed += nl + 1 - pos
-            pos = nl + 1
-            continue
+            resumed, resume_long = _resume(fd, *resume_long), None
+            if resumed is not None:
+                nl, scanned = resumed
+                if nl is None:
+                    res.pending_long = (pos, scanned)
+                    break
+                res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
+                consumed += nl + 1 - pos
+                pos = nl + 1
+                continue
         data = os.pread(fd, max(BLOCK, min(max_bytes - consumed, 8 * BLOCK)), pos)
         if not data:
             break

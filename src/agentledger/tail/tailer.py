@@ -398,6 +398,7 @@ class Tailer:
             report.truncated += 1
             row.offset = row.lines = row.tail_len = 0
             row.tail_hash = None
+            self._pending_long.pop(row.id, None)  # what a long line was scanned to is gone with it
             row.size = p.size  # what it held before is gone: kept, it would count as unread
         elif row.path != p.path or not same_inode:
             if row.status == "live" and not p.live:
