@@ -178,6 +178,34 @@ def test_file_deleted_before_it_was_read_counts_as_lost(tmp_path, db, rotate_bef
     assert ids(db) == want(range(1, read + 1), range(20_000, 20_005), extra)
 
 
+def test_a_file_truncated_in_place_before_it_was_read_to_its_end_counts_what_it_lost(tmp_path, db):
+    # Cut back to its first lines, which were read: what was cut away unread is lost, told as a deletion is.
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 10_001)))
+    kept = len(lines(range(1, 6)))
+    total = 0
+    for appended in (range(10_001, 20_001), range(20_001, 30_001)):
+        _read_first_batch_only(db, logs.root)
+        offset = scalar(db, "SELECT offset FROM files")
+        unread = logs.live.stat().st_size - offset
+        assert offset > kept and unread > 0
+        os.truncate(logs.live, kept)
+        stats = ingest(db, logs.root)
+        assert (stats.truncated, stats.lost_files, stats.lost_bytes) == (1, 1, unread)
+        total += unread
+        logs.append(lines(appended))
+    row = inputs(db)[str(logs.live)]
+    assert (row["status"], row["lost_bytes"]) == ("live", total)  # the second truncation adds to the first
+    assert [event for event, _ in file_events(db)] == ["truncate", "truncate"]
+    # Rotated, read to its end and removed by retention: nothing more is lost, and what was stays told.
+    rotated = logs.rotate()
+    ingest(db, logs.root)
+    os.unlink(rotated)
+    stats = ingest(db, logs.root)
+    assert (stats.lost_files, stats.lost_bytes) == (0, 0)
+    assert (inputs(db)[str(rotated)]["status"], inputs(db)[str(rotated)]["lost_bytes"]) == ("gone", total)
+
+
 def test_live_file_vanishing_while_stopped_is_reported_lost(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     logs.append(lines(range(1, 11)))

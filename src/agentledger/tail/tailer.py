@@ -267,10 +267,14 @@ class Tailer:
             for row, p in zip(heirs, group):
                 claimed[row.id] = p
             new.extend(group[len(heirs):])
+        held: dict[bytes, int] = {}
+        for p in physicals:
+            if p.fp is not None:
+                held[p.fp] = max(held.get(p.fp, 0), p.size)
         pairs = []
         for row_id, p in claimed.items():
             row = self.rows[row_id]
-            self._follow(row, p, report)
+            self._follow(row, p, held, report)
             pairs.append((row, p))
         for p in new:
             pairs.append((self._new_file(p, report), p))
@@ -289,10 +293,6 @@ class Tailer:
                     if (p.dev, p.ino) not in followed:
                         seen_again.add(p.fp)
                     self.close([p])
-            held: dict[bytes, int] = {}
-            for p in physicals:
-                if p.fp is not None:
-                    held[p.fp] = max(held.get(p.fp, 0), p.size)
             places = {(p.dev, p.ino, p.path) for p in physicals}
             for row in missing:
                 if row.fingerprint not in seen_again:
@@ -384,8 +384,10 @@ class Tailer:
         self.rows[row.id] = row
         self.by_fp.setdefault(row.fingerprint, []).append(row)
 
-    def _follow(self, row: FileRow, p: Physical, report: ScanReport) -> None:
-        event = None
+    def _follow(self, row: FileRow, p: Physical, held: dict[bytes, int], report: ScanReport) -> None:
+        """Move a known file's row to where it is now; ``held`` as ``_unread_bytes`` takes it."""
+        event, unread = None, 0
+        came_back = row.status not in ACTIVE
         same_inode = (row.dev, row.ino) == (p.dev, p.ino)
         shorter = p.size < row.offset
         if shorter or not _reads_on(p, row):
@@ -394,7 +396,8 @@ class Tailer:
             # from its start and the lines indexed before are found by their ids.
             detail = f"size {p.size} < offset {row.offset}" if shorter else \
                 f"the line read last is no longer before offset {row.offset}"
-            event = ("truncate", max(row.size - row.offset, 0) or None, detail)
+            unread = max(self._unread_bytes(row, held), 0)
+            event = ("truncate", unread or None, detail)
             report.truncated += 1
             row.offset = row.lines = row.tail_len = 0
             row.tail_hash = None
@@ -414,7 +417,10 @@ class Tailer:
         if p.size > row.size:
             row.size = p.size
         if changed:
-            row.lost_bytes = None
+            if came_back:
+                row.lost_bytes = None  # settled as lost or gone, and on disk after all
+            if unread:
+                self._lose(row, unread, report)
             self.writer.update_file(row, event)
             if event:
                 report.events.append((event[0], p.path, event[1]))
@@ -429,34 +435,42 @@ class Tailer:
         read = [r.offset for r in self.by_fp[row.fingerprint]]
         return row.size - max(read + [held.get(row.fingerprint, 0)])
 
+    @staticmethod
+    def _lose(row: FileRow, unread: int, report: ScanReport) -> None:
+        """Count bytes a file lost before they were read: on its row, added to what it lost before (truncated
+        again, or deleted once truncated), and in the report."""
+        row.lost_bytes = (row.lost_bytes or 0) + unread
+        report.lost += 1
+        report.lost_bytes += unread
+
     def _vanished(self, row: FileRow, held: dict[bytes, int], places: set[tuple[int, int, str]],
                   report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk; ``places``: (device, inode, path) of
         every file on disk."""
-        unread = self._unread_bytes(row, held)
+        unread = max(self._unread_bytes(row, held), 0)
         was_live = row.status == "live"
         replaced = (row.dev, row.ino, row.path) in places
         if replaced:
             # Same inode at the same path with another first line: truncated (and maybe rewritten),
             # or deleted and recreated on a reused inode. Either way the old content is gone.
-            row.status, row.lost_bytes = "truncated", (unread if unread > 0 else None)
+            row.status = "truncated"
             detail = "first line changed: content replaced"
-            if self._first_scan and was_live and unread <= 0:
+            if self._first_scan and was_live and not unread:
                 detail += " while agentledger was not running; unread bytes unknown"
-            event = ("truncate", row.lost_bytes, detail)
+            event = ("truncate", unread or None, detail)
             report.truncated += 1
-        elif unread > 0:
-            row.status, row.lost_bytes = "lost", unread
+        elif unread:
+            row.status = "lost"
             event = ("lost", unread, "deleted before it was read to the end")
         elif self._first_scan and was_live:
-            row.status, row.lost_bytes = "lost", None
+            row.status = "lost"
+            report.lost += 1
             event = ("lost", None, "vanished while agentledger was not running; unread bytes unknown")
         else:
-            row.status, row.lost_bytes = "gone", None
+            row.status = "gone"
             event = None
-        if row.lost_bytes or row.status == "lost":
-            report.lost += 1
-            report.lost_bytes += row.lost_bytes or 0
+        if unread:
+            self._lose(row, unread, report)
         self.writer.update_file(row, event)
         if event:
             report.events.append((event[0], row.path, event[1]))
