@@ -572,6 +572,25 @@ def test_an_unreadable_file_is_told_counted_listed_and_read_once_it_can_be(tmp_p
     assert {row["status"] for row in inputs(db).values()} == {"live", "rotated"}
 
 
+def test_lines_written_to_a_file_while_it_cannot_be_read_are_lost_if_it_goes_before_it_can_be(tmp_path, db,
+                                                                                               unprivileged):
+    logs = LogDir(tmp_path / "state")
+    logs.append(lines(range(1, 4)))
+    ingest(db, logs.root)
+    logs.live.chmod(0o200)
+    unread = lines(range(4, 7))
+    logs.append(unread)
+    out = _ingest_as(unprivileged, db, str(logs.root))
+    assert out.returncode == 0, out.stderr
+    row = inputs(db)[str(logs.live)]
+    assert (row["status"], row["size"], row["lost_bytes"]) == ("unreadable", logs.live.stat().st_size, None)
+    os.unlink(logs.live)
+    stats = ingest(db, logs.root)
+    assert (stats.lost_files, stats.lost_bytes) == (1, len(unread))
+    row = inputs(db)[str(logs.live)]
+    assert (row["status"], row["lost_bytes"]) == ("lost", len(unread))
+
+
 def test_an_unreadable_directory_is_told_and_its_followed_files_are_not_lost(tmp_path, db, unprivileged):
     main, work = LogDir(tmp_path / "state"), LogDir(tmp_path / "state", agent="work")
     main.append(lines(range(1, 3)))

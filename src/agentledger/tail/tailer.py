@@ -161,9 +161,9 @@ class Tailer:
         self._listed: dict[str, tuple[str, Candidate]] = {}  # path -> (root, candidate) at the last listing
         self._recorded = writer.unreadable_inputs(source)  # as the ledger lists them
         # What the scan under way could not read (by path as the ledger names it), and the inodes of those
-        # files that could be told: a followed file among them is neither gone nor lost.
+        # files that could be told, with their sizes: a followed file among them is neither gone nor lost.
         self._unreadable: dict[str, Unreadable] = {}
-        self._unread_inodes: set[tuple[int, int]] = set()
+        self._unread_inodes: dict[tuple[int, int], int] = {}
         self.empty_roots: list[str] = []  # roots whose last listing found nothing, readable or not
 
     # -- scanning ----------------------------------------------------------------
@@ -185,7 +185,7 @@ class Tailer:
         """A listed file that is there and cannot be read (its mode, an I/O error): kept for the scan to tell."""
         self._unreadable[ledger_name(cand.path)] = Unreadable(ledger_name(root), "file", exc.strerror or str(exc))
         if st is not None:
-            self._unread_inodes.add((st.st_dev, st.st_ino))
+            self._unread_inodes[(st.st_dev, st.st_ino)] = st.st_size
 
     def _open(self, root: str, cand: Candidate) -> Physical | None:
         try:
@@ -242,7 +242,7 @@ class Tailer:
         The caller reads the pairs, then passes the opened files to ``close``.
         """
         report = ScanReport()
-        self._unreadable, self._unread_inodes = {}, set()
+        self._unreadable, self._unread_inodes = {}, {}
         physicals = self._snapshot()
         claimed: dict[int, Physical] = {}
         unmatched: list[Physical] = []
@@ -278,6 +278,8 @@ class Tailer:
             pairs.append((row, p))
         for p in new:
             pairs.append((self._new_file(p, report), p))
+        if self._unread_inodes:
+            self._grown_unread()
         missing = [r for r in self.rows.values() if r.status in ACTIVE and r.root in self._ledger_roots
                    and r.id not in claimed and not self._unread(r)]
         if missing:
@@ -310,6 +312,15 @@ class Tailer:
         return ((row.dev, row.ino) in self._unread_inodes or row.path in self._unreadable
                 or any(row.path.startswith(path + os.sep) for path, u in self._unreadable.items()
                        if u.kind == "directory"))
+
+    def _grown_unread(self) -> None:
+        """A followed file that cannot be read keeps the size it was seen at (``inputs`` shows it): what it
+        holds past its checkpoint is unread, and lost if it goes before it can be read."""
+        for row in self.rows.values():
+            size = self._unread_inodes.get((row.dev, row.ino), 0)
+            if row.status in ACTIVE and size > row.size:
+                row.size = size
+                self.writer.update_file(row)
 
     def _tell_unreadable(self, report: ScanReport) -> None:
         """Count what the scan could not read, warn of each path once per reason, and have the ledger
