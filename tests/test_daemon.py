@@ -665,3 +665,30 @@ def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_read
     finally:
         observer.stop()
         observer.join()
+
+
+def test_a_root_removed_and_made_again_is_watched_again(tmp_path):
+    # Removed, its watch ends with it: awaited again, as a root that did not exist at the start is.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    wake = threading.Event()
+    changes = Changes(wake)
+    observer = Observer()
+    changes.watch(observer, str(logs.root))
+    observer.start()
+    try:
+        assert changes.take() is None
+        shutil.rmtree(logs.root)
+        _wait_for(lambda: changes.awaited == [str(logs.root)], timeout=5)
+        logs = LogDir(logs.root)
+        logs.append(llm_call(2))
+        assert changes.watch_appeared(observer) == [str(logs.root)]
+        assert changes.take() is None  # what it holds again, inotify did not see: a full scan
+        wake.clear()
+        logs.append(llm_call(3))
+        assert wake.wait(5)
+        time.sleep(0.1)  # the close after the write comes as an event of its own
+        assert changes.take() == {str(logs.live.resolve())}
+    finally:
+        observer.stop()
+        observer.join()

@@ -36,6 +36,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from agentledger.config import Config, Origins, default_sources, demo_dir, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
@@ -77,12 +78,18 @@ class Changes(FileSystemEventHandler):
         self.lock = threading.Lock()
         self.written: set[str] = set()
         self.full = True
-        self.awaited: list[str] = []  # roots that did not exist yet when asked to watch them
+        self.awaited: list[str] = []  # roots that do not exist, yet or since they were removed
+        self._watched: dict[str, tuple[str, ObservedWatch]] = {}  # resolved path -> (root, its watch)
+        self._ended: dict[str, ObservedWatch] = {}  # root -> the watch its removal ended
 
     def watch(self, observer: Observer, root: str) -> None:
         if os.path.isdir(root):
             # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
-            observer.schedule(self, os.path.realpath(root), recursive=True, event_filter=_WATCHED)
+            path = os.path.realpath(root)
+            # Scheduled outside the lock: the observer calls on_any_event holding its own.
+            watch = observer.schedule(self, path, recursive=True, event_filter=_WATCHED)
+            with self.lock:
+                self._watched[path] = (root, watch)
         else:
             self.awaited.append(root)
 
@@ -92,6 +99,9 @@ class Changes(FileSystemEventHandler):
         appeared = [r for r in self.awaited if os.path.isdir(r)]
         for root in appeared:
             self.awaited.remove(root)
+            ended = self._ended.pop(root, None)
+            if ended is not None:  # else the observer keeps the ended watch and schedules no new one
+                observer.unschedule(ended)
             self.watch(observer, root)
             with self.lock:
                 self.full = True
@@ -104,7 +114,18 @@ class Changes(FileSystemEventHandler):
                 self.full = True
             else:
                 self.written.add(os.fsdecode(event.src_path))
+            if event.is_directory and event.event_type == "deleted":
+                self._root_removed(os.fsdecode(event.src_path))
         self.wake.set()
+
+    def _root_removed(self, path: str) -> None:
+        """A watched root removed ends its watch: awaited again, so that once made again it is watched
+        again, where its appends waited for the next rescan. Called holding the lock."""
+        removed = self._watched.pop(path, None)
+        if removed is not None:
+            root, watch = removed
+            self._ended[root] = watch
+            self.awaited.append(root)
 
     def take(self) -> set[str] | None:
         """The files written to since the last call; None when a full scan is due."""
