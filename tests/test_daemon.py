@@ -18,6 +18,7 @@ from conftest import REPO, cli_env
 from logwriter import LogDir, event, llm_call
 from serving import http_get
 from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
+from watchdog.events import DirDeletedEvent
 from watchdog.observers import Observer
 
 from agentledger.daemon import Changes
@@ -665,6 +666,28 @@ def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_read
     finally:
         observer.stop()
         observer.join()
+
+
+class _RemovingObserver:
+    """An observer whose watch's first event, delivered before schedule returns, is its root's removal."""
+
+    def schedule(self, handler, path, **options):
+        os.rmdir(path)
+        handler.on_any_event(DirDeletedEvent(path))
+        return object()
+
+    def unschedule(self, watch) -> None:
+        pass
+
+
+def test_a_root_removed_while_it_is_being_watched_is_awaited_again(tmp_path):
+    root = tmp_path / "state"
+    root.mkdir()
+    changes = Changes(threading.Event())
+    changes.watch(_RemovingObserver(), str(root))
+    assert changes.awaited == [str(root)]
+    root.mkdir()
+    assert changes.watch_appeared(_RemovingObserver()) == [str(root)]
 
 
 def test_a_root_removed_and_made_again_is_watched_again(tmp_path):

@@ -90,19 +90,26 @@ class Changes(FileSystemEventHandler):
             watch = observer.schedule(self, path, recursive=True, event_filter=_WATCHED)
             with self.lock:
                 self._watched[path] = (root, watch)
+                if not os.path.isdir(path):
+                    # Removed while being scheduled: its deletion may have come before it was recorded.
+                    self._root_removed(path)
         else:
-            self.awaited.append(root)
+            with self.lock:
+                self.awaited.append(root)
 
     def watch_appeared(self, observer: Observer) -> list[str]:
         """Watches the awaited roots that exist now, and has the next pass scan in full for what
         they already hold: inotify saw none of it. Returns them."""
-        appeared = [r for r in self.awaited if os.path.isdir(r)]
-        for root in appeared:
-            self.awaited.remove(root)
-            ended = self._ended.pop(root, None)
-            if ended is not None:  # else the observer keeps the ended watch and schedules no new one
-                observer.unschedule(ended)
+        with self.lock:
+            appeared = [r for r in self.awaited if os.path.isdir(r)]
+            for root in appeared:
+                self.awaited.remove(root)
+            ended = [self._ended.pop(root, None) for root in appeared]
+        for root, watch in zip(appeared, ended):
+            if watch is not None:  # else the observer keeps the ended watch and schedules no new one
+                observer.unschedule(watch)
             self.watch(observer, root)
+        if appeared:
             with self.lock:
                 self.full = True
             self.wake.set()
