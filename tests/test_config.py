@@ -376,6 +376,8 @@ def test_a_db_that_is_empty_or_a_directory_is_one_line(tmp_path, command, value,
     (["--config", "{tmp}"], {}, "config file {tmp} is a directory: give the file's path, e.g. {tmp}/config.toml"),
     ([], {"AGENTLEDGER_CONFIG": "{tmp}"}, "config file {tmp} is a directory: give the file's path, e.g. "
                                          "{tmp}/config.toml"),
+    (["--config", ""], {}, "--config is empty: give the config file's path, or leave --config out for "
+                           "$AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml"),  # it read "."
 ])
 def test_a_db_or_config_file_that_is_a_directory_says_the_fix_from_a_flag_as_from_the_environment(tmp_path, args,
                                                                                                   env, told):

@@ -483,16 +483,20 @@ def _env_value(path: tuple[str, ...], raw: str) -> Any:
     return _EnvText(raw)  # pydantic converts numbers and checks them
 
 
-def prices_beside(explicit: Path | None, env: Mapping[str, str]) -> Path:
+def prices_beside(explicit: str | Path | None, env: Mapping[str, str]) -> Path:
     """Where the configuration in effect finds its price file when it names none: beside the config file
     (the systemd unit's /etc/agentledger), whichever command reads that config."""
     return config_file(explicit, env)[0].parent / PRICES_FILE
 
 
-def config_file(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, bool]:
-    """The file to read and whether it must exist (named by flag or environment)."""
+def config_file(explicit: str | Path | None, env: Mapping[str, str]) -> tuple[Path, bool]:
+    """The file to read and whether it must exist (named by flag or environment). ``explicit``: as --config
+    gave it; an empty one names no file (Path("") would be the current directory)."""
     if explicit is not None:
-        return explicit.expanduser(), True
+        if not str(explicit).strip():
+            raise ConfigError("--config is empty: give the config file's path, or leave --config out for "
+                              "$AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml")
+        return Path(explicit).expanduser(), True
     if env.get(ENV_PREFIX + "CONFIG"):
         return Path(env[ENV_PREFIX + "CONFIG"]).expanduser(), True
     default = config_home(env) / "config.toml"
@@ -577,7 +581,7 @@ def _not(given: Any) -> str:
     return f", not {_toml_value(given)}" if isinstance(given, (bool, int, float, str)) else ""
 
 
-def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
+def load(explicit: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
          env: Mapping[str, str] | None = None, *, roots_exist: bool = False) -> Config:
     """The effective configuration; ``overrides`` are flag values by key path (``"store.ttl_s"``).
 
@@ -586,7 +590,7 @@ def load(explicit: Path | None = None, overrides: Mapping[str, Any] | None = Non
     return load_with_origins(explicit, overrides, env, roots_exist=roots_exist)[0]
 
 
-def load_with_origins(explicit: Path | None = None, overrides: Mapping[str, Any] | None = None,
+def load_with_origins(explicit: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
                       env: Mapping[str, str] | None = None, *, roots_exist: bool = False) -> tuple[Config, Origins]:
     """``load``'s configuration, and where each of its settings was given."""
     env = os.environ if env is None else env

@@ -19,7 +19,7 @@ from agentledger.ledger.queries import NotFound
 class Context:
     """What every command shares: the effective configuration, read when first needed."""
 
-    def __init__(self, config_path: Path | None, db: str | None):
+    def __init__(self, config_path: str | None, db: str | None):
         self.config_path = config_path
         self.db_flag = db
         self._config: Config | None = None
@@ -136,7 +136,7 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
 @click.version_option(__version__, prog_name="agentledger")
 # Both as they are given, checked where $AGENTLEDGER_CONFIG and $AGENTLEDGER_DB are: click's own check of a
 # directory named no fix, and Path("") was "." (a directory).
-@click.option("--config", "config_path", type=Path, metavar="FILE", default=None,
+@click.option("--config", "config_path", metavar="FILE", default=None,
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
 @click.option("--db", metavar="FILE", default=None,
               help="Ledger database (default: $AGENTLEDGER_DB, else config `db`, else "
@@ -147,7 +147,7 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
 @click.option("--log-format", type=click.Choice(("auto", "text", "json")), default="auto", show_default=True,
               help="Log lines as text or one JSON object each; auto: text on a terminal, else JSON.")
 @click.pass_context
-def cli(ctx: click.Context, config_path: Path | None, db: str | None, verbose: bool, log_level: str | None,
+def cli(ctx: click.Context, config_path: str | None, db: str | None, verbose: bool, log_level: str | None,
         log_format: str) -> None:
     """Index AI-agent gateway logs into a local ledger and ask it questions."""
     json = {"auto": None, "text": False, "json": True}[log_format]
