@@ -121,6 +121,17 @@ def test_a_budget_finer_than_a_cent_is_named_as_configured(ledger_with):
     assert ledger.ask().reason == "session agent:main:s1 spent $0.018 of its $0.015 budget (gate tiny)"
 
 
+def test_a_question_asked_after_a_commit_before_memory_follows_it_measures_the_commit(ledger_with):
+    ledger = ledger_with([gate(name="session-cost", limit=3.0)])
+    ledger.add(llm(1, 2.0))
+    assert ledger.ask().decision == "allow"  # memory holds the session's view now
+    ledger.logs["main"].append(llm(2, 1.5))
+    Pipeline(ledger.writer, specs_from("oc-telemetry", [ledger.root])).run_once()  # committed, memory not moved
+    assert ledger.ask().reason == "session agent:main:s1 spent $3.50 of its $3.00 budget (gate session-cost)"
+    with ledger.readers.connection() as conn:
+        assert ledger.hot.lookup(conn, "agent:main:s1").own.cost_pico == 3_500_000_000_000
+
+
 def test_zero_cost_calls_never_trip_a_cost_gate(ledger_with):
     ledger = ledger_with([gate(limit=0.000001)])
     ledger.add(*(llm(n, 0.0, model="local-free") for n in range(1, 200)))

@@ -189,15 +189,18 @@ class _At:
     """The one ledger position a question measures everything at, and how it reads there.
 
     It starts at the keeper's: the hot views in memory, and the day totals and told calls cached at it,
-    all hold the ledger there, and a question that needs nothing else reads no SQL at all. The first
-    read of the ledger opens one read transaction and finds the ledger's own position: the same, and
-    memory and ledger agree; past it (a commit whose views are not in memory yet), the question goes on
-    from the ledger alone, at the ledger's position, and measures again if it had used memory already."""
+    all hold the ledger there, and a question that needs nothing else reads one row, the ledger's position:
+    memory moves a moment after each commit, and a question asked in that moment would have answered from
+    the commit before. The first read of the ledger opens one read transaction and finds the ledger's own
+    position: the same, and memory and ledger agree; past it (a commit whose views are not in memory yet),
+    the question goes on from the ledger alone, at the ledger's position, and measures again if it had used
+    memory already."""
 
     def __init__(self, conn, position: int | None):
         self.conn = conn
         self.position = position
-        self.memory = position is not None  # whether memory may be read: it holds the ledger at ``position``
+        # Whether memory may be read: it holds the ledger at ``position``, still the ledger's.
+        self.memory = position is not None and queries.ledger_position(conn) == position
         self.used = False  # whether something held at ``position`` was used
         self.begun = False
 

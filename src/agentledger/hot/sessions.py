@@ -199,7 +199,8 @@ class HotSessions:
     def lookup(self, conn: apsw.Connection, key: str) -> HotSession | None:
         """The view of ``key`` as the ledger has it now; None for a session the ledger does not know."""
         with self._lock:
-            if key in self._fresh:
+            # Memory moves a moment after each commit: the view is fresh only while the ledger is still there.
+            if key in self._fresh and queries.ledger_position(conn) == self.position:
                 return self.store.get(key)
             with conn:  # one snapshot: the view is read at the position it is put with
                 state = self.store.get(key)
