@@ -1904,12 +1904,10 @@ def test_an_archive_has_the_key_its_listed_child_was_spawned_by_followed_live_as
         assert spawn_row(db)[0][:2] == (spawner_key, f"{SPAWNER}:p0")
 
 
-def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a_fresh_read_does(
-        tmp_path, transcript_corpus):
-    # Read while sessions.json did not list it, a subagent's transcript took a guessed key, which is no
-    # subagent's: its final turn gave no subagent end. Once archived it was found by its parent's spawn and
-    # rekeyed, but the lines read under the guess were not decoded again: the subagent stayed running (then
-    # interrupted) and its session active, where a fresh read of the same files ends both.
+def test_a_subagent_read_live_while_unlisted_ends_as_a_fresh_read_of_its_archive_does(tmp_path, transcript_corpus):
+    # Read while sessions.json did not list it, a subagent's live transcript took a guessed key, which is no
+    # subagent's: its final turn gave no subagent end, and the subagent was cut off as interrupted. Its
+    # parent's spawn names it live as it does once archived.
     state = tmp_path / "state"
     shutil.copytree(transcript_corpus / "agents", state / "agents")
     sessions = state / "agents" / "main" / "sessions"
@@ -1921,8 +1919,8 @@ def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a
     stepwise, fresh = tmp_path / "stepwise.db", tmp_path / "fresh.db"
     archive.rename(live)
     first = ingest(stepwise, state, fmt="oc-transcript")
-    settle(stepwise)  # what `agentledger ingest` does last: the running subagent is cut off
-    assert _subagent_end(stepwise, key)[0][0][0] == "interrupted"
+    settle(stepwise)  # what `agentledger ingest` does last: a subagent still running is cut off
+    assert _subagent_end(stepwise, key)[0][0][:2] == ("ended", "ok")
     live.rename(archive)
     second = ingest(stepwise, state, fmt="oc-transcript")
     settle(stepwise)
@@ -1933,8 +1931,7 @@ def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a
     assert _subagent_end(fresh, key)[1] == [("ended", "subagent")]
     for db in (stepwise, fresh):
         assert scalar_rows(db, "SELECT reason FROM subagents WHERE child_session_key = ?", (key,)) == [("stop",)]
-    # The lines read before are decoded again, not read again: no line counts twice, and only the facts
-    # the new key yields are new.
+    # Archiving it gives nothing new: no line counts twice.
     assert (second.lines, second.bytes, second.duplicates, second.rejects) == (0, 0, 0, 0)
     assert first.events + second.events == whole.events
     assert (first.lines, first.rejects) == (whole.lines, whole.rejects)
@@ -1947,3 +1944,28 @@ def test_a_subagent_read_under_a_guessed_key_ends_once_its_archive_names_it_as_a
     verify = subprocess.run([sys.executable, "-m", "agentledger", "verify"], env=cli_env(stepwise),
                             capture_output=True, text=True, check=False)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_live_subagent_sessions_json_forgot_has_its_spawns_key_followed_live_as_read_afresh(tmp_path):
+    # OpenClaw's maintenance pruned a running subagent's entry; its transcript stayed live. Followed, it kept
+    # the subagent key; read afresh, it took a guessed key of its own: one more session, active, and a
+    # subagent row naming a child with no session.
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    write_spawn_index(sessions)
+    lines = spawn_transcripts()
+    (sessions / f"{SPAWNER}.jsonl").write_bytes(b"".join(lines[SPAWNER]))
+    (sessions / f"{SPAWNED}.jsonl").write_bytes(b"".join(lines[SPAWNED][:2]))
+    with followed_then_afresh(tmp_path, state) as ledgers:
+        ledgers.pipeline.run_once()
+        (sessions / "sessions.json").write_bytes(orjson.dumps({"agent:main:main": {"sessionId": SPAWNER}}))
+        with (sessions / f"{SPAWNED}.jsonl").open("ab") as f:
+            f.write(lines[SPAWNED][2])
+        ledgers.pipeline.catch_up()
+    picture = "SELECT session_key, session_id, status, end_reason FROM sessions ORDER BY session_id"
+    for db in (ledgers.followed, ledgers.afresh):
+        settle(db)
+        assert scalar_rows(db, picture) == [("agent:main:main", SPAWNER, "active", None),
+                                            (SPAWNED_KEY, SPAWNED, "ended", "subagent")], db
+        assert _subagent_end(db, SPAWNED_KEY)[0][0][:2] == ("ended", "ok")
+    assert usage(ledgers.afresh)["subagent_sessions"] == usage(ledgers.followed)["subagent_sessions"] == 1

@@ -7,8 +7,8 @@ before, so a read that resumes mid-file (after a restart or a rename) decodes as
 straight read would. ``sessions.json``'s token and cost fields are last-run snapshots and
 are never read.
 
-A session's key is the one ``sessions.json`` lists it under. An archive it no longer lists
-takes the key the files beside it still name: the subagent key its parent's spawn names,
+A session's key is the one ``sessions.json`` lists it under. A transcript it no longer lists (an
+archive, or a live one whose entry OpenClaw's maintenance pruned) takes the key the files beside it still name: the subagent key its parent's spawn names,
 or else the ``spawnedBy`` that ``sessions.json`` still lists the children of its own spawns
 under (it was that key's session when it spawned them; only a key of its own agent, and of
 several, the one its earliest answered spawn's child names); with neither, a key of its
@@ -409,13 +409,13 @@ class _Identity:
     session_id: str | None
     agent_id: str | None
     entry: dict  # its sessions.json entry, {} when it lists none
-    # Unlisted, an agent's transcript guesses its key (an archive may find it in a spawn beside it, or in
-    # what its own spawns' children are listed as), and the folders beside it are inputs too:
+    # Unlisted, an agent's transcript guesses its key (it may find it in a spawn beside it, or in what its
+    # own spawns' children are listed as), and the folders beside it are inputs too:
     guesses: bool = False
     # every key the sessions.json files beside it list (what a guess yields to), with the spawnedBy each names
     listed: dict[str, str | None] = field(default_factory=dict)
-    spawns: tuple = ()  # the answered spawns of the folders beside an archive, which may name its key
-    spawned: tuple[_Spawn, ...] = ()  # an archive's own answered spawns, whose children's entries may name it
+    spawns: tuple = ()  # the answered spawns of the folders beside it, which may name its key
+    spawned: tuple[_Spawn, ...] = ()  # its own answered spawns, whose children's entries may name it
 
 
 def key_inputs(path: str) -> _Identity:
@@ -429,8 +429,8 @@ def key_inputs(path: str) -> _Identity:
     entry = by_id.get(session_id or "", {})
     if entry or agent_id is None or session_id is None:
         return _Identity(path, session_id, agent_id, entry)
-    if m["archive"] is None:
-        return _Identity(path, session_id, agent_id, entry, True, listed)
+    # A live transcript may be unlisted too (OpenClaw's maintenance prunes entries of running sessions):
+    # it is found by the same spawns as an archive, or following it and reading it afresh would disagree.
     spawns = tuple(_folder(sdir).spawns for sdir in siblings)
     own = _SPAWN_CACHE.get(path)  # looked at with its folder, just now
     return _Identity(path, session_id, agent_id, entry, True, listed, spawns, tuple(own.spawns) if own else ())
@@ -460,7 +460,6 @@ class FileDecoder:
         self.session_key = me.entry.get("key")
         self.guessed = False
         if me.guesses:
-            # Only an archive can be a subagent sessions.json forgot: a live one is listed while it runs.
             found = (_archived_child_key(path, me.agent_id, me.spawns, me.listed)
                      or _spawner_key(me.spawned, me.agent_id, me.listed)) if me.spawns else None
             self.guessed = found is None
