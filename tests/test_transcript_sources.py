@@ -570,6 +570,35 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     _clean(db)
 
 
+def test_parallel_spawns_of_one_task_each_name_one_archive_and_only_the_whole_task_matches(tmp_path, db):
+    # Both children's headers were written before either spawn was answered: each archive took the spawn
+    # nearest its header on its own, both the first, and the second spawn's child had no session. An archive
+    # whose first message only held the task took a spawn too.
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    parent = "7a0c2f4e-0000-4000-8000-000000000001"
+    (sessions / "sessions.json").write_bytes(orjson.dumps({"agent:main:main": {"sessionId": parent}}))
+    task = "Review src/auth for missing checks; report, do not edit."
+    (sessions / f"{parent}.jsonl").write_bytes(
+        oc_header(parent) + _spawn_call("p1", "call_a", task, 10) + _spawn_call("p2", "call_b", task, 10)
+        + _spawn_result("p3", "call_a", "agent:main:subagent:aaaa", 10)
+        + _spawn_result("p4", "call_b", "agent:main:subagent:bbbb", 10))
+    # The later header's file lists first: the order of the headers pairs them, not the listing.
+    later, earlier, longer = ("c0ffee00-0000-4000-8000-00000000000" + n for n in "123")
+    lines = {earlier: _child(earlier, task, 10), later: _child(later, task, 10),
+             longer: _child(longer, f"{task} Then fix what you find.", 10)}
+    lines[later][0] = lines[later][0].replace(b"09:10:01.000Z", b"09:10:01.500Z")
+    for session, its in lines.items():
+        (sessions / f"{session}.jsonl.deleted.2026-10-01T10-00-00.000Z").write_bytes(b"".join(its))
+    ingest(db, state, fmt="oc-transcript")
+    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions WHERE session_id != ?",
+                              (parent,))) == [(later, "agent:main:subagent:bbbb"), (earlier, "agent:main:subagent:aaaa"),
+                                              (longer, f"agent:main:{longer}")]
+    assert usage(db)["subagent_sessions"] == 2
+    _clean(db)
+
+
 def _subagent_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
     """(the subagent's status, outcome and end; its child session's status and end reason)."""
     return (scalar_rows(db, "SELECT status, outcome, ended_ms FROM subagents WHERE child_session_key = ?",

@@ -320,12 +320,14 @@ def one_look() -> Iterator[None]:
     them are decoded: every archive asks after the same spawns, and a look stats every transcript."""
     outer = getattr(_pass, "looked", None)
     outer_keys = getattr(_pass, "keys", None)
+    outer_rivals = getattr(_pass, "rivals", None)
     _pass.looked = set() if outer is None else outer
     _pass.keys = {} if outer_keys is None else outer_keys  # see _folder_keys
+    _pass.rivals = {} if outer_rivals is None else outer_rivals  # see _rivals
     try:
         yield
     finally:
-        _pass.looked, _pass.keys = outer, outer_keys
+        _pass.looked, _pass.keys, _pass.rivals = outer, outer_keys, outer_rivals
 
 
 def _folder(sdir: str) -> _Folder:
@@ -361,25 +363,53 @@ def _folder(sdir: str) -> _Folder:
     return known
 
 
-def _archived_child_key(path: str, agent_id: str | None, folders: tuple,
-                        listed: dict[str, str | None]) -> str | None:
-    """The key an archived transcript had as a subagent: that of the spawn nearest its header in time
+def _archived_child_key(path: str, agent_id: str | None, folders: tuple, listed: dict[str, str | None],
+                        rivals: tuple[tuple[int, str, str], ...]) -> str | None:
+    """The key an unlisted transcript had as a subagent: that of the spawn nearest its header in time
     whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
-    first listed. ``folders``: the answered spawns of each sessions folder beside it (_Folder.spawns)."""
+    first listed. A spawn names one child: the transcripts of ``rivals`` (see ``_rivals``) with the same
+    first message choose first when their header is earlier, and what they choose is no longer there to
+    choose. ``folders``: the answered spawns of each sessions folder beside it (_Folder.spawns)."""
     head = _head(path)
     if head is None:
         return None
-    header_ms, first = head
+    taken: set[str] = set()
+    for header_ms, first, claimant in sorted({r for r in rivals if r[1] == head[1]} | {(*head, path)}):
+        found = _nearest_spawn(claimant, header_ms, first, agent_id, folders, listed, taken)
+        if claimant == path:
+            return found
+        if found is not None:
+            taken.add(found)
+    return None
+
+
+def _nearest_spawn(path: str, header_ms: int, first: str, agent_id: str | None, folders: tuple,
+                   listed: dict[str, str | None], taken: set[str]) -> str | None:
     best: tuple[int, str] | None = None
     for spawns in folders:
         lo = bisect.bisect_left(spawns, (header_ms - _SPAWN_WINDOW_MS,))
         hi = bisect.bisect_left(spawns, (header_ms + _SPAWN_WINDOW_MS + 1,))
         for _, _, where, spawn in sorted(spawns[lo:hi], key=lambda s: s[1]):
             gap = abs(header_ms - spawn.answered_ms)
-            if (where != path and (best is None or gap < best[0]) and spawn.task in first
-                    and spawn.child_key not in listed and agent_from_key(spawn.child_key) == agent_id):
+            if (where != path and (best is None or gap < best[0]) and spawn.task == first
+                    and spawn.child_key not in listed and spawn.child_key not in taken
+                    and agent_from_key(spawn.child_key) == agent_id):
                 best = (gap, spawn.child_key)
     return best[1] if best else None
+
+
+def _rivals(folder: str, by_id: dict[str, dict]) -> tuple[tuple[int, str, str], ...]:
+    """(header time, first message, path) of each transcript of ``folder`` its sessions.json does not
+    list: those that may claim the same spawn. Looked at once a pass (see ``one_look``)."""
+    memo = getattr(_pass, "rivals", None)
+    known = memo.get(folder) if memo is not None else None
+    if known is None:
+        known = tuple((*head, path) for path in _folder(folder).paths
+                      if session_id_of(ledger_name(os.path.basename(path))) not in by_id
+                      and (head := _head(path)) is not None)
+        if memo is not None:
+            memo[folder] = known
+    return known
 
 
 def _spawner_key(spawned: tuple[_Spawn, ...], agent_id: str | None, listed: dict[str, str | None]) -> str | None:
@@ -416,6 +446,7 @@ class _Identity:
     listed: dict[str, str | None] = field(default_factory=dict)
     spawns: tuple = ()  # the answered spawns of the folders beside it, which may name its key
     spawned: tuple[_Spawn, ...] = ()  # its own answered spawns, whose children's entries may name it
+    rivals: tuple[tuple[int, str, str], ...] = ()  # the unlisted transcripts beside it, which may claim them first
 
 
 def key_inputs(path: str) -> _Identity:
@@ -433,7 +464,8 @@ def key_inputs(path: str) -> _Identity:
     # it is found by the same spawns as an archive, or following it and reading it afresh would disagree.
     spawns = tuple(_folder(sdir).spawns for sdir in siblings)
     own = _SPAWN_CACHE.get(path)  # looked at with its folder, just now
-    return _Identity(path, session_id, agent_id, entry, True, listed, spawns, tuple(own.spawns) if own else ())
+    return _Identity(path, session_id, agent_id, entry, True, listed, spawns, tuple(own.spawns) if own else (),
+                     _rivals(folder, by_id))
 
 
 def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], dict[str, str | None]]:
@@ -460,7 +492,7 @@ class FileDecoder:
         self.session_key = me.entry.get("key")
         self.guessed = False
         if me.guesses:
-            found = (_archived_child_key(path, me.agent_id, me.spawns, me.listed)
+            found = (_archived_child_key(path, me.agent_id, me.spawns, me.listed, me.rivals)
                      or _spawner_key(me.spawned, me.agent_id, me.listed)) if me.spawns else None
             self.guessed = found is None
             self.session_key = found or f"agent:{self.agent_id}:{self.session_id}"
