@@ -399,6 +399,19 @@ def test_a_refused_call_retried_within_its_turn_is_not_how_the_turn_ended(tmp_pa
     _clean(db)
 
 
+def test_an_exec_result_gives_its_tool_call_the_duration_it_reports(tmp_path, db):
+    # Every OpenClaw transcript tool call had a null duration, though an exec's result says how long it ran.
+    sid = "807d602d-0000-4000-8000-000000000002"
+    path = _sessions_dir(tmp_path, "agent:main:main", sid) / f"{sid}.jsonl"
+    timed = oc_result("t1", 3, "call_1").replace(b'"exitCode":0', b'"exitCode":0,"durationMs":1500')
+    path.write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2, tool="call_1") + timed)
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    rows = orjson.loads(subprocess.run([sys.executable, "-m", "agentledger", "tools", "--json"], env=cli_env(db),
+                                       capture_output=True, check=True).stdout)
+    assert [(r["tool"], r["calls"], r["duration_s"]) for r in rows] == [("exec", 1, 1.5)]
+    _clean(db)
+
+
 def test_huge_file_snapshots_are_skipped_unread(tmp_path, db):
     project = _project(tmp_path)
     snapshot = b'{"type":"file-history-snapshot","messageId":"x","snapshot":{"blob":"' + b"a" * 3_000_000 + b'\n'

@@ -68,6 +68,7 @@ from agentledger.sources.common import (
     agent_from_key,
     count,
     derived_id,
+    duration,
     error_text,
     integer,
     iso_ms,
@@ -569,14 +570,14 @@ class FileDecoder:
             call_id = text(msg.get("toolCallId"))
             if call_id is None:
                 return reject(line, offset, "toolResult without its 'toolCallId'")
-            details = msg.get("details")
-            exit_code = integer(details.get("exitCode")) if isinstance(details, dict) else None
+            details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
+            exit_code = integer(details.get("exitCode"))
             is_error = msg.get("isError") is True
             run_id = self.runs.current()
             name = text(msg.get("toolName"))
             ended = ToolEnded(**base, kind="tool.end", run_id=run_id, tool_name=name, tool_call_id=call_id,
                               is_error=is_error, error=_content_text(msg.get("content")) if is_error else None,
-                              exit_code=exit_code)
+                              exit_code=exit_code, duration_ms=duration(details.get("durationMs")))
             child = _spawned_key(msg.get("content")) if name == SPAWN_TOOL and not is_error else None
             if child is None:
                 return ended
