@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -640,15 +642,25 @@ def test_serve_logs_its_moments_as_json_lines_when_not_on_a_terminal(tmp_path, o
     assert all(set(r) >= {"ts", "level", "logger", "msg"} for r in lines + rest)
 
 
-def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_reads(tmp_path):
-    logs = LogDir(tmp_path / "state")
-    logs.append(llm_call(1))
+@contextmanager
+def _watched(root: Path) -> Iterator[tuple[Changes, threading.Event, Observer]]:
+    """``root`` watched by inotify as serve watches it: what it reports, the loop's wake-up, the observer."""
     wake = threading.Event()
     changes = Changes(wake)
     observer = Observer()
-    changes.watch(observer, str(logs.root))
+    changes.watch(observer, str(root))
     observer.start()
     try:
+        yield changes, wake, observer
+    finally:
+        observer.stop()
+        observer.join()
+
+
+def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_reads(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    with _watched(logs.root) as (changes, wake, _):
         assert changes.take() is None  # the first pass scans in full
         wake.clear()
         with open(logs.live, "rb") as f:  # what every pass does to the files it reads
@@ -663,9 +675,6 @@ def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_read
         logs.append(llm_call(3))
         _wait_for(lambda: changes.full)
         assert changes.take() is None  # a rename: which files there are may have changed
-    finally:
-        observer.stop()
-        observer.join()
 
 
 class _RemovingObserver:
@@ -694,12 +703,7 @@ def test_a_root_removed_and_made_again_is_watched_again(tmp_path):
     # Removed, its watch ends with it: awaited again, as a root that did not exist at the start is.
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1))
-    wake = threading.Event()
-    changes = Changes(wake)
-    observer = Observer()
-    changes.watch(observer, str(logs.root))
-    observer.start()
-    try:
+    with _watched(logs.root) as (changes, wake, observer):
         assert changes.take() is None
         shutil.rmtree(logs.root)
         _wait_for(lambda: changes.awaited == [str(logs.root)], timeout=5)
@@ -712,6 +716,3 @@ def test_a_root_removed_and_made_again_is_watched_again(tmp_path):
         assert wake.wait(5)
         time.sleep(0.1)  # the close after the write comes as an event of its own
         assert changes.take() == {str(logs.live.resolve())}
-    finally:
-        observer.stop()
-        observer.join()

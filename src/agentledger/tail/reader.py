@@ -69,13 +69,11 @@ def read_lines(
         if resume_long is not None and resume_long[0] == pos:
             resumed, resume_long = _resume(fd, *resume_long), None
             if resumed is not None:
-                nl, scanned = resumed
-                if nl is None:
-                    res.pending_long = (pos, scanned)
+                after = _reject_long(fd, res, pos, *resumed)
+                if after is None:
                     break
-                res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
-                consumed += nl + 1 - pos
-                pos = nl + 1
+                consumed += after - pos
+                pos = after
                 continue
         data = os.pread(fd, max(BLOCK, min(max_bytes - consumed, 8 * BLOCK)), pos)
         if not data:
@@ -108,12 +106,20 @@ def read_lines(
             break  # the file shrank under us: the next scan sees the truncation
         if scanned <= pos + max_line:
             break  # end of file inside an ordinary-sized line: wait for the rest
-        nl, scanned = _find_newline(fd, scanned, None)
-        if nl is None:
-            res.pending_long = (pos, scanned)
+        after = _reject_long(fd, res, pos, *_find_newline(fd, scanned, None))
+        if after is None:
             break
-        res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
-        consumed += nl + 1 - pos
-        pos = nl + 1
+        consumed += after - pos
+        pos = after
     res.end = pos
     return res
+
+
+def _reject_long(fd: int, res: ReadResult, pos: int, nl: int | None, scanned: int) -> int | None:
+    """The line at ``pos``, longer than max_line, ends at ``nl``: rejected with its head, and the offset after
+    it returned. None when its newline is not written yet: noted pending, scanned up to ``scanned``."""
+    if nl is None:
+        res.pending_long = (pos, scanned)
+        return None
+    res.too_long.append((pos, nl - pos, os.pread(fd, min(HEAD_BYTES, nl - pos), pos)))
+    return nl + 1
