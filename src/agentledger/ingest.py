@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from agentledger.defaults import HEAD_BYTES
-from agentledger.facts import Fact, LlmCall, Reject, UsageSnapshot
+from agentledger.facts import Fact, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
 from agentledger.sources import KEY_INPUTS, SKIPPED_HEADS, Decoder, asks_ledger, oc_transcript, opener_for
@@ -113,7 +113,7 @@ class Pipeline:
     def _batch(self, chunk: Chunk, decode: Decoder, prevails: bool = False) -> Batch:
         facts: list[tuple[int, int, Fact]] = []
         rejects: list[Reject] = []
-        price, price_snapshot = self.pricer.apply, self.pricer.apply_snapshot
+        pricers = self.pricer.by_fact  # the facts that come without a cost and are priced here
         for off, line in chunk.result.lines:
             try:
                 out = decode(line, off)
@@ -125,16 +125,14 @@ class Pipeline:
                 rejects.append(out)
             elif t is list:
                 for fact in out:
-                    if type(fact) is LlmCall:
+                    price = pricers.get(type(fact))
+                    if price is not None:
                         price(fact)
-                    elif type(fact) is UsageSnapshot:
-                        price_snapshot(fact)
                     facts.append((off, len(line), fact))
             else:
-                if t is LlmCall:
+                price = pricers.get(t)
+                if price is not None:
                     price(out)
-                elif t is UsageSnapshot:
-                    price_snapshot(out)
                 facts.append((off, len(line), out))
         skipped = SKIPPED_HEADS.get(chunk.row.source)
         for off, length, head in chunk.result.too_long:

@@ -30,7 +30,7 @@ import functools
 import logging
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -300,6 +300,11 @@ class Pricer:
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
+
+    @property
+    def by_fact(self) -> dict[type, Callable[[LlmCall | UsageSnapshot], None]]:
+        """How each kind of fact that may come without a cost is priced here."""
+        return {LlmCall: self.apply, UsageSnapshot: self.apply_snapshot}
 
     def apply_snapshot(self, fact: UsageSnapshot) -> None:
         """Price a usage snapshot that came without a cost from its tokens, under the model it names: the
