@@ -16,9 +16,9 @@ from served import serve
 from serving import wait_for, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar
+from ledgerdump import rows, scalar
 from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, PARENT_KEY, TASK_AGENT, WANT_TASK_OUTCOME,
-                                     _task_lines, _task_outcome, cc_assistant, cc_prompt, cc_result, scalar_rows)
+                                     _task_lines, _task_outcome, cc_assistant, cc_prompt, cc_result)
 from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
@@ -155,7 +155,7 @@ def test_a_late_session_start_hook_never_starts_a_session_after_its_first_line(d
     ingest(db, root, fmt="claude-code")
     assert any(p.get("hook_event_name") == "SessionStart" and p.get("session_id") == SESSION for p in payloads)
     post(db, payloads)
-    started, first = scalar_rows(db, "SELECT started_ms, first_ms FROM sessions WHERE session_id = ?", (SESSION,))[0]
+    started, first = rows(db, "SELECT started_ms, first_ms FROM sessions WHERE session_id = ?", (SESSION,))[0]
     assert started is not None and started <= first < RECEIVED_MS
 
 
@@ -382,7 +382,7 @@ def test_a_tool_call_a_subagent_asks_about_is_the_subagent_s_from_its_hook_on(tm
     post(db, [{**hook, "hook_event_name": "SubagentStart"},
               {**hook, **tool, "hook_event_name": "PreToolUse"}], started_ms)
     if hooks_first:
-        assert scalar_rows(db, "SELECT session_id, status FROM tool_calls") == [(CHILD_ID, "running")]
+        assert rows(db, "SELECT session_id, status FROM tool_calls") == [(CHILD_ID, "running")]
     assert cli_json(db, "session", PARENT_KEY)["tool_calls"] == []
     post(db, [{**hook, **tool, "hook_event_name": "PostToolUse", "duration_ms": 900}], started_ms + 2000)
     (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
@@ -390,7 +390,7 @@ def test_a_tool_call_a_subagent_asks_about_is_the_subagent_s_from_its_hook_on(tm
     (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
     ingest(db, tmp_path / "claude", fmt="claude-code")
     assert _task_outcome(db) == WANT_TASK_OUTCOME
-    assert scalar_rows(db, "SELECT session_id, duration_ms FROM tool_calls WHERE tool_call_id = 'toolu_grep'") == \
+    assert rows(db, "SELECT session_id, duration_ms FROM tool_calls WHERE tool_call_id = 'toolu_grep'") == \
         [(CHILD_ID, 900)]
 
 
@@ -595,9 +595,9 @@ def test_a_subagent_whose_start_hook_never_came_is_its_session_s_once_its_first_
 def test_a_hook_event_names_no_file_and_no_offset_in_it(db, payloads):
     # Posted, not read from a file: it showed offset 0 beside no file, as if at the start of one.
     post(db, payloads)
-    rows = _json(db, "events", "--limit", "500")
-    assert len(rows) >= len(payloads)  # a hook may tell a subagent's spawn or stop too
-    assert {(r["file"], r["offset"]) for r in rows} == {(None, None)}
+    events = _json(db, "events", "--limit", "500")
+    assert len(events) >= len(payloads)  # a hook may tell a subagent's spawn or stop too
+    assert {(r["file"], r["offset"]) for r in events} == {(None, None)}
     header, *lines = _cli(db, "events", "--limit", "500").stdout.splitlines()
     assert header.split()[-2:] == ["file", "offset"]
     assert {tuple(line.split()[-2:]) for line in lines} == {("-", "-")}

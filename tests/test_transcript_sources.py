@@ -16,7 +16,7 @@ import pytest
 from conftest import CORPUS, cli_env, cli_json, followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar, usage, verify
+from ledgerdump import dump, rows, scalar, usage, verify
 
 from agentledger.config import GateConfig
 from agentledger.defaults import DEFAULT_MAX_LINE
@@ -72,16 +72,8 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _calls(db: Path) -> list[tuple]:
-    return scalar_rows(db, "SELECT call_key, input_tokens, output_tokens, cache_write_1h_tokens, ts_ms "
+    return rows(db, "SELECT call_key, input_tokens, output_tokens, cache_write_1h_tokens, ts_ms "
                            "FROM llm_calls ORDER BY id")
-
-
-def scalar_rows(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = open_reader(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def _clean(db: Path) -> None:
@@ -172,8 +164,8 @@ def test_a_gateways_models_are_spend_of_the_provider_the_price_table_lists_them_
         cc_assistant(f"a{i}", f"msg_{i}", {"type": "text", "text": "Done."}, output=100, second=i, model=model)
         for i, model in enumerate((MODEL, "gpt-5", "gpt-5-mini", "our-own-model"), 1)))
     ingest(db, tmp_path / "claude", fmt="claude-code")
-    rows = cli_json(db, "costs", "--group-by", "provider")["rows"]
-    assert sorted((r["provider"] or "", r["llm_calls"]) for r in rows) == [
+    grouped = cli_json(db, "costs", "--group-by", "provider")["rows"]
+    assert sorted((r["provider"] or "", r["llm_calls"]) for r in grouped) == [
         ("", 1), ("anthropic", 1), ("openai", 2)]
 
 
@@ -317,7 +309,7 @@ def test_a_reset_while_tailing_is_a_rotation_and_nothing_is_lost_or_counted_twic
     assert scalar(db, "SELECT count(*) FROM llm_calls") == 2
     assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 2 * 10**10
     # sessions.json's snapshot figures are never taken as totals; the key comes from it.
-    assert scalar_rows(db, "SELECT session_key, input_tokens FROM sessions JOIN session_totals USING (session_id)") \
+    assert rows(db, "SELECT session_key, input_tokens FROM sessions JOIN session_totals USING (session_id)") \
         == [("agent:main:main", 10)]
     _clean(db)
 
@@ -364,9 +356,9 @@ def test_a_read_resumed_after_a_restart_pairs_tools_with_the_run_they_belong_to(
     with path.open("ab") as f:
         f.write(oc_result("t1", 3, "call_1", exit_code=2) + oc_assistant("a2", 4))
     ingest(db, tmp_path / "state", fmt="oc-transcript")  # a new process: only the ledger remembers the run
-    assert scalar_rows(db, "SELECT run_id, status, exit_code FROM tool_calls") == [(f"{sid}:u1", "ok", 2)]
-    assert scalar_rows(db, "SELECT run_id, status FROM runs") == [(f"{sid}:u1", "ok")]
-    assert scalar_rows(db, "SELECT llm_calls, tool_calls, tool_errors FROM session_totals") == [(2, 1, 0)]
+    assert rows(db, "SELECT run_id, status, exit_code FROM tool_calls") == [(f"{sid}:u1", "ok", 2)]
+    assert rows(db, "SELECT run_id, status FROM runs") == [(f"{sid}:u1", "ok")]
+    assert rows(db, "SELECT llm_calls, tool_calls, tool_errors FROM session_totals") == [(2, 1, 0)]
     _clean(db)
 
 
@@ -391,7 +383,7 @@ def test_a_refused_call_retried_within_its_turn_is_not_how_the_turn_ended(tmp_pa
         f.write(b"".join(lines[cut:]))
     ingest(db, tmp_path / "state", fmt="oc-transcript")
     settle(db)
-    assert scalar_rows(db, "SELECT status, error FROM runs") == [
+    assert rows(db, "SELECT status, error FROM runs") == [
         (status, "429 rate limit reached" if status == "error" else None)]
     u = usage(db)
     assert (u["interrupted_runs"], u["failed_runs"], u["open_runs"]) == (
@@ -406,9 +398,7 @@ def test_an_exec_result_gives_its_tool_call_the_duration_it_reports(tmp_path, db
     timed = oc_result("t1", 3, "call_1").replace(b'"exitCode":0', b'"exitCode":0,"durationMs":1500')
     path.write_bytes(oc_header(sid) + oc_user("u1", 1) + oc_assistant("a1", 2, tool="call_1") + timed)
     ingest(db, tmp_path / "state", fmt="oc-transcript")
-    rows = orjson.loads(subprocess.run([sys.executable, "-m", "agentledger", "tools", "--json"], env=cli_env(db),
-                                       capture_output=True, check=True).stdout)
-    assert [(r["tool"], r["calls"], r["duration_s"]) for r in rows] == [("exec", 1, 1.5)]
+    assert [(r["tool"], r["calls"], r["duration_s"]) for r in cli_json(db, "tools")] == [("exec", 1, 1.5)]
     _clean(db)
 
 
@@ -502,7 +492,7 @@ def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
                          check=False)
     assert out.returncode == 0, out.stderr
     assert orjson.loads(out.stdout)["files"] == 2
-    assert scalar_rows(db, "SELECT source, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1") == [
+    assert rows(db, "SELECT source, count(*) FROM llm_calls GROUP BY 1 ORDER BY 1") == [
         ("claude-code", 1), ("oc-transcript", 1)]
     for bad, words in ((f"nonsense={tmp_path}", "unknown format 'nonsense'"), ("claude-code", "FORMAT=ROOT"),
                        (f"claude-code={tmp_path / 'missing'}", "does not exist: correct the path, or run serve")):
@@ -567,14 +557,14 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     with archived.open("ab") as f:  # the rest is read by a new process, which opens the file afresh
         f.write(b"".join(lines[2:]))
     ingest(db, state, fmt="oc-transcript")
-    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == [
+    assert sorted(rows(db, "SELECT session_id, session_key FROM sessions")) == [
         (parent, "agent:work:main"), (first, "agent:main:subagent:aaaa"), (second, "agent:main:subagent:bbbb"),
         (stranger, f"agent:main:{stranger}")]
     # Every row of a child carries its key, whichever read wrote it.
-    assert sorted(scalar_rows(db, "SELECT DISTINCT session_id, session_key FROM llm_calls WHERE session_id != ?",
+    assert sorted(rows(db, "SELECT DISTINCT session_id, session_key FROM llm_calls WHERE session_id != ?",
                               (parent,))) == [(first, "agent:main:subagent:aaaa"), (second, "agent:main:subagent:bbbb"),
                                               (stranger, f"agent:main:{stranger}")]
-    assert sorted(scalar_rows(db, "SELECT child_session_key, parent_session_key FROM subagents")) == [
+    assert sorted(rows(db, "SELECT child_session_key, parent_session_key FROM subagents")) == [
         ("agent:main:subagent:aaaa", "agent:work:main"), ("agent:main:subagent:bbbb", "agent:work:main")]
     usage = subprocess.run([sys.executable, "-m", "agentledger", "usage", "--json"], env=cli_env(db),
                            capture_output=True, check=True)
@@ -605,7 +595,7 @@ def test_parallel_spawns_of_one_task_each_name_one_archive_and_only_the_whole_ta
     for session, its in lines.items():
         (sessions / f"{session}.jsonl.deleted.2026-10-01T10-00-00.000Z").write_bytes(b"".join(its))
     ingest(db, state, fmt="oc-transcript")
-    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions WHERE session_id != ?",
+    assert sorted(rows(db, "SELECT session_id, session_key FROM sessions WHERE session_id != ?",
                               (parent,))) == [(later, "agent:main:subagent:bbbb"), (earlier, "agent:main:subagent:aaaa"),
                                               (longer, f"agent:main:{longer}")]
     assert usage(db)["subagent_sessions"] == 2
@@ -614,9 +604,9 @@ def test_parallel_spawns_of_one_task_each_name_one_archive_and_only_the_whole_ta
 
 def _subagent_end(db: Path, child_key: str) -> tuple[list[tuple], list[tuple]]:
     """(the subagent's status, outcome and end; its child session's status and end reason)."""
-    return (scalar_rows(db, "SELECT status, outcome, ended_ms FROM subagents WHERE child_session_key = ?",
+    return (rows(db, "SELECT status, outcome, ended_ms FROM subagents WHERE child_session_key = ?",
                         (child_key,)),
-            scalar_rows(db, "SELECT status, end_reason FROM sessions WHERE session_key = ?", (child_key,)))
+            rows(db, "SELECT status, end_reason FROM sessions WHERE session_key = ?", (child_key,)))
 
 
 @pytest.mark.parametrize("parent_agent", ["work", "alpha"], ids=["child-first", "parent-first"])
@@ -650,7 +640,7 @@ def test_a_subagent_ends_when_its_childs_run_does_whichever_transcript_is_read_f
     settle(db)
     end = scalar(db, "SELECT ended_ms FROM runs WHERE session_id = ?", (child,))
     assert _subagent_end(db, key) == ([("ended", "ok", end)], [("ended", "subagent")])
-    assert scalar_rows(db, "SELECT parent_session_key, parent_run_id FROM subagents") == [
+    assert rows(db, "SELECT parent_session_key, parent_run_id FROM subagents") == [
         (f"agent:{parent_agent}:main", f"{parent}:p0")]
     _clean(db)
 
@@ -701,7 +691,7 @@ def spawn_transcripts() -> dict[str, list[bytes]]:
 
 
 def spawn_row(db: Path) -> list[tuple]:
-    return scalar_rows(db, "SELECT parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms "
+    return rows(db, "SELECT parent_session_key, parent_run_id, child_agent_id, label, mode, spawned_ms "
                            "FROM subagents WHERE child_session_key = ?", (SPAWNED_KEY,))
 
 
@@ -791,12 +781,12 @@ def test_a_pass_over_many_archives_reads_only_the_transcripts_that_changed_and_k
     subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-transcript", str(state)],
                    env=cli_env(fresh), capture_output=True, check=True)
     keys = "SELECT session_id, session_key FROM sessions ORDER BY session_id"
-    assert scalar_rows(db, keys) == scalar_rows(fresh, keys)
-    assert dict(scalar_rows(db, keys))[children[11]] == "agent:main:subagent:0011"
+    assert rows(db, keys) == rows(fresh, keys)
+    assert dict(rows(db, keys))[children[11]] == "agent:main:subagent:0011"
     family = ("SELECT child_session_key, parent_session_key FROM subagents ORDER BY 1",
               "SELECT session_key, count(*), sum(cost_pico) FROM llm_calls GROUP BY 1 ORDER BY 1")
     for sql in family:
-        assert scalar_rows(db, sql) == scalar_rows(fresh, sql)
+        assert rows(db, sql) == rows(fresh, sql)
     _clean(db)
 
 
@@ -1069,7 +1059,7 @@ def test_a_workflows_agents_are_subagent_sessions_of_the_session_that_ran_it(tmp
         _write({p: files[p] for p in part})
         ingest(db, tmp_path / "claude", fmt="claude-code")
     assert _task_outcome(db) == WANT_WORKFLOW_OUTCOME
-    assert scalar_rows(db, "SELECT child_session_key, mode, parent_run_id FROM subagents ORDER BY 1") == [
+    assert rows(db, "SELECT child_session_key, mode, parent_run_id FROM subagents ORDER BY 1") == [
         (key, "workflow-subagent", "u1") for key in WF_KEYS]
     # Only the agents' transcripts are read: no sidecar, journal or run record, and nothing rejected.
     listed = cli_json(db, "inputs")
@@ -1097,9 +1087,9 @@ def test_a_workflows_agents_read_before_the_prompt_of_their_turn_are_that_turns(
     ingest(db, tmp_path / "claude", fmt="claude-code")
     _write({main: earlier + files[main]})
     ingest(db, tmp_path / "claude", fmt="claude-code")
-    assert scalar_rows(db, "SELECT child_session_key, parent_run_id FROM subagents ORDER BY 1") == [
+    assert rows(db, "SELECT child_session_key, parent_run_id FROM subagents ORDER BY 1") == [
         (key, "u1") for key in WF_KEYS]
-    assert scalar_rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 5)]
+    assert rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 5)]
     _clean(db)
 
 
@@ -1249,12 +1239,12 @@ def test_a_subagents_tool_call_is_one_row_whatever_part_of_it_is_read_before_its
     _read_interleaved(data, root, {project / f"{SESSION}.jsonl": parent,
                                    project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child})
     db = root / "l.db"
-    assert sorted(scalar_rows(db, "SELECT tool_call_id, run_id, session_id, status, started_ms % 60000, "
+    assert sorted(rows(db, "SELECT tool_call_id, run_id, session_id, status, started_ms % 60000, "
                                   "ended_ms % 60000 FROM tool_calls")) == [
         ("toolu_grep", "u1", CHILD_ID, "ok", 3_000, 4_000), ("toolu_task", "u1", SESSION, "ok", 1_000, 20_000)]
-    assert scalar_rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 4)]
+    assert rows(db, "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [("u1", 4)]
     assert _own(db) == {SESSION: (2, 140, 1), CHILD_ID: (2, 340, 1)}
-    assert scalar_rows(db, "SELECT tool_name, sum(calls) FROM tool_days GROUP BY 1 ORDER BY 1") == [
+    assert rows(db, "SELECT tool_name, sum(calls) FROM tool_days GROUP BY 1 ORDER BY 1") == [
         ("Grep", 1), ("Task", 1)]
 
 
@@ -1282,7 +1272,7 @@ def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]]) -> dict:
     finally:
         conn.close()
     # Each of these tables is keyed by its first column; a row emptied by a move is no row (as verify says).
-    return dump(db, _SAME_ROWS) | {t: sorted((row for row in scalar_rows(db, f"SELECT * FROM {t}") if any(row[1:])),
+    return dump(db, _SAME_ROWS) | {t: sorted((row for row in rows(db, f"SELECT * FROM {t}") if any(row[1:])),
                                              key=repr) for t in _RUN_TABLES} | {"run detail": runs}
 
 
@@ -1344,7 +1334,7 @@ def _turns_and_branches(project: Path) -> dict[Path, list[bytes]]:
 def _run_picture(db: Path) -> dict:
     """What a ledger says of each run and of the calls in it, rollups checked."""
     _clean(db)
-    totals = {t: sorted((row for row in scalar_rows(db, f"SELECT * FROM {t}") if any(row[1:])), key=repr)
+    totals = {t: sorted((row for row in rows(db, f"SELECT * FROM {t}") if any(row[1:])), key=repr)
               for t in ("run_llm_totals", "run_tool_totals", "runs_without_calls")}
     return dump(db, ("runs", "llm_calls", "tool_calls", "subagents")) | totals
 
@@ -1361,9 +1351,9 @@ def test_a_side_branchs_calls_are_in_the_run_of_their_time_whichever_prompt_was_
     _read_interleaved(data, root, files)
     ingest(root / "fresh.db", root / "claude", fmt="claude-code")
     assert _run_picture(root / "l.db") == _run_picture(root / "fresh.db")
-    assert scalar_rows(root / "fresh.db", "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [
+    assert rows(root / "fresh.db", "SELECT run_id, count(*) FROM llm_calls GROUP BY 1") == [
         ("u1", 3), ("u2", 3)]
-    assert scalar_rows(root / "fresh.db", "SELECT run_id, tool_call_id, started_ms % 60000, ended_ms % 60000 "
+    assert rows(root / "fresh.db", "SELECT run_id, tool_call_id, started_ms % 60000, ended_ms % 60000 "
                                           "FROM tool_calls ORDER BY 2") == [
         ("u1", "toolu_grep", 8_000, 12_000), ("u1", "toolu_task", 6_000, 7_000)]
 
@@ -1380,10 +1370,10 @@ def test_a_side_branch_replaying_a_task_call_leaves_the_subagent_as_the_session_
         project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child,
         project / SESSION / "subagents" / f"agent-{BTW_AGENT}.jsonl": [*_copied_task(parent), *btw]})
     db = root / "l.db"
-    assert scalar_rows(db, "SELECT child_session_key, parent_session_key, parent_run_id, label, mode, status, outcome, "
+    assert rows(db, "SELECT child_session_key, parent_session_key, parent_run_id, label, mode, status, outcome, "
                            "spawned_ms % 60000, ended_ms % 60000 FROM subagents") == [
         (CHILD_KEY, PARENT_KEY, "u1", "Find callers", "general-purpose", "ended", "completed", 1_000, 20_000)]
-    assert scalar_rows(db, "SELECT run_id, session_id, branch, status, started_ms % 60000, ended_ms % 60000 "
+    assert rows(db, "SELECT run_id, session_id, branch, status, started_ms % 60000, ended_ms % 60000 "
                            "FROM tool_calls WHERE tool_call_id = 'toolu_task'") == [
         ("u1", SESSION, None, "ok", 1_000, 20_000)]
     assert _own(db) == {SESSION: (3, 165, 1), CHILD_ID: (2, 340, 1)}
@@ -1782,8 +1772,8 @@ def test_a_spawn_s_label_and_mode_are_learnt_when_its_call_was_read_before_a_res
         parent.write_bytes(whole)
         ledgers.pipeline.run_once()
     assert dump(ledgers.followed, ("subagents",)) == dump(ledgers.afresh, ("subagents",))
-    rows = cli_json(ledgers.followed, "subagents", "--limit", "500")
-    assert rows and all(r["label"] and r["mode"] == "run" for r in rows)
+    listed = cli_json(ledgers.followed, "subagents", "--limit", "500")
+    assert listed and all(r["label"] and r["mode"] == "run" for r in listed)
 
 
 @pytest.mark.parametrize("appended", [True, False], ids=["lines-read-from-the-archive", "nothing-left-to-read"])
@@ -1833,7 +1823,7 @@ SECOND_2 = 1790841602000  # 2026-10-01T08:00:02Z, the time of oc_assistant(..., 
 
 def _archive_states(db: Path) -> list[tuple]:
     _clean(db)
-    return scalar_rows(db, "SELECT session_id, session_key, status, end_reason, ended_ms, first_ms, last_ms "
+    return rows(db, "SELECT session_id, session_key, status, end_reason, ended_ms, first_ms, last_ms "
                            "FROM sessions ORDER BY session_id")
 
 
@@ -1908,7 +1898,7 @@ def _family_of_main(db: Path) -> tuple:
     agent:main:main."""
     _clean(db)
     detail, tree = cli_json(db, "session", "agent:main:main"), cli_json(db, "tree", "agent:main:main")
-    return (sorted(scalar_rows(db, "SELECT session_key, session_id FROM sessions")),
+    return (sorted(rows(db, "SELECT session_key, session_id FROM sessions")),
             sorted(i["session_id"] for i in detail["instances"]),
             sorted(c["child_session_key"] for c in detail["subagents"]),
             sorted(c["session_key"] for c in tree["children"]))
@@ -1972,16 +1962,16 @@ def test_a_subagent_read_live_while_unlisted_ends_as_a_fresh_read_of_its_archive
     assert [row[:2] for row in _subagent_end(fresh, key)[0]] == [("ended", "ok")]
     assert _subagent_end(fresh, key)[1] == [("ended", "subagent")]
     for db in (stepwise, fresh):
-        assert scalar_rows(db, "SELECT reason FROM subagents WHERE child_session_key = ?", (key,)) == [("stop",)]
+        assert rows(db, "SELECT reason FROM subagents WHERE child_session_key = ?", (key,)) == [("stop",)]
     # Archiving it gives nothing new: no line counts twice.
     assert (second.lines, second.bytes, second.duplicates, second.rejects) == (0, 0, 0, 0)
     assert first.events + second.events == whole.events
     assert (first.lines, first.rejects) == (whole.lines, whole.rejects)
-    assert scalar_rows(stepwise, "SELECT sum(lines), sum(offset) FROM files") == \
-        scalar_rows(fresh, "SELECT sum(lines), sum(offset) FROM files")
+    assert rows(stepwise, "SELECT sum(lines), sum(offset) FROM files") == \
+        rows(fresh, "SELECT sum(lines), sum(offset) FROM files")
     for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents ORDER BY child_session_key",
                 "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"):
-        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+        assert rows(stepwise, sql) == rows(fresh, sql), sql
     _clean(stepwise)
     verify = subprocess.run([sys.executable, "-m", "agentledger", "verify"], env=cli_env(stepwise),
                             capture_output=True, text=True, check=False)
@@ -2007,7 +1997,7 @@ def test_a_live_subagent_sessions_json_forgot_has_its_spawns_key_followed_live_a
     picture = "SELECT session_key, session_id, status, end_reason FROM sessions ORDER BY session_id"
     for db in (ledgers.followed, ledgers.afresh):
         settle(db)
-        assert scalar_rows(db, picture) == [("agent:main:main", SPAWNER, "active", None),
+        assert rows(db, picture) == [("agent:main:main", SPAWNER, "active", None),
                                             (SPAWNED_KEY, SPAWNED, "ended", "subagent")], db
         assert _subagent_end(db, SPAWNED_KEY)[0][0][:2] == ("ended", "ok")
     assert usage(ledgers.afresh)["subagent_sessions"] == usage(ledgers.followed)["subagent_sessions"] == 1
