@@ -14,13 +14,12 @@ import pytest
 from conftest import as_of_version, cli_env, cli_json, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar, verify
+from ledgerdump import rows, scalar, verify
 from test_transcript_sources import (
     SESSION,
     _project,
     cc_assistant,
     cc_prompt,
-    scalar_rows,
 )
 
 from agentledger.facts import LlmCall, Tokens
@@ -128,7 +127,7 @@ def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db)
 
     before = usage()
     assert (before["llm_calls"], before["unpriced_calls"]) == (2, 1)
-    assert scalar_rows(db, "SELECT model, cost_pico, cost_source FROM llm_calls WHERE cost_pico IS NULL") == [
+    assert rows(db, "SELECT model, cost_pico, cost_source FROM llm_calls WHERE cost_pico IS NULL") == [
         ("in-house-llm", None, None)]
     prices = _overrides(tmp_path, '[prices."in-house-llm"]\ninput = 1\noutput = 1000\n')
     out = subprocess.run([sys.executable, "-m", "agentledger", "reprice", "--json", "--prices", str(prices)],
@@ -443,10 +442,10 @@ def test_fast_mode_is_priced_at_fast_rates_and_a_fast_call_of_unknown_price_stay
     usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (4, 1)
     assert usage["cost_usd"] == pytest.approx(opus_46_fast + opus_5_fast + opus_46, abs=1e-9)
-    rows = {r["model"]: r for r in cli_json(db, "costs", "--group-by", "model")["rows"]}
-    assert rows["claude-opus-4-6"]["cost_usd"] == pytest.approx(opus_46_fast + opus_46, abs=1e-9)
-    assert rows["claude-opus-5"]["cost_usd"] == pytest.approx(opus_5_fast, abs=1e-9)
-    assert (rows[SONNET]["cost_usd"], rows[SONNET]["unpriced_calls"]) == (0.0, 1)
+    by_model = {r["model"]: r for r in cli_json(db, "costs", "--group-by", "model")["rows"]}
+    assert by_model["claude-opus-4-6"]["cost_usd"] == pytest.approx(opus_46_fast + opus_46, abs=1e-9)
+    assert by_model["claude-opus-5"]["cost_usd"] == pytest.approx(opus_5_fast, abs=1e-9)
+    assert (by_model[SONNET]["cost_usd"], by_model[SONNET]["unpriced_calls"]) == (0.0, 1)
 
     # The ledger keeps each call's speed: a reprice prices the fast calls as fast ones again, and an
     # override's fast rates price the one nobody knew.
@@ -514,7 +513,7 @@ def test_web_searches_are_charged_per_search_once_per_call_and_fetches_only_by_t
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 1)
     assert usage["cost_usd"] == pytest.approx(sonnet + 3 * 10 / 1000 + sonnet, abs=1e-9)
     assert cli_json(db, "costs", "--group-by", "session")["total"]["cost_usd"] == usage["cost_usd"]
-    assert scalar_rows(db, "SELECT web_searches FROM llm_calls ORDER BY ts_ms") == [(3,), (0,), (1,)]
+    assert rows(db, "SELECT web_searches FROM llm_calls ORDER BY ts_ms") == [(3,), (0,), (1,)]
 
     # A reprice charges the stored searches again, and an override's search price wins.
     assert cli_json(db, "reprice")["calls_changed"] == 0
@@ -553,7 +552,7 @@ def test_an_old_transcript_s_cost_is_kept_once_per_call_and_never_repriced(tmp_p
     usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (3, 0)
     assert usage["cost_usd"] == pytest.approx(0.05 + 2 * sonnet, abs=1e-9)
-    assert scalar_rows(db, "SELECT cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")[0] == (5 * 10**10, "log")
+    assert rows(db, "SELECT cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")[0] == (5 * 10**10, "log")
 
     prices = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 1\noutput = 1\n')
     assert cli_json(db, "reprice", "--prices", str(prices))["calls_checked"] == 2
@@ -688,7 +687,7 @@ def test_us_only_inference_costs_a_tenth_more_on_its_tokens(tmp_path, db):
     usage = cli_json(db, "usage")
     assert (usage["llm_calls"], usage["unpriced_calls"]) == (5, 1)
     assert usage["cost_usd"] == pytest.approx(1.1 * opus + 2 * 10 / 1000 + opus + sonnet + 1.1 * 6 * opus, abs=1e-9)
-    assert scalar_rows(db, "SELECT inference_geo FROM llm_calls ORDER BY ts_ms") == [
+    assert rows(db, "SELECT inference_geo FROM llm_calls ORDER BY ts_ms") == [
         ("us",), (None,), (None,), ("us",), ("eu",)]
     assert cli_json(db, "reprice")["calls_changed"] == 0
     assert cli_json(db, "usage")["cost_usd"] == usage["cost_usd"]
@@ -814,7 +813,7 @@ def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):
     env = cli_env(daemon.db)
 
     def calls() -> list[tuple]:
-        return scalar_rows(daemon.db, "SELECT model, cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")
+        return rows(daemon.db, "SELECT model, cost_pico, cost_source FROM llm_calls ORDER BY ts_ms")
 
     def reprice(*flags: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "agentledger", "--config", str(daemon.config), "reprice",

@@ -12,7 +12,7 @@ import pytest
 from conftest import cli_json, followed_then_afresh, ingest, metric_counters, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import scalar
+from ledgerdump import rows, scalar
 from test_transcript_sources import (
     SPAWN_ROW,
     SPAWNED,
@@ -20,7 +20,6 @@ from test_transcript_sources import (
     _clean,
     _subagent_end,
     keys_seen,
-    scalar_rows,
     spawn_row,
     spawn_transcripts,
     write_spawn_index,
@@ -104,8 +103,8 @@ def test_rows_are_indexed_once_across_runs_while_the_producer_keeps_writing(tmp_
     assert ingest(db, state, fmt="oc-transcript").lines == 2  # a new process: from the checkpoint on
     assert ingest(db, state, fmt="oc-transcript").lines == 0
     assert scalar(db, "SELECT count(*) FROM llm_calls") == 5
-    assert scalar_rows(db, "SELECT DISTINCT session_key, source FROM llm_calls") == [("agent:main:main", "oc-transcript")]
-    assert scalar_rows(db, "SELECT path, offset, lines FROM files") == [(f"{producer.path}#{SID}", 11, 11)]
+    assert rows(db, "SELECT DISTINCT session_key, source FROM llm_calls") == [("agent:main:main", "oc-transcript")]
+    assert rows(db, "SELECT path, offset, lines FROM files") == [(f"{producer.path}#{SID}", 11, 11)]
     _clean(db)
 
 
@@ -126,7 +125,7 @@ def test_an_entry_in_both_copies_is_one_event_whichever_is_read_first(tmp_path):
         producer.add(*store)
         ingest(db, state, fmt="oc-transcript")
         assert ingest(db, state, fmt="oc-transcript").events == 0
-        totals.append(scalar_rows(db, "SELECT llm_calls, runs, input_tokens, cost_pico FROM session_totals"))
+        totals.append(rows(db, "SELECT llm_calls, runs, input_tokens, cost_pico FROM session_totals"))
         assert scalar(db, "SELECT count(*) FROM events WHERE kind = 'session.start'") == 1
         _clean(db)
     assert totals[0] == totals[1] == [(2, 2, 10, 2 * 10**10)]
@@ -141,7 +140,7 @@ def test_a_bad_row_is_one_reject_and_the_store_is_never_written(tmp_path, db):
     before = hashlib.sha256(producer.path.read_bytes()).digest()
     stats = ingest(db, state, fmt="oc-transcript")
     assert (stats.lines, stats.rejects) == (5, 2)
-    assert scalar_rows(db, "SELECT path, offset FROM rejects ORDER BY offset") == [
+    assert rows(db, "SELECT path, offset FROM rejects ORDER BY offset") == [
         (f"{producer.path}#{SID}", 2), (f"{producer.path}#{SID}", 3)]
     assert scalar(db, "SELECT count(*) FROM llm_calls") == 1
     assert hashlib.sha256(producer.path.read_bytes()).digest() == before
@@ -290,7 +289,7 @@ def test_a_write_to_sessions_json_looks_again_only_at_the_sessions_whose_entry_c
         pipeline.run_once()
     finally:
         conn.close()
-    assert scalar_rows(db, "SELECT session_key FROM sessions WHERE session_id IN (?, ?) ORDER BY session_key",
+    assert rows(db, "SELECT session_key FROM sessions WHERE session_id IN (?, ?) ORDER BY session_key",
                        (SID, others[0])) == [("agent:main:main",), ("agent:main:subagent:abc",)]
 
 
@@ -335,7 +334,7 @@ def test_a_subagent_sessions_json_forgets_keeps_its_key_and_its_cost_under_its_p
         detail = queries.session_detail(conn, "agent:main:main")
     finally:
         conn.close()
-    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == [
+    assert sorted(rows(db, "SELECT session_id, session_key FROM sessions")) == [
         (SID, "agent:main:main"), (child, "agent:main:subagent:abc"), (handed, f"agent:main:{handed}"),
         (heir, "agent:main:subagent:de")]
     assert detail["family_cost_usd"] == 2.75
@@ -364,15 +363,15 @@ def test_a_subagent_only_in_the_store_ends_with_its_childs_run_whichever_session
     producer = Producer(state)
     (state / "agents" / "main" / "sessions" / "sessions.json").write_bytes(orjson.dumps({
         "agent:main:main": {"sessionId": SID}, key: {"sessionId": child, "spawnedBy": "agent:main:main"}}))
-    rows = {"parent": (SID, (_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))),
+    stored = {"parent": (SID, (_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))),
             "child": (child, (_header(2) | {"id": child}, _user("c1", 3), _assistant("c2", 9)))}
-    for name in sorted(rows, key=lambda name: name != first):  # each read by a process of its own
-        session, entries = rows[name]
+    for name in sorted(stored, key=lambda name: name != first):  # each read by a process of its own
+        session, entries = stored[name]
         producer.add(*entries, session=session)
         ingest(db, state, fmt="oc-transcript")
     settle(db)
     assert _subagent_end(db, key) == ([("ended", "ok", 1790841609000)], [("ended", "subagent")])
-    assert scalar_rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
+    assert rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
     _clean(db)
 
 
@@ -418,11 +417,11 @@ def test_a_pass_over_unchanged_transcripts_asks_the_ledger_nothing_and_still_fol
         conn.set_profile(None)
     finally:
         conn.close()
-    followed = sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions"))
+    followed = sorted(rows(db, "SELECT session_id, session_key FROM sessions"))
     assert dict(followed)[ids[3]] == "agent:main:chat:renamed-3"
     fresh = db.with_name("fresh.db")
     ingest(fresh, sessions.parents[2], fmt="oc-transcript")
-    assert followed == sorted(scalar_rows(fresh, "SELECT session_id, session_key FROM sessions"))
+    assert followed == sorted(rows(fresh, "SELECT session_id, session_key FROM sessions"))
 
 
 def _one_transcript(sessions: Path) -> None:
@@ -496,7 +495,7 @@ def test_transcripts_under_names_that_are_not_utf8_are_keyed_by_the_sessions_jso
         _header(), _user("u1", 1), _assistant("a1", 2, cost=0.5))))
     assert ingest(db, sessions.parents[2], fmt="oc-transcript").lines == 3
     # The agent is named as the ledger writes names, which SQLite can hold.
-    assert scalar_rows(db, "SELECT session_id, session_key, agent_id FROM sessions") == [
+    assert rows(db, "SELECT session_id, session_key, agent_id FROM sessions") == [
         (SID, "agent:main:telegram:1", "m\\xe4in")]
     assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 5 * 10**11
 
@@ -519,10 +518,10 @@ def test_a_store_is_read_with_the_files_beside_it_whatever_its_root_is_named(tmp
     assert scalar(db, "SELECT sum(cost_pico) FROM llm_calls") == 15 * 10**11
     # Keyed by the sessions.json beside them, not guessed from their ids: their decoders looked for it
     # under the name the ledger writes, which is no directory when the root's name is not UTF-8.
-    assert sorted(scalar_rows(db, "SELECT session_id, session_key FROM sessions")) == sorted(
+    assert sorted(rows(db, "SELECT session_id, session_key FROM sessions")) == sorted(
         [(SID, "agent:main:main"), (other, f"agent:main:{other}")])
     named = str(tmp_path / name.decode("utf-8", "backslashreplace"))
-    assert sorted(scalar_rows(db, "SELECT source, root, path FROM files")) == [
+    assert sorted(rows(db, "SELECT source, root, path FROM files")) == [
         ("oc-transcript", named, f"{named}/agents/main/sessions/{other}.jsonl"),
         ("oc-transcript-sqlite", named, f"{named}/agents/main/agent/openclaw-agent.sqlite#{SID}")]
 
@@ -590,7 +589,7 @@ def test_a_rekey_whose_rows_cannot_be_read_again_waits_for_a_pass_that_can(tmp_p
         pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
         monkeypatch.setattr(transcript_store.StoreReader, "read_back", busy)
         pipeline.run_once()
-        assert scalar_rows(stepwise, f"SELECT count(*) FROM sessions WHERE session_key = '{key}'") == [(0,)]
+        assert rows(stepwise, f"SELECT count(*) FROM sessions WHERE session_key = '{key}'") == [(0,)]
         monkeypatch.setattr(transcript_store.StoreReader, "read_back", real)
         pipeline.run_once()  # the producer is quiet again
     finally:
@@ -627,7 +626,7 @@ def test_a_subagent_only_in_the_store_read_before_sessions_json_named_it_ends_as
     assert first.events + second.events == whole.events
     for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents", "SELECT sum(offset) FROM files",
                 "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"):
-        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+        assert rows(stepwise, sql) == rows(fresh, sql), sql
     _clean(stepwise)
 
 
@@ -663,8 +662,8 @@ def test_a_daemon_following_a_store_remembers_only_the_sessions_its_last_pass_na
     for db in (stepwise, fresh):
         settle(db)
     sql = "SELECT session_key, session_id, status, ended_ms, end_reason FROM sessions ORDER BY session_id"
-    assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql)
+    assert rows(stepwise, sql) == rows(fresh, sql)
     assert scalar(stepwise, "SELECT count(*) FROM sessions WHERE session_key LIKE 'agent:main:subagent:%'") == 15
     for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents"):
-        assert scalar_rows(stepwise, sql) == scalar_rows(fresh, sql), sql
+        assert rows(stepwise, sql) == rows(fresh, sql), sql
     _clean(stepwise)
