@@ -310,9 +310,14 @@ class Pricer:
         """Price a usage snapshot that came without a cost from its tokens, under the model it names: the
         run it stands for, having no model calls, costs that (an unknown model leaves it unpriced)."""
         if fact.cost_pico is None:
-            fact.cost_pico = self.price(fact.provider, fact.model, fact.tokens, fact.ts_ms)
-            if fact.cost_pico is not None:
-                fact.cost_source = PRICED
+            fact.cost_pico, fact.cost_source = self.snapshot_cost(fact.provider, fact.model, fact.tokens, fact.ts_ms)
+
+    def snapshot_cost(self, provider: str | None, model: str | None, tokens: Tokens, ts_ms: int
+                      ) -> tuple[int | None, str]:
+        """(cost, cost_source) of a snapshot the log gave no cost: priced here from its tokens, or none known
+        (the source stays the log's), at read and at reprice alike."""
+        cost = self.price(provider, model, tokens, ts_ms)
+        return cost, PRICED if cost is not None else "log"
 
 
 def _matches(model: str, keys: Iterable[str]) -> tuple[str, ...]:

@@ -1298,6 +1298,8 @@ def claude_code_open_siblings(conn: apsw.Connection, call_id: str) -> tuple[str 
 # A session's Task calls still running whose spawn no subagent's row holds yet (see spawns_held), each with
 # the type of subagent its spawn asked for, when its line was read. Running tool calls are few: the
 # partial index of unsettled calls finds them by name.
+# The status IN (...) is the partial index tool_calls_unsettled's own condition: with it the Task calls are
+# found through that index rather than by a scan of every tool call.
 _OPEN_TASKS = """
 SELECT t.tool_call_id, s.mode FROM tool_calls AS t
 LEFT JOIN subagents AS s ON s.child_session_key = ?3 || t.tool_call_id

@@ -332,6 +332,7 @@ class Tracker:
         self.session_ids = set(session_ids)
         self.deltas = Deltas()
         self.touched: set[str] = set()  # session instances whose rows or totals this batch changed
+        self.new_runs: dict[str, tuple] = {}  # the runs' rows after the batch, read by ``after``: the lifecycle's too
 
     def before(self) -> None:
         self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys, 2)

@@ -1730,10 +1730,10 @@ class LedgerWriter:
         alone cannot be priced."""
         updates, sessions = [], set()
         for sid, session_id, provider, model, ts, i, o, cr, cw, total, old in rows:
-            cost = pricer.price(provider, model, Tokens(input=i, output=o, cache_read=cr, cache_write=cw,
-                                                       total=total), ts)
+            cost, source = pricer.snapshot_cost(provider, model, Tokens(input=i, output=o, cache_read=cr,
+                                                                        cache_write=cw, total=total), ts)
             if cost != old:
-                updates.append((cost, PRICED if cost is not None else "log", sid))
+                updates.append((cost, source, sid))
                 sessions.add(session_id)
         if updates:
             self._moving(conn, result)
