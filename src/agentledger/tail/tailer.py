@@ -407,7 +407,7 @@ class Tailer:
             # from its start and the lines indexed before are found by their ids.
             detail = f"size {p.size} < offset {row.offset}" if shorter else \
                 f"the line read last is no longer before offset {row.offset}"
-            unread = max(self._unread_bytes(row, held), 0)
+            unread = self._unread_bytes(row, held)
             event = ("truncate", unread or None, detail)
             report.truncated += 1
             row.offset = row.lines = row.tail_len = 0
@@ -439,12 +439,12 @@ class Tailer:
                     fault("after_rotate")
 
     def _unread_bytes(self, row: FileRow, held: dict[bytes, int]) -> int:
-        """What of a file no longer on disk was read neither from it nor from a copy of it (the same first
-        line), such as logrotate's copytruncate leaves: what a copy was read to, or holds on disk to be read
-        (in this pass, perhaps after its original is settled, or the next), was not lost. ``held``: the
-        largest size on disk per first line."""
+        """What a file held that is gone from it (deleted, or truncated in place) and was read neither from it
+        nor from a copy of it (the same first line), such as logrotate's copytruncate leaves: what a copy was
+        read to, or holds on disk to be read (in this pass, perhaps after its original is settled, or the
+        next), was not lost. ``held``: the largest size on disk per first line."""
         read = [r.offset for r in self.by_fp[row.fingerprint]]
-        return row.size - max(read + [held.get(row.fingerprint, 0)])
+        return max(row.size - max(read + [held.get(row.fingerprint, 0)]), 0)
 
     @staticmethod
     def _lose(row: FileRow, unread: int, report: ScanReport) -> None:
@@ -458,7 +458,7 @@ class Tailer:
                   report: ScanReport) -> None:
         """Settle a known file whose content is no longer on disk; ``places``: (device, inode, path) of
         every file on disk."""
-        unread = max(self._unread_bytes(row, held), 0)
+        unread = self._unread_bytes(row, held)
         was_live = row.status == "live"
         replaced = (row.dev, row.ino, row.path) in places
         if replaced:
