@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import orjson
 
 from agentledger.facts import Fact, Marker, SessionEnded, SessionStarted, SubagentEnded, SubagentSpawned, ToolObserved
-from agentledger.sources.claude_code import AGENT, SOURCE, branch_key, child_session_id, session_key
+from agentledger.sources.claude_code import AGENT, SOURCE, child_key, child_session_id, session_key
 from agentledger.sources.common import derived_id, duration, error_text, line_id, text, tool_target
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
@@ -96,8 +96,7 @@ def _spawned(told: dict, child: dict, payload: dict) -> SubagentSpawned:
 
 def _child(session_id: str, agent_id: str) -> dict:
     """The ids of the Task subagent ``agent_id``'s own session."""
-    branch = child_session_id(session_id, agent_id)
-    return {"session_key": branch_key(branch), "session_id": branch}
+    return {"session_key": child_key(session_id, agent_id), "session_id": child_session_id(session_id, agent_id)}
 
 
 def asking(session_id: str, agent_id: object) -> tuple[str, str | None]:
@@ -107,7 +106,7 @@ def asking(session_id: str, agent_id: object) -> tuple[str, str | None]:
     agent = text(agent_id)
     if agent is None:
         return session_key(session_id), None
-    return _child(session_id, agent)["session_key"], session_key(session_id)
+    return child_key(session_id, agent), session_key(session_id)
 
 
 def decode(payload: object, received_ms: int) -> HookEvent:
