@@ -218,6 +218,9 @@ class Pricer:
         self._bundled = _Bundled()
         self._keys: dict[str, tuple[str, ...]] = {}  # model id → the override keys that match it, longest first
         self._over_cap: set[str] = set()  # models a call of which was priced above a call's cap (warned once)
+        # How each kind of fact that may come without a cost is priced here.
+        self.by_fact: dict[type, Callable[[LlmCall | UsageSnapshot], None]] = {
+            LlmCall: self.apply, UsageSnapshot: self.apply_snapshot}
 
     @classmethod
     def from_file(cls, path: Path | None) -> Pricer:
@@ -300,11 +303,6 @@ class Pricer:
         if cost is not None:
             fact.cost_pico = cost
             fact.cost_source = PRICED
-
-    @property
-    def by_fact(self) -> dict[type, Callable[[LlmCall | UsageSnapshot], None]]:
-        """How each kind of fact that may come without a cost is priced here."""
-        return {LlmCall: self.apply, UsageSnapshot: self.apply_snapshot}
 
     def apply_snapshot(self, fact: UsageSnapshot) -> None:
         """Price a usage snapshot that came without a cost from its tokens, under the model it names: the
