@@ -548,8 +548,8 @@ def _open_hot(config: Config, origins: Origins) -> HotSessions | str:
             f"(under systemd: one in ReadWritePaths=) ({given})")
 
 
-def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | None = None,
-               origins: Origins | None = None) -> int:
+def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pricer: Pricer | None = None) -> int:
+    """``origins``: where each setting of ``config`` was given, to name one that fails only when used."""
     # Gate questions are answered on request threads while this one ingests; with the default
     # 5 ms switch interval a question could wait that long for the interpreter lock.
     sys.setswitchinterval(0.0005)
@@ -578,7 +578,7 @@ def run_daemon(config: Config, *, demo: bool | None = None, pricer: Pricer | Non
         _say(str(exc), logging.ERROR)
         return 1
     with lock:
-        hot = _open_hot(config, origins or Origins())
+        hot = _open_hot(config, origins)
         found = hot if isinstance(hot, str) else _roots(config, demo)
         if isinstance(found, str):
             _say(found, logging.ERROR)
