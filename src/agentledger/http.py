@@ -309,11 +309,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, "application/json", _error(f"no such endpoint {url.path!r}"))
 
-    do_GET = do_HEAD = do_POST = _dispatch
-
     def __getattr__(self, name: str):
-        # http.server answers a method it finds no do_<METHOD> for with a 501 HTML page; any method but those
-        # served (OPTIONS, TRACE, one never heard of) is one the endpoint does not take: a 405 naming those it does.
+        # Every method goes to _dispatch, which answers one an endpoint does not take (OPTIONS, TRACE, one never
+        # heard of) with a 405 naming those it does, where http.server answered a 501 HTML page.
         if name.startswith("do_"):
             return self._dispatch
         raise AttributeError(name)
