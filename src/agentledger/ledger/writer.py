@@ -1172,8 +1172,9 @@ def _settled_tools(conn: apsw.Connection, runs: dict[str, list]) -> list[tuple[s
 def _reopen_settled(conn: apsw.Connection, runs: dict[str, list], tools: list[tuple[str, str]]) -> None:
     """Open again the Claude Code runs whose end reconcile settled that the batch has lines of, and the
     tool calls ``_settled_tools`` found in them. Both are the batch's, so the rollups follow."""
-    if runs:
+    if tools:
         conn.execute(_REOPEN_CUT_TOOLS, (orjson.dumps(tools).decode(),))
+    if runs:
         conn.execute(_REOPEN_SETTLED_RUNS, (orjson.dumps(sorted(runs)).decode(),))
 
 
