@@ -368,14 +368,14 @@ def _archived_child_key(path: str, agent_id: str | None, folders: tuple, listed:
                         rivals: tuple[tuple[int, str, str], ...]) -> str | None:
     """The key an unlisted transcript had as a subagent: that of the spawn nearest its header in time
     whose task is its first message (None: no spawn beside it asked for it); of spawns as near, the
-    first listed. A spawn names one child: the transcripts of ``rivals`` (see ``_rivals``) with the same
-    first message choose first when their header is earlier, and what they choose is no longer there to
+    first listed. A spawn names one child: the transcripts of ``rivals`` (those beside it with the same
+    first message, see ``key_inputs``) choose first when their header is earlier, and what they choose is no longer there to
     choose. ``folders``: the answered spawns of each sessions folder beside it (_Folder.spawns)."""
     head = _head(path)
     if head is None:
         return None
     taken: set[str] = set()
-    for header_ms, first, claimant in sorted({r for r in rivals if r[1] == head[1]} | {(*head, path)}):
+    for header_ms, first, claimant in sorted(set(rivals) | {(*head, path)}):
         found = _nearest_spawn(claimant, header_ms, first, agent_id, folders, listed, taken)
         if claimant == path:
             return found
@@ -447,7 +447,7 @@ class _Identity:
     listed: dict[str, str | None] = field(default_factory=dict)
     spawns: tuple = ()  # the answered spawns of the folders beside it, which may name its key
     spawned: tuple[_Spawn, ...] = ()  # its own answered spawns, whose children's entries may name it
-    rivals: tuple[tuple[int, str, str], ...] = ()  # the unlisted transcripts beside it, which may claim them first
+    rivals: tuple[tuple[int, str, str], ...] = ()  # the unlisted ones beside it of its first message, which may claim first
 
 
 def key_inputs(path: str) -> _Identity:
@@ -465,8 +465,11 @@ def key_inputs(path: str) -> _Identity:
     # it is found by the same spawns as an archive, or following it and reading it afresh would disagree.
     spawns = tuple(_folder(sdir).spawns for sdir in siblings)
     own = _SPAWN_CACHE.get(path)  # looked at with its folder, just now
+    # Only a transcript with its first message may take its spawn: another coming or going changes nothing.
+    head = _head(path)
+    rivals = tuple(r for r in _rivals(folder, by_id) if head is not None and r[1] == head[1])
     return _Identity(path, session_id, agent_id, entry, True, listed, spawns, tuple(own.spawns) if own else (),
-                     _rivals(folder, by_id))
+                     rivals)
 
 
 def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], dict[str, str | None]]:
