@@ -182,15 +182,23 @@ def _real_number(v: Any) -> Any:
     return v
 
 
+def _path_problem(v: object) -> str | None:
+    """Why a path as given can name no file (None: it can)."""
+    if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
+        return "is empty"
+    # The file and the JSON of an environment variable can spell one (\u0000); every use of the path
+    # then failed with a bare "embedded null byte".
+    if isinstance(v, (str, Path)) and "\0" in str(v):
+        return f"{str(v)!r} holds a NUL character, which no path can"
+    return None
+
+
 def _given(fix: str) -> BeforeValidator:
     """A path setting's check that it is not empty and can name a file, whose message ends with ``fix``."""
     def check(v: Any) -> Any:
-        if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
-            raise ValueError(f"is empty: {fix}")
-        # The file and the JSON of an environment variable can spell one (\u0000); every use of the path
-        # then failed with a bare "embedded null byte".
-        if isinstance(v, (str, Path)) and "\0" in str(v):
-            raise ValueError(f"{str(v)!r} holds a NUL character, which no path can: {fix}")
+        problem = _path_problem(v)
+        if problem:
+            raise ValueError(f"{problem}: {fix}")
         return v
     return BeforeValidator(check)
 
@@ -493,8 +501,9 @@ def config_file(explicit: str | Path | None, env: Mapping[str, str]) -> tuple[Pa
     """The file to read and whether it must exist (named by flag or environment). ``explicit``: as --config
     gave it; an empty one names no file (Path("") would be the current directory)."""
     if explicit is not None:
-        if not str(explicit).strip():
-            raise ConfigError("--config is empty: give the config file's path, or leave --config out for "
+        problem = _path_problem(str(explicit))
+        if problem:
+            raise ConfigError(f"--config {problem}: give the config file's path, or leave --config out for "
                               "$AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml")
         return Path(explicit).expanduser(), True
     if env.get(ENV_PREFIX + "CONFIG"):
