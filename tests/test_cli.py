@@ -80,6 +80,12 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     (["costs", "--tz", "Mars/Olympus", "--group-by", "day"], "--tz"),
     (["sessions", "--live", "--url", "notaurl"], "--url"),
     (["watch", "--once", "--url", "notaurl"], "--url"),
+    # A typo in the port crashed both with a traceback; one past 65535 was taken for a daemon not running.
+    (["sessions", "--live", "--url", "http://127.0.0.1:94640x"],
+     "--url 'http://127.0.0.1:94640x' names no port from 1 to 65535: give one such as http://127.0.0.1:9464"),
+    (["watch", "--once", "--url", "http://127.0.0.1:94640x"], "--url 'http://127.0.0.1:94640x' names no port"),
+    (["watch", "--once", "--url", "http://127.0.0.1:99999"], "--url 'http://127.0.0.1:99999' names no port"),
+    (["sessions", "--live", "--url", "http://127.0.0.1:9464/a b"], "holds a space"),
     (["watch", "--interval", "nan"], "--interval"),  # would redraw without a pause
     (["watch", "--interval", "inf"], "--interval"),
     (["watch", "--interval", "1e300", "--once"], "--interval"),
@@ -406,6 +412,21 @@ def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, li
         out = run("sessions", "--live", "--json", env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [view]
+
+
+@pytest.mark.parametrize("config_text, url_env, needle", [
+    ("", "http://127.0.0.1:94640x", "$AGENTLEDGER_URL 'http://127.0.0.1:94640x' names no port"),
+])
+def test_the_daemon_s_address_from_the_environment_or_the_config_file_is_checked_as_url_is(
+        tmp_path, config_text, url_env, needle):
+    env = cli_env(tmp_path / "l.db")
+    env.pop("AGENTLEDGER_URL", None)
+    if url_env:
+        env["AGENTLEDGER_URL"] = url_env
+    config = tmp_path / "c.toml"
+    config.write_text(config_text)
+    for command in (["watch", "--once"], ["sessions", "--live"]):
+        _one_line(run("--config", str(config), *command, env=env), 2, needle)
 
 
 @pytest.mark.parametrize("command", ["usage", "costs"])

@@ -273,11 +273,20 @@ def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
     for args, code in [(("--hook", "claude-code", "--fail", "sideways"), 1), (("--hook=codex",), 1),
                        (("--hook", "claude-code", "--timeout", "soon"), 1), (("--hook", "claude-code", "--urll", url), 1),
                        (("--hook", "claude-code", "--fail=closed", "--timeout", "soon"), 2),
+                       # A typo in the port was taken for a daemon not running: every gate let every call through.
+                       (("--hook", "claude-code", "--url", "http://127.0.0.1:94640x"), 1),
+                       (("--hook", "claude-code", "--url", "http://127.0.0.1:94640x", "--fail", "closed"), 2),
+                       (("--session", "s", "--url", "http://127.0.0.1:99999"), 2),
                        # the last --fail given is the one read, for the exit code too
                        (("--hook", "claude-code", "--fail", "closed", "--fail", "open", "--timeout", "0"), 1)]:
         bad = _gate_cmd(*args, stdin=json.dumps(PRE_TOOL_USE), env=env)
         assert (bad.returncode, bad.stdout) == (code, ""), args
         assert bad.stderr.count("\n") == 1 and "see `agentledger gate --help`" in bad.stderr, args
+    typo = _gate_cmd("--hook", "claude-code", "--fail", "closed", stdin=json.dumps(PRE_TOOL_USE),
+                     env=env | {"AGENTLEDGER_URL": "http://127.0.0.1:94640x"})
+    assert (typo.returncode, typo.stdout) == (2, "")
+    assert typo.stderr.startswith("agentledger gate: $AGENTLEDGER_URL 'http://127.0.0.1:94640x' names no port from 1 "
+                                  "to 65535: give one such as http://127.0.0.1:9464")
     # A timeout no socket can wait for failed open with a made-up reason, or (inf) crashed with exit 1,
     # which Claude Code takes as "go ahead" even with --fail closed.
     for timeout in ("-1", "0", "nan", "inf", "1e999"):

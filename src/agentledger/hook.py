@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 import sys
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
+
+from agentledger.address import client_url
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 MAX_TIMEOUT_S = 600  # Claude Code gives a hook 60 s by default; past ten minutes nobody waits for a tool
@@ -53,8 +54,7 @@ class UsageError(Exception):
 
 
 def _parse(argv: list[str]) -> dict:
-    opts = {"hook": None, "session": None, "tool": None, "url": os.environ.get("AGENTLEDGER_URL") or DEFAULT_URL,
-            "fail": "open", "timeout": "2"}
+    opts = {"hook": None, "session": None, "tool": None, "url": None, "fail": "open", "timeout": "2"}
     unread = None  # the first mistake; every option is read before it is told, --hook and --fail among them
     args = list(argv)
     while args:
@@ -88,26 +88,25 @@ def _checked(opts: dict, unread: str | None) -> dict:
         raise UsageError(f"--timeout {opts['timeout']!r}: give a number of seconds above 0, at most {MAX_TIMEOUT_S}",
                          opts)
     opts["timeout"] = timeout
-    if not opts["url"].startswith("http://"):
-        raise UsageError(f"--url {opts['url']!r}: give http://HOST:PORT", opts)
+    try:
+        # A plain socket speaks HTTP only.
+        opts["url"] = client_url(opts["url"], DEFAULT_URL, ("http",))
+    except ValueError as exc:
+        raise UsageError(str(exc), opts) from None
     return opts
 
 
 def _request(url: str, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
-    hostport = url[len("http://"):].split("/", 1)[0]
-    host, sep, port = hostport.rpartition(":")
-    if not sep:
-        host, port = hostport, "80"
-    host = host.strip("[]")
-    request = (f"{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
+    parts = urlsplit(url)
+    request = (f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}\r\n\r\n").encode()
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout) as sock:
             sock.sendall(request + (body or b""))
             chunks = []
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise Unreachable(f"agentledger daemon unreachable at {url}: {exc}") from None
     head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
     try:

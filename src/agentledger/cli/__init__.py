@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -54,17 +53,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 def daemon_url(flag: str | None, config: Config) -> str:
     """The running daemon: --url, else $AGENTLEDGER_URL, else the config's listen address."""
-    import urllib.parse
+    from agentledger.address import client_url
 
-    env = os.environ.get("AGENTLEDGER_URL")
-    url, origin = (flag, "--url") if flag else (env, "$AGENTLEDGER_URL") if env else (None, None)
-    if url is None:
-        return listen_url(config.http.listen)
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise click.UsageError(f"{origin} {url!r} is not an http:// URL: give one such as "
-                               f"{listen_url(config.http.listen)}")
-    return url
+    try:
+        return client_url(flag, listen_url(config.http.listen), ("http", "https"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _named_context(args: list[str]) -> click.Context:
