@@ -416,6 +416,8 @@ def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, li
 
 @pytest.mark.parametrize("config_text, url_env, needle", [
     ("", "http://127.0.0.1:94640x", "$AGENTLEDGER_URL 'http://127.0.0.1:94640x' names no port"),
+    # The URL built from a host no URL can carry crashed the HTTP client with a traceback.
+    ('[http]\nlisten = "local host:9464"\n', None, "http.listen: cannot listen on 'local host:9464': give HOST:PORT"),
 ])
 def test_the_daemon_s_address_from_the_environment_or_the_config_file_is_checked_as_url_is(
         tmp_path, config_text, url_env, needle):

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
+from agentledger.address import is_host
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
                                  MAX_MAX_LINE, MAX_RAW_DAYS, MAX_TOP_N, MAX_WAIT_S)
 
@@ -152,9 +153,11 @@ def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) as a socket address; port 0 picks a free one."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    host = host.strip("[]") or "127.0.0.1"
+    # The clients' URL is built from the host: one it cannot carry crashed them.
+    if not sep or not is_host(host) or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"cannot listen on {value!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return host, int(port)
 
 
 # A listener on every address is reached, from this host, at its loopback one.
