@@ -963,6 +963,36 @@ def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
     _clean(db)
 
 
+@pytest.mark.parametrize("passes", [1, 2])
+def test_a_task_refused_before_a_subagent_ran_ends_its_subagent_in_error(tmp_path, db, passes):
+    """A Task the user refuses (or that fails before a subagent runs) gets an error for its result, naming
+    no subagent: the subagent its call spawned ends there, in error, where reconcile called it interrupted,
+    whether or not reconcile cut it off before the result was read. Another tool's failure spawns none."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "Explore"}}
+    refused = orjson.loads(cc_result("r_task", "toolu_task", 5, is_error=True)) | {
+        "toolUseResult": "Error: The user doesn't want to proceed with this tool use."}
+    lines = [cc_prompt("u1", "who calls paginate?", 0),
+             cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {}},
+                          output=20, second=1, stop="tool_use"),
+             cc_result("r_bash", "toolu_bash", 2, is_error=True),
+             cc_assistant("a2", "msg_2", task, output=60, second=3, request="req_2", stop="tool_use"),
+             _line(refused),
+             cc_user("i1", [{"type": "text", "text": "[Request interrupted by user for tool use]"}], 5)]
+    transcript = _project(tmp_path) / f"{SESSION}.jsonl"
+    cut = 4 if passes == 2 else len(lines)
+    for part in (lines[:cut], lines[cut:]):
+        with transcript.open("ab") as f:
+            f.writelines(part)
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+        settle(db)
+    subagents = [(s["child_session_key"], s["status"], s["outcome"], s["ended_at"]) for s in cli_json(db, "subagents")]
+    assert subagents == [("agent:claude-code:subagent:toolu_task", "ended", "error", "2026-10-01T10:00:05.000Z")]
+    u = usage(db)
+    assert (u["subagents"], u["tool_errors"], u["interrupted_runs"]) == (1, 2, 1)
+    _clean(db)
+
+
 def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
     parent, child, _ = _task_lines()
     project = _project(tmp_path)

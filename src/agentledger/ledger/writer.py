@@ -604,6 +604,18 @@ ON CONFLICT (child_session_key) DO UPDATE SET
                       coalesce(subagents.model, excluded.model)),
     end_rank    = max(excluded.end_rank, subagents.end_rank)
 """
+# A Task whose result is an error naming no subagent (the user refused it, a hook denied it, it failed before a
+# subagent ran) has no subagent that will ever say it ended: the row its spawn made ends with that result, in
+# error, as a result naming the subagent would end it (the surest word, see above). Whichever of the Task's
+# lines is read last ends it; a row a Task's result ended already keeps that end.
+_FAILED_TASKS = f"""
+SELECT ?2 || tool_call_id, ended_ms FROM tool_calls
+WHERE tool_call_id IN (SELECT value FROM json_each(?1)) AND source = '{CLAUDE_CODE}' AND status = 'error'
+"""
+_END_FAILED_TASK = """
+UPDATE subagents SET status = 'ended', ended_ms = ?2, outcome = 'error', end_rank = 2
+WHERE (child_session_key = ?1 OR spawn_key = ?1) AND spawned_ms IS NOT NULL AND end_rank < 2
+"""
 _COMPACTION = """
 INSERT INTO compactions (event_id, ts_ms, phase, source, agent_id, session_key, message_count,
                                    compacting_count, token_count, compacted_count)
@@ -1164,6 +1176,16 @@ def _reopen_retried(conn: apsw.Connection, facts: list[Fact]) -> None:
         conn.execute(_RETRIED_RUNS, (orjson.dumps(sorted(runs)).decode(), OC_TRANSCRIPT))
 
 
+def _end_failed_tasks(conn: apsw.Connection, facts: list[Fact]) -> None:
+    """End the subagents of the Tasks among the batch's calls that failed (see _FAILED_TASKS): a failed
+    result's line, or a Task's own once its call is known to have failed."""
+    calls = sorted({f.tool_call_id for f in facts if f.source == CLAUDE_CODE and (
+        (type(f) is ToolEnded and f.is_error) or (type(f) is ToolStarted and f.tool_name in TASK_TOOLS))})
+    if calls:
+        failed = conn.execute(_FAILED_TASKS, (orjson.dumps(calls).decode(), spawn_key(""))).fetchall()
+        conn.executemany(_END_FAILED_TASK, failed)
+
+
 def _settled_tools(conn: apsw.Connection, runs: dict[str, list]) -> list[tuple[str, str]]:
     """The tool calls reconcile cut off in those of these runs whose end it settled (see _SETTLED_TOOLS)."""
     return conn.execute(_SETTLED_TOOLS, (orjson.dumps(sorted(runs)).decode(),)).fetchall() if runs else []
@@ -1495,6 +1517,7 @@ class LedgerWriter:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
         if branching:  # after the upserts: a tool call this batch ended stays ended
             _reopen_settled(conn, prepared.runs, cut_tools)
+            _end_failed_tasks(conn, facts)
         if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
             _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()

@@ -22,7 +22,9 @@ ledger puts a branch's calls in the child once it is named, whatever the order (
 ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
 is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
 child (or a hook of the subagent does: its SubagentStart, or without one its first tool event, when
-only one Task the session was asked about can be its own), whose key the subagent row then takes. Tool calls on a branch name it too, and count
+only one Task the session was asked about can be its own), whose key the subagent row then takes. A Task
+whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
+its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
 run, so the run that spawned it counts them).
 
