@@ -156,6 +156,68 @@ def test_a_message_claude_code_wrote_itself_is_no_call_and_its_api_error_placeho
         ("u1", 0, 0), ("u2", 1, 1)]
 
 
+TOO_LONG = "API Error: 400 prompt is too long: 210000 tokens > 200000 maximum"
+OVERLOADED = "API Error: 529 Overloaded"
+
+
+def cc_api_error(uuid: str, second: int, error: str) -> bytes:
+    """The answer Claude Code writes in the model's place when a request failed for good."""
+    return cc_assistant(uuid, f"msg_{uuid}", {"type": "text", "text": error}, output=0, second=second,
+                        stop="stop_sequence", model="<synthetic>", usage={"input_tokens": 0, "output_tokens": 0},
+                        isApiErrorMessage=True)
+
+
+def cc_turn_duration(uuid: str, second: int) -> bytes:
+    return _line({"type": "system", "subtype": "turn_duration", "durationMs": 1000, "uuid": uuid, "sessionId": SESSION,
+                  "isSidechain": False, "timestamp": f"2026-10-01T10:00:{second:02d}.000Z"})
+
+
+def _api_error_turns() -> list[bytes]:
+    """Three turns: one answered only by an API error, one Claude Code retried after one (a side question
+    failing in it too), and a last one answered only by an API error, which nothing ends."""
+    return [
+        cc_prompt("u1", "summarize everything", 0),
+        cc_api_error("e1", 1, TOO_LONG),
+        cc_turn_duration("d1", 2),
+        cc_prompt("u2", "fix the flaky test", 10),
+        cc_api_error("e2", 11, OVERLOADED),
+        cc_assistant("a2", "msg_2", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}, output=30,
+                     second=14, request="req_2", stop="tool_use"),
+        cc_result("r2", "toolu_1", 15),
+        cc_assistant("a3", "msg_3", {"type": "text", "text": "Fixed."}, output=9, second=16, request="req_3"),
+        cc_turn_duration("d2", 17),
+        _side(BTW_AGENT, cc_api_error("b1", 18, OVERLOADED)),
+        cc_prompt("u3", "and the docs?", 30),
+        cc_api_error("e3", 31, OVERLOADED),
+    ]
+
+
+def test_a_turn_whose_last_answer_is_an_api_error_failed_with_it_wherever_reads_stop(tmp_path):
+    """Claude Code writes an API error it gave up on as the model's answer, and may retry within the turn
+    after one: a turn fails with the error its last answer is, however it ended (turn_duration, reconcile),
+    and one answered since is ok, however the lines are split across reads."""
+    lines = _api_error_turns()
+    pictures = {}
+    for cut in range(len(lines)):
+        db, root = tmp_path / f"cut-{cut}" / "l.db", tmp_path / f"cut-{cut}" / "claude"
+        transcript = root / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
+        transcript.parent.mkdir(parents=True)
+        for part in (lines[:cut], lines[cut:]):
+            with transcript.open("ab") as f:
+                f.writelines(part)
+            ingest(db, root, fmt="claude-code")
+            settle(db)
+        _clean(db)
+        pictures[cut] = rows(db, "SELECT run_id, status, error, ended_ms % 60000, stop_reason FROM runs ORDER BY 1")
+    assert [row[:3] for row in pictures[0]] == [("u1", "error", TOO_LONG), ("u2", "ok", None),
+                                                ("u3", "error", OVERLOADED)]
+    assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
+    assert [(e["kind"], e["id"], e["error"]) for e in cli_json(tmp_path / "cut-0" / "l.db", "errors")] == [
+        ("run", "u3", OVERLOADED), ("run", "u1", TOO_LONG)]
+    u = usage(tmp_path / "cut-0" / "l.db")
+    assert (u["runs"], u["failed_runs"], u["interrupted_runs"], u["llm_errors"]) == (3, 2, 0, 4)
+
+
 def test_a_gateways_models_are_spend_of_the_provider_the_price_table_lists_them_under(tmp_path, db):
     """Claude Code through a gateway may call another provider's models: each is that provider's spend,
     and a model the price table does not know names no provider."""

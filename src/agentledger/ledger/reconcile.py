@@ -9,7 +9,8 @@ vanished: interrupted too. A late event still wins: the writer's upserts set the
 
 Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
 Claude Code run past the grace that has a response and no tool call still waiting for its
-result finished: it ends ``ok`` (at its last sign of life) instead. Only a run left waiting on
+result finished: it ends instead, at its last sign of life, as its last answer went (``ok`` unless that
+was an API error, see the writer's _TURN_OUTCOMES). Only a run left waiting on
 a tool, as a killed session leaves its last turn, is orphaned. Either end is settled on the lines
 read so far: a later line of the run (a slow tool's result) opens it again in the writer, and the
 next pass settles it on all of them.
@@ -33,7 +34,7 @@ import orjson
 from agentledger.defaults import DEFAULT_GRACE_S
 from agentledger.ledger import rollups
 from agentledger.ledger.lifecycle import end_archived
-from agentledger.ledger.writer import LedgerWriter
+from agentledger.ledger.writer import LedgerWriter, turn_outcomes
 from agentledger.sources import oc_transcript
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
@@ -136,6 +137,7 @@ def reconcile(writer: LedgerWriter, now_ms: int, grace_s: float = DEFAULT_GRACE_
         tracker = rollups.Tracker(conn, set(open_runs), set(tools), set(), set(subagents))
         tracker.before()
         conn.executemany(_FINISH_RUN, [(r,) for r in finished])
+        turn_outcomes(conn, finished)
         conn.executemany("UPDATE runs SET status = 'interrupted' WHERE run_id = ? AND status = 'running'",
                          [(r,) for r in runs])
         conn.executemany("UPDATE tool_calls SET status = 'interrupted' "

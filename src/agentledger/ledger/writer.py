@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -266,7 +266,18 @@ WHERE run_id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND stop_reaso
   AND EXISTS (SELECT 1 FROM llm_calls AS c WHERE c.run_id = runs.run_id AND c.error IS NULL
                                              AND c.ts_ms > runs.ended_ms)
 """
-# Reconcile settles a Claude Code run that never said it ended (end_rank 0: ok at its last answer, or
+# Claude Code writes an API error that ended a request as an answer of its own (isApiErrorMessage), and may
+# retry within the turn after one: a Claude Code turn went as its last main-branch answer did, whatever ended it
+# (a stop reason, turn_duration, the next prompt, reconcile). One whose last answer is such an error failed with
+# it; one answered since is ok. A turn the user stopped stays interrupted, an open one open.
+_TURN_OUTCOMES = f"""
+UPDATE runs SET (status, error) = (
+    SELECT iif(last.error IS NULL, 'ok', 'error'), last.error
+    FROM (SELECT (SELECT c.error FROM llm_calls AS c WHERE c.run_id = runs.run_id AND c.branch IS NULL
+                  ORDER BY c.ts_ms DESC, c.error IS NULL DESC LIMIT 1) AS error) AS last)
+WHERE run_id IN (SELECT value FROM json_each(?)) AND source = '{CLAUDE_CODE}' AND status IN ('ok', 'error')
+"""
+# Reconcile settles a Claude Code run that never said it ended (end_rank 0: ended at its last answer, or
 # interrupted, see reconcile.py) on the lines read by then. Lines of it read later (a tool's result, the
 # answer after it) make it what a read of all its lines is before reconcile: open, with the tool calls
 # reconcile cut off still waiting, so that the next reconcile settles it on everything, in every order.
@@ -1186,6 +1197,13 @@ def _end_failed_tasks(conn: apsw.Connection, facts: list[Fact]) -> None:
         conn.executemany(_END_FAILED_TASK, failed)
 
 
+def turn_outcomes(conn: apsw.Connection, runs: Collection[str]) -> None:
+    """Give these runs, those of them that are ended Claude Code turns, the outcome of their last answer (see
+    _TURN_OUTCOMES). The caller's rollup tracker follows the runs."""
+    if runs:
+        conn.execute(_TURN_OUTCOMES, (orjson.dumps(sorted(runs)).decode(),))
+
+
 def _settled_tools(conn: apsw.Connection, runs: dict[str, list]) -> list[tuple[str, str]]:
     """The tool calls reconcile cut off in those of these runs whose end it settled (see _SETTLED_TOOLS)."""
     return conn.execute(_SETTLED_TOOLS, (orjson.dumps(sorted(runs)).decode(),)).fetchall() if runs else []
@@ -1518,6 +1536,7 @@ class LedgerWriter:
         if branching:  # after the upserts: a tool call this batch ended stays ended
             _reopen_settled(conn, prepared.runs, cut_tools)
             _end_failed_tasks(conn, facts)
+            turn_outcomes(conn, prepared.runs)
         if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
             _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()

@@ -46,7 +46,10 @@ local command that asks the model begins its turn when the model answers (see ``
 ends where the transcript says so (a stop reason that ends the turn, ``turn_duration``), where
 the user interrupts it (``interrupted``), or, failing both, at the session's next prompt: an
 implied end the ledger lets any reported one replace. A last turn with none of these is settled
-by reconcile (see ledger/reconcile.py).
+by reconcile (see ledger/reconcile.py). However it ended, a turn the user did not stop went as its last
+answer did: one whose last main-branch answer is an API error Claude Code wrote in the model's place
+(``isApiErrorMessage``: "prompt is too long", an overload it gave up retrying) failed with that error,
+and one Claude Code answered after such an error, retrying within the turn, is ok (see ledger/writer.py).
 """
 
 from __future__ import annotations
@@ -344,9 +347,11 @@ class FileDecoder:
             # A message Claude Code wrote itself ("No response requested."): no model was called.
             return Marker(**base, kind="assistant.synthetic")
         if obj.get("isApiErrorMessage") is True:
-            # An API error shown as a message: a failed call, with no usage and no call of its own.
+            # An API error shown as a message: a failed call, with no usage and no call of its own, that ends no
+            # turn (Claude Code may retry after it) but fails one it is the last answer of (see the module's doc).
+            # A side branch's is its branch's, not the turn's.
             return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
-                           error=_first_text(msg.get("content")) or "API error")
+                           error=_first_text(msg.get("content")) or "API error", sidechain=sidechain, branch=branch)
         message_key = f"{base['session_id']}:{message_id}" if message_id else None
         request_id = text(obj.get("requestId"))
         usage = msg.get("usage")
