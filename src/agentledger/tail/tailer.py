@@ -11,7 +11,6 @@ read cannot make us read the wrong file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import resource
@@ -23,7 +22,7 @@ from pathlib import Path
 from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter, Unreadable
-from agentledger.tail.identity import fingerprint
+from agentledger.tail.identity import fingerprint, hash_tail, holds_checkpoint
 from agentledger.sources.common import ledger_name
 from agentledger.tail.layouts import LAYOUTS, Candidate
 from agentledger.tail.reader import ReadResult, read_lines
@@ -97,27 +96,18 @@ class ScanReport:
 TAIL_BYTES = 65536  # of the last line read, what a checkpoint keeps a hash of
 
 
-def _tail_hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=8).digest()
-
-
 def _tail(fd: int, res: ReadResult) -> tuple[int, bytes | None]:
     """Length and hash of the last line ``res`` consumed (its last TAIL_BYTES), read back from the file."""
     starts = [items[-1][0] for items in (res.lines, res.too_long) if items]
     n = min(res.end - max(starts), TAIL_BYTES) if starts else 0
     data = os.pread(fd, n, res.end - n) if n else b""
-    return (n, _tail_hash(data)) if n and len(data) == n else (0, None)
+    return (n, hash_tail(data)) if n and len(data) == n else (0, None)
 
 
 def _reads_on(p: Physical, row: FileRow) -> bool:
-    """Whether reading can go on at the row's checkpoint: a file only appended to since, or a
-    faithful copy of it, still holds there the last line read. Unopened (unchanged since read to
-    its end), it is taken to."""
-    if row.offset == 0 or p.fd < 0:
-        return True
-    if row.tail_len:
-        return _tail_hash(os.pread(p.fd, row.tail_len, row.offset - row.tail_len)) == row.tail_hash
-    return os.pread(p.fd, 1, row.offset - 1) == b"\n"  # checkpointed before tails were kept
+    """Whether reading can go on at the row's checkpoint: the file still holds there the last line
+    read (``holds_checkpoint``). Unopened (unchanged since read to its end), it is taken to."""
+    return row.offset == 0 or p.fd < 0 or holds_checkpoint(p.fd, row.offset, row.tail_len, row.tail_hash)
 
 
 def _raise_fd_limit() -> None:
