@@ -151,7 +151,7 @@ def assert_consistent(db: Path, checkpoints: bool = True) -> None:
     conn = open_reader(db)
     try:
         conn.execute("BEGIN")
-        diffs, problems = check_rollups(conn), check_checkpoints(conn) if checkpoints else []
+        diffs, problems = check_rollups(conn), check_checkpoints(conn)[0] if checkpoints else []
         conn.execute("COMMIT")
     finally:
         conn.close()

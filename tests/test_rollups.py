@@ -271,6 +271,67 @@ def test_verify_finds_a_checkpoint_off_a_line_boundary(tmp_path, oc_corpus):
     assert bad.returncode == 1 and "line boundary" in bad.stdout
 
 
+def _changed_after_ingest(tmp_path: Path, change) -> tuple[Path, LogDir]:
+    """A ledger of ten calls, then ``change`` made to their file while nothing reads it."""
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(llm_call(n) for n in range(1, 11)))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    change(logs)
+    return db, logs
+
+
+def _copytruncated(logs: LogDir, last: int) -> None:
+    logs.copytruncate()
+    logs.append(b"".join(llm_call(n) for n in range(11, last + 1)))
+
+
+# The file changed since its checkpoint as the tailer follows it: copied then truncated (logrotate's
+# copytruncate) and written again, shorter or longer than where it was read to; or truncated in place and
+# written again from the same first line. Not the ledger's fault: the next catch-up reads what is there.
+CHANGES = {
+    "copytruncate": (lambda logs: _copytruncated(logs, 11), "another first line", 11),
+    "copytruncate, grown past the checkpoint": (lambda logs: _copytruncated(logs, 40), "another first line", 40),
+    "truncated, same first line": (lambda logs: (logs.truncate(), logs.append(llm_call(1))), "truncated", 10),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_verify_tells_a_file_changed_since_its_checkpoint_and_exits_0(tmp_path, change):
+    # A file rotated by copytruncate between two ingests made verify fail (exit 1) on a sound ledger, and with
+    # it the deploy's `verify --repair` and every cron'd verify, though the next ingest read it right.
+    make, told, calls = CHANGES[change]
+    db, logs = _changed_after_ingest(tmp_path, make)
+    for args in (("verify",), ("verify", "--repair")):
+        out = _agentledger(db, *args)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stderr == ""
+        (note,) = [line for line in out.stdout.splitlines() if line.startswith(str(logs.live))]
+        assert told in note and "next catch-up" in note, note
+        assert out.stdout.splitlines()[-1].startswith("ok: ")
+    listed = orjson.loads(_agentledger(db, "verify", "--json").stdout)
+    assert listed["ok"] is True and listed["checkpoints"] == [] and len(listed["changed_files"]) == 1
+    # Nothing repaired, nothing lost or counted twice: the next ingest reads every call once.
+    ingest(db, logs.root)
+    assert usage(db)["llm_calls"] == calls
+    again = _agentledger(db, "verify")
+    assert again.returncode == 0 and again.stdout.startswith("ok: ") and str(logs.live) not in again.stdout
+
+
+def test_verify_tells_a_file_rewritten_past_its_checkpoint_from_the_same_first_line(tmp_path):
+    # Truncated and written again from the same first line, to past where it was read: the line read last is
+    # no longer before the checkpoint, so the tailer reads it again from its start, and verify says so.
+    def rewrite(logs: LogDir) -> None:
+        logs.truncate()
+        logs.append(b"".join(llm_call(n) for n in range(1, 10)) + llm_call(10, cost_pico=2_000_000)
+                    + llm_call(11))
+
+    db, logs = _changed_after_ingest(tmp_path, rewrite)
+    out = _agentledger(db, "verify")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{logs.live}: rewritten since its checkpoint" in out.stdout
+
+
 def test_a_ledger_from_before_rollups_gets_them_filled(tmp_path, oc_corpus, oc_expected):
     db = tmp_path / "l.db"
     ingest(db, oc_corpus)

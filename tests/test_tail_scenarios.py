@@ -349,7 +349,7 @@ def test_a_copytruncate_seen_between_its_copy_and_its_truncate_leaves_no_stale_c
         pipeline.run_once()
         logs.append(lines(range(11, 16)))
         pipeline.run_once()
-        assert check_checkpoints(pipeline.writer.conn) == []
+        assert check_checkpoints(pipeline.writer.conn) == ([], [])
     assert ids(db) == want(range(1, 16))
     # The original was truncated in place after its copy was taken: told as such, once, with nothing unread.
     assert file_events(db) == [("truncate", None)]

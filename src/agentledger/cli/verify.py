@@ -48,7 +48,7 @@ def verify(obj, repair: bool, as_json: bool) -> None:
     try:
         conn.execute("BEGIN")  # one snapshot for both sides of every comparison
         diffs = check_rollups(conn)
-        problems = check_checkpoints(conn)
+        problems, changed = check_checkpoints(conn)
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -59,6 +59,7 @@ def verify(obj, repair: bool, as_json: bool) -> None:
             "rollups": [{"table": d.table, "key": list(d.key), "stored": d.stored, "recomputed": d.recomputed}
                         for d in diffs],
             "checkpoints": problems,
+            "changed_files": changed,
         } | ({} if repaired is None else {"repaired": {"differences": len(repaired), "tables": fixed}}))
     else:
         if repaired:
@@ -70,10 +71,11 @@ def verify(obj, repair: bool, as_json: bool) -> None:
             click.echo(d.describe())
         if len(diffs) > 50:
             click.echo(f"... and {len(diffs) - 50} more differences")
-        for p in problems:
+        for p in problems + changed:
             click.echo(p)
         if not diffs and not problems:
-            click.echo(f"ok: {len(ROLLUPS)} rollups equal their recomputation; checkpoints on line boundaries")
+            since = f"; files changed since they were read: {len(changed)}, told above" if changed else ""
+            click.echo(f"ok: {len(ROLLUPS)} rollups equal their recomputation; checkpoints on line boundaries{since}")
         else:
             tables = sorted({d.table for d in diffs})
             notes = []
@@ -81,7 +83,7 @@ def verify(obj, repair: bool, as_json: bool) -> None:
                 notes.append("`agentledger verify --repair` rebuilds the rollups from the rows")
             if problems and repair:
                 notes.append("--repair rebuilds rollups only: the next `ingest` or `serve` reads a file whose "
-                             "checkpoint is past its end or off a line boundary again from its start")
+                             "checkpoint is off a line boundary again from its start")
             click.echo(f"FAILED: {len(diffs)} rollup differences ({', '.join(tables) or 'none'}), "
                        f"{len(problems)} checkpoint problems{''.join('; ' + n for n in notes)}", err=True)
     sys.exit(1 if diffs or problems else 0)

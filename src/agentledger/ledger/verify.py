@@ -13,6 +13,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS, NEW_SERIES_EPOCH, RUN_SESSION, advance_position
+from agentledger.tail.identity import fingerprint, holds_checkpoint
 from agentledger.units import PRICED
 
 # What llm_calls and runs rows contribute to every rollup that counts them, summed over a
@@ -423,11 +424,15 @@ def check_rollups(conn: apsw.Connection) -> list[Difference]:
     return diffs
 
 
-def check_checkpoints(conn: apsw.Connection) -> list[str]:
-    """Every file still on disk is read up to a line boundary, never past its end."""
-    problems = []
-    for path, ino, offset in conn.execute(
-        "SELECT path, ino, offset FROM files WHERE status IN ('live', 'rotated') ORDER BY path"
+def check_checkpoints(conn: apsw.Connection) -> tuple[list[str], list[str]]:
+    """Every file still on disk as it was read is read up to a line boundary. Returns the problems, and
+    the files changed since their checkpoint as the tailer finds them changed: truncated, replaced, or
+    written again from the same first line (logrotate's copytruncate leaves any of them). The next
+    catch-up reads such a file anew, so it is no problem of the ledger's, only told."""
+    problems, changed = [], []
+    for path, dev, ino, fp, offset, tail_len, tail_hash in conn.execute(
+        "SELECT path, dev, ino, fingerprint, offset, tail_len, tail_hash FROM files "
+        "WHERE status IN ('live', 'rotated') AND offset > 0 ORDER BY path"
     ):
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -435,15 +440,22 @@ def check_checkpoints(conn: apsw.Connection) -> list[str]:
             continue
         try:
             st = os.fstat(fd)
-            if st.st_ino != ino:
-                continue
-            if offset > st.st_size:
-                problems.append(f"{path}: checkpoint {offset} is past the end of the file ({st.st_size})")
-            elif offset > 0 and os.pread(fd, 1, offset - 1) != b"\n":
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                continue  # renamed away: the next scan finds it by its first line
+            if fingerprint(fd) != fp:
+                changed.append(f"{path}: holds another first line than the one read to {offset} (truncated or "
+                               "replaced since): the next catch-up reads it as a new file")
+            elif st.st_size < offset:
+                changed.append(f"{path}: truncated since its checkpoint {offset} (now {st.st_size} bytes): the "
+                               "next catch-up reads it again from its start")
+            elif os.pread(fd, 1, offset - 1) != b"\n":
                 problems.append(f"{path}: checkpoint {offset} is not on a line boundary")
+            elif not holds_checkpoint(fd, offset, tail_len, tail_hash):
+                changed.append(f"{path}: rewritten since its checkpoint {offset} (the line read last is no longer "
+                               "before it): the next catch-up reads it again from its start")
         finally:
             os.close(fd)
-    return problems
+    return problems, changed
 
 
 def rebuild_rollups(conn: apsw.Connection, tables: tuple[str, ...] | None = None) -> None:
