@@ -424,6 +424,60 @@ def test_the_pruner_works_between_batches_of_ingest(tmp_path: Path, caplog):
     assert stats.duplicates == 6000 and stats.events == 0
 
 
+def _recent(root: Path, n: int, now: int) -> Path:
+    """``n`` gateway events of the day before ``now``: within any retention."""
+    tdir = root / "agents" / "main" / "telemetry"
+    tdir.mkdir(parents=True)
+    gateway = Gateway(seed=99, agents=("main",), start_ms=now - retention.DAY_MS).events()
+    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(next(gateway)) + b"\n" for _ in range(n)))
+    return root
+
+
+def _listed(db: Path, *args: str) -> list[dict]:
+    out = agentledger(db, "events", "--json", "--limit", "100000", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_history_indexed_after_a_prune_is_pruned_by_the_next(tmp_path: Path):
+    """A new agent or source on a pruned ledger: its old history went past every later prune, dry run included."""
+    db = tmp_path / "ledger.db"
+    now = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    ingest(db, _recent(tmp_path / "recent", 50, now))
+    first = agentledger(db, "prune", "--json", "--older-than", "30")
+    assert first.returncode == 0 and json.loads(first.stdout)["events"] == 0
+    ingest(db, _synthetic(tmp_path / "old", 300))  # from 1970
+    assert len(_listed(db, "--until", "30d")) == 300
+
+    dry = agentledger(db, "prune", "--dry-run", "--json", "--older-than", "30")
+    assert json.loads(dry.stdout)["events"] == 300
+    did = agentledger(db, "prune", "--json", "--older-than", "30")
+    assert did.returncode == 0 and json.loads(did.stdout)["events"] == 300
+    assert _listed(db, "--until", "30d") == []
+    assert len(_listed(db)) == 50
+    assert verify(db) == []
+
+
+def test_the_daemons_next_pass_prunes_history_that_came_after_its_last(tmp_path: Path):
+    """serve started before its logs existed: its first pass found nothing, and the history that came
+    next stayed whole through every later pass and restart."""
+    db = tmp_path / "ledger.db"
+    conn = open_writer(db)
+    try:
+        assert retention.Pruner(30, every_s=0).tick(conn, now_ms=AFTER_ALL).events == 0
+        _synthetic(tmp_path / "root", 400)
+        ingest(db, tmp_path / "root")
+        pruner = retention.Pruner(30, every_s=0, budget_s=0.0, batch_rows=100)  # as after a restart
+        passed = None
+        while passed is None:
+            passed = pruner.tick(conn, now_ms=AFTER_ALL)
+    finally:
+        conn.close()
+    assert passed.events == 400
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 0
+    assert verify(db) == []
+
+
 def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplog):
     # As a ledger from before retention: a file without auto-vacuum (the switch does not depend
     # on the schema version, so later migrations cannot get in its way).

@@ -70,6 +70,8 @@ _ROWS = (
     _Rows("gate_decisions", "gate_decisions", "DELETE FROM gate_decisions"),
 )
 
+# Everything older than the cursor has been reduced: the writer moves it back when it indexes an
+# event older than it (see writer._PRUNE_FROM), so a pass starts there instead of at the oldest key.
 _EVENTS_CURSOR = "SELECT events_ms FROM retention WHERE id = 1"
 _EVENTS_PENDING = "SELECT count(*) FROM events WHERE ts_ms >= ? AND ts_ms < ? AND kind <> ''"
 # Delete, then insert the bare keys again: an UPDATE would shrink the rows inside their pages,
@@ -140,8 +142,7 @@ def prune(conn: apsw.Connection, horizon_ms: int, *, batch_rows: int = BATCH_ROW
             out.done = False
         return not out.done
 
-    # Events in time order from where the last pass ended. One that arrives later with a time
-    # before that point keeps its labels: rare, and its guard is there either way.
+    # Events in time order from the cursor, a batch at a time.
     while True:
         with transaction():
             cursor = conn.execute(_EVENTS_CURSOR).fetchall()[0][0]

@@ -172,6 +172,10 @@ _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, file_id, offset, ts_ms, kind, agent_id, session_key, raw) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# Retention reduces events in time order from a cursor (retention._EVENTS_CURSOR). History indexed
+# after a pass with a time before its cursor (a new agent or source, logs serve waited for) moves
+# it back, in the transaction that indexes it, or no pass would ever reach that history.
+_PRUNE_FROM = "UPDATE retention SET events_ms = ? WHERE id = 1 AND events_ms > ?"
 _EXISTING_EVENTS = (
     "SELECT e.ts_ms, e.id FROM json_each(?) AS j "
     "JOIN events AS e ON e.ts_ms = j.value ->> 0 AND e.id = j.value ->> 1"
@@ -1498,6 +1502,9 @@ class LedgerWriter:
             prepared = _prepare(fresh)
             conn.executemany(_INSERT_EVENT, prepared.events)
         conn.execute("RELEASE events")
+        if prepared.events:
+            oldest = min(e[3] for e in prepared.events)
+            conn.execute(_PRUNE_FROM, (oldest, oldest))
         _widen(prepared.sessions, spans)
         lifecycle = Lifecycle.for_batch(conn, [(path, [item[2] for item in items]) for _, path, items in fresh],
                                         self.idle_ms)
