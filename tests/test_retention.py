@@ -478,6 +478,22 @@ def test_the_daemons_next_pass_prunes_history_that_came_after_its_last(tmp_path:
     assert verify(db) == []
 
 
+def test_going_back_for_late_history_still_stops_at_each_deadline(tmp_path: Path):
+    """History older than every key pruned so far sends the next pass back over those keys: it goes
+    through them a batch at a time, as through any other, rather than in one long transaction."""
+    db = tmp_path / "ledger.db"
+    ingest(db, _synthetic(tmp_path / "root", 1000, seed=7))
+    assert _prune(db, AFTER_ALL).events == 1000
+    ingest(db, _synthetic(tmp_path / "older", 10, seed=1))  # before all of those
+    steps = []
+    while not steps or not steps[-1].done:
+        steps.append(_prune(db, AFTER_ALL, batch_rows=100, deadline=0.0))
+    assert sum(step.events for step in steps) == 10
+    assert len(steps) > 1000 // 100
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 0
+    assert scalar(db, "SELECT count(*) FROM events") == 1010
+
+
 def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplog):
     # As a ledger from before retention: a file without auto-vacuum (the switch does not depend
     # on the schema version, so later migrations cannot get in its way).

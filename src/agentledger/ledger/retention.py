@@ -74,11 +74,15 @@ _ROWS = (
 # event older than it (see writer._PRUNE_FROM), so a pass starts there instead of at the oldest key.
 _EVENTS_CURSOR = "SELECT events_ms FROM retention WHERE id = 1"
 _EVENTS_PENDING = "SELECT count(*) FROM events WHERE ts_ms >= ? AND ts_ms < ? AND kind <> ''"
+# How far a batch goes: the time of the last of the next ``batch_rows`` events, counting those
+# already reduced. History indexed late moves the cursor back over keys pruned long ago, and a
+# batch bounded by what it takes would read them all in one go.
+_EVENTS_REACH = ("SELECT count(*), max(ts_ms) FROM (SELECT ts_ms FROM events WHERE ts_ms >= ? AND ts_ms < ? "
+                 "ORDER BY ts_ms LIMIT ?)")
 # Delete, then insert the bare keys again: an UPDATE would shrink the rows inside their pages,
 # which all stay allocated; deleting frees whole pages and the keys go back in densely packed.
 _EVENTS_TAKE = """
-DELETE FROM events WHERE (ts_ms, id) IN (
-    SELECT ts_ms, id FROM events WHERE ts_ms >= ? AND ts_ms < ? AND kind <> '' ORDER BY ts_ms LIMIT ?)
+DELETE FROM events WHERE (ts_ms, id) IN (SELECT ts_ms, id FROM events WHERE ts_ms >= ? AND ts_ms < ? AND kind <> '')
 RETURNING ts_ms, id, file_id
 """
 _EVENTS_KEEP = "INSERT INTO events (ts_ms, id, file_id, offset, kind) VALUES (?, ?, ?, 0, '')"
@@ -146,11 +150,13 @@ def prune(conn: apsw.Connection, horizon_ms: int, *, batch_rows: int = BATCH_ROW
     while True:
         with transaction():
             cursor = conn.execute(_EVENTS_CURSOR).fetchall()[0][0]
-            taken = conn.execute(_EVENTS_TAKE, (cursor, horizon_ms, batch_rows)).fetchall()
+            seen, last = conn.execute(_EVENTS_REACH, (cursor, horizon_ms, batch_rows)).fetchall()[0]
+            finished = seen < batch_rows
+            # Up to the end of the last millisecond seen: the next batch starts after all of it.
+            until = horizon_ms if finished else last + 1
+            taken = conn.execute(_EVENTS_TAKE, (cursor, until)).fetchall()
             conn.executemany(_EVENTS_KEEP, taken)
-            finished = len(taken) < batch_rows
-            # A full batch may have left events of its last millisecond: start there next time.
-            conn.execute(_EVENTS_ADVANCE, (horizon_ms if finished else max(t[0] for t in taken),))
+            conn.execute(_EVENTS_ADVANCE, (until,))
         out.events += len(taken)
         if finished:
             break
