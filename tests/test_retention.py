@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import cli_env, ingest
+from conftest import as_of_version, cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, scalar, verify
@@ -492,6 +492,22 @@ def test_going_back_for_late_history_still_stops_at_each_deadline(tmp_path: Path
     assert len(steps) > 1000 // 100
     assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 0
     assert scalar(db, "SELECT count(*) FROM events") == 1010
+
+
+def test_an_upgraded_ledger_prunes_the_history_its_cursor_had_passed(tmp_path: Path):
+    """History indexed late by an older agentledger, whose cursor had moved past it for good."""
+    db = tmp_path / "ledger.db"
+    ingest(db, _synthetic(tmp_path / "root", 300))
+    conn = open_writer(db)
+    try:  # as a pass at that horizon left it, before the history came
+        conn.execute("UPDATE retention SET events_ms = ?", (AFTER_ALL,))
+        assert retention.pending(conn, AFTER_ALL).events == 0
+        as_of_version(conn, 34)
+    finally:
+        conn.close()
+    assert _prune(db, AFTER_ALL).events == 300  # the writer opening it upgrades it first
+    assert scalar(db, "SELECT count(*) FROM events WHERE kind <> ''") == 0
+    assert verify(db) == []
 
 
 def test_an_older_ledger_switches_to_incremental_vacuum_once(ledger: Path, caplog):
