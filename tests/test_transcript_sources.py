@@ -1013,6 +1013,32 @@ def test_a_task_subagents_file_is_a_session_of_its_own_whichever_is_read_first(t
     assert _task_outcome(db) == WANT_TASK_OUTCOME
 
 
+def _compacted(second: int, tokens: int) -> bytes:
+    """The subagent's own context compacted at ``second``, ``tokens`` long before."""
+    return _side(TASK_AGENT, _line({"type": "system", "subtype": "compact_boundary", "uuid": "c_compact",
+                                    "sessionId": SESSION, "timestamp": f"2026-10-01T10:00:{second:02d}.000Z",
+                                    "content": "Conversation compacted",
+                                    "compactMetadata": {"trigger": "auto", "preTokens": tokens}}))
+
+
+@pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
+def test_a_compaction_in_a_task_subagents_transcript_is_the_subagents_own(tmp_path, db, child_first):
+    parent, child, _ = _task_lines()
+    project = _project(tmp_path)
+    sub = project / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    files = {sub / f"agent-{TASK_AGENT}.jsonl": [*child[:3], _compacted(5, 150_000), *child[3:]],
+             project / f"{SESSION}.jsonl": parent}
+    for path in sorted(files, key=lambda p: (p.parent == sub) != child_first):
+        path.write_bytes(b"".join(files[path]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    listed = {sid: [(c["session_key"], c["session_id"], c["token_count"]) for c in cli_json(db, "session", sid)
+                    ["compactions"]] for sid in (SESSION, CHILD_ID)}
+    assert listed == {SESSION: [], CHILD_ID: [(CHILD_KEY, CHILD_ID, 150_000)]}
+    assert usage(db)["compactions"] == 1
+    _clean(db)
+
+
 def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
     parent, _, btw = _task_lines()
     project = _project(tmp_path)

@@ -26,7 +26,8 @@ only one Task the session was asked about can be its own), whose key the subagen
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
 its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
-run, so the run that spawned it counts them).
+run, so the run that spawned it counts them). A compaction on a branch is the child's at once: it is
+the branch's own context that was compacted, whatever the branch turns out to be.
 
 One response is streamed as one line per content block, each repeating ``message.id`` and
 ``requestId`` with a usage snapshot that grows: every line names the call
@@ -303,10 +304,10 @@ class FileDecoder:
         base = {"event_id": line_id(uuid.encode() if uuid else line), "ts_ms": ts, "source": SOURCE,
                 "agent_id": AGENT, "session_key": session_key(session_id), "session_id": session_id}
         sidechain = obj.get("isSidechain") is True
+        agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
+        branch = agent and child_session_id(session_id, agent)
         msg = obj.get("message")
         if kind in ("assistant", "user") and isinstance(msg, dict):
-            agent = (text(obj.get("agentId")) or self.path_agent) if sidechain or self.subagent_file else None
-            branch = agent and child_session_id(session_id, agent)
             decoded = (self._assistant(base, obj, msg, sidechain, branch) if kind == "assistant"
                        else self._user(base, obj, msg, sidechain, uuid, branch))
             if offset == 0 and self.workflow is not None and agent:
@@ -314,7 +315,7 @@ class FileDecoder:
                 return self._spawned_by_workflow(base, agent, decoded)
             return decoded
         if kind == "system":
-            return self._system(base, obj, uuid)
+            return self._system(base, obj, uuid, branch)
         return RawEvent(**base, kind=kind, raw=line)
 
     def _spawned_by_workflow(self, base: dict, agent: str, decoded: Fact | list[Fact]) -> list[Fact]:
@@ -488,7 +489,7 @@ class FileDecoder:
                                   stop_reason="next_prompt"))
         return facts
 
-    def _system(self, base: dict, obj: dict, uuid: str | None) -> Fact:
+    def _system(self, base: dict, obj: dict, uuid: str | None, branch: str | None) -> Fact:
         subtype = text(obj.get("subtype")) or "system"
         if subtype == "local_command":
             # Newer releases may write a local command's echo and output as system lines: followed as the user
@@ -500,7 +501,10 @@ class FileDecoder:
                 self._ran(base, sidechain)
         if subtype == "compact_boundary":
             meta = obj.get("compactMetadata")
-            return Compaction(**base, kind="compaction", run_id=self._run(base), phase="start",
+            # What a branch compacts is its own context, never its parent's, whether or not the branch is
+            # named yet; the line names no session instance, which only a result or a hook makes a branch.
+            at = base if branch is None else base | {"session_key": branch_key(branch), "session_id": None}
+            return Compaction(**at, kind="compaction", run_id=self._run(base), phase="start",
                               token_count=integer(meta.get("preTokens")) if isinstance(meta, dict) else None)
         if subtype == "turn_duration" and obj.get("isSidechain") is not True:
             run_id = self._run(base)
