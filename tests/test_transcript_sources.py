@@ -1039,6 +1039,77 @@ def test_a_compaction_in_a_task_subagents_transcript_is_the_subagents_own(tmp_pa
     _clean(db)
 
 
+DEEP_AGENT = "c5d6e7f8"
+DEEP_KEY = f"agent:claude-code:subagent:{SESSION}/{DEEP_AGENT}"
+
+
+def _nested_task_files(project: Path) -> dict[Path, list[bytes]]:
+    """A session whose Task subagent starts a Task of its own: the session's transcript, its subagent's
+    (which spawns the other), and the other's, all three in the session's ``subagents/``."""
+    parent, _, _ = _task_lines()
+    task = {"type": "tool_use", "id": "toolu_deep", "name": "Task",
+            "input": {"description": "Read the tests", "prompt": "Read them", "subagent_type": "Explore"}}
+    result = orjson.loads(cc_result("c2", "toolu_deep", 15))
+    result["toolUseResult"] = {"status": "completed", "agentId": DEEP_AGENT, "totalDurationMs": 10_000}
+    child = [_side(TASK_AGENT, line) for line in (
+        cc_prompt("c0", "List callers", 2),
+        cc_assistant("c1", "msg_c1", task, output=300, second=3, request="req_c1", stop="tool_use"),
+        _line(result),
+        cc_assistant("c3", "msg_c2", {"type": "text", "text": "Two."}, output=40, second=19, request="req_c2",
+                     stop="end_turn"))]
+    deeper = [_side(DEEP_AGENT, line) for line in (
+        cc_prompt("d0", "Read them", 4),
+        cc_assistant("d1", "msg_d1", {"type": "text", "text": "Read."}, output=500, second=10, request="req_d1",
+                     stop="end_turn"))]
+    sub = project / SESSION / "subagents"
+    return {project / f"{SESSION}.jsonl": parent, sub / f"agent-{TASK_AGENT}.jsonl": child,
+            sub / f"agent-{DEEP_AGENT}.jsonl": deeper}
+
+
+def _tree(db: Path) -> list[tuple]:
+    """``tree``'s nodes, depth first: (depth, key, label, own cost, cumulative cost)."""
+    def walk(node: dict, depth: int) -> list[tuple]:
+        return [(depth, node["session_key"], node["label"], node["own_cost_usd"], node["cumulative_cost_usd"]),
+                *(n for child in node["children"] for n in walk(child, depth + 1))]
+    return walk(cli_json(db, "tree", SESSION), 0)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0), (2, 0, 1)],
+                         ids=["session-first", "deepest-first", "subagent-first", "deepest-then-session"])
+def test_a_task_a_subagent_starts_is_that_subagents_child_whichever_is_read_first(tmp_path, db, order):
+    files = _nested_task_files(_project(tmp_path))
+    paths = list(files)
+    paths[1].parent.mkdir(parents=True)
+    for i in order:
+        paths[i].write_bytes(b"".join(files[paths[i]]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    tree = _tree(db)
+    assert [node[:3] for node in tree] == [(0, PARENT_KEY, None), (1, CHILD_KEY, "Find callers"),
+                                           (2, DEEP_KEY, "Read the tests")]
+    (_, _, _, _, total), (_, _, _, dig_own, dig_total), (_, _, _, deep_own, deep_total) = tree
+    assert dig_total == pytest.approx(dig_own + deep_own) and deep_total == deep_own
+    assert total == pytest.approx(usage(db)["cost_usd"])
+    listed = {s["child_session_key"]: s["parent_session_key"] for s in cli_json(db, "subagents")}
+    assert listed == {CHILD_KEY: PARENT_KEY, DEEP_KEY: CHILD_KEY}
+    _clean(db)
+
+
+def test_a_task_a_subagent_starts_counts_in_the_session_before_that_subagent_is_named(tmp_path, db):
+    files = _nested_task_files(_project(tmp_path))
+    parent, child, deeper = files
+    deeper.parent.mkdir(parents=True)
+    for path in (child, deeper):  # no result has named the first subagent yet
+        path.write_bytes(b"".join(files[path]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    # The first subagent's calls are still the session's own, and so is the Task it started.
+    assert [node[:2] for node in _tree(db)] == [(0, PARENT_KEY), (1, DEEP_KEY)]
+    assert _tree(db)[0][4] == pytest.approx(usage(db)["cost_usd"])
+    parent.write_bytes(b"".join(files[parent]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert [node[:2] for node in _tree(db)] == [(0, PARENT_KEY), (1, CHILD_KEY), (2, DEEP_KEY)]
+    _clean(db)
+
+
 def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
     parent, _, btw = _task_lines()
     project = _project(tmp_path)

@@ -329,6 +329,12 @@ _BRANCH_CALLS = (
     "AND session_id IS NOT branch"
 )
 _MOVE_CALL = "UPDATE llm_calls SET session_key = ?, session_id = ? WHERE id = ?"
+# Subagents spawned on these side branches, with the branch and the parent they have.
+_BRANCH_SPAWNS = (
+    "SELECT child_session_key, branch, parent_session_key FROM subagents "
+    "WHERE branch IN (SELECT value FROM json_each(?))"
+)
+_SET_PARENT = "UPDATE subagents SET parent_session_key = ? WHERE child_session_key = ?"
 # Tool calls of side branches that are sessions (or that these events name) but still counted where made.
 _BRANCH_TOOLS = (
     "SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN (SELECT value FROM json_each(?)) "
@@ -550,11 +556,11 @@ HOOK_LOG = "<claude-code hooks>/events"  # the "log" lifecycle keeps a clock for
 # its own transcript's header, a Task's by the call and by a side branch's replay of it read first. Its row
 # is what they all say, whatever order they come in: a field one line leaves empty never erases what another
 # said, and where two say something the surer account picks.
-# - Who spawned it and when (parent key, run, time) come together from one line: the one that names the
-#   parent's run, then the earliest. Only the parent's own record of the spawn knows the run, and it is
-#   written as the spawn is answered; a child's header knows only its parent's key (from sessions.json) and
-#   when the child began. A later line of the same kind repeats the spawn (a replay is written after the
-#   call it copies). Ties of time go to the lesser run, then key.
+# - Who spawned it and when (parent key, run, time, and the side branch it was spawned on) come together
+#   from one line: the one that names the parent's run, then the earliest. Only the parent's own record of
+#   the spawn knows the run, and it is written as the spawn is answered; a child's header knows only its
+#   parent's key (from sessions.json) and when the child began. A later line of the same kind repeats the
+#   spawn (a replay is written after the call it copies). Ties of time go to the lesser run, then key.
 # - What it is (agent, label, mode), field by field: the child's own word (SubagentSpawned.by_child) over
 #   its parent's, for it runs as that agent and sessions.json lists it under that label; of two words alike,
 #   the lesser value. told_by_child keeps which fields hold the child's word (_CHILD_WORDS).
@@ -579,6 +585,8 @@ def _spawn_upsert(values: str) -> str:
     spawner = f"subagents.spawned_ms IS NULL OR {_spawner_rank('excluded')} < {_spawner_rank('subagents')}"
     sets = [f"{c} = iif({spawner}, coalesce(excluded.{c}, subagents.{c}), coalesce(subagents.{c}, excluded.{c}))"
             for c in ("parent_session_key", "parent_run_id", "spawned_ms")]
+    # A branch goes with the parent key its line gave, a main-branch line's none too: it is what moves that key.
+    sets.append(f"branch = iif({spawner}, excluded.branch, subagents.branch)")
     words = {c: f"{_word_rank('excluded', c, bit)} < {_word_rank('subagents', c, bit)}" for c, bit in _CHILD_WORDS}
     sets += [f"{c} = iif({words[c]}, excluded.{c}, subagents.{c})" for c, _ in _CHILD_WORDS]
     told = " | ".join(f"(iif({words[c]}, excluded.told_by_child, subagents.told_by_child) & {bit})"
@@ -586,18 +594,18 @@ def _spawn_upsert(values: str) -> str:
     sets = ",\n    ".join([*sets, f"told_by_child = {told}"])
     return f"""
 INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
-                       label, mode, status, spawned_ms, told_by_child)
+                       label, mode, status, spawned_ms, told_by_child, branch)
 {values}
 ON CONFLICT (child_session_key) DO UPDATE SET
     {sets}
 """
 
 
-_SUBAGENT_SPAWNED = _spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)")
+_SUBAGENT_SPAWNED = _spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)")
 # The row of the spawn key ?2 into the child's ?1 (both are there, see _merge_spawns), as the spawn's own
 # upsert would have put it there: the child's row holds what both say.
 _MERGE_SPAWN = _spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, "
-                             "status, spawned_ms, told_by_child FROM subagents WHERE child_session_key = ?2")
+                             "status, spawned_ms, told_by_child, branch FROM subagents WHERE child_session_key = ?2")
 # Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order. The Task's
 # result names the Task whose spawn the row holds (spawn_key): the surest word on it, kept whoever else spoke.
 _SUBAGENT_ENDED = """
@@ -807,7 +815,7 @@ def _session_ended(f: SessionEnded) -> tuple | None:
 
 def _subagent_spawned(f: SubagentSpawned) -> tuple:
     return (f.child_session_key, f.session_key, f.run_id, f.source, f.child_agent_id, f.label, f.mode, f.ts_ms,
-            _told_by_child(f))
+            _told_by_child(f), f.branch)
 
 
 def _told_by_child(f: SubagentSpawned) -> int:
@@ -1038,10 +1046,11 @@ def _pair_task(conn: apsw.Connection, started: SubagentSpawned) -> set[str]:
 
 
 def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, list], set[str]]:
-    """Calls on a side branch belong to the branch's session once any event names it (LlmCall.branch).
+    """Calls on a side branch belong to the branch's session once any event names it (LlmCall.branch),
+    and so do the subagents spawned there (SubagentSpawned.branch): a subagent's Task spawns its child.
 
-    The batch's calls whose branch is a session (already, or named in this batch) go there; the
-    stored calls of branches this batch names move there, the rollups following. Returns what the
+    The batch's calls and spawns whose branch is a session (already, or named in this batch) go there;
+    the stored ones of branches this batch names move there, the rollups following. Returns what the
     moved calls add to their sessions ({id: [id, key, agent, source, first, last]}) and the
     sessions whose totals moved."""
     named: dict[str, str | None] = {}
@@ -1049,20 +1058,21 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     for f in facts:
         if f.session_id is not None and named.get(f.session_id) is None:
             named[f.session_id] = f.session_key
-        if type(f) is LlmCall and f.branch is not None:
+        if (type(f) is LlmCall or type(f) is SubagentSpawned) and f.branch is not None:
             branches.add(f.branch)
     if branches:
         known = {b: named[b] for b in branches if b in named}
         if len(known) < len(branches):
             known.update(conn.execute(_NAMED_SESSIONS, (orjson.dumps(sorted(branches - known.keys())).decode(),)))
         for f in facts:
-            if type(f) is LlmCall and f.branch in known:
+            if (type(f) is LlmCall or type(f) is SubagentSpawned) and f.branch in known:
                 f.session_id, f.session_key = f.branch, known[f.branch]
     if not named:
         return {}, set()
+    moved = _branch_spawns(conn, named)
     old = [tuple(row) for row in conn.execute(_BRANCH_CALLS, (orjson.dumps(sorted(named)).decode(),))]
     if not old:
-        return {}, set()
+        return {}, moved
     new, spans = [], {}
     for rid, *row in old:
         sid = row[23]
@@ -1074,7 +1084,22 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
         else:
             span[4], span[5] = min(span[4], row[1]), max(span[5], row[1])
     conn.executemany(_MOVE_CALL, [(row[4], row[5], rid) for rid, row in zip((r[0] for r in old), new)])
-    return spans, rollups.move_llm_calls(conn, [row[1:] for row in old], new)
+    return spans, moved | rollups.move_llm_calls(conn, [row[1:] for row in old], new)
+
+
+def _branch_spawns(conn: apsw.Connection, named: dict[str, str | None]) -> set[str]:
+    """The stored subagents spawned on the side branches that are these sessions ({id: key}) but still by
+    the session whose line spawned them take the branch's session as their parent; the families follow.
+    Returns the sessions whose views moved."""
+    moves = [(named[branch], child) for child, branch, parent in
+             conn.execute(_BRANCH_SPAWNS, (orjson.dumps(sorted(named)).decode(),)) if parent != named[branch]]
+    if not moves:
+        return set()
+    tracker = rollups.Tracker(conn, set(), set(), set(), {child for _, child in moves})
+    tracker.before()
+    conn.executemany(_SET_PARENT, moves)
+    tracker.after([], [])
+    return tracker.touched
 
 
 def _ends_with_their_starts(conn: apsw.Connection, facts: list[Fact]) -> None:

@@ -26,7 +26,10 @@ only one Task the session was asked about can be its own), whose key the subagen
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
 its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
-run, so the run that spawned it counts them). A compaction on a branch is the child's at once: it is
+run, so the run that spawned it counts them). A Task a subagent starts (every subagent's
+transcript lies in the session's subagents/ folder, however deep) names its branch too: the
+child it spawns is the subagent's once the branch is named, the session's until then, so the
+session's family counts it all along. A compaction on a branch is the child's at once: it is
 the branch's own context that was compacted, whatever the branch turns out to be.
 
 One response is streamed as one line per content block, each repeating ``message.id`` and
