@@ -586,3 +586,14 @@ def test_a_value_of_the_wrong_kind_is_told_in_the_file_s_words_not_python_s(tmp_
     with pytest.raises(ConfigError) as info:
         load(path, env=env)
     assert str(info.value) == "invalid config: " + message.format(file=path)
+
+
+def test_a_relative_xdg_home_is_ignored_as_the_spec_says(tmp_path):
+    # A relative $XDG_STATE_HOME made the ledger a command opens depend on the directory it started in.
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTLEDGER_DB", "AGENTLEDGER_CONFIG")}
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "config", "show"], capture_output=True, text=True,
+                           cwd=tmp_path, env={**env, "HOME": str(home), "XDG_STATE_HOME": "rel",
+                                              "XDG_CONFIG_HOME": "relcfg"})
+    assert shown.returncode == 0, shown.stderr
+    assert f'db = "{home}/.local/state/agentledger/ledger.db"' in shown.stdout

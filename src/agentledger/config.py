@@ -44,12 +44,19 @@ class ConfigError(ValueError):
     """An unusable configuration value; the message names the key and how to fix it."""
 
 
+def _xdg_home(env: Mapping[str, str], name: str, default: Path) -> Path:
+    # The XDG base directory spec says a relative value is invalid and to be ignored: honouring it
+    # would make which ledger a command opens depend on the directory it was started in.
+    value = env.get(name)
+    return Path(value) if value and os.path.isabs(value) else default
+
+
 def state_home() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "agentledger"
+    return _xdg_home(os.environ, "XDG_STATE_HOME", Path.home() / ".local" / "state") / "agentledger"
 
 
 def config_home(env: Mapping[str, str] = os.environ) -> Path:
-    return Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "agentledger"
+    return _xdg_home(env, "XDG_CONFIG_HOME", Path.home() / ".config") / "agentledger"
 
 
 def demo_dir() -> Path:

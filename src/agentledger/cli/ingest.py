@@ -114,7 +114,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
 
     Without either it reads the config's [[sources]] (each root must exist), else what it finds:
     OpenClaw's state dir ($OPENCLAW_STATE_DIR, ~/.openclaw) and Claude Code's ($CLAUDE_CONFIG_DIR,
-    ~/.claude)."""
+    else ~/.config/claude and ~/.claude)."""
     # ROOT arguments (in --format) plus every --source replace the config's sources, as for serve.
     pairs = [(fmt, r) for r in roots] + list(sources)
     config = obj.configure({"max_line": max_line, "reconcile.grace_s": grace, "reconcile.idle_s": idle,
