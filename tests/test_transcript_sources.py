@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import CORPUS, cli_env, cli_json, followed_then_afresh, ingest, settle
+from conftest import CORPUS, as_of_version, cli_env, cli_json, followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, rows, scalar, usage, verify
@@ -995,6 +995,100 @@ def test_an_inline_task_subagent_is_a_session_of_its_own_wherever_reads_stop(tmp
     assert _task_outcome(db) == WANT_TASK_OUTCOME
 
 
+def _streamed_task_lines() -> tuple[list[bytes], list[bytes]]:
+    """The session's own lines and its Task subagent's, whose first answer is streamed over two lines: its
+    thinking at second 3, then its Grep at 5, the line with the call's final usage (the one its row keeps)."""
+    parent, _, _ = _task_lines()
+    child = _task_child(2, 5, 6, 19)
+    thinking = _side(TASK_AGENT, cc_assistant("c1t", "msg_c1", {"type": "thinking", "thinking": "..."}, output=5,
+                                              second=3, request="req_c1"))
+    return parent, [child[0], thinking, *child[1:]]
+
+
+def _child_times(db: Path) -> tuple:
+    """The subagent's session as `sessions` lists it: its start, end and duration."""
+    conn = open_reader(db)
+    try:
+        [child] = queries.sessions(conn, queries.Window(), session_ids=[CHILD_ID])
+        return child["started_at"], child["ended_at"], child["duration_s"]
+    finally:
+        conn.close()
+
+
+def test_a_task_subagent_begins_at_its_first_streamed_line_wherever_reads_of_its_session_stop(tmp_path):
+    """A read that stops after the subagent's streamed answer, before the Task's result names the subagent,
+    keeps of that answer only its row, dated by the Grep line; the subagent begins at the answer's first line
+    all the same, as in one read of the whole file."""
+    parent, child = _streamed_task_lines()
+    root = tmp_path / "claude-root"
+    transcript = root / "claude" / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
+    lines = _inline(parent, child, [])
+    want = _read_in_steps(root, [{transcript: lines}])
+    assert _child_times(root / "l.db") == ("2026-10-01T10:00:03.000Z", "2026-10-01T10:00:20.000Z", 17.0)
+    for cut in range(1, len(lines)):
+        assert _read_in_steps(root, [{transcript: lines[:cut]}, {transcript: lines}]) == want, cut
+
+
+def _but_last_logs(picture: dict) -> dict:
+    """A read's picture without the log each session was last seen in (sessions.log_id, the last column):
+    which of a session's files a read met last, not anything their lines say."""
+    return picture | {"sessions": [row[:-1] for row in picture["sessions"]]}
+
+
+def test_a_task_subagents_file_read_before_the_tasks_result_begins_it_at_its_first_streamed_line(tmp_path):
+    """As `serve` reads them while they are written: the subagent's file as far as it has got, alone or with
+    the session up to its Task call, and only then the Task's result."""
+    parent, child = _streamed_task_lines()
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    session, subagent = project / f"{SESSION}.jsonl", project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    want = _but_last_logs(_read_in_steps(root, [{session: parent, subagent: child}]))
+    assert _child_times(root / "l.db") == ("2026-10-01T10:00:03.000Z", "2026-10-01T10:00:20.000Z", 17.0)
+    for cut in range(1, len(child) + 1):
+        for first in ({subagent: child[:cut]}, {session: parent[:2], subagent: child[:cut]}):
+            picture = _read_in_steps(root, [first, {session: parent, subagent: child}])
+            assert _but_last_logs(picture) == want, (cut, len(first))
+
+
+def _older(db: Path, version: int | None = None) -> None:
+    """The ledger at ``db`` as an agentledger from before 0037 leaves it: no times of lines read on a side
+    branch before it was named; and at schema ``version``, if given, to be migrated by the next writer."""
+    conn = open_writer(db)
+    try:
+        conn.execute("DELETE FROM branch_spans")
+        if version is not None:
+            as_of_version(conn, version)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("named", ["before-the-upgrade", "after-it"])
+def test_an_older_ledgers_task_subagent_begins_at_its_first_streamed_line_once_migrated(tmp_path, named):
+    """An older agentledger kept of the subagent's lines read before the Task's result only its calls' rows,
+    one line's time each. The subagent's file is its own, so its events still date every line: migrating
+    begins the subagent where one read of the files does, whether the result was read before the upgrade
+    or is read after it."""
+    parent, child = _streamed_task_lines()
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    session, subagent = project / f"{SESSION}.jsonl", project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    want = _but_last_logs(_read_in_steps(root, [{session: parent, subagent: child}]))
+    db = root / "l.db"
+    _read_in_steps(root, [{subagent: child[:3]}])  # its streamed answer, and no more yet
+    if named == "before-the-upgrade":
+        _older(db)
+        session.write_bytes(b"".join(parent))
+        subagent.write_bytes(b"".join(child))
+        ingest(db, root / "claude", fmt="claude-code")
+        assert _child_times(db)[0] == "2026-10-01T10:00:05.000Z"  # the Grep line's time, as the older one left it
+    _older(db, 36)
+    session.write_bytes(b"".join(parent))
+    subagent.write_bytes(b"".join(child))
+    ingest(db, root / "claude", fmt="claude-code")  # migrates first
+    assert _but_last_logs(_picture(db)) == want
+    assert _child_times(db) == ("2026-10-01T10:00:03.000Z", "2026-10-01T10:00:20.000Z", 17.0)
+
+
 @pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
 def test_a_task_subagents_file_is_a_session_of_its_own_whichever_is_read_first(tmp_path, db, child_first):
     parent, child, btw = _task_lines()
@@ -1453,7 +1547,11 @@ def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]]) -> dict:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"".join(lines))
         ingest(root / "l.db", root / "claude", fmt="claude-code")
-    db = root / "l.db"
+    return _picture(root / "l.db")
+
+
+def _picture(db: Path) -> dict:
+    """What the ledger at ``db`` holds: every row, and the run-level tables beside them (see _SAME_ROWS)."""
     _clean(db)
     conn = open_reader(db)
     try:

@@ -37,7 +37,8 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                              29: ("session_fallback_costs",), 31: ("session_fallback_costs",),
                                              34: ("session_totals", "run_llm_totals", "session_model_totals",
                                                   "usage_slots", "usage_days", "cost_source_totals",
-                                                  "session_fallback_costs")}
+                                                  "session_fallback_costs"),
+                                             37: ("usage_slots", "usage_days", "session_ids", "compaction_pairs")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 

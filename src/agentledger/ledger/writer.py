@@ -50,6 +50,7 @@ from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import (
+    AGENT,
     TASK_TOOLS,
     branch_key,
     child_key,
@@ -335,6 +336,17 @@ _BRANCH_SPAWNS = (
     "WHERE branch IN (SELECT value FROM json_each(?))"
 )
 _SET_PARENT = "UPDATE subagents SET parent_session_key = ? WHERE child_session_key = ?"
+# The times of model-call lines read on side branches no event had named yet (see 0037): the session a
+# branch becomes spans them all, though its calls' rows keep one line's time each, or none.
+_BRANCH_SPAN = """
+INSERT INTO branch_spans (branch, first_ms, last_ms) VALUES (?, ?, ?)
+ON CONFLICT (branch) DO UPDATE SET first_ms = min(branch_spans.first_ms, excluded.first_ms),
+                                   last_ms = max(branch_spans.last_ms, excluded.last_ms)
+"""
+# Those of branches that are sessions now: the batch's sessions take them, and no later batch needs them.
+_TAKE_BRANCH_SPANS = (
+    "DELETE FROM branch_spans WHERE branch IN (SELECT value FROM json_each(?)) RETURNING branch, first_ms, last_ms"
+)
 # Tool calls of side branches that are sessions (or that these events name) but still counted where made.
 _BRANCH_TOOLS = (
     "SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN (SELECT value FROM json_each(?)) "
@@ -881,6 +893,7 @@ class _Prepared:
     side_tools: dict[tuple[str, str], str] = field(default_factory=dict)  # side-branch tool starts' responses
     side_spawns: dict[int, str] = field(default_factory=dict)  # side-branch spawns' responses, by id() of their row
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
+    branches: dict[str, list[int]] = field(default_factory=dict)  # unnamed branch → [first, last] (_BRANCH_SPAN)
 
 
 def _prepare(parts: list[_Part]) -> _Prepared:
@@ -902,8 +915,12 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                         out.tool_keys.add((row[0], row[1]))
                         if t is ToolStarted and f.branch is not None and f.message_key is not None:
                             out.side_tools[(row[0], row[1])] = f.message_key
-                    elif t is LlmCall and f.call_key is not None:
-                        out.responses[f.call_key] = f.message_key or f.call_key
+                    elif t is LlmCall:
+                        if f.call_key is not None:
+                            out.responses[f.call_key] = f.message_key or f.call_key
+                        if f.branch is not None and f.session_id != f.branch:
+                            span = out.branches.setdefault(f.branch, [ts, ts])
+                            span[0], span[1] = min(span[0], ts), max(span[1], ts)
                     elif t is SubagentSpawned or t is SubagentEnded:
                         out.subagent_keys.add(row[0])
                         if t is SubagentSpawned and f.branch is not None and f.message_key is not None:
@@ -1051,8 +1068,9 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
 
     The batch's calls and spawns whose branch is a session (already, or named in this batch) go there;
     the stored ones of branches this batch names move there, the rollups following. Returns what the
-    moved calls add to their sessions ({id: [id, key, agent, source, first, last]}) and the
-    sessions whose totals moved."""
+    branches this batch names add to their sessions' spans ({id: [id, key, agent, source, first, last]}):
+    their moved calls, and every line of theirs read before (_TAKE_BRANCH_SPANS), as a read of those
+    lines now would; and the sessions whose totals moved."""
     named: dict[str, str | None] = {}
     branches = set()
     for f in facts:
@@ -1070,10 +1088,13 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     if not named:
         return {}, set()
     moved = _branch_spawns(conn, named)
-    old = [tuple(row) for row in conn.execute(_BRANCH_CALLS, (orjson.dumps(sorted(named)).decode(),))]
+    ids = orjson.dumps(sorted(named)).decode()
+    spans = {sid: [sid, named[sid], AGENT, CLAUDE_CODE, first, last]
+             for sid, first, last in conn.execute(_TAKE_BRANCH_SPANS, (ids,))}
+    old = [tuple(row) for row in conn.execute(_BRANCH_CALLS, (ids,))]
     if not old:
-        return {}, moved
-    new, spans = [], {}
+        return spans, moved
+    new = []
     for rid, *row in old:
         sid = row[23]
         row[4], row[5] = named[sid], sid
@@ -1557,6 +1578,7 @@ class LedgerWriter:
         conn.executemany(_DROP_TOOL_ROW, replays)
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, *span) for rid, span in prepared.runs.items()])
+        conn.executemany(_BRANCH_SPAN, [(branch, *span) for branch, span in prepared.branches.items()])
         # Only now: the hook takeover above reads each line's own row.
         _pair_tools(prepared.rows, {row[1] for row in tracker.old_tools.values() if row[8] is not None})
         for sql in _ORDER:
