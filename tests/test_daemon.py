@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -441,6 +442,39 @@ def test_a_demo_writer_whose_daemon_is_already_gone_stops(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert demo.returncode == 0, demo.stderr
     assert (tmp_path / "demo" / "agents" / "main" / "telemetry" / "events.jsonl").stat().st_size > 0
+
+
+# The demo writer, with its history cut short by a signal sent to itself after this many events.
+_CUT_SHORT = """
+import os, signal, sys
+from agentledger import demo
+write, written = demo.Writer.write, [0]
+def cut_short(self, event):
+    written[0] += 1
+    if written[0] == 5000:
+        os.kill(os.getpid(), int(sys.argv[1]))
+    write(self, event)
+demo.Writer.write = cut_short
+demo.main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGKILL, -signal.SIGKILL)], ids=["term", "kill"])
+def test_a_demo_history_cut_short_is_written_whole_by_the_next_start(tmp_path, sig, code):
+    # The next start took the partial history for done: a day and a half of it never came, for good.
+    cut = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(int(sig)), "--parent", "1", str(tmp_path / "demo")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert cut.returncode == code, cut.stderr  # SIGTERM killed it outright
+    again = subprocess.run([sys.executable, "-m", "agentledger.demo", "--parent", "1", str(tmp_path / "demo")],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    now = time.time() * 1000
+    events = [json.loads(line) for path in (tmp_path / "demo").rglob("*.jsonl")
+              for line in path.read_bytes().splitlines()]
+    ts = sorted(e["ts"] for e in events)
+    assert now - ts[0] > 47 * 3_600_000 and now - ts[-1] < 600_000, "two days of history, up to a minute ago"
+    assert max(b - a for a, b in zip(ts, ts[1:])) < 600_000, "a hole in the history"
+    assert len({e["id"] for e in events}) == len(events), "a line written twice"
 
 
 def test_serve_waits_for_an_openclaw_state_dir_that_does_not_exist_yet(tmp_path):

@@ -2,7 +2,9 @@
 
 Run as ``python -m agentledger.demo DIR``. On a fresh directory it first writes two
 days of history (rotated daily files), then appends live events, rotating by
-rename when the UTC day changes.
+rename when the UTC day changes. The history is written aside and renamed into
+place whole: a writer stopped before it is done leaves none of it, and the next
+start writes it all.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shutil
 import signal
 import sys
 import time
@@ -64,14 +67,6 @@ def run(directory: Path, rate: float, seed: int, parent: int) -> None:
     """Writes until SIGTERM, or until ``parent`` is no longer this process's parent: a daemon
     killed outright (SIGKILL, OOM) cannot stop its writer, which would append for good."""
     telemetry = directory / "agents" / "main" / "telemetry"
-    fresh = not telemetry.exists()
-    writer = Writer(telemetry)
-    now = time.time_ns() // 1_000_000
-    gw = Gateway(seed=seed, agents=("main",), start_ms=now - HISTORY_DAYS * 86_400_000 if fresh else now)
-    stream = gw.events()
-    while fresh and gw.clock < now - 60_000:
-        writer.write(next(stream))
-    writer.flush()
     stopping = False
 
     def stop(*_):
@@ -80,6 +75,25 @@ def run(directory: Path, rate: float, seed: int, parent: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    now = time.time_ns() // 1_000_000
+    fresh = not telemetry.exists()
+    gw = Gateway(seed=seed, agents=("main",), start_ms=now - HISTORY_DAYS * 86_400_000 if fresh else now)
+    stream = gw.events()
+    if fresh:
+        # Outside agents/, where no reader looks: a history cut short there (SIGTERM, SIGKILL) is never
+        # indexed, so writing it again from the start duplicates nothing a reader saw.
+        aside = directory / ".history"
+        shutil.rmtree(aside, ignore_errors=True)
+        history = Writer(aside)
+        while not stopping and gw.clock < now - 60_000:
+            history.write(next(stream))
+        history.close()
+        if stopping:
+            shutil.rmtree(aside)
+            return
+        telemetry.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(aside, telemetry)
+    writer = Writer(telemetry)
     while not stopping and os.getppid() == parent:
         event = next(stream)
         # Live events carry the wall clock, at random gaps averaging 1/rate.
