@@ -341,6 +341,38 @@ def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, d
     assert not _demo_writers(tmp_path)
 
 
+@pytest.mark.parametrize("given", [["{root}"], ["--source", "oc-telemetry={root}"]], ids=["root", "source"])
+def test_demo_beside_roots_is_refused_in_one_line_and_exit_2(tmp_path, given):
+    # The demo ran alone, its log saying no agent logs were found: the roots named were never read.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    env = _without_logs(tmp_path)
+    daemon = _serve(tmp_path / "ledger.db", "--demo", *(arg.format(root=logs.root) for arg in given), env=env)
+    try:
+        _, err = daemon.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        err = _stop(daemon, [])  # it ran on
+    assert daemon.returncode == 2, err
+    assert err.count("\n") == 1, err
+    assert "--demo runs on the demo directory alone, not on ROOT or --source: drop them to run the demo, or drop " \
+           "--demo to read them" in err
+    assert not (tmp_path / "state" / "agentledger" / "demo").exists()
+    assert not _demo_writers(tmp_path)
+
+
+def test_demo_asked_for_beside_configured_sources_does_not_say_none_were_found(tmp_path):
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    config = tmp_path / "c.toml"
+    config.write_text(f'[[sources]]\nformat = "oc-telemetry"\nroot = "{logs.root}"\n')
+    daemon = _serve(tmp_path / "ledger.db", "--demo", env=_without_logs(tmp_path) | {"AGENTLEDGER_CONFIG": str(config)})
+    said: list[str] = []
+    _read_until(daemon, "caught up", said)
+    err = _stop(daemon, said)
+    assert f"--demo: running the demo in {tmp_path / 'state' / 'agentledger' / 'demo'}" in err
+    assert "no agent logs found" not in err
+
+
 def _demo_writers(under: Path) -> list[int]:
     """The pids of running demo writers whose directory is under ``under``."""
     pids = []

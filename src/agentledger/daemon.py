@@ -514,6 +514,7 @@ def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[st
     """The sources to follow, the OpenClaw state dirs whose format is not known yet, and the demo's
     directory when there are none, made here: its writer starts later, once a failed start is no
     longer one line; or why it cannot start."""
+    # --demo stands in for the configured sources, as ROOT does (serve refuses it beside ROOT or --source).
     if config.sources and not demo:
         return specs_from_pairs([(s.format, s.root) for s in config.sources]), [], None
     found = [] if demo else default_sources(awaiting=True)
@@ -601,7 +602,8 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
             if demo_root is not None:
                 # Started only here, where the finally below ends it: a start that fails any earlier
                 # would leave it appending to the demo directory for good.
-                _say(f"no agent logs found: running the demo in {demo_root} (a live writer appends events)")
+                why = "--demo" if demo else "no agent logs found"
+                _say(f"{why}: running the demo in {demo_root} (a live writer appends events)")
                 demo_proc = _start_demo(demo_root)
             try:
                 api = ApiServer(db, config.http.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,

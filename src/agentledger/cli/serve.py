@@ -19,7 +19,8 @@ from agentledger.defaults import MAX_WAIT_S
 @click.option("--rescan", type=click.FloatRange(min=0.05, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="Seconds between full rescans; inotify wakes it sooner (config `rescan_s`, default 2).")
 @click.option("--demo/--no-demo", default=None,
-              help="Run on the demo directory with a live writer (default: only when no agent logs exist).")
+              help="Run on the demo directory alone, fed by a live writer, in place of the config's [[sources]] "
+                   "and the usual locations; not with ROOT or --source (default: only when no agent logs exist).")
 @click.option("--listen", default=None, metavar="HOST:PORT",
               help="Where the HTTP API listens; port 0 picks a free one "
                    "(config `[http] listen`, default 127.0.0.1:9464).")
@@ -49,6 +50,10 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
         logs.setup("info", json=obj.log_json)
 
     pairs = [(fmt, r) for r in roots] + list(sources)
+    if demo and pairs:
+        # Running the demo beside them would mix its made-up costs into theirs, unasked.
+        raise click.UsageError("--demo runs on the demo directory alone, not on ROOT or --source: drop them to run "
+                               "the demo, or drop --demo to read them")
     config = obj.configure({"max_line": max_line, "rescan_s": rescan, "http.listen": listen,
                             "reconcile.grace_s": grace, "reconcile.idle_s": idle,
                             "sources": [{"format": f, "root": str(r)} for f, r in pairs] or None})
