@@ -15,6 +15,7 @@ from logwriter import LogDir, llm_call
 
 from agentledger.cli import COMMANDS, cli
 from agentledger.defaults import FORMATS
+from agentledger.entry import GROUP_VALUED
 from agentledger.sources import OPENERS
 from agentledger.tail.layouts import LAYOUTS
 
@@ -88,3 +89,10 @@ def test_every_command_a_module_defines_is_listed_where_the_group_finds_it():
     for module in set(COMMANDS.values()):
         importlib.import_module(f"agentledger.cli.{module}")
     assert set(cli.commands) == set(COMMANDS) | {"gate"}
+
+
+def test_the_executable_knows_which_group_options_take_a_value():
+    """It tells `serve` from the words before it to catch its signals first: one missing would take
+    `agentledger --db serve usage` for `serve`, and miss `agentledger --log-level info serve`."""
+    valued = {opt for param in cli.params if not getattr(param, "is_flag", True) for opt in param.opts}
+    assert valued == set(GROUP_VALUED)

@@ -223,6 +223,131 @@ def test_a_storm_of_signals_never_hangs_the_daemon(tmp_path):
     assert "stopped" in said[-1], said[-3:]
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for ``signum`` (rather than the default, which kills)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def _stopped_cleanly(daemon: subprocess.Popen, err: str) -> None:
+    assert daemon.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.rstrip().endswith('"msg":"stopped"}'), err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+@pytest.mark.parametrize("when", ["first-caught", "first-line"])
+def test_a_stop_from_the_start_of_serve_exits_0(tmp_path, signum, when):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    daemon = _serve(tmp_path / "ledger.db", "--no-demo", str(logs.root))
+    if when == "first-caught":  # the first instant it can tell a stop from a kill
+        _wait_for(lambda: daemon.poll() is not None or _catches(daemon.pid, signal.SIGTERM), timeout=10)
+    else:
+        _read_until(daemon, "", [])
+    daemon.send_signal(signum)
+    _stopped_cleanly(daemon, _rest_of_log(daemon))
+
+
+class _StartingServe:
+    """``serve`` blocked reading its configuration from a pipe until ``give_config``: its command line
+    is loaded, its daemon not started. ``terminal``: the other end of its terminal, if given one."""
+
+    def __init__(self, tmp_path: Path, on_a_terminal: bool = False):
+        logs = LogDir(tmp_path / "state")
+        logs.append(llm_call(1))
+        self.db = tmp_path / "ledger.db"
+        config = tmp_path / "config.toml"
+        os.mkfifo(config)
+        env = os.environ | {"AGENTLEDGER_CONFIG": str(config)}
+        args = (self.db, "--no-demo", "--rescan", "0.05", str(logs.root))
+        self.daemon, self.terminal = _serve_on_a_terminal(*args, env=env) if on_a_terminal else \
+            (_serve(*args, env=env, start_new_session=True), None)
+        self._config: int | None = None
+
+        def opened() -> bool:  # a pipe opens for writing only once a reader has it open
+            assert self.daemon.poll() is None, self.daemon.stderr.read()
+            try:
+                self._config = os.open(config, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: not reading it yet
+                return False
+            return True
+
+        _wait_for(opened)
+
+    def give_config(self) -> None:
+        """An empty configuration (the defaults), read on: the daemon starts."""
+        if self._config is not None:
+            os.close(self._config)
+            self._config = None
+
+    def close(self) -> None:
+        self.give_config()
+        if self.terminal is not None:
+            os.close(self.terminal)
+            self.terminal = None
+        self.daemon.kill()
+
+
+@pytest.mark.parametrize("signum, on_a_terminal", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                                   (signal.SIGINT, True), (signal.SIGHUP, True)],
+                         ids=["sigterm", "sigint", "ctrl-c", "terminal-closed"])
+def test_a_stop_while_serve_starts_is_held_and_exits_0(tmp_path, signum, on_a_terminal):
+    # Its handlers came only once its imports and configuration were done, a good part of a second: a
+    # SIGTERM (or a closed terminal) then killed it, no "stopped", and Ctrl-C ended in a KeyboardInterrupt
+    # traceback from whichever module was loading.
+    serve = _StartingServe(tmp_path, on_a_terminal)
+    try:
+        if signum == signal.SIGINT and on_a_terminal:
+            os.write(serve.terminal, b"\x03")  # Ctrl-C typed on its terminal
+        elif signum == signal.SIGHUP:
+            os.close(serve.terminal)  # the window closes: the kernel hangs the terminal up
+            serve.terminal = None
+        else:
+            serve.daemon.send_signal(signum)
+        time.sleep(0.2)  # taken in while it waits, not after it reads on
+        serve.give_config()
+        err = _rest_of_log(serve.daemon)
+    finally:
+        serve.close()
+    _stopped_cleanly(serve.daemon, err)
+    assert "listening on" not in err, err  # nothing started only to be stopped
+    assert not serve.db.exists()
+
+
+def test_a_second_stop_while_serve_starts_exits_at_once(tmp_path):
+    serve = _StartingServe(tmp_path)
+    try:
+        serve.daemon.send_signal(signal.SIGTERM)
+        serve.daemon.send_signal(signal.SIGINT)
+        # Its configuration never comes (a hung mount, say): the second stop is not held.
+        serve.daemon.wait(timeout=10)
+    finally:
+        serve.close()
+    err = serve.daemon.stderr.read()
+    assert serve.daemon.returncode in (128 + signal.SIGTERM, 128 + signal.SIGINT), err
+    assert "Traceback" not in err and "stopped" not in err, err
+
+
+def test_sighup_while_serve_starts_without_a_terminal_is_told_and_serve_runs_on(tmp_path):
+    # Under systemd (`systemctl kill -s HUP` just after a start) it killed the service, for good: death
+    # by SIGHUP is a clean exit to Restart=on-failure.
+    serve = _StartingServe(tmp_path)
+    said: list[str] = []
+    try:
+        serve.daemon.send_signal(signal.SIGHUP)
+        time.sleep(0.2)
+        serve.give_config()
+        _read_until(serve.daemon, "caught up", said)
+        err = _stop(serve.daemon, said)
+    finally:
+        serve.close()
+    told = [line for line in err.splitlines() if "SIGHUP" in line]
+    assert len(told) == 1 and "keeps running" in told[0], err
+    assert _count(serve.db, "SELECT count(*) FROM events") == 1
+
+
 def test_sigterm_during_catch_up_exits_0_and_loses_nothing(tmp_path):
     logs = LogDir(tmp_path / "state")
     with open(logs.live, "wb") as f:

@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -38,6 +37,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
+from agentledger import signals
 from agentledger.config import Config, Origins, default_sources, demo_dir, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
 from agentledger.faults import fault, limit_ledger
@@ -204,50 +204,12 @@ HANGUP_TOLD = ("SIGHUP: agentledger does not reload on SIGHUP and keeps running;
                "configuration (systemctl restart agentledger); SIGTERM stops it")
 
 
-def _has_terminal() -> bool:
-    """Whether this process has a controlling terminal, whose closing sends it SIGHUP."""
-    try:
-        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
-    except OSError:  # ENXIO: no controlling terminal
-        return False
-    return True
-
-
 def _hangup(signum: int) -> None:
     """A SIGHUP without a controlling terminal (under systemd): no terminal closed, so an operator sent
     it (`systemctl kill -s HUP`, `kill -HUP`), most likely expecting a reload. Stopping would be for
-    good: exit 0 is no failure to Restart=on-failure. Told from the signals thread (see _Signals),
+    good: exit 0 is no failure to Restart=on-failure. Told from the signals thread (see signals.Relay),
     so logging cannot re-enter a write the signal interrupted."""
     _say(HANGUP_TOLD, logging.WARNING)
-
-
-class _Signals:
-    """Signals acted on by a thread of their own. A Python handler runs in the main thread between two of
-    its bytecodes, perhaps while that thread holds an Event's lock (the loop's wake.wait or wake.clear):
-    setting the Event from the handler waited for its own thread, for ever, and SIGTERM went unheard.
-    Here the C handler only writes the signal's number to a pipe (signal.set_wakeup_fd), and the
-    thread reading it does what the signal asks. Only from the main thread, once."""
-
-    def __init__(self, actions: dict[int, Callable[[int], None]]):
-        self.actions = actions
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        for signum in actions:
-            signal.signal(signum, _noted)
-        signal.set_wakeup_fd(write)
-        self._read = read
-        threading.Thread(target=self._run, name="signals", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            for signum in os.read(self._read, 64):
-                action = self.actions.get(signum)
-                if action is not None:
-                    action(signum)
-
-
-def _noted(signum, frame) -> None:
-    """Python's part of a relayed signal: nothing (see _Signals); installed so that it does not kill."""
 
 
 class _Progress:
@@ -565,13 +527,14 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
         stop.set()
         wake.set()
 
-    actions = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal}
-    if not _has_terminal():
+    relay = signals.relay()
+    actions = dict.fromkeys(relay.stops, on_signal)
+    if not relay.terminal:
         actions[signal.SIGHUP] = _hangup
-    elif signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup the terminal's closing must not stop it
-        # Closing the terminal `make serve` runs in stops it as cleanly as Ctrl-C does.
-        actions[signal.SIGHUP] = on_signal
-    _Signals(actions)
+    relay.act(actions)
+    if stop.is_set():  # asked for while it started: nothing is open yet, nothing to finish
+        _say("stopped")
+        return 0
     db = config.db
     try:
         lock = WriterLock(db)
