@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,12 @@ def test_unit_is_a_notify_service_with_a_watchdog(service):
     assert _seconds(_one(service, "RestartSec")) == 5
     assert _one(service, "KillSignal") == "SIGTERM"
     assert _seconds(_one(service, "TimeoutStopSec")) == 30
+
+
+def test_a_second_stop_is_no_failure_of_the_unit(service):
+    # serve exits 128 + the signal's number on a second SIGTERM or SIGINT (see test_daemon): systemd took
+    # 143 for a failure, and Restart=on-failure started again what `systemctl kill` twice had stopped.
+    assert {str(128 + signal.SIGTERM), str(128 + signal.SIGINT)} <= set(_one(service, "SuccessExitStatus").split())
 
 
 def test_unit_runs_serve_on_the_state_directory_ledger(service):
