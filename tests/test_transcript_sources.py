@@ -218,6 +218,52 @@ def test_a_turn_whose_last_answer_is_an_api_error_failed_with_it_wherever_reads_
     assert (u["runs"], u["failed_runs"], u["interrupted_runs"], u["llm_errors"]) == (3, 2, 0, 4)
 
 
+def _reported_turns(duration_first: bool) -> list[bytes]:
+    """Two turns, each reported over as its last answer's stop reason and by a turn_duration line, which the
+    file gives after the answer, as Claude Code writes it, or before."""
+    turns = [
+        [cc_prompt("u1", "fix the build", 0),
+         cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}, output=20,
+                      second=1, stop="tool_use"),
+         cc_result("r1", "toolu_1", 2),
+         cc_assistant("a2", "msg_2", {"type": "text", "text": "Done."}, output=5, second=3, request="req_2",
+                      stop="end_turn"),
+         cc_turn_duration("d1", 4)],
+        [cc_prompt("u2", "explain it all", 10),
+         cc_assistant("a3", "msg_3", {"type": "text", "text": "It is"}, output=9, second=11, request="req_3",
+                      stop="max_tokens"),
+         cc_turn_duration("d2", 12)],
+    ]
+    if duration_first:
+        for turn in turns:
+            turn[-2:] = turn[:-3:-1]
+    return [line for turn in turns for line in turn]
+
+
+@pytest.mark.parametrize("duration_first", [False, True])
+def test_a_turn_keeps_its_answers_stop_reason_and_takes_turn_durations_duration_wherever_reads_stop(
+        tmp_path, duration_first):
+    """A turn's end is reported twice: its last answer's stop reason, and a turn_duration line with how long it
+    took. The run has both, whichever line is read first and however the lines are split across reads."""
+    lines = _reported_turns(duration_first)
+    pictures = {}
+    for cut in range(len(lines)):
+        db, root = tmp_path / f"cut-{cut}" / "l.db", tmp_path / f"cut-{cut}" / "claude"
+        transcript = root / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
+        transcript.parent.mkdir(parents=True)
+        for part in (lines[:cut], lines[cut:]):
+            with transcript.open("ab") as f:
+                f.writelines(part)
+            ingest(db, root, fmt="claude-code")
+            settle(db)
+        _clean(db)
+        pictures[cut] = [tuple(r[k] for k in ("run_id", "status", "ended_at", "duration_ms", "stop_reason"))
+                         for r in (cli_json(db, "run", run) for run in ("u1", "u2"))]
+    assert pictures[0] == [("u1", "ok", "2026-10-01T10:00:04.000Z", 1000, "end_turn"),
+                           ("u2", "ok", "2026-10-01T10:00:12.000Z", 1000, "max_tokens")]
+    assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
+
+
 def test_a_gateways_models_are_spend_of_the_provider_the_price_table_lists_them_under(tmp_path, db):
     """Claude Code through a gateway may call another provider's models: each is that provider's spend,
     and a model the price table does not know names no provider."""

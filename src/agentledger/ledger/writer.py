@@ -233,9 +233,20 @@ ON CONFLICT (run_id) DO UPDATE SET
     is_followup    = excluded.is_followup,
     origin_channel = coalesce(excluded.origin_channel, runs.origin_channel)
 """
-# An end replaces the recorded one only if it is at least as sure (runs.end_rank): an end that
-# reconcile settled on gives way to any, one implied by the next prompt to any reported one.
-_RUN_ENDED = """
+# An end replaces the recorded one if it is surer (runs.end_rank): an end that reconcile settled on gives way
+# to any, one implied by the next prompt to any reported one; a less sure end changes nothing. Two ends as sure
+# say together how the run ended, whatever their order (Claude Code reports a turn's stop reason on its last
+# answer and its duration on a turn_duration line): the later time, each figure either gives, and how it went
+# (status, stop reason, error) as the one that says so has it.
+_SURER = "excluded.end_rank > runs.end_rank"
+_SAYS_OUTCOME = "excluded.stop_reason IS NOT NULL OR excluded.error IS NOT NULL"
+_RUN_END_SETS = ",\n    ".join(
+    [f"{c} = iif({_SURER} OR {_SAYS_OUTCOME}, excluded.{c}, runs.{c})" for c in ("status", "stop_reason", "error")]
+    + [f"ended_ms = iif({_SURER}, excluded.ended_ms, max(excluded.ended_ms, runs.ended_ms))"]
+    + [f"{c} = iif({_SURER}, excluded.{c}, coalesce(excluded.{c}, runs.{c}))"
+       for c in ("duration_ms", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+                 "cache_write_tokens", "total_tokens")])
+_RUN_ENDED = f"""
 INSERT INTO runs (run_id, session_key, session_id, agent_id, source, model, provider, status,
                   ended_ms, duration_ms, stop_reason, error, tool_call_count,
                   input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, end_rank)
@@ -246,18 +257,8 @@ ON CONFLICT (run_id) DO UPDATE SET
     agent_id    = coalesce(runs.agent_id, excluded.agent_id),
     model       = coalesce(runs.model, excluded.model),
     provider    = coalesce(runs.provider, excluded.provider),
-    status      = excluded.status,
-    ended_ms    = excluded.ended_ms,
-    duration_ms = excluded.duration_ms,
-    stop_reason = excluded.stop_reason,
-    error       = excluded.error,
-    tool_call_count    = excluded.tool_call_count,
-    input_tokens       = excluded.input_tokens,
-    output_tokens      = excluded.output_tokens,
-    cache_read_tokens  = excluded.cache_read_tokens,
-    cache_write_tokens = excluded.cache_write_tokens,
-    total_tokens       = excluded.total_tokens,
-    end_rank           = excluded.end_rank
+    {_RUN_END_SETS},
+    end_rank    = excluded.end_rank
 WHERE excluded.end_rank >= runs.end_rank
 """
 # A transcript's failed call is one attempt (FORMATS.md §2: one line per LLM call), and OpenClaw retries
