@@ -297,6 +297,36 @@ def test_a_side_branch_replay_never_counts_again_whatever_is_read_first(tmp_path
     _clean(db)
 
 
+@pytest.mark.parametrize("copy_request", [None, "req_copy"], ids=["copied-as-is", "under-a-request-of-its-own"])
+@pytest.mark.parametrize("order", ["session-first", "subagent-first", "in-one-read"])
+def test_a_side_branchs_copy_of_an_api_error_placeholder_is_no_second_failed_call(tmp_path, db, order,
+                                                                                   copy_request):
+    """Claude Code writes an API error's placeholder with no request id; a subagent's transcript that copies
+    the session's lines copies it too, under a uuid of its own: one failed call, the session's, whichever
+    file is read first."""
+    parent, child, _ = _task_lines()
+    placeholder = orjson.loads(cc_api_error("e0", 1, OVERLOADED))
+    del placeholder["requestId"]
+    copy = placeholder | {"uuid": "c_e0", "timestamp": "2026-10-01T10:00:02.000Z"}
+    if copy_request is not None:
+        copy["requestId"] = copy_request
+    project = _project(tmp_path)
+    files = {project / f"{SESSION}.jsonl": [parent[0], _line(placeholder), *parent[1:]],
+             project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": [_side(TASK_AGENT, _line(copy)), *child]}
+    reads = {"session-first": [list(files)[:1], list(files)], "subagent-first": [list(files)[1:], list(files)],
+             "in-one-read": [list(files)]}[order]
+    for paths in reads:
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"".join(files[path]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    u = usage(db)
+    assert (u["llm_calls"], u["llm_errors"]) == (4, 1)
+    assert {s["session_id"]: (s["llm_calls"], s["llm_errors"]) for s in cli_json(db, "sessions")} == {
+        SESSION: (2, 1), CHILD_ID: (2, 0)}
+    _clean(db)
+
+
 def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
     """A replay counted before it is found out leaves the ledger's sum lower than it was: served
     as it is, Prometheus would read a reset and count the whole counter again."""

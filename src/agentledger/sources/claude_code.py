@@ -350,14 +350,17 @@ class FileDecoder:
         if model == SYNTHETIC and obj.get("isApiErrorMessage") is not True:
             # A message Claude Code wrote itself ("No response requested."): no model was called.
             return Marker(**base, kind="assistant.synthetic")
+        message_key = f"{base['session_id']}:{message_id}" if message_id else None
+        request_id = text(obj.get("requestId"))
+        call_key = f"{message_key}:{request_id}" if message_key and request_id else message_key
         if obj.get("isApiErrorMessage") is True:
             # An API error shown as a message: a failed call, with no usage and no call of its own, that ends no
             # turn (Claude Code may retry after it) but fails one it is the last answer of (see the module's doc).
-            # A side branch's is its branch's, not the turn's.
+            # A side branch's is its branch's, not the turn's. A side branch copies it as it copies any response
+            # of the main branch: its keys make the copy the replay it is.
             return LlmCall(**base, kind="llm.call", run_id=run_id, model=None, tokens=Tokens(),
-                           error=_first_text(msg.get("content")) or "API error", sidechain=sidechain, branch=branch)
-        message_key = f"{base['session_id']}:{message_id}" if message_id else None
-        request_id = text(obj.get("requestId"))
+                           error=_first_text(msg.get("content")) or "API error", call_key=call_key,
+                           message_key=message_key, sidechain=sidechain, branch=branch)
         usage = msg.get("usage")
         if not isinstance(usage, dict):
             usage = {}  # a missing or malformed usage reports nothing
@@ -367,8 +370,7 @@ class FileDecoder:
         call = LlmCall(**base, kind="llm.call", run_id=run_id, provider=provider_of_model(model), model=model,
                        tokens=tokens, cost_pico=logged_cost(obj.get("costUSD"), tokens),
                        speed=_speed(usage), web_searches=_web_searches(usage), inference_geo=_inference_geo(usage),
-                       call_key=f"{message_key}:{request_id}" if message_key and request_id else message_key,
-                       message_key=message_key, sidechain=sidechain, branch=branch)
+                       call_key=call_key, message_key=message_key, sidechain=sidechain, branch=branch)
         facts: list[Fact] = [call]
         content = msg.get("content")
         if isinstance(content, list):
