@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import rows, scalar
 from test_transcript_sources import (BTW_AGENT, CHILD_ID, CHILD_KEY, PARENT_KEY, TASK_AGENT, WANT_TASK_OUTCOME,
-                                     _task_lines, _task_outcome, cc_assistant, cc_prompt, cc_result)
+                                     _task_lines, _task_outcome, background_task_lines, cc_assistant, cc_prompt,
+                                     cc_result)
 from test_transcript_sources import SESSION as TASK_SESSION
 
 from agentledger.ledger import queries
@@ -407,6 +408,37 @@ def test_a_subagent_known_only_from_its_hooks_ends_at_its_stop_hook(db):
     (row,) = cli_json(db, "subagents")
     assert (row["status"], row["ended_at"], row["outcome"]) == ("ended", "2026-10-01T10:00:19.000Z", None)
     assert cli_json(db, "usage")["subagents"] == 1
+
+
+@pytest.mark.parametrize("stop_first", [True, False], ids=["stop-hook-first", "transcripts-first"])
+def test_a_background_task_subagent_ends_at_its_stop_hook_not_at_its_launch(tmp_path, db, stop_first):
+    """A background Task's result only says its subagent was launched; the subagent's SubagentStop, when it
+    is done, is its end, whether that hook comes before the result is read or after."""
+    parent, child = background_task_lines()
+    project = tmp_path / "claude" / PROJECT
+    sub = project / TASK_SESSION / "subagents"
+    sub.mkdir(parents=True)
+    hook = {"session_id": TASK_SESSION, "agent_id": TASK_AGENT, "agent_type": "general-purpose",
+            "transcript_path": str(project / f"{TASK_SESSION}.jsonl")}
+    post(db, [{**hook, "hook_event_name": "SubagentStart"}], 1_790_848_802_000)  # 2026-10-01T10:00:02Z
+    stop = [{**hook, "hook_event_name": "SubagentStop"}]
+    if stop_first:
+        post(db, stop, 1_790_848_810_000)
+    (sub / f"agent-{TASK_AGENT}.jsonl").write_bytes(b"".join(child))
+    (project / f"{TASK_SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    if not stop_first:
+        post(db, stop, 1_790_848_810_000)
+    (row,) = cli_json(db, "subagents")
+    assert (row["child_session_key"], row["status"], row["spawned_at"], row["ended_at"]) == (
+        CHILD_KEY, "ended", "2026-10-01T10:00:01.000Z", "2026-10-01T10:00:10.000Z")
+    assert [s["ended_at"] for s in cli_json(db, "sessions") if s["session_id"] == CHILD_ID] == [
+        "2026-10-01T10:00:10.000Z"]
+    conn = open_reader(db)
+    try:
+        assert check_rollups(conn) == []
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("task_first", [True, False], ids=["task-line-first", "hook-first"])

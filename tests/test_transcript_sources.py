@@ -1322,6 +1322,51 @@ def test_a_task_refused_before_a_subagent_ran_ends_its_subagent_in_error(tmp_pat
     _clean(db)
 
 
+def background_task_lines() -> tuple[list[bytes], list[bytes]]:
+    """The session's own lines and its Task subagent's file, the Task run in the background: its result,
+    at second 2, says only that the subagent was launched, which works on until second 9."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "general-purpose",
+                      "run_in_background": True}}
+    launched = orjson.loads(cc_result("r_task", "toolu_task", 2)) | {"toolUseResult": {
+        "isAsync": True, "status": "async_launched", "agentId": TASK_AGENT, "description": "Find callers",
+        "prompt": "List callers", "outputFile": f"/tmp/claude/tasks/{TASK_AGENT}.output"}}
+    parent = [cc_prompt("u1", "who calls paginate?", 0),
+              cc_assistant("a1", "msg_p1", task, output=60, second=1, stop="tool_use"),
+              _line(launched),
+              cc_assistant("a2", "msg_p2", {"type": "text", "text": "It is looking."}, output=80, second=3,
+                           request="req_p2", stop="end_turn")]
+    return parent, _task_child(2, 4, 5, 9)
+
+
+def _subagent_rows(db: Path) -> list[tuple]:
+    return [(s["child_session_key"], s["status"], s["outcome"], s["spawned_at"], s["ended_at"])
+            for s in cli_json(db, "subagents")]
+
+
+def test_a_task_run_in_the_background_does_not_end_its_subagent_at_its_launch_wherever_reads_stop(tmp_path):
+    """A background Task's result is written as its subagent starts: the subagent, its own session all the
+    same, works on, however its files' lines are split across reads; reconcile settles it, as any subagent
+    nothing ended, once its lines have stopped for the grace."""
+    parent, child = background_task_lines()
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    session, subagent = project / f"{SESSION}.jsonl", project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    db = root / "l.db"
+    want = _but_last_logs(_read_in_steps(root, [{session: parent, subagent: child}]))
+    assert _subagent_rows(db) == [(CHILD_KEY, "running", None, "2026-10-01T10:00:01.000Z", None)]
+    [child_session] = [s for s in cli_json(db, "sessions") if s["session_id"] == CHILD_ID]
+    assert (child_session["session_key"], child_session["ended_at"], child_session["last_activity_at"],
+            child_session["llm_calls"]) == (CHILD_KEY, None, "2026-10-01T10:00:09.000Z", 2)
+    for cut in range(1, len(parent)):
+        for first in ({session: parent[:cut]}, {session: parent[:cut], subagent: child[:2]}, {subagent: child}):
+            picture = _read_in_steps(root, [first, {session: parent, subagent: child}])
+            assert _but_last_logs(picture) == want, (cut, list(first))
+    settle(db)
+    assert _subagent_rows(db) == [(CHILD_KEY, "interrupted", None, "2026-10-01T10:00:01.000Z", None)]
+    _clean(db)
+
+
 def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
     parent, child, _ = _task_lines()
     project = _project(tmp_path)

@@ -180,6 +180,15 @@ class SubagentEnded(Fact):
 
 
 @dataclass(slots=True, kw_only=True)
+class SubagentLaunched(Fact):
+    """The child a spawn started working in the background: it names the child as an end does, and ends
+    nothing (the child's own end, or reconcile, does)."""
+
+    child_session_key: str
+    spawn_key: str  # as SubagentEnded.spawn_key
+
+
+@dataclass(slots=True, kw_only=True)
 class Compaction(Fact):
     phase: str  # "start" | "end"
     message_count: int | None = None

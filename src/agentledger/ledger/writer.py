@@ -34,6 +34,7 @@ from agentledger.facts import (
     SessionEnded,
     SessionStarted,
     SubagentEnded,
+    SubagentLaunched,
     SubagentSpawned,
     Tokens,
     ToolEnded,
@@ -640,6 +641,12 @@ ON CONFLICT (child_session_key) DO UPDATE SET
                       coalesce(subagents.model, excluded.model)),
     end_rank    = max(excluded.end_rank, subagents.end_rank)
 """
+# A background Task's result holds the Task's spawn on the child's row, as an end's does, and touches nothing else:
+# an end read before it (the child's SubagentStop) stands.
+_SUBAGENT_LAUNCHED = """
+INSERT INTO subagents (child_session_key, source, status, spawn_key) VALUES (?, ?, 'running', ?)
+ON CONFLICT (child_session_key) DO UPDATE SET spawn_key = coalesce(excluded.spawn_key, subagents.spawn_key)
+"""
 # A Task whose result is an error naming no subagent (the user refused it, a hook denied it, it failed before a
 # subagent ran) has no subagent that will ever say it ended: the row its spawn made ends with that result, in
 # error, as a result naming the subagent would end it (the surest word, see above). Whichever of the Task's
@@ -845,6 +852,10 @@ def _subagent_ended(f: SubagentEnded) -> tuple:
             f.spawn_key)
 
 
+def _subagent_launched(f: SubagentLaunched) -> tuple:
+    return (f.child_session_key, f.source, f.spawn_key)
+
+
 def _compaction(f: Compaction) -> tuple:
     return (f.event_id, f.ts_ms, f.phase, f.source, f.agent_id, f.session_key, f.message_count,
             f.compacting_count, f.token_count, f.compacted_count)
@@ -868,6 +879,7 @@ _STATEMENTS: dict[type, tuple[str, object]] = {
     ToolObserved: (_TOOL_OBSERVED, _tool_observed),
     SubagentSpawned: (_SUBAGENT_SPAWNED, _subagent_spawned),
     SubagentEnded: (_SUBAGENT_ENDED, _subagent_ended),
+    SubagentLaunched: (_SUBAGENT_LAUNCHED, _subagent_launched),
     Compaction: (_COMPACTION, _compaction),
     Message: (_MESSAGE, _message),
     SessionStarted: (_SESSION_STARTED, _session_started),
@@ -922,7 +934,7 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                         if f.branch is not None and f.session_id != f.branch:
                             span = out.branches.setdefault(f.branch, [ts, ts])
                             span[0], span[1] = min(span[0], ts), max(span[1], ts)
-                    elif t is SubagentSpawned or t is SubagentEnded:
+                    elif t is SubagentSpawned or t is SubagentEnded or t is SubagentLaunched:
                         out.subagent_keys.add(row[0])
                         if t is SubagentSpawned and f.branch is not None and f.message_key is not None:
                             out.side_spawns[id(row)] = f.message_key
@@ -1000,13 +1012,15 @@ def _bare(f: Fact, session_id: str | None) -> Marker:
 
 
 def _rename_subagents(conn: apsw.Connection, facts: list[Fact]) -> set[str]:
-    """A subagent spawned under a provisional key takes the child's key once an end names both.
+    """A subagent spawned under a provisional key takes the child's key once an end (or a background Task's
+    result) names both.
 
     The row's contribution to every rollup stays as it was; the batch's own spawns take the key too, and
     so do those of a Task whose spawn a child's row holds already (its SubagentStart told which Task it
     was: see _pair_task). Where the child's key has a row already, the spawn's goes into it (see
     _merge_spawns). Returns the sessions whose totals moved."""
-    renames = {f.spawn_key: f.child_session_key for f in facts if type(f) is SubagentEnded and f.spawn_key}
+    renames = {f.spawn_key: f.child_session_key for f in facts
+               if (type(f) is SubagentEnded or type(f) is SubagentLaunched) and f.spawn_key}
     spawns = [f for f in facts if type(f) is SubagentSpawned]
     tasks = [f.child_session_key for f in spawns if f.source == CLAUDE_CODE and f.child_session_key not in renames]
     held = queries.spawns_held(conn, tasks) if tasks else {}

@@ -23,6 +23,10 @@ ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Tas
 is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
 child (or a hook of the subagent does: its SubagentStart, or without one its first tool event, when
 only one Task the session was asked about can be its own), whose key the subagent row then takes. A Task
+run in the background (``run_in_background``) has its result written as soon as its subagent is launched
+(``toolUseResult`` ``isAsync``, status ``async_launched``), while the subagent works on: that result names the
+child and ends nothing. Such a subagent ends by its SubagentStop hook, or, with none, is settled by reconcile
+once its own lines have stopped for the grace (see ledger/reconcile.py). A Task
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
 its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
@@ -71,6 +75,7 @@ from agentledger.facts import (
     RunEnded,
     RunStarted,
     SubagentEnded,
+    SubagentLaunched,
     SubagentSpawned,
     Tokens,
     ToolEnded,
@@ -112,6 +117,7 @@ _SCAN = json.JSONDecoder().raw_decode
 # with no time it is skipped, with one it is kept whole (a RawEvent) for a later version to read.
 _INDEXED = frozenset({"user", "assistant", "system"})
 TASK_TOOLS = frozenset({"Task", "Agent"})
+_ASYNC_LAUNCH = "async_launched"  # a background Task's result's status: its subagent has only begun
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
@@ -445,14 +451,21 @@ class FileDecoder:
                                    run_id=run_id, tool_call_id=block["tool_use_id"], is_error=is_error,
                                    error=_first_text(block.get("content")) if is_error else None, branch=branch))
             if isinstance(outcome, dict) and text(outcome.get("agentId")) and len(results) == 1:
-                # A Task's result names the subagent it ran: the subagent is over, and its branch is
-                # the child session (an event of that session is what makes it one).
+                # A Task's result names the subagent it ran, and its branch is the child session (an event
+                # of that session is what makes it one). The subagent is over, unless the Task launched it
+                # to work in the background: then it has only begun (see the module's doc).
                 child = (base["session_id"], outcome["agentId"])
-                facts.append(SubagentEnded(**base | {"event_id": derived_id(base["event_id"], len(facts))},
-                                           kind="subagent.end", run_id=run_id, child_session_key=child_key(*child),
-                                           spawn_key=spawn_key(block["tool_use_id"]),
-                                           outcome="error" if is_error else text(outcome.get("status")) or "ok",
-                                           duration_ms=duration(outcome.get("totalDurationMs"))))
+                ids = {"event_id": derived_id(base["event_id"], len(facts))}
+                if not is_error and _launched(outcome):
+                    facts.append(SubagentLaunched(**base | ids, kind="subagent.launch", run_id=run_id,
+                                                  child_session_key=child_key(*child),
+                                                  spawn_key=spawn_key(block["tool_use_id"])))
+                else:
+                    facts.append(SubagentEnded(**base | ids, kind="subagent.end", run_id=run_id,
+                                               child_session_key=child_key(*child),
+                                               spawn_key=spawn_key(block["tool_use_id"]),
+                                               outcome="error" if is_error else text(outcome.get("status")) or "ok",
+                                               duration_ms=duration(outcome.get("totalDurationMs"))))
                 facts.append(Marker(**base | {"event_id": derived_id(base["event_id"], len(facts)),
                                               "session_key": child_key(*child),
                                               "session_id": child_session_id(*child)}, kind="subagent.result"))
@@ -535,6 +548,12 @@ def _copied_entry(obj: dict) -> tuple[str, str] | None:
         if session_id and entry:
             return session_id, entry
     return None
+
+
+def _launched(outcome: dict) -> bool:
+    """Whether a Task's result (its ``toolUseResult``) says it launched its subagent in the background
+    (``run_in_background``) rather than ran it to its end."""
+    return outcome.get("isAsync") is True or outcome.get("status") == _ASYNC_LAUNCH
 
 
 def _numbered(base: dict, facts: Fact | list[Fact], more: list[Fact]) -> list[Fact]:
