@@ -1367,6 +1367,28 @@ def test_a_task_run_in_the_background_does_not_end_its_subagent_at_its_launch_wh
     _clean(db)
 
 
+def test_an_older_ledgers_background_task_subagent_is_open_again_once_migrated(tmp_path):
+    """An older agentledger ended a background Task's subagent, and its session, at the launch: migrating
+    leaves them as a read of the files now does."""
+    parent, child = background_task_lines()
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    files = {project / f"{SESSION}.jsonl": parent, project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child}
+    want = _read_in_steps(root, [files])
+    db = root / "l.db"
+    conn = open_writer(db)
+    try:  # what the launch's end left
+        conn.execute("UPDATE subagents SET status = 'ended', ended_ms = 1790848802000, outcome = 'async_launched', "
+                     "end_rank = 2 WHERE child_session_key = ?", (CHILD_KEY,))
+        conn.execute("UPDATE sessions SET status = 'ended', end_reason = 'subagent', ended_ms = 1790848802000 "
+                     "WHERE session_id = ?", (CHILD_ID,))
+        as_of_version(conn, 37)
+    finally:
+        conn.close()
+    ingest(db, root / "claude", fmt="claude-code")  # migrates first
+    assert _picture(db) == want
+
+
 def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):
     parent, child, _ = _task_lines()
     project = _project(tmp_path)
