@@ -192,11 +192,9 @@ def _api_error_turns() -> list[bytes]:
     ]
 
 
-def test_a_turn_whose_last_answer_is_an_api_error_failed_with_it_wherever_reads_stop(tmp_path):
-    """Claude Code writes an API error it gave up on as the model's answer, and may retry within the turn
-    after one: a turn fails with the error its last answer is, however it ended (turn_duration, reconcile),
-    and one answered since is ok, however the lines are split across reads."""
-    lines = _api_error_turns()
+def _in_two_reads(tmp_path: Path, lines: list[bytes], picture) -> dict:
+    """``picture(db)`` of a ledger for every cut of one transcript's ``lines`` into two reads, each read then
+    settled as serve would, keyed by where the first read stopped."""
     pictures = {}
     for cut in range(len(lines)):
         db, root = tmp_path / f"cut-{cut}" / "l.db", tmp_path / f"cut-{cut}" / "claude"
@@ -208,7 +206,17 @@ def test_a_turn_whose_last_answer_is_an_api_error_failed_with_it_wherever_reads_
             ingest(db, root, fmt="claude-code")
             settle(db)
         _clean(db)
-        pictures[cut] = rows(db, "SELECT run_id, status, error, ended_ms % 60000, stop_reason FROM runs ORDER BY 1")
+        pictures[cut] = picture(db)
+    return pictures
+
+
+def test_a_turn_whose_last_answer_is_an_api_error_failed_with_it_wherever_reads_stop(tmp_path):
+    """Claude Code writes an API error it gave up on as the model's answer, and may retry within the turn
+    after one: a turn fails with the error its last answer is, however it ended (turn_duration, reconcile),
+    and one answered since is ok, however the lines are split across reads."""
+    lines = _api_error_turns()
+    pictures = _in_two_reads(tmp_path, lines, lambda db: rows(
+        db, "SELECT run_id, status, error, ended_ms % 60000, stop_reason FROM runs ORDER BY 1"))
     assert [row[:3] for row in pictures[0]] == [("u1", "error", TOO_LONG), ("u2", "ok", None),
                                                 ("u3", "error", OVERLOADED)]
     assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
@@ -246,19 +254,9 @@ def test_a_turn_keeps_its_answers_stop_reason_and_takes_turn_durations_duration_
     """A turn's end is reported twice: its last answer's stop reason, and a turn_duration line with how long it
     took. The run has both, whichever line is read first and however the lines are split across reads."""
     lines = _reported_turns(duration_first)
-    pictures = {}
-    for cut in range(len(lines)):
-        db, root = tmp_path / f"cut-{cut}" / "l.db", tmp_path / f"cut-{cut}" / "claude"
-        transcript = root / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
-        transcript.parent.mkdir(parents=True)
-        for part in (lines[:cut], lines[cut:]):
-            with transcript.open("ab") as f:
-                f.writelines(part)
-            ingest(db, root, fmt="claude-code")
-            settle(db)
-        _clean(db)
-        pictures[cut] = [tuple(r[k] for k in ("run_id", "status", "ended_at", "duration_ms", "stop_reason"))
-                         for r in (cli_json(db, "run", run) for run in ("u1", "u2"))]
+    pictures = _in_two_reads(tmp_path, lines, lambda db: [
+        tuple(r[k] for k in ("run_id", "status", "ended_at", "duration_ms", "stop_reason"))
+        for r in (cli_json(db, "run", run) for run in ("u1", "u2"))])
     assert pictures[0] == [("u1", "ok", "2026-10-01T10:00:04.000Z", 1000, "end_turn"),
                            ("u2", "ok", "2026-10-01T10:00:12.000Z", 1000, "max_tokens")]
     assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
