@@ -1163,18 +1163,24 @@ def test_an_older_ledgers_task_subagent_begins_at_its_first_streamed_line_once_m
     assert _child_times(db) == ("2026-10-01T10:00:03.000Z", "2026-10-01T10:00:20.000Z", 17.0)
 
 
-@pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
-def test_a_task_subagents_file_is_a_session_of_its_own_whichever_is_read_first(tmp_path, db, child_first):
-    parent, child, btw = _task_lines()
+def _read_one_by_one(tmp_path: Path, db: Path, parent: list[bytes], subagents: dict[str, list[bytes]],
+                     child_first: bool) -> None:
+    """The session's transcript and its subagents' files ({agent id: lines}), each in a read of its own, the
+    others not there yet: the subagents' first, or last."""
     project = _project(tmp_path)
     sub = project / SESSION / "subagents"
     sub.mkdir(parents=True)
-    files = {sub / f"agent-{TASK_AGENT}.jsonl": child, sub / f"agent-{BTW_AGENT}.jsonl": btw,
-             project / f"{SESSION}.jsonl": parent}
-    order = sorted(files, key=lambda p: (p.parent == sub) != child_first)
-    for path in order:  # each file in a read of its own: the others are not there yet
+    files = {sub / f"agent-{agent}.jsonl": lines for agent, lines in subagents.items()}
+    files[project / f"{SESSION}.jsonl"] = parent
+    for path in sorted(files, key=lambda p: (p.parent == sub) != child_first):
         path.write_bytes(b"".join(files[path]))
         ingest(db, tmp_path / "claude", fmt="claude-code")
+
+
+@pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
+def test_a_task_subagents_file_is_a_session_of_its_own_whichever_is_read_first(tmp_path, db, child_first):
+    parent, child, btw = _task_lines()
+    _read_one_by_one(tmp_path, db, parent, {TASK_AGENT: child, BTW_AGENT: btw}, child_first)
     assert _task_outcome(db) == WANT_TASK_OUTCOME
     # Read again, or copied, nothing changes.
     assert ingest(db, tmp_path / "claude", fmt="claude-code").events == 0
@@ -1192,14 +1198,7 @@ def _compacted(second: int, tokens: int) -> bytes:
 @pytest.mark.parametrize("child_first", [True, False], ids=["subagent-file-first", "session-first"])
 def test_a_compaction_in_a_task_subagents_transcript_is_the_subagents_own(tmp_path, db, child_first):
     parent, child, _ = _task_lines()
-    project = _project(tmp_path)
-    sub = project / SESSION / "subagents"
-    sub.mkdir(parents=True)
-    files = {sub / f"agent-{TASK_AGENT}.jsonl": [*child[:3], _compacted(5, 150_000), *child[3:]],
-             project / f"{SESSION}.jsonl": parent}
-    for path in sorted(files, key=lambda p: (p.parent == sub) != child_first):
-        path.write_bytes(b"".join(files[path]))
-        ingest(db, tmp_path / "claude", fmt="claude-code")
+    _read_one_by_one(tmp_path, db, parent, {TASK_AGENT: [*child[:3], _compacted(5, 150_000), *child[3:]]}, child_first)
     listed = {sid: [(c["session_key"], c["session_id"], c["token_count"]) for c in cli_json(db, "session", sid)
                     ["compactions"]] for sid in (SESSION, CHILD_ID)}
     assert listed == {SESSION: [], CHILD_ID: [(CHILD_KEY, CHILD_ID, 150_000)]}
