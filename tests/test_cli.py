@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import apsw
 import click
 import pytest
 from conftest import REPO, cli_env, ingest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logwriter import LogDir, event, llm_call
 from terminal import Terminal, needs_tmux
 
@@ -449,6 +456,40 @@ def test_a_table_keeps_each_row_on_one_line_whatever_its_text_holds(capsys):
                [("tool", "TOOL"), ("error", "ERROR")])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1].endswith('{ "status": "error", "code": 1 }')
+
+
+class _TerminalOut(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# No digit in a text cell, so that every number printed is a number cell's.
+_TEXT = st.text(alphabet="abcdefgh:-_/ ", max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(width=st.integers(20, 120), numeric=st.lists(st.booleans(), min_size=1, max_size=9), data=st.data())
+def test_a_table_at_any_width_prints_each_number_whole_or_names_its_column(width, numeric, data):
+    # Where the text could not keep 10 characters, rich shared the width out among all the columns and
+    # folded the numbers: "1,040" over ",960".
+    from agentledger.cli.output import emit_table
+
+    columns = [(f"c{i}", f"{'n' if number else 't'}{i}") for i, number in enumerate(numeric)]
+    cell = {key: st.none() | st.integers(0, 10**13) if number else _TEXT
+            for (key, _), number in zip(columns, numeric)}
+    rows = data.draw(st.lists(st.fixed_dictionaries(cell), min_size=1, max_size=6))
+    out = _TerminalOut()
+    with contextlib.redirect_stdout(out), mock.patch.dict(os.environ, {"COLUMNS": str(width)}):
+        emit_table(rows, columns)
+    printed = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
+    table, _, left_out = printed.partition("(too narrow for ")
+    left_out = left_out.split(":")[0].split(", ") if left_out else []
+    assert all(len(line) <= width for line in table.splitlines()), printed
+    shown = Counter(re.findall(r"(?<![\w,])\d[\d,]*(?![\w,])", table))
+    wanted = Counter(f"{row[key]:,}" for row in rows for (key, header), number in zip(columns, numeric)
+                     if number and header not in left_out and row[key] is not None)
+    assert shown == wanted, printed
+    assert "t0" not in left_out and "n0" not in left_out, printed  # the first column is the row's name
 
 
 def test_a_default_config_place_the_user_cannot_look_into_is_no_config(tmp_path, unprivileged):
