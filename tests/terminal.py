@@ -1,12 +1,17 @@
-"""A real terminal for tests: tmux on its own server, 80 columns by 24 lines."""
+"""A real terminal for tests: tmux on its own server, 80 columns by 24 lines; or a bare one of any width."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -50,3 +55,24 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+def on_a_terminal(args: list[str], env: dict, columns: int, lines: int = 200) -> str:
+    """What ``agentledger args`` writes to a terminal ``columns`` wide, colours left out: the bytes as
+    written, so a line wider than the terminal shows as one line rather than wrapped by a screen."""
+    ours, theirs = pty.openpty()
+    fcntl.ioctl(theirs, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # the terminal's size, not these
+    child = subprocess.Popen([sys.executable, "-m", "agentledger", *args], stdin=theirs, stdout=theirs,
+                             stderr=theirs, env=env, cwd=REPO)
+    os.close(theirs)
+    out = bytearray()
+    try:
+        while chunk := os.read(ours, 65536):
+            out += chunk
+    except OSError:  # EIO: the command is gone and with it the terminal's other end
+        pass
+    finally:
+        os.close(ours)
+    assert child.wait(timeout=60) == 0, out.decode(errors="replace")
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode().replace("\r\n", "\n"))

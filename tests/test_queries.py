@@ -5,17 +5,22 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import apsw
 import pytest
-from conftest import as_of_version, cli_json, ingest, metric_counters
+from click.testing import CliRunner
+from conftest import as_of_version, cli_env, cli_json, ingest, metric_counters
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from terminal import on_a_terminal
 
+from agentledger.cli import cli
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 
@@ -166,6 +171,40 @@ def test_every_list_command_answers_json(corpus_db):
         assert out.returncode == 0, (args, out.stderr)
         rows = json.loads(out.stdout)
         assert isinstance(rows, list) and rows, args
+
+
+# A number as a table or the tree prints it (1,040,960 0.0986 ≥0.0021* $2.8243), standing alone between
+# spaces or borders.
+_PRINTED_NUMBER = re.compile(r"(?<![^\s│┃])≥?\$?[\d,.]*\d[\d,.]*\*?(?![^\s│┃])")
+_FAMILY = "agent:main:telegram:group:-1008604883638"  # a session with subagents
+_WIDTHS = (30, 40, 48, 60, 80)
+
+
+def _punctuated(text: str) -> set[str]:
+    """The numbers in ``text`` wide enough for a comma or a point, which a fold would show in pieces."""
+    return {n for n in _PRINTED_NUMBER.findall(text) if "," in n or "." in n}
+
+
+@pytest.mark.parametrize("args", [
+    ["sessions"], ["runs"], ["tools"], ["costs"], ["costs", "--group-by", "tool"], ["usage"], ["top", "runs"],
+    ["top", "tools"], ["top", "models"], ["top", "sessions"], ["errors"], ["events"], ["subagents"],
+    ["tree", _FAMILY], ["timeline", _FAMILY], ["session", _FAMILY], ["run", "{run}"],
+], ids=" ".join)
+def test_a_terminal_of_any_width_shows_each_number_whole_or_names_its_column(corpus_db, args):
+    # At 48 columns `sessions` printed tokens as "1,040" over ",960", at 40 costs as "0.09" over "86":
+    # when the text could not keep 10 characters, rich folded every column, numbers too.
+    run_id = cli_json(corpus_db, "session", _FAMILY)["runs"][0]["run_id"]
+    args = [a.format(run=run_id) for a in args]
+    piped = CliRunner().invoke(cli, ["--db", str(corpus_db), *args], catch_exceptions=False).output
+    whole = _punctuated(piped)
+    assert whole, piped
+    with ThreadPoolExecutor(5) as pool:
+        shown = dict(zip(_WIDTHS, pool.map(lambda w: on_a_terminal(args, cli_env(corpus_db), w), _WIDTHS)))
+    for width, screen in shown.items():
+        assert _punctuated(screen) <= whole, (width, screen)
+        # A number missing is one whose column the table says it left out.
+        assert _punctuated(screen) == whole or "too narrow for" in screen, (width, screen)
+    assert _punctuated(shown[80]) == whole, shown[80]
 
 
 @pytest.mark.parametrize("args", [
