@@ -362,14 +362,18 @@ def test_a_newer_ledger_says_to_upgrade(tmp_path):
 
 
 class _HotViews:
-    """A stand-in daemon on ``address`` answering every GET with ``views``, while in a with block."""
+    """A stand-in daemon on ``address`` answering every GET with ``views`` (the paths asked in ``paths``), while
+    in a with block."""
 
-    def __init__(self, views: list[dict], address: tuple[str, int] = ("127.0.0.1", 0)):
+    def __init__(self, views: list[dict] | dict, address: tuple[str, int] = ("127.0.0.1", 0)):
         import http.server
         import socket
 
+        paths = self.paths = []
+
         class Hot(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                paths.append(self.path)
                 body = json.dumps(views).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -393,6 +397,16 @@ class _HotViews:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_the_gate_command_asks_under_the_urls_path_as_the_query_commands_do(tmp_path):
+    # Behind a proxy that serves the daemon under a path, the gate asked at the root: a 404, so an allow.
+    decision = {"decision": "block", "gate": "session-cost", "reason": "spent $5.12 of its $5.00 budget"}
+    with _HotViews(decision) as daemon:
+        out = run("gate", "--session", "agent:main:main", "--tool", "Bash", "--url",
+                  f"http://127.0.0.1:{daemon.port}/agentledger/", db=tmp_path / "l.db")
+    assert (out.returncode, json.loads(out.stdout)) == (1, decision), out.stderr
+    assert daemon.paths == ["/agentledger/v1/gate?session_key=agent%3Amain%3Amain&tool=Bash"]
 
 
 def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):

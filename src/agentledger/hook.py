@@ -98,6 +98,7 @@ def _checked(opts: dict, unread: str | None) -> dict:
 
 def _request(url: str, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
     parts = urlsplit(url)
+    path = parts.path.rstrip("/") + path  # a daemon a proxy serves under a path, as the query commands ask it
     request = (f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}\r\n\r\n").encode()
     try:
