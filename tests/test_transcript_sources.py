@@ -1289,22 +1289,27 @@ def test_a_side_question_never_named_stays_in_its_session(tmp_path, db):
     _clean(db)
 
 
+def _refused_task_lines() -> list[bytes]:
+    """A turn whose Bash call fails and whose Task the user refuses, then stops."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "Explore"}}
+    refused = orjson.loads(cc_result("r_task", "toolu_task", 5, is_error=True)) | {
+        "toolUseResult": "Error: The user doesn't want to proceed with this tool use."}
+    return [cc_prompt("u1", "who calls paginate?", 0),
+            cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {}},
+                         output=20, second=1, stop="tool_use"),
+            cc_result("r_bash", "toolu_bash", 2, is_error=True),
+            cc_assistant("a2", "msg_2", task, output=60, second=3, request="req_2", stop="tool_use"),
+            _line(refused),
+            cc_user("i1", [{"type": "text", "text": "[Request interrupted by user for tool use]"}], 5)]
+
+
 @pytest.mark.parametrize("passes", [1, 2])
 def test_a_task_refused_before_a_subagent_ran_ends_its_subagent_in_error(tmp_path, db, passes):
     """A Task the user refuses (or that fails before a subagent runs) gets an error for its result, naming
     no subagent: the subagent its call spawned ends there, in error, where reconcile called it interrupted,
     whether or not reconcile cut it off before the result was read. Another tool's failure spawns none."""
-    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
-            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "Explore"}}
-    refused = orjson.loads(cc_result("r_task", "toolu_task", 5, is_error=True)) | {
-        "toolUseResult": "Error: The user doesn't want to proceed with this tool use."}
-    lines = [cc_prompt("u1", "who calls paginate?", 0),
-             cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {}},
-                          output=20, second=1, stop="tool_use"),
-             cc_result("r_bash", "toolu_bash", 2, is_error=True),
-             cc_assistant("a2", "msg_2", task, output=60, second=3, request="req_2", stop="tool_use"),
-             _line(refused),
-             cc_user("i1", [{"type": "text", "text": "[Request interrupted by user for tool use]"}], 5)]
+    lines = _refused_task_lines()
     transcript = _project(tmp_path) / f"{SESSION}.jsonl"
     cut = 4 if passes == 2 else len(lines)
     for part in (lines[:cut], lines[cut:]):
@@ -2428,3 +2433,79 @@ def test_a_live_subagent_sessions_json_forgot_has_its_spawns_key_followed_live_a
                                             (SPAWNED_KEY, SPAWNED, "ended", "subagent")], db
         assert _subagent_end(db, SPAWNED_KEY)[0][0][:2] == ("ended", "ok")
     assert usage(ledgers.afresh)["subagent_sessions"] == usage(ledgers.followed)["subagent_sessions"] == 1
+
+
+ROOT_KEY = f"agent:claude-code:{SESSION}"
+# What an agentledger from before schema 0039 left of each case's rows, where a read now leaves more.
+_OLDER_ROWS = {
+    # API errors kept no key and no branch, in the session whose file they are in; no turn failed with one.
+    "api-error": ("UPDATE llm_calls SET call_key = NULL, branch = NULL, sidechain = 0, session_id = :session, "
+                  "session_key = :root WHERE error IS NOT NULL",
+                  "UPDATE runs SET status = 'ok', error = NULL WHERE status = 'error'"),
+    "nested-task": ("UPDATE subagents SET branch = NULL, parent_session_key = :root",),
+    "refused-task": ("UPDATE subagents SET status = 'interrupted', outcome = NULL, end_rank = 0",),
+    "subagent-compaction": ("UPDATE compactions SET session_key = :root",
+                            "UPDATE events SET session_key = :root WHERE kind = 'compaction'"),
+    "subagent-api-error": ("UPDATE llm_calls SET call_key = NULL, branch = NULL, sidechain = 0, session_id = :session, "
+                           "session_key = :root WHERE error IS NOT NULL",),
+}
+
+
+def _upgrade_case(project: Path, case: str) -> dict[Path, list[bytes]]:
+    sub = project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    if case == "api-error":
+        return {project / f"{SESSION}.jsonl": _api_error_turns()}
+    if case == "nested-task":
+        return _nested_task_files(project)
+    if case == "refused-task":
+        return {project / f"{SESSION}.jsonl": _refused_task_lines()}
+    parent, child, _ = _task_lines()
+    inside = (_compacted(5, 150_000) if case == "subagent-compaction"
+              else _side(TASK_AGENT, cc_api_error("c_err", 4, OVERLOADED)))
+    return {project / f"{SESSION}.jsonl": parent, sub: [*child[:3], inside, *child[3:]]}
+
+
+def _shown(db: Path) -> dict:
+    """What the queries show of runs, subagents, sessions and the session's tree."""
+    sessions = cli_json(db, "sessions")
+    return {"runs": [(r["run_id"], r["status"], r.get("error")) for r in cli_json(db, "runs", "--limit", "100")],
+            "usage": {k: cli_json(db, "usage")[k] for k in ("failed_runs", "llm_errors", "compactions")},
+            "subagents": [(s["child_session_key"], s["parent_session_key"], s["status"], s["outcome"])
+                          for s in cli_json(db, "subagents")],
+            "sessions": [(s["session_key"], s["llm_errors"], len(cli_json(db, "session", s["session_key"])
+                                                                 .get("compactions", []))) for s in sessions],
+            "tree": _tree(db)}
+
+
+@pytest.mark.parametrize(("case", "cut"), [*((case, None) for case in _OLDER_ROWS), ("api-error", 10)],
+                         ids=[*_OLDER_ROWS, "api-error-read-to-a-side-error"])
+def test_an_older_ledger_shows_what_a_fresh_read_does_once_migrated(tmp_path, case, cut):
+    """An older agentledger kept the rows a read of these files makes now, less what it did not know: API
+    errors of no branch, subagents' Tasks under the root, refused Tasks' subagents open, a subagent's own
+    compactions and API errors in its parent. Migrating, and reading the rest of the files, shows what one
+    fresh read of them does; a side question's API error kept after its turn's end fails no turn."""
+    files = _upgrade_case(_project(tmp_path / "fresh"), case)
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(lines))
+    ingest(tmp_path / "fresh.db", tmp_path / "fresh" / "claude", fmt="claude-code")
+    settle(tmp_path / "fresh.db")
+    files = _upgrade_case(_project(tmp_path / "old"), case)
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(lines[:cut]))
+    db = tmp_path / "old.db"
+    ingest(db, tmp_path / "old" / "claude", fmt="claude-code")
+    settle(db)
+    conn = open_writer(db)
+    try:
+        for sql in _OLDER_ROWS[case]:
+            conn.execute(sql, {"session": SESSION, "root": ROOT_KEY})
+        as_of_version(conn, 38)
+    finally:
+        conn.close()
+    for path, lines in files.items():
+        path.write_bytes(b"".join(lines))
+    ingest(db, tmp_path / "old" / "claude", fmt="claude-code")  # migrates first
+    settle(db)
+    assert _shown(db) == _shown(tmp_path / "fresh.db")

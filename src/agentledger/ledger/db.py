@@ -38,7 +38,13 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                              34: ("session_totals", "run_llm_totals", "session_model_totals",
                                                   "usage_slots", "usage_days", "cost_source_totals",
                                                   "session_fallback_costs"),
-                                             37: ("usage_slots", "usage_days", "session_ids", "compaction_pairs")}
+                                             37: ("usage_slots", "usage_days", "session_ids", "compaction_pairs"),
+                                             40: ("session_totals", "session_model_totals", "compaction_pairs"),
+                                             41: ("usage_slots", "usage_days")}
+# Migrations finished by a rule of the writer's (a function of writer.py), where a fresh read and the
+# migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the writer's
+# statements are written for, and before the refills.
+SETTLES: dict[int, str] = {41: "settle_upgraded_ends"}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -274,6 +280,12 @@ def migrate(conn: apsw.Connection) -> int:
             if number in REFILLS:
                 tables = REFILLS[number]
                 refill = None if tables is None or refill is None else refill | set(tables)
+        settles = [SETTLES[number] for number, _ in pending if number in SETTLES]
+        if settles:
+            from agentledger.ledger import writer
+
+            for name in settles:
+                getattr(writer, name)(conn)
         if refill is None or refill:
             from agentledger.ledger.verify import rebuild_rollups, rebuild_rollups_as_a_change
 

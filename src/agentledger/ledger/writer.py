@@ -276,11 +276,14 @@ WHERE run_id IN (SELECT value FROM json_each(?1)) AND source = ?2 AND stop_reaso
 # Claude Code writes an API error that ended a request as an answer of its own (isApiErrorMessage), and may
 # retry within the turn after one: a Claude Code turn went as its last main-branch answer did, whatever ended it
 # (a stop reason, turn_duration, the next prompt, reconcile). One whose last answer is such an error failed with
-# it; one answered since is ok. A turn the user stopped stays interrupted, an open one open.
+# it; one answered since is ok. A turn the user stopped stays interrupted, an open one open. An older agentledger
+# kept an API error with no key and no branch, a side branch's (a /btw question's) as the main branch's: one such
+# after its turn had ended was no answer of the turn.
 _TURN_OUTCOMES = f"""
 UPDATE runs SET (status, error) = (
     SELECT iif(last.error IS NULL, 'ok', 'error'), last.error
     FROM (SELECT (SELECT c.error FROM llm_calls AS c WHERE c.run_id = runs.run_id AND c.branch IS NULL
+                    AND (c.call_key IS NOT NULL OR c.ts_ms <= runs.ended_ms)
                   ORDER BY c.ts_ms DESC, c.error IS NULL DESC LIMIT 1) AS error) AS last)
 WHERE run_id IN (SELECT value FROM json_each(?)) AND source = '{CLAUDE_CODE}' AND status IN ('ok', 'error')
 """
@@ -655,6 +658,9 @@ _FAILED_TASKS = f"""
 SELECT ?2 || tool_call_id, ended_ms FROM tool_calls
 WHERE tool_call_id IN (SELECT value FROM json_each(?1)) AND source = '{CLAUDE_CODE}' AND status = 'error'
 """
+# What an older ledger holds for those rules to settle (see settle_upgraded_ends).
+_ENDED_TURNS = f"SELECT run_id FROM runs WHERE source = '{CLAUDE_CODE}' AND status IN ('ok', 'error')"
+_FAILED_CALLS = f"SELECT tool_call_id FROM tool_calls WHERE source = '{CLAUDE_CODE}' AND status = 'error'"
 _END_FAILED_TASK = """
 UPDATE subagents SET status = 'ended', ended_ms = ?2, outcome = 'error', end_rank = 2
 WHERE (child_session_key = ?1 OR spawn_key = ?1) AND spawned_ms IS NOT NULL AND end_rank < 2
@@ -1255,11 +1261,22 @@ def _reopen_retried(conn: apsw.Connection, facts: list[Fact]) -> None:
 def _end_failed_tasks(conn: apsw.Connection, facts: list[Fact]) -> None:
     """End the subagents of the Tasks among the batch's calls that failed (see _FAILED_TASKS): a failed
     result's line, or a Task's own once its call is known to have failed."""
-    calls = sorted({f.tool_call_id for f in facts if f.source == CLAUDE_CODE and (
+    _end_tasks_of(conn, {f.tool_call_id for f in facts if f.source == CLAUDE_CODE and (
         (type(f) is ToolEnded and f.is_error) or (type(f) is ToolStarted and f.tool_name in TASK_TOOLS))})
+
+
+def _end_tasks_of(conn: apsw.Connection, calls: Collection[str]) -> None:
     if calls:
-        failed = conn.execute(_FAILED_TASKS, (orjson.dumps(calls).decode(), spawn_key(""))).fetchall()
+        failed = conn.execute(_FAILED_TASKS, (orjson.dumps(sorted(calls)).decode(), spawn_key(""))).fetchall()
         conn.executemany(_END_FAILED_TASK, failed)
+
+
+def settle_upgraded_ends(conn: apsw.Connection) -> None:
+    """End the Claude Code turns and refused Tasks an older agentledger stored as a read of their lines ends them
+    now (_TURN_OUTCOMES, _FAILED_TASKS): it kept what those rules need, not what they make of it. The
+    migration that runs this refills the rollups the runs and subagents count in."""
+    turn_outcomes(conn, [run for (run,) in conn.execute(_ENDED_TURNS)])
+    _end_tasks_of(conn, [call for (call,) in conn.execute(_FAILED_CALLS)])
 
 
 def turn_outcomes(conn: apsw.Connection, runs: Collection[str]) -> None:
