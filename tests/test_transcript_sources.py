@@ -26,7 +26,7 @@ from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger import queries
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.reconcile import reconcile
-from agentledger.ledger.verify import check_rollups
+from agentledger.ledger.verify import check_rollups, rebuild_rollups
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
 
@@ -2436,18 +2436,22 @@ def test_a_live_subagent_sessions_json_forgot_has_its_spawns_key_followed_live_a
 
 
 ROOT_KEY = f"agent:claude-code:{SESSION}"
-# What an agentledger from before schema 0039 left of each case's rows, where a read now leaves more.
+# API errors kept no key and no branch, and were the root session's, their events too, whatever file they were in.
+_KEYLESS_ERRORS = ("UPDATE llm_calls SET call_key = NULL, branch = NULL, sidechain = 0, session_id = :session, "
+                   "session_key = :root WHERE error IS NOT NULL",
+                   "UPDATE events SET session_key = :root "
+                   "WHERE id IN (SELECT event_id FROM llm_calls WHERE error IS NOT NULL)")
+# What an agentledger from before schema 0039 left of each case's rows, where a read now leaves more; its
+# rollups counted those rows as they were (rebuilt from them once faked).
 _OLDER_ROWS = {
-    # API errors kept no key and no branch, in the session whose file they are in; no turn failed with one.
-    "api-error": ("UPDATE llm_calls SET call_key = NULL, branch = NULL, sidechain = 0, session_id = :session, "
-                  "session_key = :root WHERE error IS NOT NULL",
-                  "UPDATE runs SET status = 'ok', error = NULL WHERE status = 'error'"),
-    "nested-task": ("UPDATE subagents SET branch = NULL, parent_session_key = :root",),
-    "refused-task": ("UPDATE subagents SET status = 'interrupted', outcome = NULL, end_rank = 0",),
+    # No turn failed with an API error.
+    "api-error": (*_KEYLESS_ERRORS, "UPDATE runs SET status = 'ok', error = NULL WHERE status = 'error'"),
+    "nested-task": ("UPDATE subagents SET branch = NULL, parent_session_key = :root",
+                    "UPDATE events SET session_key = :root WHERE kind = 'subagent.spawn'"),
+    "refused-task": ("UPDATE subagents SET status = 'interrupted', ended_ms = NULL, outcome = NULL, end_rank = 0",),
     "subagent-compaction": ("UPDATE compactions SET session_key = :root",
                             "UPDATE events SET session_key = :root WHERE kind = 'compaction'"),
-    "subagent-api-error": ("UPDATE llm_calls SET call_key = NULL, branch = NULL, sidechain = 0, session_id = :session, "
-                           "session_key = :root WHERE error IS NOT NULL",),
+    "subagent-api-error": _KEYLESS_ERRORS,
 }
 
 
@@ -2501,6 +2505,7 @@ def test_an_older_ledger_shows_what_a_fresh_read_does_once_migrated(tmp_path, ca
     try:
         for sql in _OLDER_ROWS[case]:
             conn.execute(sql, {"session": SESSION, "root": ROOT_KEY})
+        rebuild_rollups(conn)
         as_of_version(conn, 38)
     finally:
         conn.close()
