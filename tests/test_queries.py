@@ -918,7 +918,7 @@ def test_metric_floors_kept_before_spend_was_split_by_source_hold_no_series(corp
     path = tmp_path / "metric-floors.json"
     metric_counters(db, floors=CounterFloors(path))
     saved = json.loads(path.read_bytes())
-    path.write_bytes(json.dumps({**saved, "samples": [[n, labels, value * 10] for n, labels, value in saved["samples"]]})
+    path.write_bytes(json.dumps({**saved, "samples": [[n, labels, value * 10] for n, labels, value, *_ in saved["samples"]]})
                      .encode())
     conn = apsw.Connection(str(db))
     as_of_version(conn, 27)

@@ -378,6 +378,90 @@ def test_metrics_hold_a_counter_the_ledger_corrects_downwards(tmp_path):
         served.stop()
 
 
+def test_metrics_count_a_run_whose_outcome_is_revised_under_each_outcome_and_still_see_the_next_failure(tmp_path):
+    """A turn answers, goes on, fails with an API error and is answered on retry: its run goes ok, error,
+    ok. The failure it went through counts, and a later run's real failure raises the counter again,
+    across a kill -9 too: held as a correction, the error series would hide it from ``increase()``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from served import serve
+    from serving import wait_for, write_config
+
+    main = _project(tmp_path) / f"{SESSION}.jsonl"
+    db = tmp_path / "ledger.db"
+
+    def runs_total() -> dict[str, float]:
+        with urllib.request.urlopen(served.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
+                for s in f.samples if s.name == "agentledger_runs_total"}
+
+    def statuses() -> list[str]:
+        return [status for (status,) in rows(db, "SELECT status FROM runs ORDER BY started_ms")]
+
+    def append(*lines: bytes) -> None:
+        with main.open("ab") as f:
+            f.writelines(lines)
+
+    config = write_config(tmp_path, tmp_path / "claude", fmt="claude-code", extra="")
+    served = serve(config)
+    try:
+        append(cc_prompt("u1", "fix it", 0),
+               cc_assistant("a1", "msg_1", {"type": "text", "text": "Fixed."}, output=50, second=1, stop="end_turn"))
+        wait_for(lambda: statuses() == ["ok"], what="the turn answered")
+        assert runs_total() == {"ok": 1, "error": 0}
+        append(cc_api_error("e1", 2, OVERLOADED))
+        wait_for(lambda: statuses() == ["error"], what="the turn failed")
+        assert runs_total() == {"ok": 1, "error": 1}
+        append(cc_assistant("a2", "msg_2", {"type": "text", "text": "Done."}, output=9, second=4, stop="end_turn",
+                            request="req_2"), cc_turn_duration("d1", 5))
+        wait_for(lambda: statuses() == ["ok"], what="the retry answered")
+        assert runs_total() == {"ok": 2, "error": 1}
+    finally:
+        served.stop(signal.SIGKILL)
+    served = serve(config)
+    try:
+        assert runs_total() == {"ok": 2, "error": 1}
+        append(cc_prompt("u2", "more", 10), cc_api_error("e2", 11, OVERLOADED), cc_turn_duration("d2", 12))
+        wait_for(lambda: statuses() == ["ok", "error"], what="the second turn failed")
+        assert runs_total() == {"ok": 2, "error": 2}
+    finally:
+        served.stop()
+
+
+def test_metric_floors_hold_what_the_ledger_took_back_but_not_what_moved_to_another_outcome(tmp_path):
+    from prometheus_client.core import CounterMetricFamily
+
+    from agentledger.metrics import CounterFloors
+
+    def served(floors: CounterFloors, ok: int, error: int, tokens: int) -> tuple[float, float, float]:
+        runs = CounterMetricFamily("agentledger_runs", "", labels=["outcome"])
+        runs.add_metric(["ok"], ok)
+        runs.add_metric(["error"], error)
+        spent = CounterMetricFamily("agentledger_tokens", "", labels=["model"])
+        spent.add_metric(["m"], tokens)
+        floors.hold(["ledger", 1], [runs, spent])
+        return (*(s.value for s in runs.samples), spent.samples[0].value)
+
+    path = tmp_path / "metric-floors.json"
+    floors = CounterFloors(path)
+    assert served(floors, 3, 1, 100) == (3, 1, 100)
+    assert served(floors, 2, 1, 90) == (3, 1, 100)  # a replayed run and its tokens found out: held
+    assert served(floors, 3, 1, 95) == (3, 1, 100)  # the next run refills what was taken back
+    assert served(floors, 2, 2, 95) == (3, 2, 100)  # a run's outcome revised: moved, not taken back
+    assert served(floors, 3, 1, 95) == (4, 2, 100)  # and back: it counts under each outcome it reached
+    floors = CounterFloors(path)  # a restart keeps all of it
+    assert served(floors, 3, 2, 120) == (4, 3, 120)  # another run fails: it counts
+    # A file kept before moves were told apart: what lies below its values was taken back.
+    path.write_bytes(orjson.dumps({"epoch": ["ledger", 1], "samples": [
+        ["agentledger_runs_total", [["outcome", "ok"]], 5], ["agentledger_runs_total", [["outcome", "error"]], 2],
+        ["agentledger_tokens_total", [["model", "m"]], 150]]}))
+    floors = CounterFloors(path)
+    assert served(floors, 3, 3, 120) == (5, 3, 150)
+    assert served(floors, 4, 3, 160) == (5, 3, 160)
+
+
 def _oc_line(obj: dict) -> bytes:
     return orjson.dumps(obj) + b"\n"
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -51,59 +52,110 @@ class _Capped:
         return value if value in self.kept else OTHER
 
 
+class _Served(NamedTuple):
+    """One series' hold: what it was served at, the ledger's value then, and how much of the
+    ledger's drops in it were taken back rather than moved to another outcome."""
+
+    served: float
+    seen: float
+    credit: float
+
+
 class CounterFloors:
-    """The highest value each counter and histogram sample was served at.
+    """What each counter and histogram sample was served at, so that none is ever served lower.
 
     The ledger corrects itself now and then: a side branch's replay is found out after it was
     counted, a call's line gives way to a better one. A sum over the ledger then goes down, which
     Prometheus reads as a reset: ``increase()`` counts the whole value again, a false spike in
-    spend. So a sample is served at its highest until the ledger passes it again, and kept in
-    ``path`` (when given): a restart's catch-up finds such corrections too.
+    spend. So a sample is served at its highest until the ledger passes it again.
 
-    The floors stand for one epoch (see ``hold``): another ledger starts afresh, as its counters
-    really do, and so does a ``reprice`` or another ``top_n``, which move counts from one series to
-    another: floors held past them would count those calls in both."""
+    An outcome is revised too: a Claude Code turn that answered goes on and fails, or fails and is
+    answered on retry. The run leaves one ``outcome`` series for another of the same family and
+    labels; held as a correction, the series it left would hide the next run that really arrives
+    there. So within such a group, a drop that another series' rise matches in the same scrape is a
+    move: the rise counts and the drop holds nothing back, and a run whose outcome changed counts
+    under each outcome it reached. Only what the ledger took back unmatched (``credit``) absorbs
+    later rises of its own series.
+
+    Kept in ``path`` (when given): a restart's catch-up finds such corrections too. The floors stand
+    for one epoch (see ``hold``): another ledger starts afresh, as its counters really do, and so
+    does a ``reprice`` or another ``top_n``, which move counts from one series to another: floors
+    held past them would count those calls in both."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self._epoch: list | None = None
-        self._highest: dict[tuple, float] = {}
+        self._series: dict[tuple, _Served] = {}
         self._lock = threading.Lock()  # scrapes are answered on threads of their own
         if path is None:
             return
         try:
             saved = orjson.loads(path.read_bytes())
             self._epoch = saved["epoch"]
-            self._highest = {(name, tuple(map(tuple, labels))): value for name, labels, value in saved["samples"]}
+            for name, labels, served, *rest in saved["samples"]:
+                # A file from before moves were told apart holds only what was served: the ledger's
+                # value then is unknown, so whatever it lies below is taken as taken back.
+                seen, credit = rest if rest else (served, 0.0)
+                self._series[(name, tuple(map(tuple, labels)))] = _Served(served, seen, credit)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("metric floors in %s not read (%s): counters start from the ledger's sums", path, exc)
-            self._epoch, self._highest = None, {}
+            self._epoch, self._series = None, {}
 
     def hold(self, epoch: list, families: list[Metric]) -> None:
         """``epoch``: what the families' values stand on (the ledger, its repricings, the label cap)."""
         with self._lock:
             if epoch != self._epoch:
-                self._epoch, self._highest = epoch, {}
-            raised = False
+                self._epoch, self._series = epoch, {}
+            changed = False
             for family in families:
                 if family.type not in ("counter", "histogram"):
                     continue
+                groups: dict[tuple, list[tuple[int, tuple]]] = {}
                 for i, sample in enumerate(family.samples):
-                    key = (sample.name, tuple(sorted(sample.labels.items())))
-                    highest = self._highest.get(key)
-                    if highest is not None and sample.value <= highest:
-                        family.samples[i] = sample._replace(value=highest)
-                    else:
-                        self._highest[key] = sample.value
-                        raised = True
-            if raised and self.path is not None:
+                    labels = sorted(sample.labels.items())
+                    group = (sample.name, tuple(kv for kv in labels if kv[0] != "outcome"))
+                    groups.setdefault(group, []).append((i, (sample.name, tuple(labels))))
+                for members in groups.values():
+                    changed |= self._hold_group(family.samples, members)
+            if changed and self.path is not None:
                 self._save()
+
+    def _hold_group(self, samples: list, members: list[tuple[int, tuple]]) -> bool:
+        before = {key: self._series.get(key) for _, key in members}
+        now = {key: samples[i].value for i, key in members}
+        if len(members) == 1:
+            (key, value), = now.items()
+            was = before[key]
+            served = value if was is None or value > was.served else was.served
+            self._series[key] = _Served(served, value, served - value)
+        else:
+            # Counts of ended runs and calls: whole numbers, so the sums below are exact.
+            delta = {key: value - (before[key].seen if before[key] else 0.0) for key, value in now.items()}
+            rises, drops = sum(d for d in delta.values() if d > 0), -sum(d for d in delta.values() if d < 0)
+            moved_out = moved_in = min(rises, drops)
+            for key, value in now.items():
+                was = before[key] or _Served(0.0, 0.0, 0.0)
+                served, credit, d = was.served, was.credit, delta[key]
+                if d < 0:
+                    moved = min(-d, moved_out)
+                    moved_out -= moved
+                    credit += -d - moved
+                elif d > 0:
+                    moved = min(d, moved_in)
+                    moved_in -= moved
+                    absorbed = min(d - moved, credit)
+                    credit -= absorbed
+                    served += d - absorbed
+                self._series[key] = _Served(served, value, credit)
+        for i, key in members:
+            samples[i] = samples[i]._replace(value=self._series[key].served)
+        return any(self._series[key] != before[key] for _, key in members)
 
     def _save(self) -> None:
         data = orjson.dumps({"epoch": self._epoch,
-                             "samples": [[name, labels, value] for (name, labels), value in self._highest.items()]})
+                             "samples": [[name, labels, *held] for (name, labels), held in self._series.items()]})
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             with open(tmp, "wb") as f:
