@@ -45,6 +45,11 @@ def _cli(db: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
+def _table(text: str) -> list[list[str]]:
+    """A table as printed to a pipe, its cells split where two spaces or more part them."""
+    return [re.split(r"(?<=\S) {2,}", line) for line in text.splitlines()]
+
+
 def test_costs_by_model_and_day_match_expected(corpus_db, oc_expected):
     by_model = {r["model"]: r for r in _q(corpus_db, queries.costs, "model")}
     assert set(by_model) == set(oc_expected["per_model"])  # no empty rows from count-only slots
@@ -204,6 +209,9 @@ def test_a_terminal_of_any_width_shows_each_number_whole_or_names_its_column(cor
         assert _punctuated(screen) <= whole, (width, screen)
         # A number missing is one whose column the table says it left out.
         assert _punctuated(screen) == whole or "too narrow for" in screen, (width, screen)
+        if args[0] == "tree":  # its lines ran past the edge, for the terminal to break anywhere
+            table = screen.partition("(too narrow for ")[0]
+            assert max(map(len, table.splitlines())) <= width, (width, screen)
     assert _punctuated(shown[80]) == whole, shown[80]
 
 
@@ -430,10 +438,10 @@ def test_a_session_id_is_one_instance_of_its_key_with_the_subagents_it_spawned(t
         assert (node["own_cost_usd"], node["cumulative_cost_usd"]) == (own, family), name
         assert [c["session_key"] for c in node["children"]] == kids, name
         assert sorted(i["id"] for i in spawns) == kids, name
-    lines = _cli(db, "tree", "S1").stdout.splitlines()
-    assert lines[0] == f"{key} (session S1)  own $1.0000  total $1.2500"
-    assert [line.strip() for line in lines[1:]] == [f"{a} [a]  own $0.2500  total $0.2500"]
-    assert _cli(db, "tree", key).stdout.splitlines()[0] == f"{key}  own $3.0000  total $3.7500"
+    assert _table(_cli(db, "tree", "S1").stdout) == [["session", "label", "own $", "total $"],
+                                                      [f"{key} (session S1)", "-", "1.0000", "1.2500"],
+                                                      [f"  {a}", "a", "0.2500", "0.2500"]]
+    assert _table(_cli(db, "tree", key).stdout)[1] == [key, "-", "3.0000", "3.7500"]
 
 
 def test_calls_naming_another_session_than_their_run_s_are_listed_where_they_count(tmp_path):
@@ -500,10 +508,10 @@ def test_subagent_tree_and_timeline_costs_mark_the_unpriced_calls_they_leave_out
     assert (by_child[part]["unpriced_calls"], by_child[blind]["unpriced_calls"]) == (1, 1)
 
     tree = text("tree", root)
-    assert tree[0].endswith("own $1.0000  total ≥$1.2500*")
-    assert [line.strip() for line in tree[1:3]] == [f"{part} [part]  own ≥$0.2500*  total ≥$0.2500*",
-                                                    f"{blind} [blind]  own —*  total —*"]
-    assert tree[3].startswith(note)
+    assert _table("\n".join(tree[:4])) == [["session", "label", "own $", "total $"], [root, "-", "1.0000", "≥1.2500*"],
+                                          [f"  {part}", "part", "≥0.2500*", "≥0.2500*"],
+                                          [f"  {blind}", "blind", "—*", "—*"]]
+    assert tree[4].startswith(note) and sum(note in line for line in tree) == 1
     node = json.loads(_cli(db, "tree", root, "--json").stdout)
     assert (node["own_unpriced_calls"], node["cumulative_unpriced_calls"]) == (0, 2)
     assert [(c["own_unpriced_calls"], c["cumulative_unpriced_calls"]) for c in node["children"]] == [(1, 1), (1, 1)]

@@ -52,8 +52,10 @@ def _cell(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    # One line a row: an error text may be a whole pretty-printed JSON object.
-    return " ".join(str(value).split())
+    # One line a row: an error text may be a whole pretty-printed JSON object. Leading spaces stay: they
+    # indent a tree's levels.
+    text = str(value)
+    return text[:len(text) - len(text.lstrip(" "))] + " ".join(text.split())
 
 
 def cost_cell(cost: float | None, unpriced: int | None) -> str:
@@ -61,9 +63,15 @@ def cost_cell(cost: float | None, unpriced: int | None) -> str:
     return display.cost(cost, unpriced, _cell)
 
 
+def _is_cost(key: str) -> bool:
+    return key == "cost_usd" or key.endswith("_cost_usd")
+
+
 def _row_cells(row: dict, columns: list[tuple[str, str]]) -> list[str]:
-    return [cost_cell(row.get(k), row.get("unpriced_calls")) if k == "cost_usd" else _cell(row.get(k))
-            for k, _ in columns]
+    # Each cost is marked by the unpriced calls of its own scope: cost_usd by unpriced_calls,
+    # own_cost_usd by own_unpriced_calls…
+    return [cost_cell(row.get(k), row.get(k.removesuffix("cost_usd") + "unpriced_calls")) if _is_cost(k)
+            else _cell(row.get(k)) for k, _ in columns]
 
 
 def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str | None = None,
@@ -84,7 +92,7 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str |
 
 def _is_number(rows: list[dict], key: str) -> bool:
     # A cost column is one even where every cost is unknown; elsewhere a dash stands for a missing number.
-    return key == "cost_usd" or any(isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)
+    return _is_cost(key) or any(isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)
                                     for row in rows)
 
 

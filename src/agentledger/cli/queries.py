@@ -415,18 +415,12 @@ def subagents_cmd(conn, w, fmt):
                 ("outcome", "outcome"), ("duration_ms", "ms"), ("cost_usd", "cost $")])
 
 
-def _dollars(value: float) -> str:
-    return f"${value:.4f}"
-
-
-def _tree_lines(node: dict, depth: int = 0, name: str | None = None) -> list[str]:
-    label = f" [{node['label']}]" if node["label"] else ""
-    lines = [f"{'  ' * depth}{name or node['session_key']}{label}  "
-             f"own {display.cost(node['own_cost_usd'], node['own_unpriced_calls'], _dollars)}  "
-             f"total {display.cost(node['cumulative_cost_usd'], node['cumulative_unpriced_calls'], _dollars)}"]
+def _tree_rows(node: dict, depth: int = 0, name: str | None = None) -> list[dict]:
+    # Indented under its parent; in a narrow terminal the session column folds and the costs stay whole.
+    rows = [{**node, "session": "  " * depth + (name or node["session_key"])}]
     for child in node["children"]:
-        lines += _tree_lines(child, depth + 1)
-    return lines
+        rows += _tree_rows(child, depth + 1)
+    return rows
 
 
 @cli.command()
@@ -440,8 +434,9 @@ def tree(conn, w, fmt, key):
     else:
         # Asked by a session id, the root is that one instance of its key: say which.
         name = f"{root['session_key']} (session {key})" if key != root["session_key"] else None
-        for line in _tree_lines(root, name=name):
-            click.echo(line)
+        emit_table(_tree_rows(root, name=name), [("session", "session"), ("label", "label"),
+                                                 ("own_cost_usd", "own $"), ("cumulative_cost_usd", "total $")],
+                   note=False)
         note_unpriced(root["cumulative_unpriced_calls"])
 
 
