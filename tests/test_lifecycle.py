@@ -146,6 +146,34 @@ def test_a_line_slightly_out_of_order_is_not_a_restart(tmp_path, db):
     assert scalar(db, "SELECT status FROM runs") == "running"
 
 
+@pytest.mark.parametrize("order", [(1, 0), (0, 2, 1), (0, 2, 3, 1)], ids=str)
+def test_a_gateways_first_lines_written_out_of_order_are_no_restart(tmp_path, db, order):
+    """Near a process's start, a line written out of order steps back to about 0 as a new process's
+    first line does: ms apart, it is the same process."""
+    log = Log()
+    log.ev(T0, "run.start", run="R1")
+    for i in range(1, max(order) + 1):
+        log.ev(T0, "llm.input", run="R1")
+    by_seq = {orjson.loads(line)["seq"]: line for line in log.lines}
+    log.lines = [orjson.dumps(orjson.loads(by_seq[seq]) | {"ts": T0 + n}) + b"\n" for n, seq in enumerate(order)]
+    log.write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
+    assert scalar(db, "SELECT status FROM runs") == "running"
+    assert _session(db, "S1")["suspensions"] == 0
+
+
+def test_a_gateway_back_within_seconds_after_a_few_lines_is_a_restart(tmp_path, db):
+    log = Log()
+    log.ev(T0, "run.start", run="R1").call(T0 + 100, "R1", 0.5)
+    log.restart()
+    log.ev(T0 + 2100, "run.start", run="R2")
+    log.write(tmp_path / "state")
+    ingest(db, tmp_path / "state")
+    assert scalar(db, "SELECT cause FROM gateway_restarts") == "seq"
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R1'") == "interrupted"
+
+
 def test_an_idle_gap_counts_as_a_restart_with_the_configured_idle_time(tmp_path, db):
     log = Log()
     log.ev(T0, "run.start", run="R1").ev(T0 + 1000, "run.end", run="R1")

@@ -43,6 +43,11 @@ from agentledger.ledger import rollups
 from agentledger.ledger.verify import NEXT_CONTEXT_MS, rebuild_keys
 
 _MAX_SEQ_STEP = 16  # lines a log may skip (malformed, torn) and still count as read without a gap
+_MAX_REORDER = 16  # lines a gateway may write out of their seq order
+# Less than this after its last line, a log whose seq steps back by no more than _MAX_REORDER is a
+# line written out of order, not a gateway's new process: none starts and writes that fast. A crash
+# loop that quick goes unseen as restarts; its open runs are still interrupted by reconcile.
+_COMEBACK_MS = 1000
 _REASON_RANK = {None: 0, "deleted": 1, "subagent": 2, "end": 3, "reset": 4}
 _AWAY = ("suspended", "interrupted")
 
@@ -215,8 +220,9 @@ class _Log:
                 if ts < last:
                     continue  # older than what the log already showed (read late): says nothing about now
                 if f.seq is not None and seq is not None:
-                    # A new process counts from 0; a line written out of order only steps back a little.
-                    if f.seq < seq and f.seq <= seq // 2:
+                    # A new process counts from 0; a line written out of order only steps back a little,
+                    # which near a process's start is back to 0 too: there, only time tells them apart.
+                    if f.seq < seq and f.seq <= seq // 2 and (seq - f.seq > _MAX_REORDER or ts - last >= _COMEBACK_MS):
                         self.restarts.append(_Restart(i, "seq", last, ts))
                     # Silence is only silence when no line in between is missing (unread or lost).
                     elif ts - last > idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
