@@ -119,6 +119,34 @@ def test_grace_is_respected(tmp_path, db):
     conn.close()
 
 
+def test_a_run_waiting_on_a_subagent_that_still_works_is_no_orphan(tmp_path, db):
+    """The parent's log is silent while its child works: the run, and the spawn's tool call, wait with
+    the child, and are orphaned only once the child is silent too."""
+    t0, kid = 1_790_000_000_000, "agent:main:subagent:kid"
+    lines = [_ev(1, t0, "run.start", {"model": "m", "provider": "p"}),
+             _ev(2, t0 + 10, "tool.start", {"toolName": "sessions_spawn", "toolCallId": "T1"}),
+             _ev(3, t0 + 20, "subagent.spawn", {"childSessionKey": kid, "agentId": "main", "label": "k", "mode": "run"})]
+    lines += [_ev(4 + i, t0 + i * 60_000, "llm.call", {"provider": "p", "model": "m", "costUsd": 0.01,
+                                                       "delta": {"input": 1, "output": 1, "total": 2}},
+                  sessionKey=kid, sessionId="K", runId="RK") for i in range(1, 20)]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    ingest(db, logs.root)
+    child_last = t0 + 19 * 60_000
+    conn = open_writer(db)
+    try:
+        done = reconcile(LedgerWriter(conn), child_last + 599_000, grace_s=600)
+        assert (done.runs, done.tool_calls, done.subagents) == (0, 0, 0)
+        assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R'") == "running"
+        assert scalar(db, "SELECT status FROM tool_calls WHERE tool_call_id = 'T1'") == "running"
+        done = reconcile(LedgerWriter(conn), child_last + 601_000, grace_s=600)
+        assert (done.subagents, done.tool_calls) == (1, 1)
+        assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R'") == "interrupted"
+    finally:
+        conn.close()
+    _verify(db)
+
+
 def test_telemetry_runs_without_an_end_are_interrupted_even_with_nothing_left_waiting(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     t0 = 1_790_000_000_000

@@ -1,8 +1,8 @@
 """Orphan reconciliation: what started and never ended becomes ``interrupted``.
 
 A run, tool call or subagent still open ``grace`` after its last sign of life is marked
-interrupted, in a ledger transaction that moves the rollups with it; so is a run whose
-session was suspended by a gateway restart after the run's last sign of life, without
+interrupted (a run waiting on a subagent that still shows life has not been silent), in a ledger
+transaction that moves the rollups with it; so is a run whose session was suspended by a gateway restart after the run's last sign of life, without
 waiting. A session suspended by a restart and not back within ``grace`` of the restart has
 vanished: interrupted too. A late event still wins: the writer's upserts set the real outcome over
 ``interrupted``, and a session's next event makes it active again.
@@ -38,10 +38,17 @@ from agentledger.ledger.writer import LedgerWriter, turn_outcomes
 from agentledger.sources import oc_transcript
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 
-_OPEN_RUNS = """
+# A subagent's last sign of life: its spawn, or its session's last event.
+_CHILD_LIFE = ("max(coalesce({a}.spawned_ms, 0), "
+               "coalesce((SELECT max(last_ms) FROM sessions WHERE session_key = {a}.child_session_key), 0))")
+# A run waiting on a subagent that still shows life (a Task, a spawn awaiting its answer) is no orphan,
+# and neither is its open tool call: its own log stays silent for as long as the child works.
+_WAITING = ("EXISTS (SELECT 1 FROM subagents AS c INDEXED BY subagents_open WHERE c.status = 'running' "
+            f"AND c.parent_run_id = {{run}} AND {_CHILD_LIFE.format(a='c')} >= ?1)")
+_OPEN_RUNS = f"""
 SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
 WHERE r.status = 'running' AND (
-    max(coalesce(a.last_ms, 0), coalesce(r.started_ms, 0)) < ?1
+    (max(coalesce(a.last_ms, 0), coalesce(r.started_ms, 0)) < ?1 AND NOT {_WAITING.format(run='r.run_id')})
     OR max(coalesce(a.last_ms, 0), coalesce(r.started_ms, 0)) <= (
         SELECT max(p.from_ms) FROM sessions AS s JOIN session_suspensions AS p ON p.session_id = s.session_id
         WHERE s.session_id = r.session_id AND s.status IN ('suspended', 'interrupted') AND p.until_ms IS NULL))
@@ -57,9 +64,10 @@ _FINISH_RUN = """
 UPDATE runs SET status = 'ok', ended_ms = (SELECT last_ms FROM run_activity WHERE run_id = ?1)
 WHERE run_id = ?1 AND status = 'running'
 """
-_OPEN_TOOLS = """
-SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
-WHERE status = 'running' AND (coalesce(started_ms, ended_ms, 0) < ?1 OR run_id IN (SELECT value FROM json_each(?2)))
+_OPEN_TOOLS = f"""
+SELECT run_id, tool_call_id FROM tool_calls AS t INDEXED BY tool_calls_open
+WHERE status = 'running' AND ((coalesce(started_ms, ended_ms, 0) < ?1 AND NOT {_WAITING.format(run='t.run_id')})
+                              OR run_id IN (SELECT value FROM json_each(?2)))
 """
 # Away since its gateway restarted: the first event after the restart, which the suspension
 # knows by the restart's last event before it. A session idle longer than the grace before the
@@ -71,10 +79,9 @@ WHERE s.status = 'suspended' AND coalesce((
     LEFT JOIN gateway_restarts AS g ON g.last_ms = p.from_ms AND g.cause = p.cause
     WHERE p.session_id = s.session_id AND p.until_ms IS NULL), s.last_ms) < ?
 """
-_OPEN_SUBAGENTS = """
+_OPEN_SUBAGENTS = f"""
 SELECT a.child_session_key FROM subagents AS a INDEXED BY subagents_open
-WHERE a.status = 'running' AND max(coalesce(a.spawned_ms, 0),
-    coalesce((SELECT max(last_ms) FROM sessions WHERE session_key = a.child_session_key), 0)) < ?
+WHERE a.status = 'running' AND {_CHILD_LIFE.format(a='a')} < ?1
 """
 
 
