@@ -29,7 +29,7 @@ from agentledger.facts import (
     ToolStarted,
     UsageSnapshot,
 )
-from agentledger.sources.common import MAX_DURATION_MS
+from agentledger.sources.common import MAX_DURATION_MS, MAX_TIME_MS
 from agentledger.sources.oc_telemetry import decode
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -547,6 +547,19 @@ def test_bad_ts_rejected(ts):
     assert "ts" in r.reason
 
 
+@pytest.mark.parametrize("ts", [MAX_TIME_MS + 1, 100_000_000_000_000_000, 2**63 - 1, 1e17])
+def test_a_ts_past_the_year_9999_is_rejected(ts):
+    # Indexed, it made every query that prints times fail: "year 3170843 is out of range".
+    assert "ts" in rejected(line("run.start", ts=ts)).reason
+    assert ok(line("run.start", ts=MAX_TIME_MS)).ts_ms == MAX_TIME_MS
+
+
+def test_a_subagent_end_time_no_date_can_show_is_no_end_time():
+    data = {"targetSessionKey": "agent:main:subagent:x", "outcome": "ok"}
+    assert ok(line("subagent.end", {**data, "endedAt": 10**17})).ended_ms is None
+    assert ok(line("subagent.end", {**data, "endedAt": 1_790_000_000_000})).ended_ms == 1_790_000_000_000
+
+
 def test_negative_fractional_ts_rejected():
     r = rejected(b'{"kind":"run.start","ts":-0.5}', 0)
     assert "ts" in r.reason
@@ -751,7 +764,7 @@ _other_keys = {
 # Mostly a known kind and a usable ts, so most examples reach the per-kind builders with sloppy fields;
 # sometimes any subset of the envelope with any types at all.
 _good_envelopes = st.fixed_dictionaries(
-    {"kind": _kinds, "ts": st.integers(min_value=0, max_value=2**63 - 1)}, optional=_other_keys)
+    {"kind": _kinds, "ts": st.integers(min_value=0, max_value=MAX_TIME_MS)}, optional=_other_keys)
 _any_envelopes = st.fixed_dictionaries({}, optional={**_other_keys, "kind": _kinds | _json, "ts": _json})
 _envelopes = st.sampled_from([_good_envelopes, _good_envelopes, _any_envelopes]).flatmap(lambda s: s)
 

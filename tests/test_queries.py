@@ -1009,3 +1009,17 @@ def test_a_telemetry_tool_call_s_file_and_command_are_its_start_s_unless_its_end
                             ).fetchall() == [("T2", "rm -rf /tmp/foo")]
     finally:
         conn.close()
+
+
+def test_a_time_no_date_can_show_left_by_an_older_version_fails_no_query(corpus_db, tmp_path):
+    # Such times are rejected now; a ledger that indexed one made `sessions`, `events` and /metrics fail.
+    db = tmp_path / "ledger.db"
+    shutil.copyfile(corpus_db, db)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE sessions SET last_ms = 100000000000000000 WHERE rowid = (SELECT min(rowid) FROM sessions)")
+    conn.execute("UPDATE events SET ts_ms = 100000000000000000 WHERE (ts_ms, id) = "
+                 "(SELECT ts_ms, id FROM events ORDER BY ts_ms DESC LIMIT 1)")
+    conn.close()
+    for args in (["sessions"], ["events"], ["sessions", "--json"], ["events", "--json"]):
+        out = _cli(db, *args)
+        assert out.returncode == 0, (args, out.stderr)

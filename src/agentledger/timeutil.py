@@ -55,8 +55,12 @@ def _ms(moment: dt.datetime) -> int:
 
 
 def iso(ms: int | None) -> str | None:
+    """None also for a time no date can show: a ledger written before such times were rejected may
+    hold one, and every query that prints it would fail."""
     if ms is None:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
-    )
+    try:
+        at = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return None
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -65,6 +65,17 @@ def count(value: object) -> int:
     return n if n is not None and 0 < n <= MAX_TOKENS else 0
 
 
+# 9999-12-31T23:59:59.999Z, the last instant a date can show: a time past it is no time a log was
+# written at, and no query could print it.
+MAX_TIME_MS = 253_402_300_799_999
+
+
+def epoch_ms(value: object) -> int | None:
+    """A Unix time in ms; None for a negative one or one past year 9999."""
+    n = value if value.__class__ is int else integer(value) if value.__class__ is float and value >= 0 else None
+    return n if n is not None and 0 <= n <= MAX_TIME_MS else None
+
+
 # Ten years: no call, run or session lasts longer. Rollups sum durations, and two garbage values
 # near 2**63 would overflow their 64-bit sums.
 MAX_DURATION_MS = 10 * 366 * 86_400_000

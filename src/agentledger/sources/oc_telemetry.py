@@ -22,10 +22,12 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.sources.common import (
+    MAX_TIME_MS,
     agent_from_key,
     command,
     count,
     duration,
+    epoch_ms,
     error_text,
     flag,
     integer,
@@ -203,7 +205,7 @@ def _subagent_ended(base: tuple, data: dict, env: dict) -> Fact | None:
         outcome=text(data.get("outcome")),
         reason=text(data.get("reason")),
         duration_ms=duration(data.get("durationMs")),
-        ended_ms=integer(data.get("endedAt")),
+        ended_ms=epoch_ms(data.get("endedAt")),
         model=text(data.get("model")),
     )
 
@@ -284,8 +286,8 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
     if kind.__class__ is not str or not kind:
         return reject(line, offset, "missing field 'kind'")
     ts = env.get("ts")
-    if ts.__class__ is not int or not 0 <= ts < _TWO_63:
-        ts = integer(ts) if ts.__class__ is float and ts >= 0 else None
+    if ts.__class__ is not int or not 0 <= ts <= MAX_TIME_MS:
+        ts = epoch_ms(ts)
         if ts is None:
             return reject(line, offset, "missing or invalid field 'ts'")
     data = env.get("data")
