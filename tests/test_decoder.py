@@ -560,6 +560,14 @@ def test_a_subagent_end_time_no_date_can_show_is_no_end_time():
     assert ok(line("subagent.end", {**data, "endedAt": 1_790_000_000_000})).ended_ms == 1_790_000_000_000
 
 
+def test_a_files_byte_order_mark_is_no_part_of_its_first_line():
+    # A file saved with one lost its first event, rejected as "invalid UTF-8".
+    bom = b"\xef\xbb\xbf"
+    assert ok(bom + line("run.start")).kind == "run.start"
+    r = rejected(bom + b'{"kind": "run.start", "ts": ', 7)
+    assert r.reason.startswith("invalid JSON")
+
+
 def test_negative_fractional_ts_rejected():
     r = rejected(b'{"kind":"run.start","ts":-0.5}', 0)
     assert "ts" in r.reason

@@ -137,11 +137,18 @@ def reject(line: bytes, offset: int, reason: str) -> Reject:
     return Reject(offset=offset, length=len(line), reason=reason[:300], head=line[:HEAD_BYTES])
 
 
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+
+
 def json_object(line: bytes, offset: int) -> dict | Reject:
     """The line as a JSON object, or the reject saying why it is not one."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
+        if line.startswith(_BOM):
+            # What an editor or a Windows tool puts before a file's first line: no part of the line.
+            obj = json_object(line[len(_BOM):], offset)
+            return obj if obj.__class__ is dict else reject(line, offset, obj.reason)
         if not line.strip():
             return reject(line, offset, "blank line")
         reason = "invalid UTF-8" if "utf-8" in str(exc).lower() else "invalid JSON"
