@@ -1408,14 +1408,15 @@ def test_a_task_refused_before_a_subagent_ran_ends_its_subagent_in_error(tmp_pat
     _clean(db)
 
 
-def background_task_lines() -> tuple[list[bytes], list[bytes]]:
-    """The session's own lines and its Task subagent's file, the Task run in the background: its result,
-    at second 2, says only that the subagent was launched, which works on until second 9."""
+def background_task_lines(launch: str = "async_launched") -> tuple[list[bytes], list[bytes]]:
+    """The session's own lines and its Task subagent's file, the Task run in the background (or remotely, its
+    ``launch`` status remote_launched): its result, at second 2, says only that the subagent was launched,
+    which works on until second 9."""
     task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
             "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "general-purpose",
                       "run_in_background": True}}
     launched = orjson.loads(cc_result("r_task", "toolu_task", 2)) | {"toolUseResult": {
-        "isAsync": True, "status": "async_launched", "agentId": TASK_AGENT, "description": "Find callers",
+        "isAsync": launch == "async_launched", "status": launch, "agentId": TASK_AGENT, "description": "Find callers",
         "prompt": "List callers", "outputFile": f"/tmp/claude/tasks/{TASK_AGENT}.output"}}
     parent = [cc_prompt("u1", "who calls paginate?", 0),
               cc_assistant("a1", "msg_p1", task, output=60, second=1, stop="tool_use"),
@@ -1453,10 +1454,11 @@ def test_a_task_run_in_the_background_does_not_end_its_subagent_at_its_launch_wh
     _clean(db)
 
 
-def test_an_older_ledgers_background_task_subagent_is_open_again_once_migrated(tmp_path):
-    """An older agentledger ended a background Task's subagent, and its session, at the launch: migrating
-    leaves them as a read of the files now does."""
-    parent, child = background_task_lines()
+@pytest.mark.parametrize("launch, version", [("async_launched", 37), ("remote_launched", 41)])
+def test_an_older_ledgers_background_task_subagent_is_open_again_once_migrated(tmp_path, launch, version):
+    """An older agentledger ended a background (or remote) Task's subagent, and its session, at the launch:
+    migrating leaves them as a read of the files now does."""
+    parent, child = background_task_lines(launch)
     root = tmp_path / "claude-root"
     project = root / "claude" / "projects" / "-home-dev-src-app"
     files = {project / f"{SESSION}.jsonl": parent, project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl": child}
@@ -1464,15 +1466,25 @@ def test_an_older_ledgers_background_task_subagent_is_open_again_once_migrated(t
     db = root / "l.db"
     conn = open_writer(db)
     try:  # what the launch's end left
-        conn.execute("UPDATE subagents SET status = 'ended', ended_ms = 1790848802000, outcome = 'async_launched', "
-                     "end_rank = 2 WHERE child_session_key = ?", (CHILD_KEY,))
+        conn.execute("UPDATE subagents SET status = 'ended', ended_ms = 1790848802000, outcome = ?, "
+                     "end_rank = 2 WHERE child_session_key = ?", (launch, CHILD_KEY))
         conn.execute("UPDATE sessions SET status = 'ended', end_reason = 'subagent', ended_ms = 1790848802000 "
                      "WHERE session_id = ?", (CHILD_ID,))
-        as_of_version(conn, 37)
+        as_of_version(conn, version)
     finally:
         conn.close()
     ingest(db, root / "claude", fmt="claude-code")  # migrates first
     assert _picture(db) == want
+
+
+def test_a_task_launched_to_run_remotely_has_only_begun_its_subagent(tmp_path, db):
+    """A Task whose subagent was launched to run remotely answers at once (status remote_launched): the
+    subagent has only begun, as a background one has."""
+    parent, _ = background_task_lines("remote_launched")
+    (_project(tmp_path) / f"{SESSION}.jsonl").write_bytes(b"".join(parent))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert _subagent_rows(db) == [(CHILD_KEY, "running", None, "2026-10-01T10:00:01.000Z", None)]
+    _clean(db)
 
 
 def test_a_task_subagents_hot_view_and_gates_count_its_tool_calls(tmp_path, db):

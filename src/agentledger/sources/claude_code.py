@@ -25,7 +25,8 @@ child (or a hook of the subagent does: its SubagentStart, or without one its fir
 only one Task the session was asked about can be its own), whose key the subagent row then takes. A Task
 run in the background (``run_in_background``) has its result written as soon as its subagent is launched
 (``toolUseResult`` ``isAsync``, status ``async_launched``), while the subagent works on: that result names the
-child and ends nothing. Such a subagent ends by its SubagentStop hook, or, with none, is settled by reconcile
+child and ends nothing (as does a Task's that launched its subagent remotely, ``remote_launched``). Such a
+subagent ends by its SubagentStop hook, or, with none, is settled by reconcile
 once its own lines have stopped for the grace (see ledger/reconcile.py). A Task
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
 its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
@@ -117,7 +118,9 @@ _SCAN = json.JSONDecoder().raw_decode
 # with no time it is skipped, with one it is kept whole (a RawEvent) for a later version to read.
 _INDEXED = frozenset({"user", "assistant", "system"})
 TASK_TOOLS = frozenset({"Task", "Agent"})
-_ASYNC_LAUNCH = "async_launched"  # a background Task's result's status: its subagent has only begun
+# A Task's result's status when it only launched its subagent, to work in the background or remotely: the subagent
+# has only begun.
+_LAUNCHES = frozenset({"async_launched", "remote_launched"})
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
@@ -551,9 +554,9 @@ def _copied_entry(obj: dict) -> tuple[str, str] | None:
 
 
 def _launched(outcome: dict) -> bool:
-    """Whether a Task's result (its ``toolUseResult``) says it launched its subagent in the background
-    (``run_in_background``) rather than ran it to its end."""
-    return outcome.get("isAsync") is True or outcome.get("status") == _ASYNC_LAUNCH
+    """Whether a Task's result (its ``toolUseResult``) says it launched its subagent, in the background
+    (``run_in_background``) or remotely, rather than ran it to its end."""
+    return outcome.get("isAsync") is True or outcome.get("status") in _LAUNCHES
 
 
 def _numbered(base: dict, facts: Fact | list[Fact], more: list[Fact]) -> list[Fact]:
