@@ -1477,6 +1477,114 @@ def test_an_older_ledgers_background_task_subagent_is_open_again_once_migrated(t
     assert _picture(db) == want
 
 
+def cc_notification(uuid: str, task: str, status: str, second: float, *, summary: str,
+                    tool_use: str | None = None, older: bool = False, **envelope) -> bytes:
+    """What Claude Code writes into the session when a task it ran in the background is over: a
+    <task-notification> (its <tool-use-id> in newer releases only), or in older ones an <agent-notification>."""
+    if older:
+        note = (f"<agent-notification>\n<agent-id>{task}</agent-id>\n<status>{status}</status>\n"
+                f"<summary>{summary}</summary>\n</agent-notification>")
+    else:
+        called = f"<tool-use-id>{tool_use}</tool-use-id>\n" if tool_use else ""
+        note = (f"<task-notification>\n<task-id>{task}</task-id>\n{called}"
+                f"<output-file>/tmp/claude/tasks/{task}.output</output-file>\n<status>{status}</status>\n"
+                f"<summary>{summary}</summary>\n</task-notification>")
+    return cc_user(uuid, note, second, **envelope)
+
+
+def _background_task_call(second: int) -> list[bytes]:
+    """The model's call of a Task in the background, and its result: the subagent launched."""
+    task = {"type": "tool_use", "id": "toolu_task", "name": "Task",
+            "input": {"description": "Find callers", "prompt": "List callers", "subagent_type": "general-purpose",
+                      "run_in_background": True}}
+    launched = orjson.loads(cc_result("r_task", "toolu_task", second + 1)) | {"toolUseResult": {
+        "isAsync": True, "status": "async_launched", "agentId": TASK_AGENT}}
+    return [cc_assistant("a1", "msg_p1", task, output=60, second=second, stop="tool_use"), _line(launched)]
+
+
+def _session_rows(db: Path) -> dict:
+    """The session's runs and subagents, as `runs` and `subagents` list them once the logs are long finished."""
+    return {"runs": [(r["run_id"], r["status"], r["stop_reason"], r["ended_at"][17:], r["llm_calls"])
+                     for r in cli_json(db, "runs")],
+            "subagents": [row[:3] + tuple(t and t[17:] for t in row[3:]) for row in _subagent_rows(db)]}
+
+
+@pytest.mark.parametrize("written_as, status, outcome", [
+    ("task-notification", "completed", "ok"),
+    ("task-notification-meta", "killed", "killed"),
+    ("agent-notification", "failed", "error")])
+def test_a_background_subagents_notification_mid_turn_ends_the_subagent_and_no_turn_wherever_reads_stop(
+        tmp_path, written_as, status, outcome):
+    """The background subagent finishes while the model waits on another tool: Claude Code writes its
+    notification into the session, to fold it into the turn under way. It is no prompt, as older releases
+    wrote it (no isMeta) or newer ones do: the turn goes on to its own end, one run, and the subagent ends
+    as the notification says, where reconcile would have called it interrupted, however reads are cut."""
+    bash = {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {"command": "pytest"}}
+    envelope = {"isMeta": True, "origin": {"kind": "task-notification"}} if written_as.endswith("meta") else {}
+    notified = cc_notification("n1", TASK_AGENT, status, 4, summary=f'Agent "Find callers" {status}',
+                               tool_use=None if written_as == "agent-notification" else "toolu_task",
+                               older=written_as == "agent-notification", **envelope)
+    lines = [cc_prompt("u1", "who calls paginate?", 0), *_background_task_call(1),
+             cc_assistant("a2", "msg_p2", bash, output=20, second=3, request="req_p2", stop="tool_use"),
+             notified, cc_result("r_bash", "toolu_bash", 5),
+             cc_assistant("a3", "msg_p3", {"type": "text", "text": "Two callers; tests pass."}, output=30, second=6,
+                          request="req_p3", stop="end_turn")]
+    pictures = _in_two_reads(tmp_path, lines, _session_rows)
+    assert pictures[0] == {"runs": [("u1", "ok", "end_turn", "06.000Z", 3)],
+                           "subagents": [(CHILD_KEY, "ended", outcome, "01.000Z", "04.000Z")]}
+    assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
+
+
+def test_notifications_the_model_answers_join_its_run_and_a_shell_commands_makes_no_subagent_wherever_reads_stop(
+        tmp_path):
+    """Once the turn is over, the model answers each notification: its answer joins the session's run, as
+    one to any line nobody typed does, and the next prompt starts the next run. A background shell command's
+    notification reads as a subagent's, its shell's id in <task-id>: it ends none, and makes none."""
+    bash = {"type": "tool_use", "id": "toolu_bash", "name": "Bash",
+            "input": {"command": "npm test", "run_in_background": True}}
+    running = orjson.loads(cc_result("r_bash", "toolu_bash", 4)) | {"toolUseResult": {"backgroundTaskId": "b7f2c1"}}
+    lines = [cc_prompt("u1", "who calls paginate? and run the tests", 0), *_background_task_call(1),
+             cc_assistant("a2", "msg_p2", bash, output=20, second=3, request="req_p2", stop="tool_use"),
+             _line(running),
+             cc_assistant("a6", "msg_p6", {"type": "text", "text": "Both running."}, output=9, second=5,
+                          request="req_p6", stop="end_turn"),
+             cc_notification("n1", "b7f2c1", "completed", 10, tool_use="toolu_bash",
+                             summary='Background command "npm test" completed (exit code 0)'),
+             cc_assistant("a4", "msg_p4", {"type": "text", "text": "Tests pass."}, output=9, second=11,
+                          request="req_p4", stop="end_turn"),
+             cc_notification("n2", TASK_AGENT, "completed", 20, tool_use="toolu_task",
+                             summary='Agent "Find callers" completed'),
+             cc_assistant("a5", "msg_p5", {"type": "text", "text": "Two callers."}, output=9, second=21,
+                          request="req_p5", stop="end_turn"),
+             *_later_turn(30)]
+    pictures = _in_two_reads(tmp_path, lines, _session_rows)
+    assert pictures[0] == {"runs": [("u2", "ok", "end_turn", "31.000Z", 1), ("u1", "ok", "end_turn", "21.000Z", 5)],
+                           "subagents": [(CHILD_KEY, "ended", "ok", "01.000Z", "20.000Z")]}
+    assert {cut: picture for cut, picture in pictures.items() if picture != pictures[0]} == {}
+
+
+def test_a_background_subagents_notification_ends_it_and_its_session_whichever_file_is_read_first(tmp_path):
+    """The subagent's own file and the session's notification that it completed, read in any order and
+    cut anywhere: the subagent, and its session, end at the notification."""
+    parent, child = background_task_lines()
+    parent.append(cc_notification("n1", TASK_AGENT, "completed", 10, tool_use="toolu_task",
+                                  summary='Agent "Find callers" completed'))
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    session, subagent = project / f"{SESSION}.jsonl", project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    db = root / "l.db"
+    want = _but_last_logs(_read_in_steps(root, [{session: parent, subagent: child}]))
+    settle(db)
+    assert _subagent_rows(db) == [(CHILD_KEY, "ended", "ok", "2026-10-01T10:00:01.000Z", "2026-10-01T10:00:10.000Z")]
+    [child_session] = [s for s in cli_json(db, "sessions") if s["session_id"] == CHILD_ID]
+    assert (child_session["status"], child_session["ended_at"]) == ("ended", "2026-10-01T10:00:10.000Z")
+    for cut in range(1, len(parent)):
+        for first in ({session: parent[:cut]}, {session: parent[:cut], subagent: child[:2]}, {subagent: child}):
+            picture = _read_in_steps(root, [first, {session: parent, subagent: child}])
+            assert _but_last_logs(picture) == want, (cut, list(first))
+    _clean(db)
+
+
 def test_a_task_launched_to_run_remotely_has_only_begun_its_subagent(tmp_path, db):
     """A Task whose subagent was launched to run remotely answers at once (status remote_launched): the
     subagent has only begun, as a background one has."""

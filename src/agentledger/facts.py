@@ -177,6 +177,9 @@ class SubagentEnded(Fact):
     model: str | None = None
     # The key the spawn recorded when the child's own key was not known yet: the row takes this one.
     spawn_key: str | None = None
+    # Told by a line that may name no subagent at all (a background task's notification): it ends the row the
+    # ledger holds for the child, or the spawn, and makes none.
+    launched_only: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

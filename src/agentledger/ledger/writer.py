@@ -625,10 +625,13 @@ _MERGE_SPAWN = _spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, sour
                              "status, spawned_ms, told_by_child, branch FROM subagents WHERE child_session_key = ?2")
 # Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order. The Task's
 # result names the Task whose spawn the row holds (spawn_key): the surest word on it, kept whoever else spoke.
+# An end told launched_only makes no row: by the time it is written, the spawn it ends has its row under the child's
+# key (the end's spawn key renamed to it first, see _rename_subagents).
 _SUBAGENT_ENDED = """
 INSERT INTO subagents (child_session_key, source, status, ended_ms, duration_ms, outcome, reason, model, end_rank,
                        spawn_key)
-VALUES (?, ?, 'ended', ?, ?, ?, ?, ?, ?, ?)
+SELECT ?1, ?2, 'ended', ?3, ?4, ?5, ?6, ?7, ?8, ?9
+WHERE NOT ?10 OR EXISTS (SELECT 1 FROM subagents WHERE child_session_key = ?1)
 ON CONFLICT (child_session_key) DO UPDATE SET
     status      = 'ended',
     spawn_key   = coalesce(excluded.spawn_key, subagents.spawn_key),
@@ -855,7 +858,7 @@ def _subagent_ended(f: SubagentEnded) -> tuple:
     # subagent.stop is the requester's word that the child is done; every other end is the child's own.
     rank = 1 if f.kind == "subagent.stop" else 2
     return (f.child_session_key, f.source, f.ended_ms or f.ts_ms, f.duration_ms, f.outcome, f.reason, f.model, rank,
-            f.spawn_key)
+            f.spawn_key, f.launched_only)
 
 
 def _subagent_launched(f: SubagentLaunched) -> tuple:

@@ -26,8 +26,9 @@ only one Task the session was asked about can be its own), whose key the subagen
 run in the background (``run_in_background``) has its result written as soon as its subagent is launched
 (``toolUseResult`` ``isAsync``, status ``async_launched``), while the subagent works on: that result names the
 child and ends nothing (as does a Task's that launched its subagent remotely, ``remote_launched``). Such a
-subagent ends by its SubagentStop hook, or, with none, is settled by reconcile
-once its own lines have stopped for the grace (see ledger/reconcile.py). A Task
+subagent ends by the notification Claude Code writes into the session when it is over (see _NOTIFICATIONS), or by
+its SubagentStop hook, or, with neither, is settled by reconcile once its own lines have stopped for the grace (see
+ledger/reconcile.py). A Task
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
 its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
@@ -50,8 +51,9 @@ call by the response alone, as ledgers written before request ids counted did.
 
 A run is one main-chain prompt's turn, whether the prompt is a string or blocks (text with a
 pasted image, say). What a typed local command writes (/model, /cost, /compact, a ``!`` shell
-command, and their output) is no prompt; a custom command's or skill's loading line is, and a
-local command that asks the model begins its turn when the model answers (see ``_ECHO``). A run
+command, and their output) is no prompt, nor is a background task's notification (see
+``_NOTIFICATIONS``); a custom command's or skill's loading line is, and a local command that asks
+the model begins its turn when the model answers (see ``_ECHO``). A run
 ends where the transcript says so (a stop reason that ends the turn, ``turn_duration``), where
 the user interrupts it (``interrupted``), or, failing both, at the session's next prompt: an
 implied end the ledger lets any reported one replace. A last turn with none of these is settled
@@ -64,6 +66,7 @@ and one Claude Code answered after such an error, retrying within the turn, is o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import PurePath
 
 from agentledger.facts import (
@@ -121,6 +124,18 @@ TASK_TOOLS = frozenset({"Task", "Agent"})
 # A Task's result's status when it only launched its subagent, to work in the background or remotely: the subagent
 # has only begun.
 _LAUNCHES = frozenset({"async_launched", "remote_launched"})
+# What Claude Code writes into the session, as a user line, when a task it runs in the background is over (a
+# background Task's subagent, a background shell command): "<task-notification>\n<task-id>…</task-id>\n
+# [<tool-use-id>…</tool-use-id>\n]<output-file>…</output-file>\n<status>…</status>\n<summary>…</summary>…", or in
+# older releases "<agent-notification>\n<agent-id>…</agent-id>…". Newer releases mark it isMeta (and may add
+# origin.kind "task-notification"), older ones not. Nobody typed it: it is folded into the turn under way, or the
+# model answers it as it would an isMeta line, so it starts and ends no turn (see FileDecoder._notified).
+_NOTIFICATIONS = ("<task-notification>", "<agent-notification>")
+_NOTIFICATION_ORIGIN = "task-notification"
+_NOTIFICATION_TAG = re.compile(r"<(task-id|agent-id|tool-use-id|status)>\s*([^<]*?)\s*</\1>")
+# A notification's status → the outcome it gives the subagent; one stopped before its end (by the user, or the
+# model) was killed, as the ledger calls a subagent its requester stopped (telemetry's, an aborted OpenClaw turn's).
+_NOTIFIED = {"completed": "ok", "failed": "error", "killed": "killed"}
 # Blocks a prompt is written as when it is more than text (a pasted image or document).
 _PROMPT_BLOCKS = frozenset({"text", "image", "document"})
 _INTERRUPT = "[Request interrupted by user"
@@ -414,6 +429,8 @@ class FileDecoder:
             if obj.get("sourceToolUseID") is not None:
                 return Marker(**base, kind="user.message")  # a tool's addition to its own turn (see _ECHO)
             opening = _opening(content)
+            if opening.startswith(_NOTIFICATIONS) or _origin(obj) == _NOTIFICATION_ORIGIN:
+                return self._notified(base, opening)
             # What a typed local command writes (see _ECHO): no turn. Which command it was, and how far it
             # went, is followed within this read only: a read that begins between a local command and the
             # model's answer to it has the answer join the session's run, as any line does.
@@ -478,6 +495,25 @@ class FileDecoder:
         if begun:
             return _numbered(base, facts, begun)
         return facts[0] if len(facts) == 1 else facts
+
+    def _notified(self, base: dict, note: str) -> Fact | list[Fact]:
+        """A background task's notification (see _NOTIFICATIONS): no prompt, and the end of the subagent it names.
+
+        A background shell command's notification reads as an agent's, the shell's id in <task-id>, and this read
+        may not have met the launch that would tell them apart (it may lie in an earlier read). So the end is
+        launched_only: the writer ends the subagent the ledger holds by that id (or by its Task's spawn) and makes
+        no row for an id it holds none by. A Task's spawn and launch come before its notification in this file,
+        so they are in the ledger, or in the same batch, wherever the file's reads were cut."""
+        marker = Marker(**base, kind="user.notification")
+        tags = dict(_NOTIFICATION_TAG.findall(note))
+        agent, outcome = tags.get("task-id") or tags.get("agent-id"), _NOTIFIED.get(tags.get("status"))
+        if not agent or outcome is None:
+            return marker
+        tool_use = tags.get("tool-use-id")
+        return _numbered(base, marker, [SubagentEnded(**base, kind="subagent.end",
+                                                      child_session_key=child_key(base["session_id"], agent),
+                                                      spawn_key=spawn_key(tool_use) if tool_use else None,
+                                                      outcome=outcome, launched_only=True)])
 
     def _typed(self, base: dict, sidechain: bool, uuid: str | None) -> None:
         """A local command's echo: the command the session's next lines may answer (see _ECHO)."""
@@ -557,6 +593,12 @@ def _launched(outcome: dict) -> bool:
     """Whether a Task's result (its ``toolUseResult``) says it launched its subagent, in the background
     (``run_in_background``) or remotely, rather than ran it to its end."""
     return outcome.get("isAsync") is True or outcome.get("status") in _LAUNCHES
+
+
+def _origin(obj: dict) -> object:
+    """What a user line says it came from, in newer releases: the kind of its ``origin``."""
+    origin = obj.get("origin")
+    return origin.get("kind") if isinstance(origin, dict) else None
 
 
 def _numbered(base: dict, facts: Fact | list[Fact], more: list[Fact]) -> list[Fact]:
