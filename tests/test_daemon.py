@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -54,6 +55,13 @@ def _serve(db: Path, *args: str, env: dict | None = None, prefix: list[str] = ()
                              "127.0.0.1:0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env=env, **popen)
+
+
+def _serve_without_db(*args: str, env: dict, **popen) -> subprocess.Popen:
+    """``serve`` with no --db: on the ledger it chooses itself (the demo's own, or the default)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True} | popen
+    return subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0", *args],
+                            cwd=REPO, env=env, **popen)
 
 
 def _serve_on_a_terminal(db: Path, *args: str, env: dict | None = None,
@@ -457,7 +465,7 @@ def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, d
     env = _without_logs(tmp_path)
     (tmp_path / "state" / "agentledger").mkdir(parents=True)
     (tmp_path / "state" / "agentledger" / "demo").write_text("")
-    daemon = _serve(tmp_path / "ledger.db", *demo, env=env)
+    daemon = _serve_without_db(*demo, env=env)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 2
     assert err.count("\n") == 1, err
@@ -513,10 +521,9 @@ def _demo_writers(under: Path) -> list[int]:
 
 def test_serve_without_sources_runs_the_demo(tmp_path):
     env = _without_logs(tmp_path)
-    db = tmp_path / "state" / "agentledger" / "ledger.db"
-    demo = tmp_path / "state" / "agentledger" / "demo" / "agents" / "main" / "telemetry"
-    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0", "--rescan", "0.2"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    db = tmp_path / "state" / "agentledger" / "demo" / "ledger.db"
+    demo = tmp_path / "state" / "agentledger" / "demo" / "logs" / "agents" / "main" / "telemetry"
+    daemon = _serve_without_db("--rescan", "0.2", env=env)
     try:
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") > 0)
         history = _count(db, "SELECT count(*) FROM events")
@@ -540,9 +547,8 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
 
 def test_a_daemon_killed_outright_leaves_no_demo_writer_running(tmp_path):
     env = _without_logs(tmp_path)
-    db = tmp_path / "state" / "agentledger" / "ledger.db"
-    daemon = subprocess.Popen([sys.executable, "-m", "agentledger", "serve", "--listen", "127.0.0.1:0"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+    db = tmp_path / "state" / "agentledger" / "demo" / "ledger.db"
+    daemon = _serve_without_db(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") > 0)
         assert _demo_writers(tmp_path)
@@ -554,6 +560,81 @@ def test_a_daemon_killed_outright_leaves_no_demo_writer_running(tmp_path):
     finally:
         for pid in _demo_writers(tmp_path):
             os.kill(pid, signal.SIGTERM)
+
+
+def _demo_query(log: str) -> list[str]:
+    """The command serve's log gives to query the demo's ledger, as this interpreter runs it."""
+    given = re.search(r"query it with `agentledger ([^`]*)`", log)
+    assert given, log
+    return [sys.executable, "-m", "agentledger", *shlex.split(given.group(1))]
+
+
+def _usage(command: list[str], env: dict) -> dict:
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert done.returncode in (0, 2), done.stderr  # 2: no ledger there yet
+    return json.loads(done.stdout) if done.returncode == 0 else {"llm_calls": 0}
+
+
+def test_the_demo_fills_a_ledger_of_its_own_which_a_later_real_serve_never_counts(tmp_path):
+    # The demo's invented spend went into the default ledger, which a real serve went on filling: the
+    # user's usage, costs, /metrics and day budgets summed days of it with their own.
+    env = _without_logs(tmp_path)
+    default = tmp_path / "state" / "agentledger" / "ledger.db"
+    demo = _serve_without_db(env=env)
+    said: list[str] = []
+    try:
+        _read_until(demo, "caught up", said)
+        query = _demo_query("".join(said))
+        # Run as printed where the user's environment names the default ledger: the command's --db wins.
+        _wait_for(lambda: _usage(query, env | {"AGENTLEDGER_DB": str(default)})["llm_calls"] > 0, timeout=60)
+    finally:
+        _stop(demo, said)
+    assert not default.exists()
+
+    logs = LogDir(tmp_path / "home" / ".openclaw")
+    logs.append(b"".join(llm_call(n) for n in range(1, 6)))
+    real = _serve_without_db(env=env)
+    said = []
+    try:
+        _read_until(real, "caught up", said)
+    finally:
+        err = _stop(real, said)
+    assert "running the demo" not in err
+    usage = _usage([sys.executable, "-m", "agentledger", "usage"], env)
+    assert (usage["llm_calls"], usage["cost_usd"]) == (5, pytest.approx(5e-6)), usage
+
+
+@pytest.mark.parametrize("named", ["--db", "$AGENTLEDGER_DB"])
+def test_the_demo_asked_for_fills_the_ledger_db_names_and_never_the_environments(tmp_path, named):
+    env = _without_logs(tmp_path)
+    given, own = tmp_path / "named.db", tmp_path / "state" / "agentledger" / "demo" / "ledger.db"
+    if named == "--db":
+        filled, untouched = given, own
+        daemon = _serve(given, "--demo", env=env)
+    else:  # the ledger real logs fill, named for every command
+        filled, untouched = own, given
+        daemon = _serve_without_db("--demo", env=env | {"AGENTLEDGER_DB": str(given)})
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        _wait_for(lambda: _count(filled, "SELECT count(*) FROM llm_calls") > 0, timeout=60)
+    finally:
+        err = _stop(daemon, said)
+    assert _demo_query(err)[-3:] == ["--db", str(filled), "usage"]
+    assert not untouched.exists()
+
+
+def test_a_demo_not_asked_for_is_refused_the_ledger_db_names_in_one_line_and_exit_2(tmp_path):
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, env=_without_logs(tmp_path))
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 2, err
+    assert err.count("\n") == 1, err
+    assert (f"no agent logs found, and the demo writes its invented events into {db} only when asked: pass --demo "
+            "to run it there, drop --db to run it on a ledger of its own, or pass ROOT or --source FORMAT=ROOT to "
+            "read agent logs") in err
+    assert not db.exists() and not (tmp_path / "state" / "agentledger" / "demo").exists()
+    assert not _demo_writers(tmp_path)
 
 
 def _read_until(daemon: subprocess.Popen, text: str, said: list[str]) -> None:
@@ -750,7 +831,7 @@ def _newer_ledger(db: Path) -> None:
 def test_a_start_that_fails_on_the_ledger_leaves_no_demo_writer_running(tmp_path, make_ledger):
     db = tmp_path / "ledger.db"
     make_ledger(db)
-    daemon = _serve(db, env=_without_logs(tmp_path))
+    daemon = _serve(db, "--demo", env=_without_logs(tmp_path))
     daemon.wait(timeout=60)
     leftover = _demo_writers(tmp_path)
     for pid in leftover:  # before reading stderr: a demo writer left running holds it open

@@ -38,6 +38,7 @@ OTHER_ENV = frozenset({"AGENTLEDGER_CONFIG", "AGENTLEDGER_URL", "AGENTLEDGER_FAU
                        "AGENTLEDGER_SM_EXAMPLES", "AGENTLEDGER_HOT_KILLS", "AGENTLEDGER_CRASH_KILLS",
                        "AGENTLEDGER_CRASH_KILLS_SLOW"})
 DEFAULT_LISTEN = "127.0.0.1:9464"
+COMMAND_LINE = "the command line"  # where a flag's setting was given, as an error names it
 
 
 class ConfigError(ValueError):
@@ -60,6 +61,8 @@ def config_home(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def demo_dir() -> Path:
+    """The demo's own: the logs its writer invents, and the ledger and state dir they go to, apart from a
+    real run's."""
     return state_home() / "demo"
 
 
@@ -542,6 +545,10 @@ class Origins:
         """The setting at ``path`` as it was written and where it was given; None where it is the default."""
         return _as_written(path, self._origins, self._written)
 
+    def on_command_line(self, path: tuple[str, ...]) -> bool:
+        """Whether a flag gave the setting at ``path``: named for this one command, not standing for every one."""
+        return self._origins.get(path) == COMMAND_LINE
+
 
 def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple]) -> str:
     loc = tuple(error["loc"])
@@ -644,7 +651,7 @@ def load_with_origins(explicit: str | Path | None = None, overrides: Mapping[str
         if value is not None:
             key_path = tuple(dotted.split("."))
             _set(doc, key_path, value)
-            origins[key_path] = "the command line"
+            origins[key_path] = COMMAND_LINE
             written[key_path] = key_path
     if "prices" not in doc:
         # The one place a deployment keeps its prices: serve and reprice alike read it.

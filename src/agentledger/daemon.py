@@ -14,6 +14,7 @@ import errno
 import gc
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -472,27 +473,52 @@ def _cannot_make(exc: OSError) -> str:
     return "a part of that path is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
 
 
-def _roots(config: Config, demo: bool | None) -> tuple[list[SourceSpec], list[str], Path | None] | str:
-    """The sources to follow, the OpenClaw state dirs whose format is not known yet, and the demo's
-    directory when there are none, made here: its writer starts later, once a failed start is no
-    longer one line; or why it cannot start."""
+# Under the demo's directory: the logs apart from the ledger and the state dir, which the watch on the
+# logs would otherwise see written on every commit and flush.
+DEMO_LOGS = "logs"
+DEMO_LEDGER = "ledger.db"
+
+
+def _roots(config: Config, origins: Origins,
+           demo: bool | None) -> tuple[Config, list[SourceSpec], list[str], Path | None] | str:
+    """The configuration to run on (the demo's own when it runs), the sources to follow, the OpenClaw state
+    dirs whose format is not known yet, and the demo's directory when there are none, its logs' directory
+    made here: its writer starts later, once a failed start is no longer one line; or why it cannot start."""
     # --demo stands in for the configured sources, as ROOT does (serve refuses it beside ROOT or --source).
     if config.sources and not demo:
-        return specs_from_pairs([(s.format, s.root) for s in config.sources]), [], None
+        return config, specs_from_pairs([(s.format, s.root) for s in config.sources]), [], None
     found = [] if demo else default_sources(awaiting=True)
     if found:
-        return (specs_from_pairs([(fmt, root) for fmt, root in found if fmt is not None]),
+        return (config, specs_from_pairs([(fmt, root) for fmt, root in found if fmt is not None]),
                 [str(root) for fmt, root in found if fmt is None], None)
     if demo is False:
         return ("no agent logs found ($OPENCLAW_STATE_DIR, ~/.openclaw, $CLAUDE_CONFIG_DIR, ~/.config/claude, ~/.claude): "
                 "pass ROOT, --source FORMAT=ROOT or use --demo")
-    root = demo_dir()
+    home = demo_dir()
+    own = _demo_config(config, origins, bool(demo), home)
+    if isinstance(own, str):
+        return own
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        (home / DEMO_LOGS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return (f"cannot run the demo in {root}: {_cannot_make(exc)}; set $XDG_STATE_HOME to a directory agentledger "
+        return (f"cannot run the demo in {home}: {_cannot_make(exc)}; set $XDG_STATE_HOME to a directory agentledger "
                 "can create and write, or pass ROOT or --source FORMAT=ROOT to read agent logs")
-    return specs_from("oc-telemetry", [root]), [], root
+    return own, specs_from("oc-telemetry", [home / DEMO_LOGS]), [], home
+
+
+def _demo_config(config: Config, origins: Origins, asked: bool, home: Path) -> Config | str:
+    """The configuration the demo runs on: its invented events go to a ledger and a state dir of its own,
+    which a real run's totals, hot views, metric floors and day budgets never read; or why it cannot run.
+    $AGENTLEDGER_DB and the config's `db` name the ledger real logs fill: only a --db given with --demo is
+    the demo's."""
+    db = home / DEMO_LEDGER
+    if origins.on_command_line(("db",)):
+        if not asked:
+            return (f"no agent logs found, and the demo writes its invented events into {config.db} only when asked: "
+                    "pass --demo to run it there, drop --db to run it on a ledger of its own, or pass ROOT or "
+                    "--source FORMAT=ROOT to read agent logs")
+        db = config.db
+    return config.model_copy(update={"db": db, "store": config.store.model_copy(update={"state_dir": home})})
 
 
 def _open_hot(config: Config, origins: Origins) -> HotSessions | str:
@@ -535,6 +561,11 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
     if stop.is_set():  # asked for while it started: nothing is open yet, nothing to finish
         _say("stopped")
         return 0
+    found = _roots(config, origins, demo)
+    if isinstance(found, str):
+        _say(found, logging.ERROR)
+        return 2
+    config, specs, undecided, demo_home = found
     db = config.db
     try:
         lock = WriterLock(db)
@@ -543,11 +574,9 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
         return 1
     with lock:
         hot = _open_hot(config, origins)
-        found = hot if isinstance(hot, str) else _roots(config, demo)
-        if isinstance(found, str):
-            _say(found, logging.ERROR)
+        if isinstance(hot, str):
+            _say(hot, logging.ERROR)
             return 2
-        specs, undecided, demo_root = found
         roots = [r for spec in specs for r in spec.roots] + undecided
         where = ", ".join(roots)
         conn = lock.open()
@@ -562,12 +591,15 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
         hooks = HookInbox(wake=wake.set)
         demo_proc = None
         try:
-            if demo_root is not None:
+            if demo_home is not None:
                 # Started only here, where the finally below ends it: a start that fails any earlier
                 # would leave it appending to the demo directory for good.
                 why = "--demo" if demo else "no agent logs found"
-                _say(f"{why}: running the demo in {demo_root} (a live writer appends events)")
-                demo_proc = _start_demo(demo_root)
+                whose = "its own ledger" if db == demo_home / DEMO_LEDGER else "the ledger --db names,"
+                _say(f"{why}: running the demo in {demo_home} (a live writer appends invented events); they go to "
+                     f"{whose} {db}, not the default one real logs fill: query it with "
+                     f"`agentledger --db {shlex.quote(str(db))} usage`")
+                demo_proc = _start_demo(demo_home / DEMO_LOGS)
             try:
                 api = ApiServer(db, config.http.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
                                 floors=CounterFloors(config.store.state_dir / FLOORS_FILE))
@@ -600,7 +632,7 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
             observer.start()
             flusher = _Flusher(hot, config.store.flush_interval_s)
             flusher.start()
-            follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_root is not None)
+            follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_home is not None)
             try:
                 while not stop.is_set():
                     notifier.watchdog()
