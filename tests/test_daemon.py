@@ -590,6 +590,12 @@ def test_the_demo_fills_a_ledger_of_its_own_which_a_later_real_serve_never_count
     finally:
         _stop(demo, said)
     assert not default.exists()
+    # The query a user runs without --db: not only "run serve", which is what they just did.
+    done = subprocess.run([sys.executable, "-m", "agentledger", "usage"], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=60)
+    assert done.returncode == 2
+    assert f"the demo's invented events are in a ledger of their own: `agentledger {shlex.join(query[3:])}`" \
+        in done.stderr
 
     logs = LogDir(tmp_path / "home" / ".openclaw")
     logs.append(b"".join(llm_call(n) for n in range(1, 6)))

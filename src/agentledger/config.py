@@ -66,6 +66,10 @@ def demo_dir() -> Path:
     return state_home() / "demo"
 
 
+def demo_ledger() -> Path:
+    return demo_dir() / "ledger.db"
+
+
 def out_of_reach(path: Path) -> str | None:
     """The system's reason ``path`` cannot even be looked at (a directory above it cannot be searched, as in
     another user's HOME); None when it can, whether or not it is there. Path.is_dir() raised there."""

@@ -39,7 +39,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from agentledger import signals
-from agentledger.config import Config, Origins, default_sources, demo_dir, openclaw_format, out_of_reach
+from agentledger.config import Config, Origins, default_sources, demo_dir, demo_ledger, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
 from agentledger.faults import fault, limit_ledger
 from agentledger.gates import GateKeeper
@@ -473,10 +473,9 @@ def _cannot_make(exc: OSError) -> str:
     return "a part of that path is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
 
 
-# Under the demo's directory: the logs apart from the ledger and the state dir, which the watch on the
-# logs would otherwise see written on every commit and flush.
+# Under the demo's directory: the logs apart from its ledger and state dir, which the watch on the logs
+# would otherwise see written on every commit and flush.
 DEMO_LOGS = "logs"
-DEMO_LEDGER = "ledger.db"
 
 
 def _roots(config: Config, origins: Origins,
@@ -511,7 +510,7 @@ def _demo_config(config: Config, origins: Origins, asked: bool, home: Path) -> C
     which a real run's totals, hot views, metric floors and day budgets never read; or why it cannot run.
     $AGENTLEDGER_DB and the config's `db` name the ledger real logs fill: only a --db given with --demo is
     the demo's."""
-    db = home / DEMO_LEDGER
+    db = demo_ledger()
     if origins.on_command_line(("db",)):
         if not asked:
             return (f"no agent logs found, and the demo writes its invented events into {config.db} only when asked: "
@@ -595,7 +594,7 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                 # Started only here, where the finally below ends it: a start that fails any earlier
                 # would leave it appending to the demo directory for good.
                 why = "--demo" if demo else "no agent logs found"
-                whose = "its own ledger" if db == demo_home / DEMO_LEDGER else "the ledger --db names,"
+                whose = "its own ledger" if db == demo_ledger() else "the ledger --db names,"
                 _say(f"{why}: running the demo in {demo_home} (a live writer appends invented events); they go to "
                      f"{whose} {db}, not the default one real logs fill: query it with "
                      f"`agentledger --db {shlex.quote(str(db))} usage`")

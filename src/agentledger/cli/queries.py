@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import shlex
 import sys
 from collections.abc import Iterable
 
@@ -14,7 +15,8 @@ from agentledger import display
 from agentledger.cli import cli, daemon_url
 from agentledger.cli.output import cost_cell, emit_csv, emit_json, emit_pairs, emit_table, flat, note_unpriced
 from agentledger.ledger import queries
-from agentledger.ledger.db import open_reader
+from agentledger.config import demo_ledger
+from agentledger.ledger.db import LedgerError, ledger_exists, open_reader
 from agentledger.timeutil import parse_time
 
 
@@ -84,7 +86,7 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                 raise click.BadParameter(str(exc), param_hint="--since") from None
             if kwargs.get("live"):  # answered by the running daemon, not the database
                 return fn(None, w, fmt, **kwargs)
-            conn = open_reader(obj.db)
+            conn = _open(obj)
             try:
                 return fn(conn, w, fmt, **kwargs)
             finally:
@@ -95,6 +97,20 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
         return wrapper
 
     return decorate
+
+
+def _open(obj):
+    """The ledger to read. The demo fills one of its own: a query of the default ledger, made nowhere yet
+    while the demo runs, says where the demo's is rather than only to run serve, which is running."""
+    try:
+        return open_reader(obj.db)
+    except LedgerError as exc:
+        demo = demo_ledger()
+        if obj.origins.of(("db",))[1] is not None or ledger_exists(obj.db) or not ledger_exists(demo):
+            raise
+        command = click.get_current_context().command_path.partition(" ")[2]
+        raise LedgerError(f"{exc}; the demo's invented events are in a ledger of their own: "
+                          f"`agentledger --db {shlex.quote(str(demo))} {command}`") from None
 
 
 def _emit_rows(rows: list[dict], fields: Iterable[str], fmt: str | None, empty: str,
