@@ -134,7 +134,7 @@ COMMANDS = {"config": "config", "ingest": "ingest", "reprice": "ingest", "prune"
               help="TOML config file (default: $AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml).")
 @click.option("--db", metavar="FILE", default=None,
               help="Ledger database (default: $AGENTLEDGER_DB, else config `db`, else "
-                   "$XDG_STATE_HOME/agentledger/ledger.db).")
+                   "$XDG_STATE_HOME/agentledger/ledger.db; serve's demo keeps one of its own unless given).")
 @click.option("-v", "--verbose", is_flag=True, help="Log file events and progress to stderr (--log-level info).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
               help="Least severe log lines shown on stderr [default: warning (info for serve), or info with -v].")

@@ -19,8 +19,9 @@ from agentledger.defaults import MAX_WAIT_S
 @click.option("--rescan", type=click.FloatRange(min=0.05, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="Seconds between full rescans; inotify wakes it sooner (config `rescan_s`, default 2).")
 @click.option("--demo/--no-demo", default=None,
-              help="Run on the demo directory alone, fed by a live writer, in place of the config's [[sources]] "
-                   "and the usual locations; not with ROOT or --source (default: only when no agent logs exist).")
+              help="Run on the demo directory alone, fed by a live writer of invented events, in place of the "
+                   "config's [[sources]] and the usual locations, into a ledger and state dir of its own there (or "
+                   "the ledger --db names); not with ROOT or --source (default: only when no agent logs exist).")
 @click.option("--listen", default=None, metavar="HOST:PORT",
               help="Where the HTTP API listens; port 0 picks a free one "
                    "(config `[http] listen`, default 127.0.0.1:9464).")
@@ -41,7 +42,7 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     With none it reads what it finds: OpenClaw's state dir ($OPENCLAW_STATE_DIR, read once it
     appears if it does not exist yet; ~/.openclaw, legacy names) and Claude Code's
     ($CLAUDE_CONFIG_DIR, else ~/.config/claude and ~/.claude); else it starts the demo: a directory fed
-    by a small live writer.
+    by a small live writer, read into a ledger of its own, never the default one.
     """
     from agentledger import logs
     from agentledger.daemon import run_daemon
