@@ -460,16 +460,20 @@ def _without_logs(tmp_path: Path) -> dict:
 
 
 @pytest.mark.parametrize("demo", [["--demo"], []], ids=["asked", "no-logs"])
-def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, demo):
-    # mkdir raised FileExistsError: a traceback and exit 1, which systemd restarts.
+@pytest.mark.parametrize("file", ["", "hot"], ids=["its-directory", "its-hot-store"])
+def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, demo, file):
+    # mkdir raised FileExistsError: a traceback and exit 1, which systemd restarts. The demo's hot store was
+    # told to move by a setting the demo does not read.
     env = _without_logs(tmp_path)
-    (tmp_path / "state" / "agentledger").mkdir(parents=True)
-    (tmp_path / "state" / "agentledger" / "demo").write_text("")
+    home = tmp_path / "state" / "agentledger" / "demo"
+    (home / file).parent.mkdir(parents=True)
+    (home / file).write_text("")
     daemon = _serve_without_db(*demo, env=env)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 2
     assert err.count("\n") == 1, err
-    assert f"cannot run the demo in {tmp_path / 'state' / 'agentledger' / 'demo'}: a part of that path is a file" in err
+    hot = f"cannot keep the hot store in {home / file}: " if file else ""
+    assert f"cannot run the demo in {home}: {hot}a part of that path is a file" in err
     assert "$XDG_STATE_HOME" in err and "--source FORMAT=ROOT" in err
     assert not _demo_writers(tmp_path)
 

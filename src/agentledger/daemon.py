@@ -500,9 +500,12 @@ def _roots(config: Config, origins: Origins,
     try:
         (home / DEMO_LOGS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return (f"cannot run the demo in {home}: {_cannot_make(exc)}; set $XDG_STATE_HOME to a directory agentledger "
-                "can create and write, or pass ROOT or --source FORMAT=ROOT to read agent logs")
+        return f"cannot run the demo in {home}: {_cannot_make(exc)}; {_DEMO_FIX}"
     return own, specs_from("oc-telemetry", [home / DEMO_LOGS]), [], home
+
+
+_DEMO_FIX = ("set $XDG_STATE_HOME to a directory agentledger can create and write, or pass ROOT or --source "
+             "FORMAT=ROOT to read agent logs")
 
 
 def _demo_config(config: Config, origins: Origins, asked: bool, home: Path) -> Config | str:
@@ -520,14 +523,17 @@ def _demo_config(config: Config, origins: Origins, asked: bool, home: Path) -> C
     return config.model_copy(update={"db": db, "store": config.store.model_copy(update={"state_dir": home})})
 
 
-def _open_hot(config: Config, origins: Origins) -> HotSessions | str:
-    """The hot store under the state dir; or why it cannot be there, and what to do."""
+def _open_hot(config: Config, origins: Origins, demo_home: Path | None) -> HotSessions | str:
+    """The hot store under the state dir (the demo's directory, for the demo); or why it cannot be there, and
+    what to do."""
     where = config.store.state_dir / "hot"
     try:
         return HotSessions(where, max_entries=config.store.max_entries, flush_interval_s=config.store.flush_interval_s,
                            ttl_s=config.store.ttl_s, end_grace_s=config.store.end_grace_s)
     except OSError as exc:
         why = _cannot_make(exc)
+    if demo_home is not None:  # no setting names it: the fix is the demo's directory's
+        return f"cannot run the demo in {demo_home}: cannot keep the hot store in {where}: {why}; {_DEMO_FIX}"
     # Named as it was given, a former name too: a value given again under the other name clashes with it.
     key, origin = origins.of(("store", "state_dir"))
     fix, given = ("point it at", f"from {origin}") if origin else \
@@ -572,7 +578,7 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
         _say(str(exc), logging.ERROR)
         return 1
     with lock:
-        hot = _open_hot(config, origins)
+        hot = _open_hot(config, origins, demo_home)
         if isinstance(hot, str):
             _say(hot, logging.ERROR)
             return 2
