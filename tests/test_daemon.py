@@ -478,19 +478,24 @@ def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, d
     assert not _demo_writers(tmp_path)
 
 
-@pytest.mark.parametrize("given", [["{root}"], ["--source", "oc-telemetry={root}"]], ids=["root", "source"])
-def test_demo_beside_roots_is_refused_in_one_line_and_exit_2(tmp_path, given):
-    # The demo ran alone, its log saying no agent logs were found: the roots named were never read.
-    logs = LogDir(tmp_path / "logs")
-    logs.append(llm_call(1))
-    env = _without_logs(tmp_path)
-    daemon = _serve(tmp_path / "ledger.db", "--demo", *(arg.format(root=logs.root) for arg in given), env=env)
+def _refused(daemon: subprocess.Popen) -> str:
+    """What a serve refused in one line, exit 2, said."""
     try:
         _, err = daemon.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         err = _stop(daemon, [])  # it ran on
     assert daemon.returncode == 2, err
     assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("given", [["{root}"], ["--source", "oc-telemetry={root}"]], ids=["root", "source"])
+def test_demo_beside_roots_is_refused_in_one_line_and_exit_2(tmp_path, given):
+    # The demo ran alone, its log saying no agent logs were found: the roots named were never read.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    env = _without_logs(tmp_path)
+    err = _refused(_serve(tmp_path / "ledger.db", "--demo", *(arg.format(root=logs.root) for arg in given), env=env))
     assert "--demo runs on the demo directory alone, not on ROOT or --source: drop them to run the demo, or drop " \
            "--demo to read them" in err
     assert not (tmp_path / "state" / "agentledger" / "demo").exists()
@@ -636,13 +641,7 @@ def test_the_demo_asked_for_fills_the_ledger_db_names_and_never_the_environments
 
 def test_a_demo_not_asked_for_is_refused_the_ledger_db_names_in_one_line_and_exit_2(tmp_path):
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, env=_without_logs(tmp_path))
-    try:
-        _, err = daemon.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        err = _stop(daemon, [])  # it ran on
-    assert daemon.returncode == 2, err
-    assert err.count("\n") == 1, err
+    err = _refused(_serve(db, env=_without_logs(tmp_path)))
     assert (f"no agent logs found, and the demo writes its invented events into {db} only when asked: pass --demo "
             "to run it there, drop --db to run it on a ledger of its own, or pass ROOT or --source FORMAT=ROOT to "
             "read agent logs") in err
