@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -251,6 +252,37 @@ def test_an_agent_day_gate_applies_to_sessions_the_ledger_does_not_know_yet(tmp_
         assert served.get("/v1/gate?session_key=agent:main:fresh&tool=exec")[1]["decision"] == "allow"
     finally:
         served.stop()
+
+
+def test_the_gate_command_gives_a_daemon_that_answers_a_byte_at_a_time_only_its_timeout(tmp_path):
+    # Each read waited up to --timeout: a trickling answer held the agent ~40 s, past Claude Code's own hook
+    # timeout, which lets the call through whatever --fail says.
+    server = socket.create_server(("127.0.0.1", 0))
+    answer = b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in answer:
+                try:
+                    conn.send(bytes([byte]))
+                except OSError:
+                    return  # the client gave up
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    closed = _gate_cmd("--hook", "claude-code", "--url", url, "--fail", "closed", "--timeout", "1.5",
+                       stdin=json.dumps(PRE_TOOL_USE))
+    took = time.monotonic() - started
+    server.close()
+    assert closed.returncode == 0
+    assert json.loads(closed.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "gave no whole answer within 1.5 s" in closed.stderr
+    assert took < 1.5 * len(answer) * 0.5 / 4, took  # far from the answer's ~22 s
 
 
 def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):

@@ -23,6 +23,7 @@ import json
 import math
 import socket
 import sys
+import time
 from urllib.parse import quote, urlsplit
 
 from agentledger.address import client_url
@@ -37,7 +38,7 @@ USAGE = """Usage: agentledger gate [--hook claude-code] [--session KEY] [--tool 
   --tool NAME         tool about to be called, without --hook
   --url URL           the daemon (default: $AGENTLEDGER_URL, else http://127.0.0.1:9464)
   --fail open|closed  when the daemon cannot be reached: allow (default) or deny
-  --timeout SECONDS   how long to wait for the daemon (default 2)
+  --timeout SECONDS   how long to wait for the daemon's whole answer (default 2)
 """
 
 
@@ -101,12 +102,28 @@ def _request(url: str, method: str, path: str, body: bytes | None, timeout: floa
     path = parts.path.rstrip("/") + path  # a daemon a proxy serves under a path, as the query commands ask it
     request = (f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}\r\n\r\n").encode()
+    # One deadline for the whole exchange: a socket's timeout is per call, and a daemon answering a
+    # byte at a time would hold the agent far past it (and past its own hook timeout, which lets the
+    # call through whatever --fail says).
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        if (remaining := deadline - time.monotonic()) <= 0:
+            raise TimeoutError
+        return remaining
+
     try:
         with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout) as sock:
+            sock.settimeout(left())
             sock.sendall(request + (body or b""))
             chunks = []
-            while chunk := sock.recv(65536):
+            while True:
+                sock.settimeout(left())
+                if not (chunk := sock.recv(65536)):
+                    break
                 chunks.append(chunk)
+    except TimeoutError:
+        raise Unreachable(f"agentledger daemon at {url} gave no whole answer within {timeout:g} s") from None
     except OSError as exc:
         raise Unreachable(f"agentledger daemon unreachable at {url}: {exc}") from None
     head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
