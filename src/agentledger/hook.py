@@ -37,7 +37,7 @@ USAGE = """Usage: agentledger gate [--hook claude-code] [--session KEY] [--tool 
   --session KEY       session key (or id) to ask about, without --hook
   --tool NAME         tool about to be called, without --hook
   --url URL           the daemon (default: $AGENTLEDGER_URL, else http://127.0.0.1:9464)
-  --fail open|closed  when the daemon cannot be reached: allow (default) or deny
+  --fail open|closed  when the daemon cannot be reached or answers too late: allow (default) or deny
   --timeout SECONDS   how long to wait for the daemon's whole answer (default 2)
 """
 
