@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -147,3 +148,12 @@ def test_costs_that_leave_out_unpriced_calls_are_marked_on_the_page_and_counted_
     gates = {g["gate"]: g for g in sessions["agent:main:s1"]["gates"]}
     assert (gates["session-cost"]["value"], gates["session-cost"]["unpriced_calls"]) == (0.5, 1)
     assert gates["fleet-day"]["unpriced_calls"] == 2
+
+
+def test_the_latest_failures_are_those_of_the_page_s_days(corpus_daemon):
+    # The corpus's failures run to 2026-10-05: a page of October 1st and 2nd lists none after them.
+    status, _, body = _fetch(f"{corpus_daemon.url}/ui?until=2026-10-02&days=2&refresh=0")
+    listed = re.findall(r"<time>([^<]*)</time>", body)
+    assert status == 200 and listed
+    assert all("2026-10-01" <= at[:10] <= "2026-10-02" for at in listed), listed
+

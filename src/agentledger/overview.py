@@ -17,9 +17,11 @@ PROBLEMS_FOR_MS = 7 * 86_400_000  # how far back "latest failures" look unless t
 
 
 def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now_ms: int, *,
-             sessions: int = 8, problems: int = 8, problems_since: int | None = None) -> dict:
+             sessions: int = 8, problems: int = 8, problems_since: int | None = None,
+             problems_until: int | None = None) -> dict:
     """The latest sessions (most recent activity first) with burn rates and gate forecasts, the
-    latest failed or interrupted runs and tool calls (of the last week unless ``problems_since``),
+    latest failed or interrupted runs and tool calls (of the last week unless ``problems_since``, up to
+    ``problems_until`` when given),
     spend today and in all, and ingest health."""
     conn.execute("BEGIN")  # one snapshot: the parts agree with each other
     try:
@@ -41,7 +43,8 @@ def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo,
             "total_usd": total["cost_usd"], "total_unpriced_calls": total["unpriced_calls"],
             "sessions": rows,
             "problems": queries.recent_problems(
-                conn, problems, now_ms - PROBLEMS_FOR_MS if problems_since is None else problems_since),
+                conn, problems, now_ms - PROBLEMS_FOR_MS if problems_since is None else problems_since,
+                problems_until),
             "ingest": queries.ingest_health(conn, now_ms),
         }
     finally:

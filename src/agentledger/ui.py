@@ -240,7 +240,7 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
     refresh = whole(_param(params, "refresh") or "15", "refresh", 0, REFRESH_MAX)
     days = _days(params, zone, now_ms)
     window = queries.Window(since=_ms(days[0], zone), until=_end_ms(days[-1], zone))
-    snap = overview(conn, gates, zone, now_ms, problems_since=window.since)
+    snap = overview(conn, gates, zone, now_ms, problems_since=window.since, problems_until=window.until)
     # Named again as the queries name zones: their UTC is read from whole days, tzdata's summed from slots.
     daily = queries.daily_costs_by_model(conn, window, queries.zone(zone.key))
     totals: dict[str, float] = {}

@@ -12,7 +12,7 @@ import orjson
 from agentledger.ledger.verify import (FALLBACK_COLUMNS, FALLBACK_SUMS, LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS,
                                       RUN_ROW_SUMS, RUN_SNAPSHOT, SUBAGENT_KEY, TOOL_RUNS,
                                       TOOL_SESSION, UNPRICED, snapshot_fallback, snapshot_unpriced)
-from agentledger.timeutil import iso
+from agentledger.timeutil import LATEST_MS, iso
 from agentledger.units import PICO_PER_USD
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens")
@@ -1391,19 +1391,22 @@ def activity(conn: apsw.Connection, since: int, until: int, *, session_ids: list
     return {"llm": llm, "tools": tools}
 
 
-def recent_problems(conn: apsw.Connection, limit: int, since: int | None = None) -> list[dict]:
-    """The latest failed or interrupted tool calls and runs since ``since``, most recent first."""
-    out = []
-    # Each walks its time index backwards from now to ``since`` and stops after ``limit`` matches.
+def recent_problems(conn: apsw.Connection, limit: int, since: int | None = None,
+                    until: int | None = None) -> list[dict]:
+    """The latest failed or interrupted tool calls and runs in [``since``, ``until``], most recent first."""
+    out, bounds = [], (since or 0, LATEST_MS if until is None else until, limit)
+    # Each walks its time index backwards from ``until`` to ``since`` and stops after ``limit`` matches.
     for kind, sql in (
             ("tool", "SELECT coalesce(started_ms, ended_ms), session_key, tool_name, tool_call_id, status, error "
                      "FROM tool_calls WHERE status IN ('error', 'interrupted') "
-                     "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2"),
+                     "AND coalesce(started_ms, ended_ms) BETWEEN ?1 AND ?2 "
+                     "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?3"),
             ("run", "SELECT coalesce(started_ms, ended_ms), session_key, model, run_id, status, error "
                     "FROM runs WHERE status IN ('error', 'interrupted') "
-                    "AND coalesce(started_ms, ended_ms) >= ?1 ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?2")):
+                    "AND coalesce(started_ms, ended_ms) BETWEEN ?1 AND ?2 "
+                    "ORDER BY coalesce(started_ms, ended_ms) DESC LIMIT ?3")):
         out += [{"kind": kind, "at_ms": at, "session_key": key, "name": name, "id": ident, "status": status,
-                 "error": error} for at, key, name, ident, status, error in conn.execute(sql, (since or 0, limit))]
+                 "error": error} for at, key, name, ident, status, error in conn.execute(sql, bounds)]
     out.sort(key=lambda r: r["at_ms"] or 0, reverse=True)
     return [{**{k: v for k, v in r.items() if k != "at_ms"}, "at": iso(r["at_ms"])} for r in out[:limit]]
 
