@@ -157,3 +157,39 @@ def test_the_latest_failures_are_those_of_the_page_s_days(corpus_daemon):
     assert status == 200 and listed
     assert all("2026-10-01" <= at[:10] <= "2026-10-02" for at in listed), listed
 
+
+def _midnight_at(hour: int) -> str:
+    """A zone whose day starts at this hour of UTC's."""
+    east = (24 - hour) % 24
+    return f"Etc/GMT-{east}" if east <= 14 else f"Etc/GMT+{24 - east}"
+
+
+def test_gate_meters_measure_the_gates_day_whatever_zone_cuts_the_charts(tmp_path):
+    # The gates' day started this hour; the page's ?tz day an hour before it. 2,000 tokens spent a minute
+    # before this hour are that zone's today, not the gates'.
+    now = time.time_ns() // 1_000_000
+    hour = now - now % 3_600_000
+    gates_zone, page_zone = _midnight_at(hour // 3_600_000 % 24), _midnight_at((hour // 3_600_000 - 1) % 24)
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 2000, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                                "total": 2000}, "costUsd": 0.01}, ts=hour - 60_000))
+    config = write_config(tmp_path, logs.root, extra="""
+[[gates]]
+name = "day-tokens"
+scope = "global-day"
+metric = "tokens"
+limit = 1000
+action = "block"
+""")
+    config.write_text(f'timezone = "{gates_zone}"\n' + config.read_text())
+    served = serve(config)
+    try:
+        _, gate = http_get(served.url, "/v1/gate?session_key=agent:main:s1&tool=exec")
+        pages = [_fetch(f"{served.url}/ui?refresh=0{tz}")[2] for tz in ("", f"&tz={page_zone}")]
+    finally:
+        served.stop()
+    assert gate["decision"] == "allow"
+    for body in pages:
+        assert "day-tokens: 0 of 1,000 · trips in —" in body
+    assert f"today ({gates_zone})" in pages[1] and f"({page_zone})</h2>" in pages[1]

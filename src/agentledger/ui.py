@@ -230,19 +230,20 @@ PARAMS = ("days", "until", "tz", "refresh")
 def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now_ms: int,
          params: dict[str, list[str]]) -> str:
     """The whole page; ``params`` from the query string (PARAMS): ``days``, ``until`` (a date), ``tz``,
-    ``refresh``."""
+    ``refresh``. ``zone`` is the one the gates' days start in: ``tz`` cuts the charts' days, never the gates'."""
+    local = zone
     tz = _param(params, "tz")
     if tz is not None:
         try:
-            zone = ZoneInfo(tz)
+            local = ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise BadParam(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
     refresh = whole(_param(params, "refresh") or "15", "refresh", 0, REFRESH_MAX)
-    days = _days(params, zone, now_ms)
-    window = queries.Window(since=_ms(days[0], zone), until=_end_ms(days[-1], zone))
+    days = _days(params, local, now_ms)
+    window = queries.Window(since=_ms(days[0], local), until=_end_ms(days[-1], local))
     snap = overview(conn, gates, zone, now_ms, problems_since=window.since, problems_until=window.until)
     # Named again as the queries name zones: their UTC is read from whole days, tzdata's summed from slots.
-    daily = queries.daily_costs_by_model(conn, window, queries.zone(zone.key))
+    daily = queries.daily_costs_by_model(conn, window, queries.zone(local.key))
     totals: dict[str, float] = {}
     unpriced: dict[str, int] = {}
     for r in daily:
@@ -262,7 +263,7 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
     span = f"{days[0].isoformat()} to {days[-1].isoformat()}"
     worst = max((t["error_rate"] for t in tools), default=0.0)
     panels = [
-        _panel("spend", f"Spend per day by model, {span} ({zone.key})", stacked_days(daily, days, colors),
+        _panel("spend", f"Spend per day by model, {span} ({local.key})", stacked_days(daily, days, colors),
                f'<ul class="legend">{legend}</ul>'),
         _panel("sessions", f"Top sessions by cost, {span}",
                hbars([(s["session_key"] or s["session_id"], s["cost_usd"],
@@ -288,7 +289,7 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
 <dl class="totals"><div><dt>spent in all</dt>
 <dd id="total">{_e(display.cost(snap["total_usd"], snap["total_unpriced_calls"]))}</dd></div>
 <div><dt>{_e(span)}</dt><dd id="window-total">{_e(display.cost(spent, sum(unpriced.values())))}</dd></div>
-<div><dt>today ({_e(zone.key)})</dt>
+<div><dt>today ({_e(snap["timezone"])})</dt>
 <dd id="today">{_e(display.cost(snap["today_usd"], snap["today_unpriced_calls"]))}</dd></div></dl>
 {note}<p class="muted">as of {_e(snap["at"])} · agentledger {_e(__version__)}</p></header>
 <main>{"".join(panels)}</main></body></html>
