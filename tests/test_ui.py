@@ -158,6 +158,11 @@ def test_the_latest_failures_are_those_of_the_page_s_days(corpus_daemon):
     assert all("2026-10-01" <= at[:10] <= "2026-10-02" for at in listed), listed
 
 
+def test_a_zone_is_read_as_costs_reads_it(corpus_daemon):
+    status, _, body = _fetch(f"{corpus_daemon.url}/ui?tz=utc&until=2026-10-05&refresh=0")
+    assert status == 200 and "Spend per day by model, 2026-09-06 to 2026-10-05 (UTC)" in body
+
+
 def _midnight_at(hour: int) -> str:
     """A zone whose day starts at this hour of UTC's."""
     east = (24 - hour) % 24

@@ -11,7 +11,7 @@ import datetime as dt
 import html
 import math
 from collections.abc import Sequence
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import apsw
 
@@ -50,7 +50,7 @@ def whole(raw: str, name: str, low: int, high: int) -> int:
     return int(raw)
 
 
-def _days(params: dict[str, list[str]], zone: ZoneInfo, now_ms: int) -> list[dt.date]:
+def _days(params: dict[str, list[str]], zone: dt.tzinfo, now_ms: int) -> list[dt.date]:
     count = whole(_param(params, "days") or "30", "days", 1, 366)
     last = _param(params, "until")
     if last is None:
@@ -66,11 +66,11 @@ def _days(params: dict[str, list[str]], zone: ZoneInfo, now_ms: int) -> list[dt.
     return [end - dt.timedelta(days=n) for n in range(count - 1, -1, -1)]
 
 
-def _ms(day: dt.date, zone: ZoneInfo) -> int:
+def _ms(day: dt.date, zone: dt.tzinfo) -> int:
     return int(dt.datetime.combine(day, dt.time(), zone).timestamp() * 1000)
 
 
-def _end_ms(day: dt.date, zone: ZoneInfo) -> int:
+def _end_ms(day: dt.date, zone: dt.tzinfo) -> int:
     """The last millisecond of ``day`` in ``zone``."""
     if day == dt.date.max:  # no next day to start from; the ledger holds nothing later than LATEST_MS
         return LATEST_MS
@@ -231,19 +231,15 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
          params: dict[str, list[str]]) -> str:
     """The whole page; ``params`` from the query string (PARAMS): ``days``, ``until`` (a date), ``tz``,
     ``refresh``. ``zone`` is the one the gates' days start in: ``tz`` cuts the charts' days, never the gates'."""
-    local = zone
-    tz = _param(params, "tz")
-    if tz is not None:
-        try:
-            local = ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise BadParam(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
+    try:
+        local = queries.zone(_param(params, "tz") or zone.key)
+    except ValueError as exc:
+        raise BadParam(str(exc)) from None
     refresh = whole(_param(params, "refresh") or "15", "refresh", 0, REFRESH_MAX)
     days = _days(params, local, now_ms)
     window = queries.Window(since=_ms(days[0], local), until=_end_ms(days[-1], local))
     snap = overview(conn, gates, zone, now_ms, problems_since=window.since, problems_until=window.until)
-    # Named again as the queries name zones: their UTC is read from whole days, tzdata's summed from slots.
-    daily = queries.daily_costs_by_model(conn, window, queries.zone(local.key))
+    daily = queries.daily_costs_by_model(conn, window, local)
     totals: dict[str, float] = {}
     unpriced: dict[str, int] = {}
     for r in daily:
@@ -263,7 +259,7 @@ def page(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo, now
     span = f"{days[0].isoformat()} to {days[-1].isoformat()}"
     worst = max((t["error_rate"] for t in tools), default=0.0)
     panels = [
-        _panel("spend", f"Spend per day by model, {span} ({local.key})", stacked_days(daily, days, colors),
+        _panel("spend", f"Spend per day by model, {span} ({local})", stacked_days(daily, days, colors),
                f'<ul class="legend">{legend}</ul>'),
         _panel("sessions", f"Top sessions by cost, {span}",
                hbars([(s["session_key"] or s["session_id"], s["cost_usd"],
