@@ -99,6 +99,9 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     (["usage", "--json", "--csv"], "print one format, --json or --csv"),  # where the last one given won
     (["sessions", "--csv", "--json"], "print one format, --json or --csv"),
     (["usage", "--since", "2026-10-05", "--until", "2026-10-01"], "--since: since is after until: give a since at"),
+    # A script's empty $AGENT: neither every agent's spend nor a believable zero, as the API answers it.
+    (["usage", "--agent", "", "--json"], "'--agent': is blank: give an agent id, or leave --agent out"),
+    (["sessions", "--agent", "", "--live"], "'--agent': is blank: give an agent id, or leave --agent out"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")

@@ -126,6 +126,14 @@ def test_bad_parameters_are_400(api):
                       ("/v1/hot?since=1d", "since")]:
         status, body = get(api + url)
         assert status == 400 and f"has no parameter {name!r}" in body["error"], (url, body)
+    # A blank filter is refused as the CLI refuses it: read as not given, an empty $AGENT got every agent's spend.
+    for url, name in [("/v1/usage?agent=", "agent"), ("/v1/sessions?agent=", "agent"),
+                      ("/v1/costs?group_by=day&agent=", "agent"), ("/v1/hot?agent=", "agent"),
+                      ("/v1/usage?since=", "since"), ("/v1/sessions?until=", "until"), ("/v1/sessions?limit=", "limit"),
+                      ("/v1/overview?limit=", "limit"), ("/v1/costs?group_by=", "group_by"), ("/v1/costs?tz=", "tz"),
+                      ("/v1/usage?agent=main&agent=", "agent")]:
+        status, body = get(api + url)
+        assert (status, body) == (400, {"error": f"{name} is blank: give it a value, or leave {name} out"}), url
     assert get(f"{api}/v1/usage?agent=main&since=2026-01-01&until=2099-01-01")[0] == 200
     assert get(f"{api}/v1/overview?limit=3")[0] == 200
 

@@ -69,7 +69,7 @@ class Health:
 
 
 def _time(params: dict[str, list[str]], name: str, zone: dt.tzinfo) -> int | None:
-    value = _one(params, name)
+    value = _filter(params, name)
     try:
         return parse_time(value, end=name == "until", zone=zone) if value else None
     except ValueError as exc:
@@ -80,10 +80,10 @@ def _window(params: dict[str, list[str]], default_limit: int | None,
             zone: dt.tzinfo = dt.timezone.utc) -> queries.Window:
     """``zone``: where a date or a time without an offset is read (the zone the answer counts days in)."""
     since, until = _time(params, "since", zone), _time(params, "until", zone)
-    limit = _one(params, "limit")
+    limit = _filter(params, "limit")
     limit = default_limit if limit is None else ui.whole(limit, "limit", 1, queries.MAX_LIMIT)
     try:
-        return queries.Window(since=since, until=until, agent=_one(params, "agent"), limit=limit)
+        return queries.Window(since=since, until=until, agent=_filter(params, "agent"), limit=limit)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 
@@ -96,6 +96,15 @@ def _one(params: dict[str, list[str]], name: str) -> str | None:
     """The parameter's last value; None when it is not given or blank."""
     values = params.get(name)
     return values[-1] or None if values else None
+
+
+def _filter(params: dict[str, list[str]], name: str) -> str | None:
+    """A filter's last value; None when it is not given. A blank one is refused, as the CLI refuses it: read
+    as not given, a script's empty $AGENT was answered every agent's spend."""
+    values = params.get(name)
+    if values and not values[-1]:
+        raise BadRequest(f"{name} is blank: give it a value, or leave {name} out")
+    return values[-1] if values else None
 
 
 def _hot(keeper: GateKeeper | None, key: str) -> tuple[int, object]:
@@ -186,7 +195,7 @@ def _hot_views(keeper: GateKeeper | None, params: dict[str, list[str]]) -> tuple
 
 def _overview(conn: apsw.Connection, keeper: GateKeeper | None, params: dict[str, list[str]]) -> dict:
     gates, zone = _gates_of(keeper)
-    limit = _one(params, "limit")
+    limit = _filter(params, "limit")
     limit = 8 if limit is None else ui.whole(limit, "limit", 1, OVERVIEW_MAX)
     return overview(conn, gates, zone, int(time.time() * 1000), sessions=limit)
 
@@ -197,9 +206,9 @@ def _forecast(conn: apsw.Connection, keeper: GateKeeper | None, key: str) -> dic
 
 
 def _costs(conn: apsw.Connection, params: dict[str, list[str]]) -> dict:
-    group_by = (params.get("group_by") or ["model"])[-1]
+    group_by = _filter(params, "group_by") or "model"
     # Whatever the grouping: a zone that does not exist is a mistake to tell, not one to answer past.
-    local = queries.zone((params.get("tz") or ["UTC"])[-1])
+    local = queries.zone(_filter(params, "tz") or "UTC")
     return queries.costs_report(conn, _window(params, None, local), group_by, local)
 
 

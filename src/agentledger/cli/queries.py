@@ -51,6 +51,14 @@ def _zone(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+def _named(ctx, param, value):
+    """A blank agent is refused, as the daemon refuses agent=: a script's empty $AGENT is a mistake to tell,
+    neither every agent's spend nor a believable zero."""
+    if value == "":
+        raise click.BadParameter("is blank: give an agent id, or leave --agent out for every agent's")
+    return value
+
+
 def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True,
                   window: bool = True):
     """--json, --csv, --since/--until (unless no ``window`` applies), --agent and --limit, the same on every
@@ -65,7 +73,8 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                                                             "time, or an age like 7d, 24h, 30m."),
                click.option("--until", metavar="TIME", help="Up to this time (inclusive), same forms.")]
               if window else []),
-            *([click.option("--agent", type=TEXT, metavar="ID", help="Only this agent id.")] if agent else []),
+            *([click.option("--agent", type=TEXT, callback=_named, metavar="ID", help="Only this agent id.")]
+              if agent else []),
             *([click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
                             show_default=True, help="At most this many rows.")] if limit else []),
         ]
