@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from conftest import REPO, cli_env, ingest
 from hypothesis import given
 from hypothesis import strategies as st
 from logwriter import LogDir, event
-from terminal import Terminal, needs_tmux
+from terminal import Terminal, needs_tmux, on_a_terminal
 
 from agentledger import display
 from agentledger.cli import cli
@@ -35,6 +36,20 @@ def test_stacked_bars_are_as_long_as_their_totals(rows, width):
             assert abs(cells - longest * total / top) <= 1  # proportional, to the cell
         else:
             assert cells == 0
+
+
+@given(rows=st.lists(st.tuples(st.text("ab-:0", max_size=30), values), min_size=1, max_size=8),
+       width=st.integers(1, 120))
+def test_a_chart_shows_each_total_whole_and_tells_its_rows_apart_or_is_not_drawn(rows, width):
+    chart = bars([(label, [("cost", value)]) for label, value in rows], lambda v: f"${v:,.2f}", title="t",
+                 width=width)
+    if chart is None:
+        return
+    lines = [t.plain for t in chart.renderables[1:len(rows) + 1]]
+    assert all(len(line) < width for line in lines), lines
+    for (label, value), line in zip(rows, lines):
+        assert line.endswith(f" ${value:,.2f}"), (line, value)
+    assert len({line.split(" ")[0] for line in lines}) == len({label for label, _ in rows}), lines
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +146,26 @@ def test_a_cost_chart_marks_what_leaves_out_unpriced_calls(tmp_path):
         assert rows == {"acme-unknown-9": "—*", "claude-sonnet-4-5": "$0.5000"}
     finally:
         term.close()
+
+
+_WIDTHS = (12, 16, 20, 24, 30, 80)
+
+
+def test_a_terminal_of_any_width_charts_each_day_s_cost_whole_or_shows_the_table(corpus_db, oc_expected):
+    # At 20 columns $4.88 printed as "$4.8" and $0.5455 as "$0.545", at 16 "$0" and nothing: rich cropped
+    # a line made wider than the terminal; every day was "2026-10-", one like another.
+    want = {day: display.usd(v["cost_usd"]) for day, v in oc_expected["per_day"].items()}
+    table = _run(corpus_db, "costs", "--group-by", "day").output
+    args = ["costs", "--group-by", "day", "--chart"]
+    with ThreadPoolExecutor(3) as pool:
+        shown = dict(zip(_WIDTHS, pool.map(lambda w: on_a_terminal(args, cli_env(corpus_db), w), _WIDTHS)))
+    for width, screen in shown.items():
+        if "spend per day" not in screen:  # too narrow for bars: the table, which names what it leaves out
+            assert "too narrow for" in screen or screen.split() == table.split(), (width, screen)
+            continue
+        rows = [line for line in screen.splitlines() if line.startswith(("2026-", "…"))]
+        assert len(rows) == len(want) and all(len(row) <= width for row in rows), (width, screen)
+        for day, cost in want.items():
+            (row,) = [row for row in rows if day.endswith(row.split()[0].lstrip("…"))]
+            assert row.split()[-1] == cost, (width, day, screen)
+    assert "spend per day" in shown[20] and "spend per day" not in shown[12]

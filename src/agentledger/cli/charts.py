@@ -29,10 +29,34 @@ def _unpriced(part: Part) -> int:
     return part[2] if len(part) > 2 else 0
 
 
-def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, title: str, width: int) -> Group:
+# The shortest bar worth drawing: below it the bars no longer compare, and the table says more.
+_BAR_FLOOR = 4
+# The shortest a label is cut to: a day keeps its month and day ("…10-01").
+_LABEL_FLOOR = 6
+
+
+def _tail(label: str, width: int) -> str:
+    """``label`` in ``width`` characters, its start given way: the labels charted (days, session keys,
+    model names) run from what rows share to what tells them apart."""
+    return label if len(label) <= width else "…" + label[len(label) - width + 1:]
+
+
+def _label_floor(labels: list[str]) -> int:
+    """The narrowest the labels can be cut to and still tell every row apart."""
+    longest = max(map(len, labels), default=0)
+    distinct = len(set(labels))
+    ends = next((n for n in range(1, longest) if len({label[-n:] for label in labels}) == distinct), longest)
+    return min(longest, max(_LABEL_FLOOR, ends + 1))
+
+
+def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, title: str,
+         width: int) -> Group | None:
     """``rows`` are (label, [(series, value), ...]); series keep one color across rows, listed in a
     legend when there is more than one. A part may add, third, the unpriced calls its value leaves out:
-    its row's total and its series' in the legend are marked by them (``display.cost``)."""
+    its row's total and its series' in the legend are marked by them (``display.cost``).
+
+    A total is shown whole: the bars shorten first, then the labels lose their start; None when even
+    then a row would not fit ``width``."""
     series: dict[str, list] = {}
     for _, parts in rows:
         for part in parts:
@@ -41,15 +65,19 @@ def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, tit
             acc[1] += _unpriced(part)
     ranked = sorted(series, key=lambda s: -series[s][0])
     color = {s: COLORS[min(i, len(COLORS) - 1)] for i, s in enumerate(ranked)}
-    label_w = min(max((len(label) for label, _ in rows), default=0), max(width // 3, 8))
     totals = [sum(part[1] for part in parts) for _, parts in rows]
     texts = [display.cost(total, sum(map(_unpriced, parts)), fmt) for (_, parts), total in zip(rows, totals)]
     value_w = max((len(t) for t in texts), default=0)
-    room = max(width - label_w - value_w - 3, 4)
+    labels = [label for label, _ in rows]
+    both = width - value_w - 3  # what the label and the bar share, a space either side of the bar
+    label_w = max(min(max(map(len, labels), default=0), max(width // 3, both - _BAR_FLOOR)), _label_floor(labels))
+    room = both - label_w
+    if room < _BAR_FLOOR:
+        return None
     top = max(totals, default=0) or 1.0
     lines = [Text(title, style="bold")]
     for (label, parts), total, text in zip(rows, totals, texts):
-        line = Text(label[:label_w].ljust(label_w) + " ", no_wrap=True)
+        line = Text(_tail(label, label_w).ljust(label_w) + " ", no_wrap=True)
         if len(parts) == 1:
             line.append(_partial(room * parts[0][1] / top), style=color[parts[0][0]])
             drawn = len(_partial(room * parts[0][1] / top))
@@ -80,7 +108,10 @@ def filled_days(rows: list[dict], key: str = "day") -> list[str]:
     return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
-def print_bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], title: str) -> None:
-    """Draw ``bars`` across the terminal's width."""
+def print_bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], title: str) -> bool:
+    """Draw ``bars`` across the terminal's width; False, drawing nothing, when it is too narrow for them."""
     console = Console()
-    console.print(bars(rows, fmt, title=title, width=console.width))
+    chart = bars(rows, fmt, title=title, width=console.width)
+    if chart is not None:
+        console.print(chart)
+    return chart is not None

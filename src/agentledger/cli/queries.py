@@ -214,14 +214,15 @@ def usage(conn, w, fmt, chart):
     kinds = [("input", "input_tokens"), ("output", "output_tokens"), ("cache read", "cache_read_tokens"),
              ("cache write", "cache_write_tokens")]
     click.echo()
-    if not charting:  # piped: the table the chart would draw
-        emit_table(list(days.values()), [("day", "day"), *((k, name) for name, k in kinds)])
-        return
-    from agentledger.cli import charts  # rich only when drawing
+    if charting:
+        from agentledger.cli import charts  # rich only when drawing
 
-    charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
-                       for day in charts.filled_days(list(days.values()))],
-                      display.tokens, "tokens per day (UTC), by kind")
+        if charts.print_bars([(day, [(name, days[day][k]) for name, k in kinds] if day in days else [])
+                              for day in charts.filled_days(list(days.values()))],
+                             display.tokens, "tokens per day (UTC), by kind"):
+            return
+    # Piped, or a terminal too narrow for bars: the table the chart would draw.
+    emit_table(list(days.values()), [("day", "day"), *((k, name) for name, k in kinds)])
 
 
 _LATENCY = ("p50_ms", "p95_ms", "p99_ms")  # what --latency adds to a costs row
@@ -245,8 +246,7 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
     _, local = tz
     report = queries.costs_report(conn, w, group_by, local)
     rows, total = report["rows"], report["total"]
-    if _charting(chart, fmt):
-        _costs_chart(conn, w, rows, total, group_by, tz)
+    if _charting(chart, fmt) and _costs_chart(conn, w, rows, total, group_by, tz):
         return
     if latency:
         if group_by != "model":
@@ -277,16 +277,15 @@ def costs(conn, w, fmt, group_by, tz, latency, chart):
                                     ("total_tokens", "tokens"), ("cost_usd", "cost $")] + latency_columns)
 
 
-def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: tuple) -> None:
+def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: tuple) -> bool:
+    """Draw the costs; False, drawing nothing, on a terminal too narrow for bars, where the table stands in."""
     from agentledger.cli import charts  # rich only when drawing
 
     if not rows:
-        click.echo("no spend in this window")
-        return
+        return False  # the table's "no spend in this window"
     if group_by == "tool":  # tools carry no cost: their calls, errors stacked on successes
-        charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
-                           for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
-        return
+        return charts.print_bars([(r["tool"] or "?", [("ok", r["calls"] - r["errors"]), ("errors", r["errors"])])
+                                  for r in rows], lambda v: f"{v:,.0f}", "tool calls (errors stacked)")
     unpriced = total["unpriced_calls"]
     cost = display.cost(total["cost_usd"], unpriced)
     if group_by == "day":
@@ -294,13 +293,15 @@ def _costs_chart(conn, w, rows: list[dict], total: dict, group_by: str, tz: tupl
         name, local = tz
         for r in queries.daily_costs_by_model(conn, w, local):
             by_day.setdefault(r["day"], []).append((r["model"] or "?", r["cost_usd"], r["unpriced_calls"]))
-        charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
-                          f"spend per day ({name}), stacked by model; total {cost}")
+        drawn = charts.print_bars([(day, by_day.get(day, [])) for day in charts.filled_days(rows)], display.usd,
+                                  f"spend per day ({name}), stacked by model; total {cost}")
     else:
         label = queries.cost_fields(group_by)[0]
-        charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])]) for r in rows],
-                          display.usd, f"spend by {group_by}; total {cost}")
-    note_unpriced(unpriced)
+        drawn = charts.print_bars([(str(r[label] or "?"), [("cost", r["cost_usd"], r["unpriced_calls"])])
+                                   for r in rows], display.usd, f"spend by {group_by}; total {cost}")
+    if drawn:
+        note_unpriced(unpriced)
+    return drawn
 
 
 @cli.command()
