@@ -96,80 +96,37 @@ def _is_number(rows: list[dict], key: str) -> bool:
                                     for row in rows)
 
 
-# The narrowest a text column is squeezed to (with an ellipsis) before columns are left out whole.
-_TEXT_FLOOR = 10
-# The narrowest the first column, which wraps, gives way to before a number's column is left out: at 5
-# a session key is still legible as a few lines.
-_WRAP_FLOOR = 5
-
-
 def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], numbers: list[bool],
                   title: str | None) -> None:
-    """A table that fits the terminal: numbers keep their width, text gives way first. Text squeezed
-    too narrow, the borders go (the piped layout); still too wide, text columns other than the first
-    are left out from the right; then the first narrows further, the columns close up to a space apart,
-    and numbers' columns are left out from the right, each said to be: a number is shown whole or not
-    at all."""
+    """A table that fits the terminal (``fitting.fit``), its first column wrapping rather than cut, and
+    a line under it naming the columns left out: a number is shown whole or not at all."""
     from rich import box
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
+    from agentledger.cli.fitting import WRAP_FLOOR, fit, too_narrow
+
     console = Console()
     # A header may fold at its spaces: a number's column needs its longest word, or its widest number.
     natural = [max([cell_len(w) for w in (header.split() if numbers[i] else [header])] +
                    [cell_len(r[i]) for r in cells]) for i, (_, header) in enumerate(columns)]
-    kept = list(range(len(columns)))
-    gap = 2  # between columns without borders
-
-    def room(boxed: bool) -> int:
-        """What the kept text columns have between the borders and the numbers."""
-        borders = 3 * len(kept) + 1 if boxed else gap * (len(kept) - 1)
-        return console.width - borders - sum(natural[i] for i in kept if numbers[i])
-
-    def fits(boxed: bool, first_floor: int = _TEXT_FLOOR) -> bool:
-        floors = (min(natural[i], first_floor if i == 0 else _TEXT_FLOOR) for i in kept if not numbers[i])
-        return sum(floors) <= room(boxed)
-
-    def leave_out(numeric: bool, first_floor: int) -> None:
-        droppable = [i for i in kept[1:] if numbers[i] == numeric]
-        while not fits(False, first_floor) and droppable:
-            kept.remove(droppable.pop())
-
-    boxed = fits(True)
-    if not boxed:
-        leave_out(False, _TEXT_FLOOR)
-        if not fits(False, _WRAP_FLOOR):
-            gap = 1  # numbers are right-aligned under their headers: a space still tells them apart
-        leave_out(True, _WRAP_FLOOR)
-    widths = _share([natural[i] for i in kept if not numbers[i]], room(boxed))
+    shape = fit(natural, numbers, console.width, boxable=True, first_floor=WRAP_FLOOR)
     # Left with too little even for the first column (a few characters, or a number of its own), rich
     # would cut it: the lines run past the terminal's edge instead.
-    console.width += max(0, sum(widths) - room(boxed))
+    console.width += shape.over
     # A space each side of a cell, but one only on its left once the gap is closed up.
-    table = Table(title=title, box=box.HEAVY_HEAD if boxed else None, pad_edge=boxed, padding=(0, gap - 1, 0, 1))
-    for i in kept:
+    table = Table(title=title, box=box.HEAVY_HEAD if shape.boxed else None, pad_edge=shape.boxed,
+                  padding=(0, shape.gap - 1, 0, 1))
+    for i, width in zip(shape.kept, shape.widths):
         table.add_column(columns[i][1], justify="right" if numbers[i] else "left",
-                         overflow="fold" if numbers[i] or i == 0 else "ellipsis",
-                         width=natural[i] if numbers[i] else widths.pop(0))
+                         overflow="fold" if numbers[i] or i == 0 else "ellipsis", width=width)
     for r in cells:
-        table.add_row(*(r[i] for i in kept))
+        table.add_row(*(r[i] for i in shape.kept))
     console.print(table)
-    left_out = [header for i, (_, header) in enumerate(columns) if i not in kept]
+    left_out = [header for i, (_, header) in enumerate(columns) if i not in shape.kept]
     if left_out:
-        click.echo(f"(too narrow for {', '.join(left_out)}: a wider terminal or --json shows them)")
-
-
-def _share(wanted: list[int], room: int) -> list[int]:
-    """Widths for columns that want ``wanted`` within ``room``: the widest are cut to one level, as
-    high as fits, so a short column keeps all of its text; what is left over goes to the first."""
-    level = max(wanted, default=0)
-    while level > 1 and sum(min(w, level) for w in wanted) > room:
-        level -= 1
-    widths = [min(w, level) for w in wanted]
-    if widths and widths[0] < wanted[0]:
-        widths[0] += max(0, room - sum(widths))
-    return widths
+        click.echo(too_narrow(left_out, "a wider terminal or --json"))
 
 
 def note_unpriced(unpriced: int) -> None:
