@@ -4,9 +4,11 @@ cost, follows new lines, and quits with exit code 0."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -15,7 +17,7 @@ from conftest import REPO, cli_env, ingest
 from logwriter import LogDir, event, partly_priced_log
 from served import serve
 from serving import copy_logs, write_config
-from terminal import Terminal, needs_tmux
+from terminal import Terminal, needs_tmux, on_a_terminal
 
 from agentledger import display
 from agentledger.ledger import queries
@@ -152,3 +154,49 @@ def test_watch_shows_the_time_on_the_clock_of_the_zone_it_names(tmp_path, env):
     assert any(lines[0].startswith(s) for s in shown), lines[0]
     failed_at = dt.datetime.fromtimestamp(failed_ms / 1000, zone)
     assert f"{failed_at:%H:%M:%S} tool exec error agent:main:s1" in lines, lines
+
+
+_BUSY_GATES = """
+[[gates]]
+name = "daily-tokens"
+scope = "global-day"
+metric = "tokens"
+limit = 500000000
+action = "warn"
+
+[[gates]]
+name = "agent-day-cost"
+scope = "agent-day"
+metric = "cost_usd"
+limit = 2000.0
+action = "block"
+"""
+
+
+def test_a_terminal_of_any_width_shows_each_figure_whole_or_names_its_column(tmp_path, env):
+    # Below 80 columns watch printed "150,000,000/500,000,…" and "350,000,0…", its header "in all $1…":
+    # a number's column was cut with an ellipsis like text.
+    logs = LogDir(tmp_path / "logs")
+    now = time.time_ns() // 1_000_000
+    for i in range(150):  # the last 5 minutes, inside the 10 the rates are over: 1M tokens and $9.50 each
+        logs.append(event(i + 1, "llm.call", {"callIndex": i, "provider": "anthropic", "model": "claude-opus-4-1",
+                                              "delta": {"input": 20_000, "output": 5_000, "cacheRead": 900_000,
+                                                        "cacheWrite": 75_000, "total": 1_000_000}, "costUsd": 9.5},
+                          session="telegram:direct:ops", ts=now - 300_000 + i * 2_000))
+    ingest(tmp_path / "ledger.db", logs.root)
+    config = write_config(tmp_path, logs.root, extra=_BUSY_GATES)
+    args = ["--config", str(config), "watch", "--once", "--url", "http://127.0.0.1:9"]
+    widths = (24, 40, 60, 70, 80, 120)
+    with ThreadPoolExecutor(3) as pool:
+        shown = dict(zip(widths, pool.map(lambda w: on_a_terminal(args, env, w), widths)))
+    figures = {"used": "150,000,000/500,000,000", "left": "350,000,000", "next gate": "agent-day-cost 71%"}
+    for width, screen in shown.items():
+        header, _, rest = screen.partition("\nfrom ")
+        assert header.count("$1,425.00") == 2, (width, screen)
+        below = rest.partition("\n")[2]  # not the ledger's path, which may be cut anywhere
+        assert not re.search(r"[\d$,.%/]…", header + below), (width, screen)
+        assert max(map(len, screen.splitlines())) <= width, (width, screen)
+        narrow = " ".join(re.findall(r"\(too narrow for ([^:]*):", " ".join(screen.split())))
+        for column, figure in figures.items():
+            assert figure in screen or column in narrow, (width, column, screen)
+    assert "too narrow" not in shown[120] and "$575.00" in shown[120]

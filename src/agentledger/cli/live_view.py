@@ -2,7 +2,7 @@
 
 Asks the running daemon (``GET /v1/overview``) when one answers, else reads the ledger
 read-only with the config's gates; both give the same snapshot. Redraws every second,
-fitted to the terminal (80 columns is enough); ``q`` or Ctrl-C quits with exit code 0.
+fitted to the terminal as the query tables are (``fitting``); ``q`` or Ctrl-C quits with exit code 0.
 Imported only by the command, so other commands start without rich.
 """
 
@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from zoneinfo import ZoneInfo
 
 import orjson
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from agentledger import display
+from agentledger.cli.fitting import TEXT_FLOOR, Fit, fit, too_narrow
 from agentledger.config import Config
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.overview import overview
@@ -102,16 +104,40 @@ def _subject(g: dict, s: dict) -> str:
             "agent-day": f"agent {s['agent_id']} today", "global-day": "all agents today"}[g["scope"]]
 
 
-def _table(title: str, columns: list[tuple[str, dict]], expand: bool = True) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False, expand=expand,
-                  header_style="dim", show_edge=False)
-    for header, opts in columns:
-        table.add_column(header, **opts)
-    return table
+# A column is (header, whole): a whole one (a number, or text holding one) keeps its width or is left out,
+# named under its table; the others are cut short with an ellipsis.
+Column = tuple[str, bool]
+Row = tuple[list[str], str | None]  # cells and style
 
 
-def frame(snap: dict, where: str, height: int) -> Group:
-    """One screen: header, sessions, gates, failures, ingest, cut to ``height`` lines."""
+def _fit(columns: list[Column], rows: list[Row], width: int) -> Fit:
+    natural = [max([cell_len(header)] + [cell_len(cells[i]) for cells, _ in rows])
+               for i, (header, _) in enumerate(columns)]
+    return fit(natural, [whole for _, whole in columns], width, boxable=False, first_floor=TEXT_FLOOR)
+
+
+def _table(title: str, columns: list[Column], rows: list[Row], shape: Fit) -> list:
+    """The table under its title, which wraps at the screen's width rather than the table's, and under
+    it the line naming the columns ``shape`` left out."""
+    table = Table(box=None, pad_edge=False, padding=(0, shape.gap - 1, 0, 1), header_style="dim",
+                  show_edge=False)
+    for i, width in zip(shape.kept, shape.widths):
+        table.add_column(columns[i][0], justify="right" if columns[i][1] else "left", no_wrap=True,
+                         overflow="ellipsis", width=width)
+    for cells, style in rows:
+        table.add_row(*(cells[i] for i in shape.kept), style=style)
+    left_out = [header for i, (header, _) in enumerate(columns) if i not in shape.kept]
+    return [Text(title, style="bold"), table] + ([Text(too_narrow(left_out, "a wider terminal"), style="dim")]
+                                                 if left_out else [])
+
+
+def _lines(text: str, width: int) -> int:
+    """The lines ``text`` takes, wrapped at ``width`` (at most one more where words wrap early)."""
+    return -(-cell_len(text) // max(width, 1)) if text else 0
+
+
+def frame(snap: dict, where: str, height: int, width: int) -> Group:
+    """One screen: header, sessions, gates, failures, ingest, cut to ``height`` lines of ``width``."""
     sessions, problems, sources = snap["sessions"], snap["problems"], snap["ingest"]
     zone = ZoneInfo(snap["timezone"])
     worst: dict[str, tuple[dict, dict]] = {}
@@ -119,69 +145,73 @@ def frame(snap: dict, where: str, height: int) -> Group:
         for g in s["gates"]:
             if g["gate"] not in worst or _urgency(g) < _urgency(worst[g["gate"]][0]):
                 worst[g["gate"]] = (g, s)
-    # Lines left for rows once the header, titles and column headers are drawn.
+
+    # Figures are words: the header wraps between them rather than cut one.
+    header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'], zone)} {snap['timezone']}  ",
+                           ("today ", "dim"), display.cost(snap["today_usd"], snap["today_unpriced_calls"]),
+                           ("  in all ", "dim"), display.cost(snap["total_usd"], snap["total_unpriced_calls"]),
+                           ("  q quits", "dim"))
+    source = Text(f"from {where}", style="dim", no_wrap=True, overflow="ellipsis")
+
+    session_columns: list[Column] = [("session", False), ("cost", True), ("burn", True), ("tok/min", True)]
+    if worst:
+        session_columns.append(("next gate", True))
+    session_rows: list[Row] = []
+    for s in sessions:
+        g = _nearest(s["gates"])
+        pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
+        cells = [s["session_key"] or s["session_id"], display.cost(s["cost_usd"], s["unpriced_calls"]),
+                 display.burn(s), pace]
+        if worst:
+            soon = g and (g["tripped"] or g["trips_in_s"] is not None)
+            cells.append(f"{g['gate']} {g['used']:.0%}" + (f" {_when(g)}" if soon else "") if g else display.DASH)
+        session_rows.append((cells, "bold red" if g and g["tripped"] else None))
+    if not sessions:
+        session_rows.append((["no sessions yet"] + [""] * (len(session_columns) - 1), None))
+
+    gate_columns: list[Column] = [("gate", False), ("for", False), ("used", True), ("left", True), ("pace", True),
+                                  ("trips in", True)]
+    gate_rows: list[Row] = [
+        ([g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g), _when(g)],
+         "bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
+        for g, s in sorted(worst.values(), key=lambda gs: _urgency(gs[0]))]
+
+    ingest_columns: list[Column] = [("source", False), ("files", True), ("lag", True), ("unread", True),
+                                    ("rejected", True)]
+    ingest_rows: list[Row] = [
+        ([src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]), f"{src['unread_bytes']:,} B",
+          f"{src['lines_rejected']:,}"], None) for src in sources]
+
+    # Fitted to every row, not only those shown, so the columns hold still as rows come and go.
+    shapes = [_fit(session_columns, session_rows, width), _fit(gate_columns, gate_rows, width),
+              _fit(ingest_columns, ingest_rows, width)]
+    notes = sum(_lines(too_narrow(["?"] * (len(c) - len(f.kept)), "a wider terminal"), width)
+                for c, f in zip((session_columns, gate_columns, ingest_columns), shapes) if len(f.kept) < len(c))
+
+    # Lines left for rows once the header, titles, column headers and notes are drawn.
     # Any cost marked for unpriced calls leaves some of them out of the total too.
     note = snap["total_unpriced_calls"] > 0
-    room = height - 2 - 2 - (2 if worst else 0) - (1 if problems else 0) - (2 if sources else 0) - (2 if note else 0)
+    room = (height - _lines(header.plain, width) - 1 - 2 - (2 if worst else 0) - (1 if problems else 0)
+            - (2 if sources else 0) - (2 if note else 0) - notes)
     n_gates = min(len(worst), max(room // 4, 1))
     n_sources = min(len(sources), 3)
     n_problems = min(len(problems), max((room - n_gates - n_sources) // 4, 0), 5)
     n_sessions = max(min(len(sessions), room - n_gates - n_sources - n_problems), 1)
 
-    header = Text.assemble(("agentledger watch", "bold"), f"  {_clock(snap['at'], zone)} {snap['timezone']}  ",
-                           ("today ", "dim"), display.cost(snap["today_usd"], snap["today_unpriced_calls"]),
-                           ("  in all ", "dim"), display.cost(snap["total_usd"], snap["total_unpriced_calls"]),
-                           ("  q quits", "dim"), no_wrap=True, overflow="ellipsis")
-    source = Text(f"from {where}", style="dim", no_wrap=True, overflow="ellipsis")
-
     minutes = snap["window_s"] // 60
-    columns = [("session", {"ratio": 1, "no_wrap": True, "overflow": "ellipsis", "min_width": 16}),
-               ("cost", {"justify": "right", "no_wrap": True}), ("burn", {"justify": "right", "no_wrap": True}),
-               ("tok/min", {"justify": "right", "no_wrap": True})]
+    parts = [header, source,
+             *_table(f"sessions, latest first (rates over {minutes} min)", session_columns,
+                     session_rows[:n_sessions], shapes[0])]
     if worst:
-        columns.append(("next gate", {"no_wrap": True, "overflow": "ellipsis", "max_width": 22}))
-    table = _table(f"sessions, latest first (rates over {minutes} min)", columns)
-    for s in sessions[:n_sessions]:
-        g = _nearest(s["gates"])
-        burn = display.burn(s)
-        pace = display.tokens(s["tokens_per_minute"]) if s["tokens_per_minute"] else display.DASH
-        cells = [s["session_key"] or s["session_id"], display.cost(s["cost_usd"], s["unpriced_calls"]), burn, pace]
-        if worst:
-            soon = g and (g["tripped"] or g["trips_in_s"] is not None)
-            cells.append(f"{g['gate']} {g['used']:.0%}" + (f" {_when(g)}" if soon else "") if g else display.DASH)
-        table.add_row(*cells, style="bold red" if g and g["tripped"] else None)
-    if not sessions:
-        table.add_row("no sessions yet", *[""] * (len(columns) - 1))
-    parts = [header, source, table]
-
-    if worst:
-        gates = _table("gates: headroom and projected time to trip", [
-            ("gate", {"no_wrap": True, "overflow": "ellipsis", "max_width": 18}),
-            ("for", {"ratio": 1, "no_wrap": True, "overflow": "ellipsis"}),
-            ("used", {"justify": "right", "no_wrap": True}), ("left", {"justify": "right", "no_wrap": True}),
-            ("pace", {"justify": "right", "no_wrap": True}), ("trips in", {"justify": "right", "no_wrap": True})])
-        ranked = sorted(worst.values(), key=lambda gs: _urgency(gs[0]))
-        for g, s in ranked[:n_gates]:
-            gates.add_row(g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g),
-                          _when(g),
-                          style="bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
-        parts.append(gates)
-
+        parts += _table("gates: headroom and projected time to trip", gate_columns, gate_rows[:n_gates], shapes[1])
     if problems:
         parts.append(Text("latest failed or interrupted", style="bold"))
         for p in problems[:n_problems]:
             parts.append(Text.assemble(f"{_clock(p['at'], zone)} {p['kind']} {p['name'] or '?'} ",
                                        (p["status"], "red" if p["status"] == "error" else "yellow"),
                                        f" {p['session_key'] or '?'}", no_wrap=True, overflow="ellipsis"))
-
     if sources:
-        ingest = _table("ingest", [("source", {"no_wrap": True}), ("files", {"justify": "right"}),
-                                   ("lag", {"justify": "right"}), ("unread", {"justify": "right"}),
-                                   ("rejected", {"justify": "right"})], expand=False)
-        for src in sources[:n_sources]:
-            ingest.add_row(src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]),
-                           f"{src['unread_bytes']:,} B", f"{src['lines_rejected']:,}")
-        parts.append(ingest)
+        parts += _table("ingest", ingest_columns, ingest_rows[:n_sources], shapes[2])
     if note:
         parts.append(Text(display.UNPRICED_NOTE, style="dim"))
     return Group(*parts)
@@ -229,11 +259,11 @@ def run(config: Config, url: str, interval: float, sessions: int, once: bool) ->
     try:
         snap, where = feed.snapshot()  # an unreadable ledger stops here, before the screen is taken
         if once or not console.is_terminal:
-            console.print(frame(snap, where, 10_000))
+            console.print(frame(snap, where, 10_000, console.width))
             return
         with _keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
             while True:
-                live.update(frame(snap, where, console.size.height), refresh=True)
+                live.update(frame(snap, where, console.size.height, console.size.width), refresh=True)
                 if _wait_for_quit(interval, keys):
                     return
                 try:
