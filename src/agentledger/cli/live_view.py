@@ -169,7 +169,7 @@ def frame(snap: dict, where: str, height: int, width: int) -> Group:
     if not sessions:
         session_rows.append((["no sessions yet"] + [""] * (len(session_columns) - 1), None))
 
-    gate_columns: list[Column] = [("gate", False), ("for", False), ("used", True), ("left", True), ("pace", True),
+    gate_columns: list[Column] = [("gate", False), ("measures", False), ("used", True), ("left", True), ("pace", True),
                                   ("trips in", True)]
     gate_rows: list[Row] = [
         ([g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g), _when(g)],
