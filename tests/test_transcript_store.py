@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -129,6 +130,24 @@ def test_an_entry_in_both_copies_is_one_event_whichever_is_read_first(tmp_path):
         assert scalar(db, "SELECT count(*) FROM events WHERE kind = 'session.start'") == 1
         _clean(db)
     assert totals[0] == totals[1] == [(2, 2, 10, 2 * 10**10)]
+
+
+@pytest.mark.parametrize("order", ["store first", "file first"])
+def test_an_entry_without_an_id_in_both_copies_is_one_event_however_each_serializes_it(tmp_path, order):
+    # Known by its bytes alone, the file's line and the store's row of it were two model calls.
+    entries = [_header(), _user("u1", 1), _assistant("", 2, cost=0.002) | {"id": None}, _user("u2", 3)]
+    state, db = tmp_path / "state", tmp_path / "ledger.db"
+    producer = Producer(state)  # its rows' keys sorted, the file's as written, and spaced as Python writes JSON
+    _index(state)
+    transcript = state / "agents" / "main" / "sessions" / f"{SID}.jsonl"
+    transcript.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    if order == "file first":
+        ingest(db, state, fmt="oc-transcript")
+    producer.add(*entries)
+    ingest(db, state, fmt="oc-transcript")
+    assert ingest(db, state, fmt="oc-transcript").events == 0
+    assert rows(db, "SELECT llm_calls, runs, cost_pico FROM session_totals") == [(1, 2, 2 * 10**9)]
+    _clean(db)
 
 
 def test_a_bad_row_is_one_reject_and_the_store_is_never_written(tmp_path, db):

@@ -11,15 +11,18 @@ row is indexed exactly once across restarts and crashes.
 The store is the producer's: it is opened read-only, and read one page of rows per
 statement, so a read transaction never outlives the page and is never held while the ledger
 writes. A row decodes exactly as the JSONL line of the same entry would, to the same event
-ids, so the two copies never count twice; the stores are read before the files, so where
+ids, so the two copies never count twice (an entry without an id, known only by its bytes, is
+read as the line of its JSONL copy that holds it); the stores are read before the files, so where
 both hold an entry the row is the one indexed, and a row read after its line (a store that
 appeared later) still gives the line's model call its figures (``Batch.prevails``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import mmap
 import os
 import time
 import urllib.parse
@@ -27,10 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
+import orjson
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
-from agentledger.sources.common import ledger_name
+from agentledger.sources.common import ledger_name, text
 from agentledger.tail.reader import ReadResult
 from agentledger.tail.tailer import Chunk, ReadBackFailed
 
@@ -134,7 +138,7 @@ class StoreReader:
                 if not isinstance(session_id, str) or not isinstance(last, int):
                     continue
                 # Decoded as its JSONL file would be (an archive of it included), so the key it gets agrees.
-                path = transcripts.get(session_id) or os.path.join(sessions_dir, f"{session_id}.jsonl")
+                path = (transcripts.get(session_id) or [os.path.join(sessions_dir, f"{session_id}.jsonl")])[0]
                 listed.append((session_id, last, path))
                 entry = index.get(session_id)
                 if entry is None and listed_keys is None:
@@ -157,7 +161,7 @@ class StoreReader:
                         return
                     if not page:
                         break
-                    yield _chunk(row, page), path
+                    yield _chunk(row, page, path), path
             # A write in the same clock tick as the last one leaves size and mtime as they were: only a
             # look taken once the files had been quiet a while can vouch for having seen everything.
             if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS:
@@ -206,7 +210,7 @@ class StoreReader:
                 page = [r for r in page if r[0] < row.offset]
                 if not page:
                     return
-                chunk = _chunk(row, page)
+                chunk = _chunk(row, page, path)
                 yield chunk
                 seq = chunk.result.end
         finally:
@@ -240,17 +244,17 @@ def _signature(store: str, sessions_dir: str) -> tuple | None:
     return tuple(out)
 
 
-def _transcripts(sessions_dir: str) -> dict[str, str]:
-    """session id → a JSONL transcript of it in the folder, live or archived."""
+def _transcripts(sessions_dir: str) -> dict[str, list[str]]:
+    """session id → its JSONL transcripts in the folder, live or archived, in name order."""
     try:
         names = sorted(os.listdir(sessions_dir))
     except OSError:
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
     for name in names:
         sid = oc_transcript.session_id_of(name) if oc_transcript.is_transcript(name) else None
         if sid is not None:
-            out.setdefault(sid, os.path.join(sessions_dir, name))
+            out.setdefault(sid, []).append(os.path.join(sessions_dir, name))
     return out
 
 
@@ -259,12 +263,57 @@ def _row_path(store: str, session_id: str) -> str:
     return f"{ledger_name(store)}#{session_id}"
 
 
-def _chunk(row: FileRow, page: list[tuple]) -> Chunk:
+def _chunk(row: FileRow, page: list[tuple], transcript: str) -> Chunk:
     result = ReadResult()
+    copies: list[str] | None = None  # the session's JSONL transcripts, listed once a row asks for them
     for seq, body, length, head in page:
         if body is not None or length is None:  # an empty row is rejected as a blank line would be
-            result.lines.append((seq, bytes(body or b"")))
+            line = bytes(body or b"")
+            entry = _idless(line)
+            if entry is not None:
+                if copies is None:
+                    folder, name = os.path.split(transcript)
+                    copies = _transcripts(folder).get(oc_transcript.session_id_of(name) or "", [])
+                line = _copied_line(entry, copies) or line
+            result.lines.append((seq, line))
         else:
             result.too_long.append((seq, length, bytes(head)))
     result.end = page[-1][0] + 1
     return Chunk(row=row, path=row.path, start=row.offset, result=result, size=result.end)
+
+
+def _idless(line: bytes) -> dict | None:
+    """The entry of a row that carries no id of its own, which the decoder can only know by its bytes."""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) and not text(entry.get("id")) else None
+
+
+def _copied_line(entry: dict, copies: list[str]) -> bytes | None:
+    """The line of a JSONL copy holding the same entry as a row without an id, however each copy serializes it:
+    read as that line, the row is the event the line is. The line's bytes, not a form both could be rewritten
+    to, because ledgers already hold the ids of lines they read, and a file read again must find them.
+    Only the lines holding the entry's timestamp are parsed."""
+    stamp = entry.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    mark = orjson.dumps(stamp)
+    for path in copies:
+        try:
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                hit = data.find(mark)
+                while hit != -1:
+                    start = data.rfind(b"\n", 0, hit) + 1
+                    stop = data.find(b"\n", hit)
+                    if stop == -1:  # a torn last line, not a line yet
+                        break
+                    line = data[start:stop]
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        if orjson.loads(line) == entry:
+                            return line
+                    hit = data.find(mark, stop)
+        except (OSError, ValueError):  # gone, or empty
+            continue
+    return None
