@@ -793,6 +793,28 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     _clean(db)
 
 
+def test_a_backup_folder_outside_the_agents_tree_is_keyed_by_the_agent_its_sessions_json_names(tmp_path, db):
+    # Outside agents/<id>/sessions every session had no agent, and those sessions.json no longer lists no key:
+    # --agent and costs by agent lost them all.
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    parent, child, stranger = (f"7a0c2f4e-0000-4000-8000-00000000000{n}" for n in "123")
+    (backup / "sessions.json").write_bytes(orjson.dumps({"agent:main:main": {"sessionId": parent}}))
+    task = "Review src/auth for missing checks; report, do not edit."
+    (backup / f"{parent}.jsonl").write_bytes(oc_header(parent) + _spawn_call("p1", "call_a", task, 10)
+                                             + _spawn_result("p2", "call_a", "agent:main:subagent:aaaa", 10))
+    for session, first in ((child, task), (stranger, "what is on my calendar?")):
+        (backup / f"{session}.jsonl.deleted.2026-10-01T10-00-00.000Z").write_bytes(b"".join(_child(session, first, 10)))
+    ingest(db, backup, fmt="oc-transcript")
+    assert sorted((s["session_id"], s["session_key"], s["agent_id"]) for s in cli_json(db, "sessions")) == [
+        (parent, "agent:main:main", "main"), (child, "agent:main:subagent:aaaa", "main"),
+        (stranger, f"agent:main:{stranger}", "main")]
+    costs = cli_json(db, "costs", "--group-by", "agent", "--since", "2026-01-01")
+    assert [(r["agent_id"], r["llm_calls"]) for r in costs["rows"]] == [("main", 3)]
+    assert len(cli_json(db, "sessions", "--agent", "main")) == 3
+    _clean(db)
+
+
 def test_parallel_spawns_of_one_task_each_name_one_archive_and_only_the_whole_task_matches(tmp_path, db):
     # Both children's headers were written before either spawn was answered: each archive took the spawn
     # nearest its header on its own, both the first, and the second spawn's child had no session. An archive

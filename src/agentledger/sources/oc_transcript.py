@@ -459,6 +459,7 @@ def key_inputs(path: str) -> _Identity:
     m = _NAME.match(ledger_name(name))
     session_id = m["id"] if m else None
     entry = by_id.get(session_id or "", {})
+    agent_id = agent_id or agent_from_key(entry.get("key"))
     if entry or agent_id is None or session_id is None:
         return _Identity(path, session_id, agent_id, entry)
     # A live transcript may be unlisted too (OpenClaw's maintenance prunes entries of running sessions):
@@ -473,15 +474,22 @@ def key_inputs(path: str) -> _Identity:
 
 
 def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], dict[str, str | None]]:
-    """(its agent, None outside an ``agents/`` tree; its sessions.json by id; the sessions folders beside
-    it; the keys those list, with the spawnedBy of each) of a sessions folder: looked at once a pass (see
-    ``one_look``), not once a transcript, so what a decoder learns its key from is what the pass recorded of it."""
+    """(its agent; its sessions.json by id; the sessions folders beside it; the keys those list, with the
+    spawnedBy of each) of a sessions folder: looked at once a pass (see ``one_look``), not once a transcript,
+    so what a decoder learns its key from is what the pass recorded of it. Outside an ``agents/`` tree (a
+    backup, say) its agent is the one its sessions.json's keys all name, None if they name several or none."""
     memo = getattr(_pass, "keys", None)
     known = memo.get(folder) if memo is not None else None
     if known is None:
         siblings = _sibling_dirs(folder)
         agents, agent = _agents_dir(folder)
-        known = (ledger_name(agent) if agents is not None else None, index(folder), siblings, _listed_keys(siblings))
+        by_id = index(folder)
+        if agents is None:
+            named = {agent_from_key(entry["key"]) for entry in by_id.values()}
+            own = named.pop() if len(named) == 1 else None
+        else:
+            own = ledger_name(agent)
+        known = (own, by_id, siblings, _listed_keys(siblings))
         if memo is not None:
             memo[folder] = known
     return known
