@@ -31,6 +31,8 @@ from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.sources import oc_store
+from agentledger.sources.oc_store import rows_naming
 from agentledger.tail import transcript_store
 from agentledger.tail.tailer import ReadBackFailed
 
@@ -391,6 +393,33 @@ def test_a_subagent_only_in_the_store_ends_with_its_childs_run_whichever_session
     settle(db)
     assert _subagent_end(db, key) == ([("ended", "ok", 1790841609000)], [("ended", "subagent")])
     assert rows(db, "SELECT parent_session_key FROM subagents") == [("agent:main:main",)]
+    _clean(db)
+
+
+def test_an_archived_subagent_only_in_the_store_is_found_by_its_parents_spawn_row(tmp_path, db, monkeypatch):
+    # The spawns that name an archive's key were looked for in JSONL files alone: kept only in the store, the
+    # subagent became a session of its own and its spend left its parent.
+    child, key = "3c9d7e1a-0000-4000-8000-0000000000c1", "agent:main:subagent:abc"
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)  # the child ended and left sessions.json
+    producer.add(_header(), _user("u1", 1), *_spawned(key), _assistant("a2", 4))
+    producer.add(_header(2) | {"id": child}, _entry("message", "c1", 3, message={"role": "user", "content": "Review"}),
+                 _assistant("c2", 9, cost=0.5), session=child)
+    scans = []
+    monkeypatch.setattr(oc_store, "rows_naming", lambda *args: scans.append(args) or rows_naming(*args))
+    conn = open_writer(db)
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+        pipeline.catch_up()
+        pipeline.catch_up()
+        detail = queries.session_detail(conn, "agent:main:main")
+    finally:
+        conn.close()
+    assert sorted(rows(db, "SELECT session_id, session_key FROM sessions")) == [(SID, "agent:main:main"), (child, key)]
+    assert detail["family_cost_usd"] == 0.52
+    assert [(s["child_session_key"], s["cost_usd"]) for s in detail["subagents"]] == [(key, 0.5)]
+    assert len(scans) == 1  # the store's rows are scanned for spawns once, not again while it is unchanged
     _clean(db)
 
 

@@ -27,8 +27,8 @@ A subagent's transcript archived after it ended is no longer in ``sessions.json`
 still names it is its parent's ``sessions_spawn`` call (the task, when it was asked) and
 result (the child's session key). The child's first user message is that task, and its
 header was written while the spawn was being answered: the decoder matches the two by
-reading the transcripts beside it on disk, so which file the ledger reads first does not
-matter. Nothing writes that a subagent ended either: the end of its turn (a final stop reason
+reading the transcripts beside it on disk, and the rows of the sessions OpenClaw's SQLite store
+keeps with no transcript there, so which file the ledger reads first does not matter. Nothing writes that a subagent ended either: the end of its turn (a final stop reason
 in its own transcript) is its end.
 """
 
@@ -62,6 +62,7 @@ from agentledger.facts import (
     ToolStarted,
 )
 from agentledger.ledger.rollups import is_subagent_key
+from agentledger.sources import oc_store
 from agentledger.sources.common import (
     RunLookup,
     RunTracker,
@@ -158,8 +159,9 @@ def index(directory: str) -> dict[str, dict]:
 
 # How far from the spawn's answer a child's header may be written and still be its child.
 _SPAWN_WINDOW_MS = 60_000
-# A child's head (header to first user message) is read from at most this many bytes.
+# A child's head (header to first user message) is read from at most this many bytes, or store rows.
 _HEAD_LIMIT = 1 << 20
+_HEAD_ROWS = 64
 _SPAWN_MARK = SPAWN_TOOL.encode()
 
 
@@ -270,36 +272,92 @@ def _head(path: str) -> tuple[int, str] | None:
     try:
         st = os.stat(path)
     except OSError:
-        return None
+        return _stored_head(path)
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     cached = _HEADS.get(path)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    head = _read_head(path)
+    try:
+        with open(path, "rb") as f:
+            head = _head_of(f.read(_HEAD_LIMIT).splitlines())
+    except OSError:
+        head = None
     _HEADS[path] = (stamp, head)
     return head
 
 
-def _read_head(path: str) -> tuple[int, str] | None:
+def _stored_head(path: str) -> tuple[int, str] | None:
+    """The head of a session the store beside its folder keeps with no transcript (``path`` names none): once
+    its first message is there, it stays."""
+    cached = _HEADS.get(path)
+    if cached is not None:
+        return cached[1]
+    folder, name = os.path.split(path)
+    session_id = session_id_of(ledger_name(name))
+    if session_id is None:
+        return None
+    head = _head_of(oc_store.first_rows(_store_beside(folder), session_id, _HEAD_ROWS))
+    if head is not None:
+        _HEADS[path] = ((-1, -1, -1), head)
+    return head
+
+
+def _head_of(lines: list[bytes]) -> tuple[int, str] | None:
     header_ms = None
-    try:
-        with open(path, "rb") as f:
-            for line in f.read(_HEAD_LIMIT).splitlines():
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if not isinstance(obj, dict):
-                    continue
-                if obj.get("type") == "session" and header_ms is None:
-                    header_ms = iso_ms(obj.get("timestamp"))
-                msg = obj.get("message")
-                if obj.get("type") == "message" and isinstance(msg, dict) and msg.get("role") == "user":
-                    words = _all_text(msg.get("content"))
-                    return (header_ms, words) if header_ms is not None and words else None
-    except OSError:
-        pass
+    for line in lines:
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if obj.get("type") == "session" and header_ms is None:
+            header_ms = iso_ms(obj.get("timestamp"))
+        msg = obj.get("message")
+        if obj.get("type") == "message" and isinstance(msg, dict) and msg.get("role") == "user":
+            words = _all_text(msg.get("content"))
+            return (header_ms, words) if header_ms is not None and words else None
     return None
+
+
+def _store_beside(sdir: str) -> str:
+    """The SQLite store of the agent a sessions folder is the transcripts of (see tail/transcript_store.py)."""
+    return os.path.join(os.path.dirname(sdir), "agent", oc_store.STORE_NAME)
+
+
+# store → (how it and its WAL looked at the last scan, session → what its rows say of its spawns): each row is
+# scanned once, onward, as a transcript's lines are.
+_STORED: dict[str, tuple[tuple, dict[str, _Scanned]]] = {}
+
+
+def _scan_store(sdir: str) -> tuple[bool, dict[str, _Scanned]]:
+    """The sessions the store beside a sessions folder keeps, with the spawns their rows added since the last
+    look; whether there was anything to read. A session whose JSONL transcripts are gone is only there."""
+    store = _store_beside(sdir)
+    look = []
+    for p in (store, f"{store}-wal"):
+        try:
+            st = os.stat(p)
+            look.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            look.append(None)
+    known = _STORED.get(store)
+    if look[0] is None:
+        _STORED.pop(store, None)
+        return known is not None, {}
+    if known is not None and known[0] == tuple(look):
+        return False, known[1]
+    sessions = known[1] if known is not None else {}
+    found = oc_store.rows_naming(store, {sid: s.offset for sid, s in sessions.items()}, _SPAWN_MARK)
+    if found is None:  # locked a moment: looked at again next time
+        return False, sessions
+    for session_id, (end, lines) in found.items():
+        scanned = sessions.setdefault(session_id, _Scanned(-1))
+        for line in lines:
+            _note_spawn(scanned, line)
+        scanned.offset = end
+    _STORED[store] = (tuple(look), sessions)
+    return True, sessions
 
 
 @dataclass(slots=True)
@@ -351,6 +409,13 @@ def _folder(sdir: str) -> _Folder:
         entries = []
     read = [_scan_spawns(e.path, _SPAWN_CACHE) for e in entries]
     paths = [e.path for e in entries]
+    # The store's sessions with no transcript here are looked at as the transcripts they would be.
+    stored, sessions = _scan_store(sdir)
+    on_disk = {session_id_of(ledger_name(e.name)) for e in entries}
+    for session_id in sorted(set(sessions) - on_disk):
+        paths.append(path := os.path.join(sdir, f"{session_id}.jsonl"))
+        _SPAWN_CACHE[path] = sessions[session_id]
+    read.append(stored)
     if known is not None and not any(read) and paths == known.paths:
         known.stamp = stamp
         return known

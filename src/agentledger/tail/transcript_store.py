@@ -25,7 +25,6 @@ import logging
 import mmap
 import os
 import time
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,22 +33,18 @@ import orjson
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
+from agentledger.sources.oc_store import SESSIONS, STORE_NAME, open_store
 from agentledger.sources.common import ledger_name, text
 from agentledger.tail.reader import ReadResult
 from agentledger.tail.tailer import Chunk, ReadBackFailed
 
 log = logging.getLogger("agentledger.ingest")
 
-STORE_NAME = "openclaw-agent.sqlite"
 STORE_SOURCE = "oc-transcript-sqlite"
 PAGE_ROWS = 2000
 _HEAD = 200
-# A producer writing in rollback-journal mode locks readers out while it commits: wait that long, then try
-# again at the next pass rather than stall the other sources.
-_BUSY_MS = 500
 
 _QUIET_NS = 2_000_000_000
-_SESSIONS = "SELECT session_id, max(seq) FROM transcript_events WHERE session_id IS NOT NULL GROUP BY session_id"
 # Rows longer than max_line are never loaded: their length and first bytes are enough to reject them.
 _PAGE = """
 SELECT seq, CASE WHEN length(CAST(event_json AS BLOB)) <= ?3 THEN CAST(event_json AS BLOB) END,
@@ -71,14 +66,6 @@ def stores(root: str) -> list[str]:
         found = [base / "agents" / agent / "agent" / STORE_NAME for agent in agents]
     # os.path.isfile: Path.is_file() raised in an agent's directory that cannot be searched.
     return [str(p) for p in found if os.path.isfile(p)]
-
-
-def _open(path: str) -> apsw.Connection:
-    # The name's own bytes, escaped: a name need not be UTF-8, and a ?, # or % in it is not the URI's.
-    uri = f"file:{urllib.parse.quote(os.fsencode(path))}?mode=ro"
-    conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-    conn.setbusytimeout(_BUSY_MS)
-    return conn
 
 
 class StoreReader:
@@ -119,13 +106,13 @@ class StoreReader:
         if look is None or self.read_at.get(store) == look:
             return
         try:
-            conn = _open(store)
+            conn = open_store(store)
         except apsw.Error as exc:  # unreadable (its mode, say): told once, looked at again next pass
             self._unreadable(store, exc)
             return
         try:
             try:
-                sessions = conn.execute(_SESSIONS).fetchall()
+                sessions = conn.execute(SESSIONS).fetchall()
             except apsw.Error as exc:
                 self._unreadable(store, exc)
                 return
@@ -197,7 +184,7 @@ class StoreReader:
         if row is None or row.offset <= 0:
             return
         try:
-            conn = _open(store)
+            conn = open_store(store)
         except apsw.Error as exc:
             raise ReadBackFailed(f"{store}: {exc}") from None
         try:
