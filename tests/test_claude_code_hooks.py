@@ -27,6 +27,7 @@ from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import ApplyResult, LedgerWriter
 from agentledger.sources.claude_code_hooks import BadHook, HookInbox, decode, denied, event_id
+from agentledger.timeutil import iso
 
 SESSION = "55ce2f8e-7bd3-476b-8d50-d9696fdbeb2c"
 KEY = f"agent:claude-code:{SESSION}"
@@ -633,3 +634,39 @@ def test_a_hook_event_names_no_file_and_no_offset_in_it(db, payloads):
     header, *lines = _cli(db, "events", "--limit", "500").stdout.splitlines()
     assert header.split()[-2:] == ["file", "offset"]
     assert {tuple(line.split()[-2:]) for line in lines} == {("-", "-")}
+
+
+def _resumed_session(db: Path, batches: list[list[dict]]) -> dict:
+    """The session as ``sessions --json`` shows it once these hook batches were written, one ms apart."""
+    received = RECEIVED_MS
+    for batch in batches:
+        post(db, batch, received)
+        received += len(batch)
+    conn = open_reader(db)
+    try:
+        assert not check_rollups(conn)
+    finally:
+        conn.close()
+    (session,) = cli_json(db, "sessions")
+    return {k: session[k] for k in ("status", "ended_at", "last_activity_at", "end_reason")}
+
+
+def _at(ms: int) -> str:
+    return iso(RECEIVED_MS + ms)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one batch", "each alone"])
+def test_a_session_resumed_after_its_end_is_active_again_and_its_next_end_stands(tmp_path, split):
+    quit_ = {"session_id": SESSION, "hook_event_name": "SessionEnd", "reason": "prompt_input_exit"}
+    resume = {"session_id": SESSION, "hook_event_name": "SessionStart", "source": "resume"}
+    prompt = {"session_id": SESSION, "hook_event_name": "UserPromptSubmit", "prompt": "and then?"}
+    events = [quit_, resume, prompt]
+    cut = (lambda es: [[e] for e in es]) if split else (lambda es: [es])
+    assert _resumed_session(tmp_path / "a.db", cut(events)) == {
+        "status": "active", "ended_at": None, "last_activity_at": _at(2), "end_reason": None}
+    # The same quit again, after the resume: a new end, at its own time, not a copy of the first.
+    assert _resumed_session(tmp_path / "b.db", cut([*events, quit_])) == {
+        "status": "ended", "ended_at": _at(3), "last_activity_at": _at(3), "end_reason": "end"}
+    # A quit sent twice with no resume between is one end, at the first's time.
+    assert _resumed_session(tmp_path / "c.db", cut([quit_, quit_])) == {
+        "status": "ended", "ended_at": _at(0), "last_activity_at": _at(0), "end_reason": "end"}

@@ -37,6 +37,8 @@ class Tokens:
 @dataclass(slots=True, kw_only=True)
 class SessionStarted(Fact):
     resumed_from: str | None = None
+    # The same session taken up again after it ended (Claude Code's --resume/--continue): its end no longer stands.
+    continues: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

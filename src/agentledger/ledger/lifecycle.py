@@ -12,7 +12,9 @@ Its key alone does not say: until a line names the key's new instance (``session
 no key), the key still leads to the one before it. ``session.start`` with ``resumedFrom`` ends the
 old instance (reason ``reset``) and gives both the same session key, all along a chain of
 resets; ``subagent.end`` ends the child's session. A transcript archived by a reset or a
-deletion ends its session too (``end_archived``).
+deletion ends its session too (``end_archived``). A session the user quit (reason ``end``) and
+then took up again (a ``SessionStarted`` that ``continues`` it: Claude Code's --resume) is active
+again, its end gone; a later end ends it at its own time.
 
 Transitions follow the file order of the batch's new facts, starting from what the ledger
 held before the batch, and the log's position is written in the same transaction: the
@@ -68,10 +70,11 @@ _ENDED_SUBAGENTS = """
 SELECT child_session_key, ended_ms FROM subagents
 WHERE status = 'ended' AND child_session_key IN (SELECT value FROM json_each(?))
 """
-# The earliest end stands, whichever was read first: an archive's end may come before a line read late.
+# The earliest end stands, whichever was read first: an archive's end may come before a line read late;
+# of a session taken up again (?6) only the batch's end after that, if any.
 _WRITE_STATE = """
 UPDATE sessions SET status = ?1, end_reason = ?2, log_id = ?3,
-                    ended_ms = min(coalesce(ended_ms, ?4), coalesce(?4, ended_ms))
+                    ended_ms = iif(?6, ?4, min(coalesce(ended_ms, ?4), coalesce(?4, ended_ms)))
 WHERE session_id = ?5
 """
 _ENDS = "SELECT session_id, status, end_reason, ended_ms, last_ms FROM sessions " \
@@ -186,8 +189,9 @@ class _Session:
     log_id: int | None
     start: int | None
     away_since: int | None  # the open suspension, if any
-    ended_at: int | None = None  # end time for a reset or subagent end with no session.end
+    ended_at: int | None = None  # the earliest end time the batch tells
     changed: bool = False
+    reopened: bool = False  # taken up again after its end: the stored end time no longer stands
 
 
 @dataclass(slots=True)
@@ -332,7 +336,7 @@ class Lifecycle:
         self._derive(tracker)  # first: the replay looks key-only lines' instances up in the mapping
         runs = self._owners(tracker)
         suspensions, closed = self._replay(runs, self._late(tracker, runs))
-        changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid) for sid, s in self.states.items()
+        changed = [(s.status, s.end_reason, s.log_id, s.ended_at, sid, s.reopened) for sid, s in self.states.items()
                    if s.changed and s.status is not None]
         conn.executemany(_WRITE_STATE, changed)
         self.touched |= {row[4] for row in changed}
@@ -447,7 +451,10 @@ class Lifecycle:
                 s.log_id, s.changed = log.id, True
             back(sid, s, f.ts_ms)
             if t is SessionEnded:
-                end(sid, s, "end", None)
+                end(sid, s, "end", f.ts_ms)
+            elif t is SessionStarted and f.continues and s.status == "ended" and s.end_reason == "end":
+                # Only a quit is taken back: a reset or a subagent's end says the session is over for good.
+                s.status, s.end_reason, s.ended_at, s.reopened, s.changed = "active", None, None, True, True
             elif t is SessionStarted and f.resumed_from:
                 successors[f.resumed_from] = f.ts_ms
                 old = self.states.get(f.resumed_from)

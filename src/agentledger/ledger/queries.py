@@ -1334,6 +1334,12 @@ def spawner_known(conn: apsw.Connection, child_key: str) -> bool:
                              (child_key,)).fetchall())
 
 
+def session_starts(conn: apsw.Connection, session_id: str) -> int:
+    """How many SessionStart hook events of ``session_id`` the ledger recorded."""
+    return conn.execute("SELECT count(*) FROM hook_events INDEXED BY hook_session_starts "
+                        "WHERE session_id = ? AND event = 'SessionStart'", (session_id,)).fetchall()[0][0]
+
+
 def hook_event_times(conn: apsw.Connection, event_ids: list[int]) -> dict[int, int]:
     """{event id: when it first arrived} of these hook events the ledger recorded."""
     return dict(conn.execute("SELECT id, ts_ms FROM hook_events WHERE id IN (SELECT value FROM json_each(?))",

@@ -59,7 +59,7 @@ from agentledger.sources.claude_code import (
     provider_of_model,
     spawn_key,
 )
-from agentledger.sources.claude_code_hooks import event_id
+from agentledger.sources.claude_code_hooks import ended_again, event_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
 from agentledger.units import PRICED
 
@@ -835,7 +835,10 @@ def _usage_snapshot(f: UsageSnapshot) -> tuple:
 
 
 def _session_started(f: SessionStarted) -> tuple | None:
-    return (f.ts_ms, f.resumed_from, f.session_id, f.source == CLAUDE_CODE) if f.session_id else None
+    # A resumed session began when it first did: taking it up again moves no start.
+    if not f.session_id or f.continues:
+        return None
+    return (f.ts_ms, f.resumed_from, f.session_id, f.source == CLAUDE_CODE)
 
 
 def _session_ended(f: SessionEnded) -> tuple | None:
@@ -1686,6 +1689,8 @@ class LedgerWriter:
             spawned: set[str] = set()  # the subagents whose spawner the ledger knows, or this batch tells
             sent_before = 0
             for event in events:
+                if event.name == "SessionEnd":
+                    event = ended_again(event, queries.session_starts(conn, event.session_id))
                 conn.execute(_HOOK_EVENT, (event.id, event.ts_ms, event.session_id, event.name))
                 if conn.changes() != 1:
                     sent_before += 1

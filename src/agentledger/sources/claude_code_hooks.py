@@ -21,7 +21,9 @@ A payload has no time and no id of its own, so an event's identity is what disti
 from any other event: a tool event's ``tool_use_id``, a subagent event's ``agent_id``, and
 for the rest the whole payload. A POST sent twice (a retry, or again after a restart) is
 the same event and is recorded once; two events that say exactly the same thing (a second
-identical prompt, say) are recorded once too, which costs only a marker, never a call.
+identical prompt, say) are recorded once too, which costs only a marker, never a call. A
+``SessionEnd`` is also told apart by how many ``SessionStart`` events of its session came before
+it (``ended_again``): a session resumed after it ended can end again with the very same payload.
 
 Request threads decode and queue (``HookInbox.put``); the daemon's loop writes what it
 drains in its own transaction, so answering a hook never waits for the ledger.
@@ -41,8 +43,10 @@ from agentledger.sources.common import derived_id, duration, error_text, line_id
 
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 SUBAGENT_EVENTS = frozenset({"SubagentStart", "SubagentStop"})
-# SessionStart's ``source``: these begin a conversation; "resume" and "compact" continue one.
+# SessionStart's ``source``: these begin a conversation; "resume" and "compact" continue one, and
+# "resume" (--resume/--continue) may take up a session that ended.
 _NEW_SESSION = frozenset({"startup", "clear"})
+_RESUMED = "resume"
 
 
 class BadHook(ValueError):
@@ -131,6 +135,8 @@ def decode(payload: object, received_ms: int) -> HookEvent:
         spawn = _spawned(told, child, payload) if child else None
     elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
         fact = SessionStarted(**base)
+    elif name == "SessionStart" and payload.get("source") == _RESUMED:
+        fact = SessionStarted(**base, continues=True)
     elif name == "SessionEnd":
         fact = SessionEnded(**base)
     elif name in SUBAGENT_EVENTS and text(payload.get("agent_id")):
@@ -143,6 +149,15 @@ def decode(payload: object, received_ms: int) -> HookEvent:
     else:
         fact = Marker(**base)
     return HookEvent(eid, received_ms, session_id, name, fact, more, spawn)
+
+
+def ended_again(event: HookEvent, starts: int) -> HookEvent:
+    """A SessionEnd's event once the ledger said how many SessionStarts of its session it recorded
+    before it: one sent again is the same event, one after a resume a new end."""
+    if not starts:
+        return event
+    eid = derived_id(event.id, starts)
+    return replace(event, id=eid, fact=replace(event.fact, event_id=eid))
 
 
 def denied(event: HookEvent, reason: str) -> HookEvent:
