@@ -440,6 +440,8 @@ def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, li
 
 @pytest.mark.parametrize("config_text, url_env, needle", [
     ("", "http://127.0.0.1:94640x", "$AGENTLEDGER_URL 'http://127.0.0.1:94640x' names no port"),
+    # With a daemon that picks its port as it starts, the message offered http://127.0.0.1:0 as the URL to give.
+    ('[http]\nlisten = "127.0.0.1:0"\n', "http://127.0.0.1:x", "give one such as http://127.0.0.1:9464"),
     # The URL built from a host no URL can carry crashed the HTTP client with a traceback.
     ('[http]\nlisten = "local host:9464"\n', None, "http.listen: cannot listen on 'local host:9464': give HOST:PORT"),
 ])

@@ -49,5 +49,7 @@ def client_url(flag: str | None, default: str, schemes: tuple[str, ...]) -> str:
     url, origin = (flag, "--url") if flag is not None else (env, "$AGENTLEDGER_URL") if env else (default, None)
     problem = origin and url_problem(url, schemes)
     if problem:
-        raise ValueError(f"{origin} {url!r} {problem}: give one such as {default}")
+        # A daemon told to listen on port 0 picks its port as it starts: the setting is no example to give.
+        example = default if url_problem(default, schemes) is None else "http://127.0.0.1:9464"
+        raise ValueError(f"{origin} {url!r} {problem}: give one such as {example}")
     return url
