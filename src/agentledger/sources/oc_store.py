@@ -15,6 +15,30 @@ _BUSY_MS = 500
 SESSIONS = "SELECT session_id, max(seq) FROM transcript_events WHERE session_id IS NOT NULL GROUP BY session_id"
 
 
+def store_of(agent_dir: str | os.PathLike) -> str:
+    """Where an agent's store lies: ``<agent dir>/agent/``, beside its ``sessions/`` folder."""
+    return os.path.join(agent_dir, "agent", STORE_NAME)
+
+
+def sessions_beside(store: str) -> str:
+    """The sessions folder of the agent whose store ``store`` is."""
+    return os.path.join(os.path.dirname(os.path.dirname(store)), "sessions")
+
+
+def looks(*paths: str) -> tuple:
+    """How each of ``paths`` looks now (device, inode, size, mtime), None for one that is not there: what
+    tells whether a store, its WAL or what lies beside them changed since the last look."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def open_store(path: str) -> apsw.Connection:
     # The name's own bytes, escaped: a name need not be UTF-8, and a ?, # or % in it is not the URI's.
     uri = f"file:{urllib.parse.quote(os.fsencode(path))}?mode=ro"

@@ -296,7 +296,7 @@ def _stored_head(path: str) -> tuple[int, str] | None:
     session_id = session_id_of(ledger_name(name))
     if session_id is None:
         return None
-    head = _head_of(oc_store.first_rows(_store_beside(folder), session_id, _HEAD_ROWS))
+    head = _head_of(oc_store.first_rows(oc_store.store_of(os.path.dirname(folder)), session_id, _HEAD_ROWS))
     if head is not None:
         _HEADS[path] = ((-1, -1, -1), head)
     return head
@@ -320,11 +320,6 @@ def _head_of(lines: list[bytes]) -> tuple[int, str] | None:
     return None
 
 
-def _store_beside(sdir: str) -> str:
-    """The SQLite store of the agent a sessions folder is the transcripts of (see tail/transcript_store.py)."""
-    return os.path.join(os.path.dirname(sdir), "agent", oc_store.STORE_NAME)
-
-
 # store → (how it and its WAL looked at the last scan, session → what its rows say of its spawns): each row is
 # scanned once, onward, as a transcript's lines are.
 _STORED: dict[str, tuple[tuple, dict[str, _Scanned]]] = {}
@@ -333,19 +328,13 @@ _STORED: dict[str, tuple[tuple, dict[str, _Scanned]]] = {}
 def _scan_store(sdir: str) -> tuple[bool, dict[str, _Scanned]]:
     """The sessions the store beside a sessions folder keeps, with the spawns their rows added since the last
     look; whether there was anything to read. A session whose JSONL transcripts are gone is only there."""
-    store = _store_beside(sdir)
-    look = []
-    for p in (store, f"{store}-wal"):
-        try:
-            st = os.stat(p)
-            look.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        except OSError:
-            look.append(None)
+    store = oc_store.store_of(os.path.dirname(sdir))
+    look = oc_store.looks(store, f"{store}-wal")
     known = _STORED.get(store)
     if look[0] is None:
         _STORED.pop(store, None)
         return known is not None, {}
-    if known is not None and known[0] == tuple(look):
+    if known is not None and known[0] == look:
         return False, known[1]
     sessions = known[1] if known is not None else {}
     found = oc_store.rows_naming(store, {sid: s.offset for sid, s in sessions.items()}, _SPAWN_MARK)
@@ -356,7 +345,7 @@ def _scan_store(sdir: str) -> tuple[bool, dict[str, _Scanned]]:
         for line in lines:
             _note_spawn(scanned, line)
         scanned.offset = end
-    _STORED[store] = (tuple(look), sessions)
+    _STORED[store] = (look, sessions)
     return True, sessions
 
 

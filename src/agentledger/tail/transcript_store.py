@@ -33,7 +33,7 @@ import orjson
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.sources import oc_transcript
-from agentledger.sources.oc_store import SESSIONS, STORE_NAME, open_store
+from agentledger.sources.oc_store import SESSIONS, looks, open_store, sessions_beside, store_of
 from agentledger.sources.common import ledger_name, text
 from agentledger.tail.reader import ReadResult
 from agentledger.tail.tailer import Chunk, ReadBackFailed
@@ -57,15 +57,15 @@ def stores(root: str) -> list[str]:
     """The stores under a state dir (``agents/*/agent/``), or beside a sessions dir given as the root."""
     base = Path(root)
     if base.name == "sessions":
-        found = [base.parent / "agent" / STORE_NAME]
+        found = [store_of(base.parent)]
     else:
         try:
             agents = sorted(os.listdir(base / "agents"))
         except OSError:  # none, or out of reach: the transcripts' listing of the same directory tells which
             agents = []
-        found = [base / "agents" / agent / "agent" / STORE_NAME for agent in agents]
+        found = [store_of(base / "agents" / agent) for agent in agents]
     # os.path.isfile: Path.is_file() raised in an agent's directory that cannot be searched.
-    return [str(p) for p in found if os.path.isfile(p)]
+    return [p for p in found if os.path.isfile(p)]
 
 
 class StoreReader:
@@ -101,9 +101,9 @@ class StoreReader:
     def _store(self, root: str, store: str, max_line: int) -> Iterator[tuple[Chunk, str]]:
         # Listing a store's sessions reads its whole index: skipped while neither it, its WAL nor what
         # keys its sessions (the sessions folder beside it, and its sessions.json) changed.
-        sessions_dir = os.path.join(os.path.dirname(os.path.dirname(store)), "sessions")
-        look = _signature(store, sessions_dir)
-        if look is None or self.read_at.get(store) == look:
+        sessions_dir = sessions_beside(store)
+        look = looks(store, f"{store}-wal", sessions_dir, os.path.join(sessions_dir, oc_transcript.INDEX_NAME))
+        if look[0] is None or self.read_at.get(store) == look:
             return
         try:
             conn = open_store(store)
@@ -215,20 +215,6 @@ class StoreReader:
     def advance(chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
         chunk.row.size = max(chunk.row.size, chunk.size)
-
-
-def _signature(store: str, sessions_dir: str) -> tuple | None:
-    out = []
-    for path in (store, f"{store}-wal", sessions_dir, os.path.join(sessions_dir, oc_transcript.INDEX_NAME)):
-        try:
-            st = os.stat(path)
-        except OSError:
-            if path == store:
-                return None
-            out.append(None)
-            continue
-        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(out)
 
 
 def _transcripts(sessions_dir: str) -> dict[str, list[str]]:
