@@ -20,6 +20,10 @@ class Fit:
     gap: int  # between columns without borders
     over: int  # how far the lines still run past the width (the first column left with too little)
 
+    def left_out(self, headers: list[str]) -> list[str]:
+        """Of the columns ``headers`` name, those not shown."""
+        return [header for i, header in enumerate(headers) if i not in self.kept]
+
 
 def fit(natural: list[int], numbers: list[bool], width: int, *, boxable: bool, first_floor: int) -> Fit:
     """Columns that want ``natural`` widths within ``width``. Text squeezed too narrow, the borders go;

@@ -126,9 +126,13 @@ def _table(title: str, columns: list[Column], rows: list[Row], shape: Fit) -> li
                          overflow="ellipsis", width=width)
     for cells, style in rows:
         table.add_row(*(cells[i] for i in shape.kept), style=style)
-    left_out = [header for i, (header, _) in enumerate(columns) if i not in shape.kept]
-    return [Text(title, style="bold"), table] + ([Text(too_narrow(left_out, "a wider terminal"), style="dim")]
-                                                 if left_out else [])
+    note = _left_out_note(columns, shape)
+    return [Text(title, style="bold"), table] + ([Text(note, style="dim")] if note else [])
+
+
+def _left_out_note(columns: list[Column], shape: Fit) -> str | None:
+    left_out = shape.left_out([header for header, _ in columns])
+    return too_narrow(left_out, "a wider terminal") if left_out else None
 
 
 def _lines(text: str, width: int) -> int:
@@ -185,8 +189,8 @@ def frame(snap: dict, where: str, height: int, width: int) -> Group:
     # Fitted to every row, not only those shown, so the columns hold still as rows come and go.
     shapes = [_fit(session_columns, session_rows, width), _fit(gate_columns, gate_rows, width),
               _fit(ingest_columns, ingest_rows, width)]
-    notes = sum(_lines(too_narrow(["?"] * (len(c) - len(f.kept)), "a wider terminal"), width)
-                for c, f in zip((session_columns, gate_columns, ingest_columns), shapes) if len(f.kept) < len(c))
+    notes = sum(_lines(_left_out_note(c, f) or "", width)
+                for c, f in zip((session_columns, gate_columns, ingest_columns), shapes))
 
     # Lines left for rows once the header, titles, column headers and notes are drawn.
     # Any cost marked for unpriced calls leaves some of them out of the total too.

@@ -124,7 +124,7 @@ def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], number
     for r in cells:
         table.add_row(*(r[i] for i in shape.kept))
     console.print(table)
-    left_out = [header for i, (_, header) in enumerate(columns) if i not in shape.kept]
+    left_out = shape.left_out([header for _, header in columns])
     if left_out:
         click.echo(too_narrow(left_out, "a wider terminal or --json"))
 
