@@ -715,3 +715,20 @@ def test_a_daemon_following_a_store_remembers_only_the_sessions_its_last_pass_na
     for sql in ("SELECT count(*) FROM events", "SELECT * FROM subagents"):
         assert rows(stepwise, sql) == rows(fresh, sql), sql
     _clean(stepwise)
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(alphabet='id"{}[]\\:, x', max_size=8),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["id", "x", "{"]),
+                                                                                   inner, max_size=3), max_leaves=6)
+
+
+@given(entry=st.dictionaries(st.sampled_from(["id", "type", "x", 'i"d', "[", "{"]), _VALUES, max_size=4),
+       spaced=st.booleans())
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_a_row_is_told_to_have_no_id_of_its_own_exactly_when_its_entry_has_none(entry, spaced):
+    # Rows whose id leads are known without parsing them; the answer must be the parse's whatever the row holds.
+    from agentledger.tail.transcript_store import _idless
+
+    row = json.dumps(entry).encode() if spaced else orjson.dumps(entry)
+    has_id = isinstance(entry.get("id"), str) and entry["id"] != ""
+    assert (_idless(row) is None) == has_id, row

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import mmap
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,8 +256,15 @@ def _chunk(row: FileRow, page: list[tuple], transcript: str) -> Chunk:
     return Chunk(row=row, path=row.path, start=row.offset, result=result, size=result.end)
 
 
+# A row whose id is among its first fields, before any nested value: a top-level key, seen without parsing the
+# row, which the decoder parses anyway. (In valid JSON an unescaped quote followed by ``id":`` opens a key.)
+_LEADING_ID = re.compile(rb'\{[^{\[]*?(?<!\\)"id":"[^"]')
+
+
 def _idless(line: bytes) -> dict | None:
     """The entry of a row that carries no id of its own, which the decoder can only know by its bytes."""
+    if _LEADING_ID.match(line):
+        return None
     try:
         entry = orjson.loads(line)
     except orjson.JSONDecodeError:
