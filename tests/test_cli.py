@@ -102,6 +102,10 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     # A script's empty $AGENT: neither every agent's spend nor a believable zero, as the API answers it.
     (["usage", "--agent", "", "--json"], "'--agent': is blank: give an agent id, or leave --agent out"),
     (["sessions", "--agent", "", "--live"], "'--agent': is blank: give an agent id, or leave --agent out"),
+    # Each other filter likewise: blank, --path listed every file and --name and --kind matched nothing.
+    (["tools", "--name", ""], "'--name': is blank: give a tool name, or leave --name out"),
+    (["events", "--kind", "tool.start", "--kind", ""], "'--kind': is blank: give an event kind, or leave --kind"),
+    (["files", "--path", "", "--json"], "'--path': is blank: give a path or glob, or leave --path out"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")

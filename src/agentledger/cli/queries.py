@@ -51,12 +51,14 @@ def _zone(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def _named(ctx, param, value):
-    """A blank agent is refused, as the daemon refuses agent=: a script's empty $AGENT is a mistake to tell,
-    neither every agent's spend nor a believable zero."""
-    if value == "":
-        raise click.BadParameter("is blank: give an agent id, or leave --agent out for every agent's")
-    return value
+def _not_blank(what: str, leave_out: str):
+    """A blank filter is refused, as the daemon refuses agent=: a script's empty $VAR is a mistake to tell,
+    neither everything nor a believable nothing."""
+    def check(ctx, param, value):
+        if value == "" or (isinstance(value, tuple) and "" in value):
+            raise click.BadParameter(f"is blank: give {what}, or leave {param.opts[0]} out for {leave_out}")
+        return value
+    return check
 
 
 def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True,
@@ -73,7 +75,8 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                                                             "time, or an age like 7d, 24h, 30m."),
                click.option("--until", metavar="TIME", help="Up to this time (inclusive), same forms.")]
               if window else []),
-            *([click.option("--agent", type=TEXT, callback=_named, metavar="ID", help="Only this agent id.")]
+            *([click.option("--agent", type=TEXT, callback=_not_blank("an agent id", "every agent's"), metavar="ID",
+                            help="Only this agent id.")]
               if agent else []),
             *([click.option("--limit", type=click.IntRange(min=1, max=queries.MAX_LIMIT), default=default_limit,
                             show_default=True, help="At most this many rows.")] if limit else []),
@@ -404,7 +407,8 @@ def run(conn, w, fmt, run_id):
 
 @cli.command(name="tools")
 @query_options(default_limit=None)
-@click.option("--name", type=TEXT, metavar="TOOL", help="Only this tool.")
+@click.option("--name", type=TEXT, callback=_not_blank("a tool name", "every tool"), metavar="TOOL",
+              help="Only this tool.")
 @click.option("--errors-only", is_flag=True, help="Only tools that failed at least once.")
 def tools_cmd(conn, w, fmt, name, errors_only):
     """Tool calls by tool: calls, errors, error rate, duration percentiles and total time."""
@@ -490,7 +494,8 @@ def top(conn, w, fmt, what):
 
 @cli.command(name="events")
 @query_options(default_limit=100)
-@click.option("--kind", "kinds", type=TEXT, multiple=True, metavar="KIND",
+@click.option("--kind", "kinds", type=TEXT, multiple=True, callback=_not_blank("an event kind", "every kind"),
+              metavar="KIND",
               help="Only this event kind (repeatable).")
 def events_cmd(conn, w, fmt, kinds):
     """Raw events as indexed, most recent first, with the file and offset they came from."""
@@ -500,7 +505,8 @@ def events_cmd(conn, w, fmt, kinds):
 
 @cli.command(name="files")
 @query_options(default_limit=100)
-@click.option("--path", "path_glob", type=TEXT, metavar="GLOB", help="Only paths matching this glob (* and ?).")
+@click.option("--path", "path_glob", type=TEXT, callback=_not_blank("a path or glob", "every file"), metavar="GLOB",
+              help="Only paths matching this glob (* and ?).")
 def files_cmd(conn, w, fmt, path_glob):
     """Tool calls that touched a file, most recent first."""
     _emit_rows(queries.files(conn, w, path_glob=path_glob), queries.TOOL_CALL_FIELDS, fmt,
