@@ -697,6 +697,24 @@ def test_records_the_ledger_does_not_read_are_skipped_and_broken_lines_are_still
         "invalid JSON", "missing or invalid field 'timestamp'", "not a JSON object (list)"]
 
 
+@pytest.mark.parametrize("stamp", ["1969-12-31T23:50:00.000Z", "0001-01-01T00:00:00+01:00",
+                                   "9999-12-31T23:00:00-05:00"])
+def test_a_line_timed_before_1970_or_past_9999_in_utc_is_a_reject_and_the_rest_is_indexed(tmp_path, db, stamp):
+    # Past 9999 once in UTC, pricing it stopped ingest and serve ("year 0 is out of range") with nothing
+    # indexed; before 1970 it was indexed into day slots SQLite's own arithmetic disagrees with (verify failed).
+    project = _project(tmp_path)
+    early = cc_assistant("a0", "msg_0", {"type": "text", "text": "x"}, output=7, second=0, request="req_0")
+    (project / f"{SESSION}.jsonl").write_bytes(
+        early.replace(b"2026-10-01T10:00:00.000Z", stamp.encode()) + cc_prompt("u1", "hi", 1)
+        + cc_assistant("a1", "msg_1", {"type": "text", "text": "x"}, output=5, second=2))
+    stats = ingest(db, tmp_path / "claude", fmt="claude-code")
+    assert (stats.lines, stats.rejects) == (3, 1)
+    u = cli_json(db, "usage")
+    assert (u["llm_calls"], u["output_tokens"], u["rejected_lines"]) == (1, 5, 1)
+    assert [r["reason"] for r in cli_json(db, "rejects")] == ["missing or invalid field 'timestamp'"]
+    assert verify(db) == []
+
+
 def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(

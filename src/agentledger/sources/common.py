@@ -159,7 +159,9 @@ def json_object(line: bytes, offset: int) -> dict | Reject:
 
 
 def iso_ms(value: object) -> int | None:
-    """An ISO 8601 time (``2026-10-01T17:54:14.049Z``) → Unix ms, None when it is not one."""
+    """An ISO 8601 time (``2026-10-01T17:54:14.049Z``) → Unix ms, None when it is not one or lies outside
+    what ``epoch_ms`` takes: the ledger holds no time before 1970 (its day slots and SQLite's would part)
+    nor past 9999 in UTC (``0001-01-01T00:00+01:00`` is the year 0 there)."""
     if value.__class__ is not str or not value:
         return None
     try:
@@ -168,7 +170,8 @@ def iso_ms(value: object) -> int | None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    return ms if 0 <= ms <= MAX_TIME_MS else None
 
 
 def derived_id(base: int, index: int) -> int:
