@@ -795,6 +795,19 @@ def test_a_day_asked_for_under_tz_is_that_zone_s_whole_day(corpus_db, zone):
     assert local == [day]  # a time without an offset is the zone's too
 
 
+def test_the_last_day_there_is_counts_under_a_zone_whose_clock_is_past_it_already(tmp_path):
+    # 9999-12-31T23:00Z is a time the decoder takes, but Tokyo's clock is in the year 10000 then: costs by day
+    # in Tokyo ended in a traceback (exit 1).
+    from logwriter import LogDir, llm_call
+
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1) + llm_call(2, ts=253_402_297_200_000))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    rows = cli_json(db, "costs", "--group-by", "day", "--tz", "Asia/Tokyo")["rows"]
+    assert [(r["day"], r["llm_calls"]) for r in rows] == [("2026-09-21", 1), ("9999-12-31", 1)]
+
+
 @pytest.mark.parametrize("command", [["session", "agent:main:main"], ["run", "x"], ["tree", "agent:main:main"]])
 @pytest.mark.parametrize("flag", [["--since", "1d"], ["--until", "1d"], ["--agent", "main"], ["--limit", "1"],
                                   ["--csv"]])

@@ -468,7 +468,11 @@ def _by_local_day(groups: dict[tuple, list[int]], local: dt.tzinfo) -> dict[tupl
     """Groups keyed (slot, ...) summed into groups keyed (local day, ...)."""
     days: dict = {}
     for (slot_ms, *rest), vals in groups.items():
-        key = (dt.datetime.fromtimestamp(slot_ms / 1000, tz=local).date().isoformat(), *rest)
+        try:
+            day = dt.datetime.fromtimestamp(slot_ms / 1000, tz=local).date()
+        except (OverflowError, ValueError):  # 9999-12-31 UTC is the next year east of it: the last day there is
+            day = dt.date.max
+        key = (day.isoformat(), *rest)
         acc = days.get(key)
         days[key] = list(vals) if acc is None else _add(acc, vals)
     return days
