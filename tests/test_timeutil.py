@@ -1,5 +1,6 @@
 """Times given on the command line or in a URL: whatever their size, a bound the ledger can use."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,3 +19,10 @@ def test_dates_beyond_the_ledger_are_its_first_and_last_moments():
     assert parse_time("9999-12-31T23:59:59.999Z") == LATEST_MS
     assert parse_time("9999-12-31T23:00:00-05:00") == LATEST_MS
     assert parse_time("2026-11-01") == 1_793_491_200_000
+
+
+@pytest.mark.parametrize("day", ["2026-11-01", "20261101", "2026-W44-7", "2026W447"])
+def test_until_a_day_in_any_form_iso_gives_it_is_that_whole_day(day):
+    # Only the YYYY-MM-DD form was taken as a day: --until 20261101 covered its first millisecond.
+    assert parse_time(day, end=True) == 1_793_577_599_999
+    assert parse_time(day) == 1_793_491_200_000

@@ -21,7 +21,7 @@ from agentledger.units import PRICED
 # The session of a run (the runs row r, its events' run_activity row a): the runs row's, else the one its
 # events name (see the writer's _RUN_ACTIVITY). Its tool calls that name none count there (verify.TOOL_SESSION).
 RUN_SESSION = "coalesce(r.session_id, a.session_id)"
-SLOT_MS = 900_000  # 15 minutes: every real UTC offset is a multiple of it
+SLOT_MS = 900_000  # 15 minutes: every UTC offset in use since 1980 is a multiple of it
 DAY_MS = 86_400_000
 _SESSION_COLUMNS = ("llm_calls", "llm_errors", "input_tokens", "output_tokens", "cache_read_tokens",
                     "cache_write_tokens", "total_tokens", "cost_pico", "unpriced_calls", "runs", "tool_calls",
