@@ -9,6 +9,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -177,6 +178,27 @@ def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
         assert "Exception occurred during processing of request" not in served.log()  # the stdlib's dropped one
     finally:
         served.stop()
+
+
+def test_a_client_that_hangs_up_mid_request_leaves_no_raw_traceback_in_the_log(tmp_path):
+    # The stdlib printed "Exception occurred during processing of request" and a traceback to stderr, lines
+    # outside the log's format (JSON here): a client's own timeout is no fault of the daemon's.
+    (tmp_path / "logs").mkdir()
+    served = Served.on(tmp_path, tmp_path / "logs")
+    served.start()
+    try:
+        served.wait_ready()
+        url = urllib.parse.urlsplit(served.url)
+        for _ in range(3):
+            sock = socket.create_connection((url.hostname, url.port), timeout=10)
+            sock.sendall(b"GET /v1/usage HTTP/1.1\r\nHost: x\r\n")  # its headers never end
+            time.sleep(0.2)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset, as a client that gave up sends
+        assert get(f"{served.url}/healthz") == (200, {"status": "ok"})
+    finally:
+        served.stop()
+    assert [line for line in served.log().splitlines() if not line.startswith("{")] == []
 
 
 def _exchange(api: str, request: bytes) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -446,6 +447,16 @@ class _Handler(BaseHTTPRequestHandler):
 LISTEN_BACKLOG = 128
 
 
+def _request_failed(server, request, client_address) -> None:
+    """What the stdlib prints to stderr raw, the daemon's log says in its format: a client that hung up
+    mid-answer (a timeout of its own) is no fault of the daemon's, anything else is."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, ConnectionError):
+        log.debug("%s hung up before its answer was sent: %s", client_address[0], exc)
+    else:
+        log.exception("request from %s failed", client_address[0])
+
+
 class ApiServer:
     """Serves in a background thread until ``close``."""
 
@@ -462,7 +473,8 @@ class ApiServer:
         # to ask, and a connect dropped by a full backlog waits a second or more to be retried, which can take
         # a PreToolUse hook past its timeout, and the call through ungated.
         server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True,
-                                                          "request_queue_size": LISTEN_BACKLOG})
+                                                          "request_queue_size": LISTEN_BACKLOG,
+                                                          "handle_error": _request_failed})
         self.httpd = server((host, port), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
 
