@@ -130,7 +130,7 @@ class HotSessions:
         were rebuilt."""
         with self._lock:
             keys, self.recovered = self.recovered, []
-            return sum(self._check(conn, key) for key in keys if key not in self._fresh)
+            return sum(self._check(conn, key)[1] for key in keys if key not in self._fresh)
 
     def stale(self, position: int) -> None:
         """The ledger moved to ``position`` without ``apply`` (a catch-up batch): check each view again before
@@ -201,12 +201,12 @@ class HotSessions:
         with self._lock:
             # Memory moves a moment after each commit: the view is fresh only while the ledger is still there.
             if key in self._fresh and queries.ledger_position(conn) == self.position:
-                return self.store.get(key)
-            with conn:  # one snapshot: the view is read at the position it is put with
                 state = self.store.get(key)
-                if state is not None:
-                    self._check(conn, key)
-                    return self.store.get(key)
+                if state is not None:  # else dropped since, outside the lock: read again below
+                    return state
+            with conn:  # one snapshot: the view is read at the position it is put with
+                if self.store.get(key) is not None:
+                    return self._check(conn, key)[0]
                 position = queries.ledger_position(conn)
                 view = queries.hot_session(conn, key)
             if view is None:
@@ -234,23 +234,27 @@ class HotSessions:
 
     # -- internals --------------------------------------------------------------------
 
-    def _check(self, conn: apsw.Connection, key: str) -> int:
+    def _check(self, conn: apsw.Connection, key: str) -> tuple[HotSession | None, int]:
         """Keep a stored view if it was read from this ledger and what it sums last changed at the same
-        commit there, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own)."""
+        commit there, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own).
+        Returns the view as the ledger has it (None for a session it does not know), and 1 if rebuilt."""
         with conn:
             now = queries.ledger_position(conn)
             view = queries.hot_session(conn, key)
         if view is None:
             self.store.delete(key)
-            return 1
+            return None, 1
+        # Gone already, maybe: gate questions about other sessions evict views, and expire() and the TTL
+        # drop them outside the lock. Then it is rebuilt like a view that changed.
         stored = self.store.get(key)
         # The commit's mark, not only its position: a restored copy of the ledger reaches the positions
         # the view may have been read at with commits of its own.
-        if (stored.ledger, stored.changed) == (view["ledger"], view["changed"]):
+        if stored is not None and (stored.ledger, stored.changed) == (view["ledger"], view["changed"]):
             self._trust(key, now)
-            return 0
-        self._put_view(key, _from_ledger(view), now)
-        return 1
+            return stored, 0
+        hot = _from_ledger(view)
+        self._put_view(key, hot, now)
+        return hot, 1
 
     def _put_view(self, key: str, hot: HotSession, position: int) -> None:
         """``hot``: the view of ``key`` as the ledger had it at ``position``."""
