@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import urllib.request
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -806,6 +807,51 @@ def test_the_last_day_there_is_counts_under_a_zone_whose_clock_is_past_it_alread
     ingest(db, logs.root)
     rows = cli_json(db, "costs", "--group-by", "day", "--tz", "Asia/Tokyo")["rows"]
     assert [(r["day"], r["llm_calls"]) for r in rows] == [("2026-09-21", 1), ("9999-12-31", 1)]
+
+
+@pytest.mark.parametrize("asked", ["cli", "http"])
+def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, monkeypatch, asked):
+    # Each statement read the ledger as it was then: a session's instances counted 2 calls and its cost by
+    # model 3 when serve committed between them, from the CLI and from GET /v1/sessions/{key} alike.
+    from logwriter import LogDir, llm_call
+
+    import agentledger.cli.queries as cli_queries
+    import agentledger.http as http
+    from agentledger.http import ApiServer
+
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1) + llm_call(2))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    reads = []
+
+    def commit_after_the_first_read(sql):
+        if sql.split(None, 1)[0].upper() in ("SELECT", "WITH"):
+            reads.append(sql)
+            if len(reads) == 2:  # the answer has read already: a commit now is past its snapshot
+                logs.append(llm_call(3))
+                ingest(db, logs.root)
+        return True
+
+    def traced(path):
+        conn = open_reader(path)
+        conn.exec_trace = lambda cursor, sql, bindings: commit_after_the_first_read(sql)
+        return conn
+
+    monkeypatch.setattr(cli_queries if asked == "cli" else http, "open_reader", traced)
+    if asked == "cli":
+        out = json.loads(CliRunner().invoke(cli, ["--db", str(db), "session", "agent:main:s1", "--json"],
+                                            catch_exceptions=False).output)
+    else:
+        server = ApiServer(db, "127.0.0.1:0")
+        server.start()
+        try:
+            with urllib.request.urlopen(f"{server.address}/v1/sessions/agent:main:s1", timeout=30) as response:
+                out = json.loads(response.read())
+        finally:
+            server.close()
+    assert len(reads) >= 2
+    assert sum(i["llm_calls"] for i in out["instances"]) == sum(m["llm_calls"] for m in out["cost_by_model"]) == 2
 
 
 @pytest.mark.parametrize("command", [["session", "agent:main:main"], ["run", "x"], ["tree", "agent:main:main"]])

@@ -241,7 +241,8 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         def answer() -> tuple[int, object]:
             conn = open_reader(db)
             try:
-                return 200, query(conn)
+                with conn:  # one snapshot: an answer's parts agree while the writer commits
+                    return 200, query(conn)
             finally:
                 conn.close()
         return answer
@@ -402,7 +403,8 @@ class _Handler(BaseHTTPRequestHandler):
             _only(params, "/ui", ui.PARAMS)
             conn = open_reader(self.db)
             try:
-                data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
+                with conn:  # one snapshot, as every JSON answer is read in
+                    data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
             finally:
                 conn.close()
             ctype = "text/html; charset=utf-8"

@@ -23,8 +23,7 @@ def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo,
     latest failed or interrupted runs and tool calls (of the last week unless ``problems_since``, up to
     ``problems_until`` when given),
     spend today and in all, and ingest health."""
-    conn.execute("BEGIN")  # one snapshot: the parts agree with each other
-    try:
+    with conn:  # one snapshot, the parts agreeing with each other, whether or not the caller holds one
         forecaster = Forecaster(conn, gates, zone, now_ms)
         rows, seen = [], set()
         for s in queries.sessions(conn, queries.Window(limit=sessions * 2)):
@@ -47,5 +46,4 @@ def overview(conn: apsw.Connection, gates: Sequence[GateConfig], zone: ZoneInfo,
                 problems_until),
             "ingest": queries.ingest_health(conn, now_ms),
         }
-    finally:
-        conn.execute("COMMIT")
+

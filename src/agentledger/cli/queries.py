@@ -100,7 +100,8 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                 return fn(None, w, fmt, **kwargs)
             conn = _open(obj)
             try:
-                return fn(conn, w, fmt, **kwargs)
+                with conn:  # one snapshot: a table's rows, its total and a session's parts agree while serve writes
+                    return fn(conn, w, fmt, **kwargs)
             finally:
                 conn.close()
 
