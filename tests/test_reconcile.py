@@ -21,7 +21,7 @@ from test_transcript_sources import SESSION, cc_assistant, cc_prompt, cc_result
 
 from agentledger.facts import RunEnded, RunStarted
 from agentledger.ledger.db import open_reader, open_writer
-from agentledger.ledger.reconcile import reconcile
+from agentledger.ledger.reconcile import _OPEN_RUNS, _OPEN_TOOLS, reconcile
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import Batch, LedgerWriter
 
@@ -144,6 +144,49 @@ def test_a_run_waiting_on_a_subagent_that_still_works_is_no_orphan(tmp_path, db)
         assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R'") == "interrupted"
     finally:
         conn.close()
+    _verify(db)
+
+
+def test_open_runs_find_their_working_children_without_reading_every_open_subagent(tmp_path, db):
+    """Every open run and open tool call asks whether a child of its run still works: each finds its own
+    children, else a reconcile with many runs left open (a gateway that crashed, each run waiting on a
+    subagent) reads every running subagent for each of them. A ledger from before that index gets it."""
+    t0 = 1_790_000_000_000
+    lines = []
+    for n, (run, life) in enumerate([("R1", 19), ("R2", 1), ("R3", None)]):
+        base = 100 * n
+        lines += [_ev(base + 1, t0, "run.start", {"model": "m", "provider": "p"}, runId=run, sessionId=run),
+                  _ev(base + 2, t0 + 10, "tool.start", {"toolName": "sessions_spawn", "toolCallId": f"T{run}"},
+                      runId=run, sessionId=run)]
+        if life is not None:
+            kid = f"agent:main:subagent:{run}"
+            lines += [_ev(base + 3, t0 + 20, "subagent.spawn",
+                          {"childSessionKey": kid, "agentId": "main", "label": "k", "mode": "run"},
+                          runId=run, sessionId=run),
+                      _ev(base + 4, t0 + life * 60_000, "llm.call",
+                          {"provider": "p", "model": "m", "delta": {"input": 1, "output": 1, "total": 2}},
+                          sessionKey=kid, sessionId=f"K{run}", runId=f"RK{run}")]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines))
+    ingest(db, logs.root)
+    conn = apsw.Connection(str(db))
+    as_of_version(conn, 43)
+    conn.close()
+    conn = open_writer(db)  # migrates
+    try:
+        done = reconcile(LedgerWriter(conn), t0 + 19 * 60_000 + 599_000, grace_s=600)
+        plans = {name: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+                 for name, sql, params in (("runs", _OPEN_RUNS, (0,)), ("tools", _OPEN_TOOLS, (0, "[]")))}
+    finally:
+        conn.close()
+    assert (done.runs, done.tool_calls) == (2, 2)
+    assert rows(db, "SELECT run_id, status FROM runs WHERE run_id LIKE 'R_' ORDER BY run_id") == [
+        ("R1", "running"), ("R2", "interrupted"), ("R3", "interrupted")]
+    assert rows(db, "SELECT tool_call_id, status FROM tool_calls ORDER BY tool_call_id") == [
+        ("TR1", "running"), ("TR2", "interrupted"), ("TR3", "interrupted")]
+    for name, plan in plans.items():
+        scans = [step for step in plan if step.startswith("SCAN") and not step.startswith("SCAN json_each")]
+        assert scans in (["SCAN r USING INDEX runs_open"], ["SCAN t USING INDEX tool_calls_open"]), (name, plan)
     _verify(db)
 
 

@@ -43,7 +43,7 @@ _CHILD_LIFE = ("max(coalesce({a}.spawned_ms, 0), "
                "coalesce((SELECT max(last_ms) FROM sessions WHERE session_key = {a}.child_session_key), 0))")
 # A run waiting on a subagent that still shows life (a Task, a spawn awaiting its answer) is no orphan,
 # and neither is its open tool call: its own log stays silent for as long as the child works.
-_WAITING = ("EXISTS (SELECT 1 FROM subagents AS c INDEXED BY subagents_open WHERE c.status = 'running' "
+_WAITING = ("EXISTS (SELECT 1 FROM subagents AS c INDEXED BY subagents_open_by_run WHERE c.status = 'running' "
             f"AND c.parent_run_id = {{run}} AND {_CHILD_LIFE.format(a='c')} >= ?1)")
 _OPEN_RUNS = f"""
 SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
