@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
+import io
 import json
 import re
 import shutil
@@ -412,6 +414,63 @@ def test_three_level_subagent_tree_family_totals(tmp_path):
     kid = next(c for c in node["children"] if c["session_key"] == child)
     assert kid["cumulative_cost_usd"] == 0.375 and kid["children"][0]["session_key"] == grandchild
     assert d["family_cost_usd"] == node["cumulative_cost_usd"]
+
+
+def _deep_loads(text: str):
+    """JSON nested deeper than the decoder recurses by default."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_a_chain_of_subagents_deeper_than_python_recurses_has_its_tree(tmp_path):
+    """Each subagent spawns the next, 1,100 deep (a tree's JSON nests two levels a subagent; orjson stops at
+    255, Python at 1,000 calls): `tree` prints it, as JSON and as a table, with each node's family cost."""
+    depth = 1_100
+    keys = ["agent:main:main", *(f"agent:main:subagent:{i}" for i in range(1, depth + 1))]
+    log = _HookLog()
+    for i, key in enumerate(keys):
+        log.call(key, f"S{i}", f"R{i}", None if i == depth else 0.25)  # the deepest's model has no price
+        if i < depth:
+            log.spawn(key, f"R{i}", keys[i + 1], "next")
+    db = log.ledger(tmp_path)
+    out = _cli(db, "tree", keys[0], "--json")
+    assert (out.returncode, out.stderr) == (0, "")
+    node = _deep_loads(out.stdout)
+    for i, key in enumerate(keys):
+        assert (node["session_key"], node["own_cost_usd"], node["cumulative_cost_usd"],
+                node["cumulative_unpriced_calls"]) == (key, 0.0 if i == depth else 0.25, (depth - i) * 0.25, 1)
+        assert len(node["children"]) == (i < depth)
+        node = node["children"][0] if node["children"] else None
+    table = _cli(db, "tree", keys[0])
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert _table(lines[1]) == [[keys[0], "-", "0.2500", "≥275.00*"]]
+    assert lines[depth + 1].startswith(" " * 2 * depth + keys[depth] + "  next  ")
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+    max_leaves=30)
+
+
+@given(_JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_nested_json_is_the_json_every_other_command_prints(value):
+    """`tree --json` walks its nesting itself: the text is orjson's, as every other command's --json."""
+    from agentledger.cli.output import emit_json, emit_nested_json
+
+    texts = []
+    for emit in (emit_json, emit_nested_json):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            emit(value)
+        texts.append(out.getvalue())
+    assert texts[0] == texts[1]
 
 
 def test_a_session_id_is_one_instance_of_its_key_with_the_subagents_it_spawned(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import click
 import orjson
@@ -41,6 +41,39 @@ def emit_csv(rows: list[dict], fields: Iterable[str]) -> None:
 
 def emit_json(value: object) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def emit_nested_json(value: object) -> None:
+    """``emit_json``'s text of a value nested deeper than orjson goes (255 levels: a tree of subagents 127
+    deep), or than Python recurses: the objects and arrays are walked with a stack of our own, and only
+    what is in them, keys and scalars, is left to orjson."""
+    out: list[str] = []
+    # Each open object or array: its closing bracket and its (prefix, value) members still to write.
+    stack: list[tuple[str, Iterator[tuple[str, object]]]] = []
+    member: tuple[str, object] | None = ("", value)
+    while True:
+        if member is not None:
+            prefix, item = member
+            out.append(prefix)
+            if isinstance(item, dict) and item:
+                out.append("{")
+                stack.append(("}", ((orjson.dumps(k).decode() + ": ", v) for k, v in item.items())))
+            elif isinstance(item, list) and item:
+                out.append("[")
+                stack.append(("]", (("", v) for v in item)))
+            else:
+                out.append(orjson.dumps(item).decode())
+        if not stack:
+            break
+        close, members = stack[-1]
+        member = next(members, None)
+        if member is None:
+            stack.pop()
+            out.append("\n" + "  " * len(stack) + close)
+        else:
+            # A comma after the member before, none after the bracket that opened this one.
+            out.append(("\n" if out[-1] in ("{", "[") else ",\n") + "  " * len(stack))
+    click.echo("".join(out))
 
 
 def _cell(value: object) -> str:

@@ -13,7 +13,8 @@ import orjson
 
 from agentledger import display
 from agentledger.cli import cli, daemon_url
-from agentledger.cli.output import cost_cell, emit_csv, emit_json, emit_pairs, emit_table, flat, note_unpriced
+from agentledger.cli.output import (cost_cell, emit_csv, emit_json, emit_nested_json, emit_pairs, emit_table, flat,
+                                    note_unpriced)
 from agentledger.ledger import queries
 from agentledger.config import demo_ledger
 from agentledger.ledger.db import LedgerError, ledger_exists, open_reader
@@ -446,11 +447,14 @@ def subagents_cmd(conn, w, fmt):
                 ("outcome", "outcome"), ("duration_ms", "ms"), ("cost_usd", "cost $")])
 
 
-def _tree_rows(node: dict, depth: int = 0, name: str | None = None) -> list[dict]:
+def _tree_rows(root: dict, name: str | None = None) -> list[dict]:
     # Indented under its parent; in a narrow terminal the session column folds and the costs stay whole.
-    rows = [{**node, "session": "  " * depth + (name or node["session_key"])}]
-    for child in node["children"]:
-        rows += _tree_rows(child, depth + 1)
+    # A stack of its own, not recursion: a chain of subagents may run deeper than Python recurses.
+    rows, todo = [], [(root, 0, name or root["session_key"])]
+    while todo:
+        node, depth, shown = todo.pop()
+        rows.append({**node, "session": "  " * depth + shown})
+        todo.extend((child, depth + 1, child["session_key"]) for child in reversed(node["children"]))
     return rows
 
 
@@ -461,7 +465,7 @@ def tree(conn, w, fmt, key):
     """A session and its subagents, recursively, with each node's own and cumulative cost."""
     root = queries.tree(conn, key)
     if fmt == "json":
-        emit_json(root)
+        emit_nested_json(root)
     else:
         # Asked by a session id, the root is that one instance of its key: say which.
         name = f"{root['session_key']} (session {key})" if key != root["session_key"] else None

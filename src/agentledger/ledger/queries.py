@@ -903,17 +903,34 @@ def tree(conn: apsw.Connection, key: str) -> dict:
         spawned[root] = [c for c in spawned.get(root, []) if c[0] in mine]
         costs = _own_costs(conn, _reachable(root, spawned)) | {root: _instances_cost(conn, ids)}
 
-    def node(session_key: str, seen: set[str], label: str | None) -> dict:
-        seen.add(session_key)
+    def node(session_key: str, label: str | None) -> dict:
         own, unpriced = costs.get(session_key, (0, 0))
-        children = [node(c, seen, lbl) for c, lbl in spawned.get(session_key, []) if c not in seen]
-        cumulative = own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD) for c in children)
         return {"session_key": session_key, "label": label, "own_cost_usd": _usd(own),
-                "own_unpriced_calls": unpriced, "cumulative_cost_usd": _usd(cumulative),
-                "cumulative_unpriced_calls": unpriced + sum(c["cumulative_unpriced_calls"] for c in children),
-                "children": children}
+                "own_unpriced_calls": unpriced, "cumulative_cost_usd": None, "cumulative_unpriced_calls": None,
+                "children": []}
 
-    return node(root, set(), None)
+    # Depth first, each key once (a malformed log's cycle ends where it comes back), with a stack of its
+    # own: a chain of subagents may run deeper than Python recurses. A node's cumulative cost is known
+    # once its last child's is.
+    top = node(root, None)
+    seen, stack = {root}, [(top, iter(spawned.get(root, [])))]
+    while stack:
+        parent, pending = stack[-1]
+        for child_key, label in pending:
+            if child_key not in seen:
+                seen.add(child_key)
+                child = node(child_key, label)
+                parent["children"].append(child)
+                stack.append((child, iter(spawned.get(child_key, []))))
+                break
+        else:
+            stack.pop()
+            children = parent["children"]
+            own, unpriced = costs.get(parent["session_key"], (0, 0))
+            parent["cumulative_cost_usd"] = _usd(own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD)
+                                                           for c in children))
+            parent["cumulative_unpriced_calls"] = unpriced + sum(c["cumulative_unpriced_calls"] for c in children)
+    return top
 
 
 def subagents(conn: apsw.Connection, w: Window, *, parent_keys: list[str] | None = None) -> list[dict]:
