@@ -868,6 +868,23 @@ def test_the_last_day_there_is_counts_under_a_zone_whose_clock_is_past_it_alread
     assert [(r["day"], r["llm_calls"]) for r in rows] == [("2026-09-21", 1), ("9999-12-31", 1)]
 
 
+def test_a_session_of_many_instances_costs_exactly_what_usage_says(tmp_path):
+    # Its cost was a float sum over the instances: 300 resets of one call each came to 370.370367036901, not
+    # the 370.3703670369 usage and its cost by model give.
+    from logwriter import LogDir, event
+
+    logs = LogDir(tmp_path / "logs")
+    for n in range(1, 301):
+        logs.append(event(n, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                          "delta": {"input": 1, "output": 1, "total": 2}, "costUsd": 1.234567890123},
+                          session="main", session_id=f"sid-{n}", run=f"run-{n}", ts=1_790_000_000_000 + n * 1000))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    detail = cli_json(db, "session", "agent:main:main")
+    assert len(detail["instances"]) == 300
+    assert detail["cost_usd"] == detail["family_cost_usd"] == cli_json(db, "usage")["cost_usd"] == 370.3703670369
+
+
 @pytest.mark.parametrize("asked", ["cli", "http"])
 def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, monkeypatch, asked):
     # Each statement read the ledger as it was then: a session's instances counted 2 calls and its cost by

@@ -776,12 +776,13 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
     children = _subagent_dicts(child_rows, costs)
     compactions = _compactions(conn, ids, keys)
-    own = sum(s["cost_usd"] for s in instances)
+    # In whole pico-dollars, as cost_total adds: a float sum over many instances drifts off the exact total.
+    own = sum(round(s["cost_usd"] * PICO_PER_USD) for s in instances)
     own_unpriced = sum(s["unpriced_calls"] for s in instances)
     kin = [_family_cost(c["child_session_key"], spawned, costs, set(keys)) for c in children]
-    family = own + sum(cost for cost, _ in kin) / PICO_PER_USD
+    family = own + sum(cost for cost, _ in kin)
     return {"session_key": keys[0] if keys else None, "instances": instances,
-            "cost_usd": round(own, 12), "unpriced_calls": own_unpriced, "family_cost_usd": round(family, 12),
+            "cost_usd": _usd(own), "unpriced_calls": own_unpriced, "family_cost_usd": _usd(family),
             "family_unpriced_calls": own_unpriced + sum(n for _, n in kin), "cost_by_model": by_model,
             "runs": run_rows, "tool_calls": tools, "subagents": children, "compactions": compactions}
 
