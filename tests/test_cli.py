@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -23,6 +24,7 @@ from logwriter import LogDir, event, llm_call
 from terminal import Terminal, needs_tmux
 
 from agentledger.cli import cli
+from agentledger.ledger.db import open_writer
 
 
 def run(*args: str, db: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -348,6 +350,37 @@ def test_a_ledger_where_nothing_can_be_written_is_one_line_naming_it_and_the_fix
     db, failed = Path(db.format(read_only=read_only)), failed.format(read_only=read_only)
     _one_line(run(*command, str(tmp_path), db=db), 2, f"cannot write a ledger at {db}: {failed}", "--db",
               "ReadWritePaths=")
+
+
+def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_log_there_says_why_not(
+        tmp_path, oc_corpus, unprivileged):
+    # A read-only mount or snapshot: SQLite could not make the shared-memory file it reads through, and the
+    # ledger's own owner was told to run as its owner.
+    ledgers = {name: tmp_path / name / "ledger.db" for name in ("stopped", "written")}
+    for db in ledgers.values():
+        db.parent.mkdir()
+        assert run("ingest", str(oc_corpus), db=db).returncode == 0
+    expected = json.loads(run("usage", "--json", db=ledgers["written"]).stdout)  # a reader leaves its -shm there
+    writer = open_writer(ledgers["written"])  # a write-ahead log left beside it, as by a daemon killed
+    writer.wal_autocheckpoint(0)
+    writer.execute("UPDATE retention SET events_ms = events_ms")
+    shutil.copy(f"{ledgers['written']}-wal", tmp_path / "wal")
+    writer.close()
+    shutil.copy(tmp_path / "wal", f"{ledgers['written']}-wal")
+    for db in ledgers.values():
+        db.parent.chmod(0o555)
+    try:
+        asked = {name: subprocess.run([*unprivileged, sys.executable, "-m", "agentledger", "--db", str(db), "usage",
+                                       "--json"], capture_output=True, text=True, timeout=60)
+                 for name, db in ledgers.items()}
+    finally:
+        for db in ledgers.values():
+            db.parent.chmod(0o755)
+    assert asked["stopped"].returncode == 0, asked["stopped"].stderr
+    assert json.loads(asked["stopped"].stdout) == expected
+    _one_line(asked["written"], 2, "its directory cannot be written, and SQLite makes the ledger's ledger.db-shm",
+              "copy the ledger with its -wal somewhere writable")
+    assert sorted(p.name for p in ledgers["stopped"].parent.iterdir()) == ["ledger.db", "ledger.db.lock"]
 
 
 @pytest.mark.parametrize("name", ["run#2.db", "what?.db", "100%25.db"])

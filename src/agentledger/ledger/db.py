@@ -213,6 +213,13 @@ def _cannot_read(path: Path, why: object) -> LedgerError:
                        "running, or as its owner")
 
 
+def _frozen(path: Path) -> bool:
+    """A ledger no writer can change: in a directory this user cannot write (a read-only mount, a snapshot)
+    with no write-ahead log beside it, for a writer would make one there first. SQLite reads it without the
+    shared-memory file it could not make, which every other read needs."""
+    return not os.access(path.parent, os.W_OK) and not os.path.exists(f"{path}-wal")
+
+
 def ledger_exists(path: Path) -> bool:
     """Whether a file is at ``path``. One out of reach (a directory above it cannot be searched, where
     Path.exists() raised) is refused as one that cannot be read, with the system's reason."""
@@ -232,6 +239,8 @@ def open_reader(path: str | Path) -> apsw.Connection:
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
     # A URI, for mode=ro: a path's '#', '?' and '%' would otherwise end or escape its name.
     uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    if _frozen(path):
+        uri += "&immutable=1"
     try:
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         _pragmas(conn)
@@ -240,6 +249,11 @@ def open_reader(path: str | Path) -> apsw.Connection:
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
+        if not os.access(path.parent, os.W_OK) and not os.path.exists(f"{path}-shm"):
+            raise LedgerError(f"cannot read {path} ({exc}): its directory cannot be written, and SQLite makes "
+                              f"the ledger's {path.name}-shm beside it while {path.name}-wal is there (a daemon "
+                              "writing, or one killed); start and stop `agentledger serve` once, or copy the "
+                              "ledger with its -wal somewhere writable") from None
         raise _cannot_read(path, exc) from None
     latest = len(migrations())
     if version == 0:  # no tables (see _schema_version): created, its first transaction not committed yet
