@@ -26,6 +26,7 @@ from terminal import on_a_terminal
 from agentledger.cli import cli
 from agentledger.ledger import queries
 from agentledger.ledger.db import open_reader, open_writer
+from agentledger.timeutil import iso
 
 
 @pytest.fixture(scope="module")
@@ -947,6 +948,62 @@ def test_timeline_keeps_to_its_window(corpus_db):
     assert 0 < len(day) < len(every)
     out = _cli(corpus_db, "timeline", "agent:main:main", "--agent", "main")
     assert out.returncode == 2 and "No such option '--agent'" in out.stderr
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_a_timeline_s_limit_kinds_and_window_cut_the_whole_timeline(corpus_db, data):
+    """Each kind reads only its rows of the window, the first --limit of them: the answer is still the
+    whole timeline's, filtered then cut, ties in time in the same order."""
+    conn = open_reader(corpus_db)
+    try:
+        names = sorted({n for row in conn.execute("SELECT session_key, session_id FROM sessions") for n in row if n})
+        name = data.draw(st.sampled_from(names))
+        every = queries.timeline(conn, name)
+        kinds = data.draw(st.none() | st.lists(st.sampled_from(queries.TIMELINE_KINDS), min_size=1, unique=True))
+        times = sorted({round(dt.datetime.fromisoformat(i["at"]).timestamp() * 1000) for i in every if i["at"]})
+        edge = st.none() | st.sampled_from(times or [0]).flatmap(lambda ms: st.sampled_from([ms - 1, ms, ms + 1]))
+        since, until = sorted(data.draw(st.tuples(edge, edge)), key=lambda ms: -1 if ms is None else ms)
+        limit = data.draw(st.none() | st.integers(1, len(every) + 1))
+        got = queries.timeline(conn, name, kinds, queries.Window(since=since, until=until, limit=limit))
+    finally:
+        conn.close()
+    lo, hi = iso(since) or "", iso(until) or "~"
+    want = [i for i in every if (kinds is None or i["kind"] in kinds)
+            and (since is None and until is None or i["at"] and lo <= i["at"] <= hi)]
+    assert got == want[:limit]
+
+
+def test_a_short_or_narrow_timeline_reads_only_the_rows_it_shows(tmp_path):
+    """`timeline --limit 5`, `--kinds compaction` and a window after the session built the whole session
+    first: every call of it came up from SQLite, however few were shown."""
+    log = _HookLog()
+    key = "agent:main:main"
+    for r in range(3):
+        log.ev("run.start", {"model": "m", "provider": "p"}, key, "S1", f"R{r}")
+        for t in range(200):
+            log.ev("tool.end", {"toolName": "read", "toolCallId": f"T{r}.{t}"}, key, "S1", f"R{r}")
+        log.ev("run.end", {"model": "m", "provider": "p"}, key, "S1", f"R{r}")
+    db = log.ledger(tmp_path)
+    conn = open_reader(db)
+    read = 0
+
+    def counted(cursor, row):
+        nonlocal read
+        read += 1
+        return row
+
+    try:
+        every = queries.timeline(conn, key)
+        assert len(every) == 3 + 3 * 200
+        conn.row_trace = counted
+        for kinds, w, shown in ((None, queries.Window(limit=5), every[:5]), (["compaction"], queries.Window(), []),
+                                (None, queries.Window(since=4_000_000_000_000), [])):
+            read = 0
+            assert queries.timeline(conn, key, kinds, w) == shown
+            assert read <= 5 * 6 + 5, (kinds, w, read)  # each kind's first five, and the session's own few rows
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("command, flag", [(["rejects"], ["--agent", "main"]), (["usage"], ["--limit", "1"])])

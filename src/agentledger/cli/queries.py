@@ -432,8 +432,7 @@ def timeline(conn, w, fmt, kinds, key):
     if bad:
         raise click.BadParameter(f"unknown kind {bad[0]!r}: choose from {', '.join(queries.TIMELINE_KINDS)}",
                                  param_hint="--kinds")
-    items = queries.timeline(conn, key, wanted, w)
-    _emit_rows(items[: w.limit] if w.limit else items, queries.TIMELINE_FIELDS, fmt,
+    _emit_rows(queries.timeline(conn, key, wanted, w), queries.TIMELINE_FIELDS, fmt,
                "nothing happened in this session in this window",
                [("at", "at"), ("kind", "kind"), ("what", "what"), ("cost_usd", "cost $")])
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import heapq
+import itertools
 import zoneinfo
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import apsw
@@ -770,7 +773,7 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
         f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} WHERE r.session_id IN (SELECT value FROM json_each(?)) "
         "ORDER BY coalesce(r.started_ms, r.ended_ms)", (id_list,))]
     tools = [_tool_dict(r) for r in _calls_of(conn, ids, sum(s["tool_calls"] for s in instances),
-                                                _SESSION_TOOL_CALLS, _EVERY_TOOL_CALL_OF)]
+                                                _SESSION_TOOL_CALLS, _EVERY_TOOL_CALL_OF, f"ORDER BY {_TOOL_ORDER}")]
     child_rows = _subagent_rows(conn, Window(), keys, None if whole_key else ids)
     spawned = _spawned(conn, [r[0] for r in child_rows])
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
@@ -801,9 +804,12 @@ WITH {_MINE}, found(id) AS (
     UNION SELECT id FROM llm_calls WHERE branch IN mine
     UNION SELECT id FROM llm_calls WHERE run_id IS NULL AND session_id IN mine
 )
-{_LLM_LISTED} FROM found JOIN llm_calls AS l ON l.id = found.id WHERE l.session_id IN mine ORDER BY l.ts_ms
+{_LLM_LISTED} FROM found JOIN llm_calls AS l ON l.id = found.id WHERE l.session_id IN mine
 """
-_EVERY_LLM_CALL_OF = f"WITH {_MINE} {_LLM_LISTED} FROM llm_calls AS l WHERE l.session_id IN mine ORDER BY l.ts_ms"
+_EVERY_LLM_CALL_OF = f"WITH {_MINE} {_LLM_LISTED} FROM llm_calls AS l WHERE l.session_id IN mine"
+# Calls at one time in the order the found set and the time index both hand them over, now named: a listing
+# cut by a limit or a window keeps the order the whole one has.
+_LLM_ORDER = "l.ts_ms, l.id"
 _SESSION_TOOL_CALLS = f"""
 WITH {_MINE}, found(run_id, tool_call_id) AS (
     SELECT tc.run_id, tc.tool_call_id FROM runs AS r JOIN tool_calls AS tc ON tc.run_id = r.run_id
@@ -814,21 +820,25 @@ WITH {_MINE}, found(run_id, tool_call_id) AS (
     UNION SELECT run_id, tool_call_id FROM tool_calls WHERE run_id = '' AND session_id IN mine
 )
 SELECT {_TOOL_COLUMNS} FROM found JOIN tool_calls AS tc USING (run_id, tool_call_id) {TOOL_RUNS}
-WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
+WHERE {TOOL_SESSION} IN mine
 """
 _EVERY_TOOL_CALL_OF = f"""
 WITH {_MINE} SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc {TOOL_RUNS}
-WHERE {TOOL_SESSION} IN mine ORDER BY coalesce(tc.started_ms, tc.ended_ms)
+WHERE {TOOL_SESSION} IN mine
 """
+_TOOL_ORDER = "coalesce(tc.started_ms, tc.ended_ms), tc.run_id, tc.tool_call_id"
 
 
-def _calls_of(conn: apsw.Connection, ids: list[str], counted: int, indexed: str, every: str) -> list[tuple]:
+def _calls_of(conn: apsw.Connection, ids: list[str], counted: int, indexed: str, every: str, then: str,
+              params: tuple = ()) -> apsw.Cursor:
     """The calls of these session instances, by index; when that finds fewer than their totals count (a
     call naming the session under another session's run, as a run going on across a reset leaves), by a
     scan of every call: what is listed is always what is counted. More than counted is no reason to scan:
-    the totals were read in an earlier statement, and the daemon may have added calls since."""
-    rows = conn.execute(indexed, (_json_list(ids),)).fetchall()
-    return rows if len(rows) >= counted else conn.execute(every, (_json_list(ids),)).fetchall()
+    the totals were read in an earlier statement, and the daemon may have added calls since. ``then``
+    (with ``params``) narrows and orders them: what it leaves out is counted in SQLite, never read here."""
+    mine = _json_list(ids)
+    found = conn.execute(f"SELECT count(*) FROM ({indexed})", (mine,)).fetchall()[0][0] if counted else 0
+    return conn.execute(f"{indexed if found >= counted else every} {then}", (mine, *params))
 
 
 def _ratio(before: int | None, after: int | None) -> float | None:
@@ -1095,42 +1105,92 @@ def _item(at: str | None, kind: str, what: str, item_id: str | None, cost_usd: f
 
 
 def timeline(conn: apsw.Connection, key: str, kinds: list[str] | None = None, w: Window = Window()) -> list[dict]:
-    """Everything that happened in a session within [w.since, w.until], in time order."""
-    detail = session_detail(conn, key)
+    """Everything that happened in a session within [w.since, w.until], in time order, the first w.limit of it.
+    Each kind reads its own items of the window, in time order and no more than w.limit of them, so that a
+    short answer costs what it shows, not what the session holds."""
+    ids, whole_key = _session_ids(conn, key)
+    instances = sessions(conn, Window(), session_ids=ids)
+    keys = sorted({s["session_key"] for s in instances if s["session_key"]})
+    read = {
+        "run": lambda: _run_items(conn, ids, w),
+        "llm": lambda: _llm_items(conn, ids, sum(i["llm_calls"] + i["llm_errors"] for i in instances), w),
+        "tool": lambda: _tool_items(conn, ids, sum(i["tool_calls"] for i in instances), w),
+        "compaction": lambda: _in_time_order([_item(c["at"], "compaction", _compaction_what(c), c["session_id"])
+                                              for c in _compactions(conn, ids, keys)], w),
+        "subagent": lambda: _subagent_items(conn, keys, None if whole_key else ids, w),
+        "session": lambda: _in_time_order(_lifecycle(conn, ids), w),
+    }
     want = set(kinds or TIMELINE_KINDS)
-    items = []
-    if "run" in want:
-        for r in detail["runs"]:
-            items.append(_item(r["started_at"] or r["ended_at"], "run", f"{r['model'] or '-'} {r['status']}", r["run_id"],
-                               r["cost_usd"], r["unpriced_calls"]))
-    if "llm" in want:
-        instances = detail["instances"]
-        counted = sum(i["llm_calls"] + i["llm_errors"] for i in instances)  # failed calls are listed too
-        rows = _calls_of(conn, [i["session_id"] for i in instances], counted, _SESSION_LLM_CALLS,
-                         _EVERY_LLM_CALL_OF)
-        for ts, run_id, model, tokens, cost, unpriced in rows:
-            items.append(_item(iso(ts), "llm", f"{model or '-'} {tokens} tokens", run_id, None if cost is None else _usd(cost),
-                               unpriced))
-    if "tool" in want:
-        for t in detail["tool_calls"]:
-            items.append(_item(t["started_at"] or t["ended_at"], "tool", f"{t['tool_name'] or '-'} {t['status']}",
-                               t["tool_call_id"]))
-    if "compaction" in want:
-        for c in detail["compactions"]:
-            items.append(_item(c["at"], "compaction", _compaction_what(c), c["session_id"]))
-    if "subagent" in want:
-        for s in detail["subagents"]:
-            items.append(_item(s["spawned_at"] or s["ended_at"], "subagent",
-                               f"{s['label'] or '-'} {s['outcome'] or s['status']}", s["child_session_key"], s["cost_usd"],
-                               s["unpriced_calls"]))
-    if "session" in want:
-        items += _lifecycle(conn, [i["session_id"] for i in detail["instances"]])
+    # Of items at one time, the kinds come in TIMELINE_KINDS order (merge takes ties from the earlier stream).
+    merged = heapq.merge(*(read[kind]() for kind in TIMELINE_KINDS if kind in want), key=_at)
+    return list(itertools.islice(merged, w.limit))
+
+
+def _at(item: dict) -> str:
+    # Every time here is ISO 8601 UTC to the millisecond, years 1 to 9999: text order is time order.
+    return item["at"] or ""
+
+
+def _in_time_order(items: list, w: Window, at=_at) -> list:
+    """Those of ``items`` in [w.since, w.until] in time order (ties as they came), the first w.limit of them."""
     if w.since is not None or w.until is not None:
-        # Every time here is ISO 8601 UTC to the millisecond, years 1970 to 9999: text order is time order.
         lo, hi = iso(w.since) or "", iso(w.until) or "~"
-        items = [i for i in items if i["at"] is not None and lo <= i["at"] <= hi]
-    items.sort(key=lambda i: i["at"] or "")
-    return items
+        items = [i for i in items if at(i) and lo <= at(i) <= hi]
+    return sorted(items, key=at)[: w.limit]
+
+
+# The time iso() shows: none outside years 1 to 9999, which a ledger written before such times were rejected
+# may hold. Such an item comes first in a timeline and in no window of one, as its missing time does.
+_FIRST_SHOWN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+
+
+def _shown(*columns: str) -> str:
+    """The first of ``columns`` that iso() shows, as ``iso(a) or iso(b)`` picks an item's time."""
+    shown = [f"iif({c} BETWEEN {_FIRST_SHOWN_MS} AND {LATEST_MS}, {c}, NULL)" for c in columns]
+    return shown[0] if len(shown) == 1 else f"coalesce({', '.join(shown)})"
+
+
+def _in_sql_time_order(shown: str, order: str, w: Window, params: list) -> str:
+    """The condition and order after a WHERE that keep a kind's rows in the window, ordered by the time
+    their item shows, then by ``order`` (the kind's own), the first w.limit of them."""
+    return f"AND {_between(shown, w.since, w.until, params)} ORDER BY {shown}, {order} {_limit(w, params)}"
+
+
+def _run_items(conn: apsw.Connection, ids: list[str], w: Window) -> Iterator[dict]:
+    params: list = [_json_list(ids)]
+    # Of runs at one time: by instance, then as runs_by_session_start holds them, as the session's list has them.
+    then = _in_sql_time_order(_shown("r.started_ms", "r.ended_ms"),
+                              "coalesce(r.started_ms, r.ended_ms), r.session_id, r.started_ms, r.rowid", w, params)
+    for r in map(_run_dict, conn.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUN_FROM} "
+                                         f"WHERE r.session_id IN (SELECT value FROM json_each(?)) {then}", params)):
+        yield _item(r["started_at"] or r["ended_at"], "run", f"{r['model'] or '-'} {r['status']}", r["run_id"],
+                    r["cost_usd"], r["unpriced_calls"])
+
+
+def _llm_items(conn: apsw.Connection, ids: list[str], counted: int, w: Window) -> Iterator[dict]:
+    params: list = []
+    then = _in_sql_time_order(_shown("l.ts_ms"), _LLM_ORDER, w, params)
+    for ts, run_id, model, tokens, cost, unpriced in _calls_of(conn, ids, counted, _SESSION_LLM_CALLS,
+                                                               _EVERY_LLM_CALL_OF, then, tuple(params)):
+        yield _item(iso(ts), "llm", f"{model or '-'} {tokens} tokens", run_id, None if cost is None else _usd(cost),
+                    unpriced)
+
+
+def _tool_items(conn: apsw.Connection, ids: list[str], counted: int, w: Window) -> Iterator[dict]:
+    params: list = []
+    then = _in_sql_time_order(_shown("tc.started_ms", "tc.ended_ms"), _TOOL_ORDER, w, params)
+    for t in map(_tool_dict, _calls_of(conn, ids, counted, _SESSION_TOOL_CALLS, _EVERY_TOOL_CALL_OF, then,
+                                       tuple(params))):
+        yield _item(t["started_at"] or t["ended_at"], "tool", f"{t['tool_name'] or '-'} {t['status']}",
+                    t["tool_call_id"])
+
+
+def _subagent_items(conn: apsw.Connection, keys: list[str], parent_ids: list[str] | None, w: Window) -> list[dict]:
+    # Costs only of those shown: each is a read of the subagent's own sessions.
+    rows = _in_time_order(_subagent_rows(conn, Window(), keys, parent_ids), w, lambda r: iso(r[7]) or iso(r[8]))
+    return [_item(s["spawned_at"] or s["ended_at"], "subagent", f"{s['label'] or '-'} {s['outcome'] or s['status']}",
+                  s["child_session_key"], s["cost_usd"], s["unpriced_calls"])
+            for s in _subagent_dicts(rows, _own_costs(conn, [r[0] for r in rows]))]
 
 
 # -- what gates and the hot store read ------------------------------------------------------------
