@@ -44,7 +44,8 @@ class Served:
         return cls(write_config(tmp_path, root, fmt, "", rescan_s=rescan_s, state_dir=state_dir,
                                 flush_interval_s=flush_interval_s))
 
-    def start(self, fault: str | None = None, wait_listening: bool = True) -> None:
+    def start(self, fault: str | None = None, wait_listening: bool = True, **popen) -> None:
+        """``popen``: for the process, as subprocess.Popen takes it (limits in ``preexec_fn``, ``pass_fds``)."""
         env = cli_env(self.db)
         env.pop("AGENTLEDGER_FAULT", None)
         if fault:
@@ -53,7 +54,8 @@ class Served:
         self.url = None
         listening = threading.Event()
         self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+                                     **popen)
 
         def collect(stream, lines: list[str]) -> None:
             for line in stream:

@@ -3,12 +3,16 @@ that runs out of descriptors fails loudly instead of settling files it could not
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
 
 from conftest import REPO
 from ledgerdump import scalar
 from logwriter import llm_call
+from served import Served, count
+from serving import wait_for
 
 FILES = 300
 SCRIPT = """
@@ -52,3 +56,39 @@ def test_running_out_of_descriptors_fails_instead_of_losing_files(tmp_path):
     assert again.returncode == 0, again.stderr
     assert again.stdout.split()[1] == "0"
     assert scalar(tmp_path / "ledger.db", "SELECT count(*) FROM events") == FILES
+
+
+LIMIT = 128  # the open-file limit, soft and hard, of a serve started by ``_serve``
+
+
+def _serve(tmp_path, taken: int) -> Served:
+    """``serve`` on the files under LIMIT, with ``taken`` descriptors already open in it, as the rest of a
+    process may hold them (connections, other libraries)."""
+    served = Served.on(tmp_path, tmp_path / "logs")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(taken)]
+    try:
+        served.start(preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT)), pass_fds=held)
+    finally:
+        for fd in held:
+            os.close(fd)
+    return served
+
+
+def _open_fds(served: Served) -> int:
+    return len(os.listdir(f"/proc/{served.proc.pid}/fd"))
+
+
+def test_serve_out_of_descriptors_closes_what_the_scan_opened_and_answers(tmp_path):
+    _files(tmp_path / "logs")
+    served = _serve(tmp_path, LIMIT - 48)
+    try:
+        wait_for(lambda: "ingest paused" in served.log(), what="ingest paused")
+        # The failed scan let go of every file it opened: there are descriptors to answer with.
+        wait_for(lambda: _open_fds(served) < LIMIT - 16, what="the scan's descriptors closed")
+        assert served.get("/healthz")[0] == 200
+        code, body = served.get("/readyz")
+        assert code == 503 and "Too many open files" in body["reason"], body
+        assert count(served.db, "SELECT count(*) FROM files WHERE status = 'lost'") == 0
+        assert served.proc.poll() is None
+    finally:
+        served.stop()

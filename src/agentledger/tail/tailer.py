@@ -209,11 +209,15 @@ class Tailer:
                         st.st_ino, st.st_size, st.st_mtime_ns, fp)
 
     def _snapshot(self) -> list[Physical]:
-        found = []
-        for root, cand in self._list():
-            p = self._open(root, cand)
-            if p is not None:
-                found.append(p)
+        found: list[Physical] = []
+        try:
+            for root, cand in self._list():
+                p = self._open(root, cand)
+                if p is not None:
+                    found.append(p)
+        except BaseException:
+            self.close(found)  # out of descriptors, most likely: held on to, they would keep it so
+            raise
         return found
 
     @staticmethod
@@ -229,11 +233,19 @@ class Tailer:
         A file on disk is the known file with the same inode and first line. Failing that,
         it continues a known file with the same first line whose inode no longer holds it
         (renamed across filesystems, copied then truncated, restored). Otherwise it is new.
-        The caller reads the pairs, then passes the opened files to ``close``.
+        The caller reads the pairs, then passes the opened files to ``close``; a scan that fails closes
+        them itself.
         """
-        report = ScanReport()
         self._unreadable, self._unread_inodes = {}, {}
         physicals = self._snapshot()
+        try:
+            return self._pair(physicals)
+        except BaseException:
+            self.close(physicals)
+            raise
+
+    def _pair(self, physicals: list[Physical]) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport]:
+        report = ScanReport()
         claimed: dict[int, Physical] = {}
         unmatched: list[Physical] = []
         inodes: set[tuple[int, int]] = set()
@@ -344,23 +356,27 @@ class Tailer:
             return None
         physicals: list[Physical] = []
         pairs = []
-        for path in paths:
-            listed = self._listed.get(path)
-            if listed is None:
-                continue
-            p = self._open(*listed)
-            if p is None:
-                self.close(physicals)
-                return None
-            physicals.append(p)
-            if p.fp is None:
-                continue  # no complete first line yet: a full scan would not pair it either
-            row = self._same_inode(p)
-            if (row is None or row.path != p.path or p.size < row.offset
-                    or not _reads_on(p, row) or row.status != p.status):
-                self.close(physicals)
-                return None
-            pairs.append((row, p))
+        try:
+            for path in paths:
+                listed = self._listed.get(path)
+                if listed is None:
+                    continue
+                p = self._open(*listed)
+                if p is None:
+                    self.close(physicals)
+                    return None
+                physicals.append(p)
+                if p.fp is None:
+                    continue  # no complete first line yet: a full scan would not pair it either
+                row = self._same_inode(p)
+                if (row is None or row.path != p.path or p.size < row.offset
+                        or not _reads_on(p, row) or row.status != p.status):
+                    self.close(physicals)
+                    return None
+                pairs.append((row, p))
+        except BaseException:
+            self.close(physicals)
+            raise
         pairs.sort(key=lambda rp: rp[1].order)
         return pairs, physicals, ScanReport(files=len(pairs))
 
