@@ -16,9 +16,10 @@ from serving import wait_for
 
 FILES = 300
 SCRIPT = """
-import resource, sys
+import os, resource, sys
 sys.path.insert(0, {tests!r})
 resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range({taken})]
 from conftest import ingest
 from pathlib import Path
 stats = ingest(Path({db!r}), Path({root!r}))
@@ -33,8 +34,9 @@ def _files(root) -> None:
         (directory / "events.jsonl").write_bytes(llm_call(i + 1, session=f"s{i}"))
 
 
-def _ingest(tmp_path, soft: int, hard: int) -> subprocess.CompletedProcess:
-    code = SCRIPT.format(tests=str(REPO / "tests"), soft=soft, hard=hard, db=str(tmp_path / "ledger.db"),
+def _ingest(tmp_path, soft: int, hard: int, taken: int = 0) -> subprocess.CompletedProcess:
+    """``ingest`` under the limits, with ``taken`` descriptors already open, as the rest of a process may hold them."""
+    code = SCRIPT.format(tests=str(REPO / "tests"), soft=soft, hard=hard, taken=taken, db=str(tmp_path / "ledger.db"),
                          root=str(tmp_path / "logs"))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
 
@@ -46,9 +48,16 @@ def test_a_low_soft_descriptor_limit_is_raised_and_every_file_read(tmp_path):
     assert ran.stdout.split() == [str(FILES), "0"]
 
 
-def test_running_out_of_descriptors_fails_instead_of_losing_files(tmp_path):
+def test_more_files_than_the_hard_descriptor_limit_are_all_read(tmp_path):
     _files(tmp_path / "logs")
     ran = _ingest(tmp_path, 128, 128)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == [str(FILES), "0"]
+
+
+def test_running_out_of_descriptors_fails_instead_of_losing_files(tmp_path):
+    _files(tmp_path / "logs")
+    ran = _ingest(tmp_path, 128, 128, taken=80)
     assert ran.returncode != 0
     assert "Too many open files" in ran.stderr
     # What was read is kept, and nothing was settled as lost: a retry with room reads the rest.
@@ -76,6 +85,18 @@ def _serve(tmp_path, taken: int) -> Served:
 
 def _open_fds(served: Served) -> int:
     return len(os.listdir(f"/proc/{served.proc.pid}/fd"))
+
+
+def test_serve_with_more_files_than_its_descriptor_limit_reads_them_all_and_answers(tmp_path):
+    _files(tmp_path / "logs")
+    served = _serve(tmp_path, 0)
+    try:
+        served.wait_ready()
+        assert count(served.db, "SELECT count(*) FROM events") == FILES
+        assert served.get("/healthz")[0] == 200
+        assert _open_fds(served) < LIMIT // 2
+    finally:
+        served.stop()
 
 
 def test_serve_out_of_descriptors_closes_what_the_scan_opened_and_answers(tmp_path):

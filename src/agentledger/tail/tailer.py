@@ -5,7 +5,9 @@ decides, per known file, what happened since the last look: appended, renamed
 by rotation, copied then truncated, truncated in place, replaced on a reused
 inode, or deleted (with unread bytes counted as lost). Reading then goes
 through the descriptors opened during the scan, so a rotation between scan and
-read cannot make us read the wrong file.
+read cannot make us read the wrong file. A scan holds at most half the
+descriptor limit: a file past that is opened again to be read, and read only
+while its path still holds the file the scan saw (else the next scan finds it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import resource
 import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,7 @@ log = logging.getLogger("agentledger.tail")
 _TOLD: dict[str, str] = {}
 # What opening a listed file can fail with because it is no longer there: a race with a rename or a delete.
 _GONE = (errno.ENOENT, errno.ENOTDIR)
+_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE)
 
 
 class ReadBackFailed(Exception):
@@ -44,7 +48,8 @@ class ReadBackFailed(Exception):
 
 @dataclass(slots=True)
 class Physical:
-    """One file on disk as seen by a scan, with a descriptor held open until the read is done."""
+    """One file on disk as seen by a scan, with a descriptor held open until the read is done (-1 if
+    none is held: see ``_opened``)."""
 
     path: str  # as the ledger records it (see ``ledger_name``)
     fs_path: str  # as the file system knows it: where its decoder looks for the files beside it
@@ -57,6 +62,7 @@ class Physical:
     size: int
     mtime_ns: int
     fp: bytes | None
+    unchanged: bool = False  # since it was read to its end: not opened at all
 
     @property
     def status(self) -> str:
@@ -106,16 +112,52 @@ def _tail(fd: int, res: ReadResult) -> tuple[int, bytes | None]:
 
 def _reads_on(p: Physical, row: FileRow) -> bool:
     """Whether reading can go on at the row's checkpoint: the file still holds there the last line
-    read (``holds_checkpoint``). Unopened (unchanged since read to its end), it is taken to."""
-    return row.offset == 0 or p.fd < 0 or holds_checkpoint(p.fd, row.offset, row.tail_len, row.tail_hash)
+    read (``holds_checkpoint``). Unchanged since read to its end, it is taken to; so is one no longer
+    at its path, which the read finds so too and reads nothing of."""
+    if row.offset == 0 or p.unchanged:
+        return True
+    with _opened(p) as fd:
+        return fd is None or holds_checkpoint(fd, row.offset, row.tail_len, row.tail_hash)
 
 
-def _raise_fd_limit() -> None:
-    """A scan holds every changed file open until it is read, so a catch-up over thousands of
-    files needs thousands of descriptors: take the hard limit, not the soft default (often 1024)."""
+def _reopen(p: Physical) -> int | None:
+    """A descriptor of the file the scan saw, by its path again: None if the path holds another now."""
+    fd = os.open(p.fs_path, os.O_RDONLY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) == (p.dev, p.ino):
+        return fd
+    os.close(fd)
+    return None
+
+
+@contextmanager
+def _opened(p: Physical) -> Iterator[int | None]:
+    """The descriptor the scan holds of ``p``, else one opened again (``_reopen``) for the block; None if
+    that fails: renamed, gone or unreadable since, which the next scan tells. Out of descriptors raises:
+    a pass that went on without the file would take what it holds as read."""
+    if p.fd >= 0:
+        yield p.fd
+        return
+    try:
+        fd = _reopen(p)
+    except OSError as exc:
+        if exc.errno in _NO_DESCRIPTOR:
+            raise
+        fd = None
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _raise_fd_limit() -> int:
+    """A scan holds changed files open until they are read, so a catch-up over thousands of files
+    needs thousands of descriptors: take the hard limit, not the soft default (often 1024). Returns it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
 
 
 class Tailer:
@@ -131,7 +173,9 @@ class Tailer:
         batch_lines: int = DEFAULT_BATCH_LINES,
         batch_bytes: int = 16 * 1024 * 1024,
     ):
-        _raise_fd_limit()
+        # What a scan may hold: the other half is for the rest of the process (the ledger, HTTP
+        # connections, the files read past it, opened again one at a time).
+        self._hold = _raise_fd_limit() // 2
         self.writer = writer
         self.source = source
         self.roots = [str(Path(r).expanduser().resolve()) for r in roots]
@@ -177,7 +221,8 @@ class Tailer:
         if st is not None:
             self._unread_inodes[(st.st_dev, st.st_ino)] = st.st_size
 
-    def _open(self, root: str, cand: Candidate) -> Physical | None:
+    def _open(self, root: str, cand: Candidate, hold: bool = True) -> Physical | None:
+        """The file as it is now; its descriptor held open if ``hold``."""
         try:
             st = os.stat(cand.path)
         except OSError as exc:
@@ -189,11 +234,11 @@ class Tailer:
         known = self._unchanged.get((st.st_dev, st.st_ino))
         if known is not None and known[0] == st.st_size and known[1] == st.st_mtime_ns:
             return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, -1, st.st_dev,
-                            st.st_ino, st.st_size, st.st_mtime_ns, known[2])
+                            st.st_ino, st.st_size, st.st_mtime_ns, known[2], unchanged=True)
         try:
             fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
+            if exc.errno in _NO_DESCRIPTOR:
                 raise  # the file is there: taking it for gone would settle it as lost
             if exc.errno not in _GONE:
                 self._cannot_read(root, cand, exc, st)
@@ -205,16 +250,21 @@ class Tailer:
             os.close(fd)
             self._cannot_read(root, cand, exc, st)
             return None
+        if not hold:
+            os.close(fd)
+            fd = -1
         return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, fd, st.st_dev,
                         st.st_ino, st.st_size, st.st_mtime_ns, fp)
 
     def _snapshot(self) -> list[Physical]:
         found: list[Physical] = []
+        held = 0
         try:
             for root, cand in self._list():
-                p = self._open(root, cand)
+                p = self._open(root, cand, hold=held < self._hold)
                 if p is not None:
                     found.append(p)
+                    held += p.fd >= 0
         except BaseException:
             self.close(found)  # out of descriptors, most likely: held on to, they would keep it so
             raise
@@ -292,11 +342,9 @@ class Tailer:
             followed = {(p.dev, p.ino) for p in claimed.values()}
             seen_again = set()
             for root, cand in self._list():
-                p = self._open(root, cand)
-                if p is not None:
-                    if (p.dev, p.ino) not in followed:
-                        seen_again.add(p.fp)
-                    self.close([p])
+                p = self._open(root, cand, hold=False)
+                if p is not None and (p.dev, p.ino) not in followed:
+                    seen_again.add(p.fp)
             places = {(p.dev, p.ino, p.path) for p in physicals}
             for row in missing:
                 if row.fingerprint not in seen_again:
@@ -356,16 +404,18 @@ class Tailer:
             return None
         physicals: list[Physical] = []
         pairs = []
+        held = 0
         try:
             for path in paths:
                 listed = self._listed.get(path)
                 if listed is None:
                     continue
-                p = self._open(*listed)
+                p = self._open(*listed, hold=held < self._hold)
                 if p is None:
                     self.close(physicals)
                     return None
                 physicals.append(p)
+                held += p.fd >= 0
                 if p.fp is None:
                     continue  # no complete first line yet: a full scan would not pair it either
                 row = self._same_inode(p)
@@ -496,32 +546,35 @@ class Tailer:
     def has_news(self, row: FileRow, p: Physical) -> bool:
         """Whether ``read`` may find lines: not if the file is unchanged since it was read to its end
         (``finished`` remembers it), or holds no more than was read."""
-        return p.fd >= 0 and (p.size > row.offset or row.id in self._pending_long)
+        return not p.unchanged and (p.size > row.offset or row.id in self._pending_long)
 
     def read(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of complete lines from the row's offset; call ``advance`` after committing each."""
         if not self.has_news(row, p):
             return
-        while True:
-            start = row.offset
-            res = read_lines(
-                p.fd, start,
-                max_lines=self.batch_lines, max_bytes=self.batch_bytes, max_line=self.max_line,
-                resume_long=self._pending_long.get(row.id),
-            )
-            if res.pending_long is not None:
-                self._pending_long[row.id] = res.pending_long
-            else:
-                self._pending_long.pop(row.id, None)
-            if res.end == start:
+        with _opened(p) as fd:
+            if fd is None:
                 return
-            if fingerprint(p.fd) != row.fingerprint:
-                return  # truncated and rewritten since the scan: these lines belong to the file it is now
-            yield Chunk(row, p.path, start, res, max(p.size, res.end), *_tail(p.fd, res))
-            if row.offset != res.end:
-                return  # the caller did not commit; stop rather than skip lines
-            if res.end >= p.size and res.pending_long is None:
-                return  # all the scan saw: what was written since, the next pass reads
+            while True:
+                start = row.offset
+                res = read_lines(
+                    fd, start,
+                    max_lines=self.batch_lines, max_bytes=self.batch_bytes, max_line=self.max_line,
+                    resume_long=self._pending_long.get(row.id),
+                )
+                if res.pending_long is not None:
+                    self._pending_long[row.id] = res.pending_long
+                else:
+                    self._pending_long.pop(row.id, None)
+                if res.end == start:
+                    return
+                if fingerprint(fd) != row.fingerprint:
+                    return  # truncated and rewritten since the scan: these lines belong to the file it is now
+                yield Chunk(row, p.path, start, res, max(p.size, res.end), *_tail(fd, res))
+                if row.offset != res.end:
+                    return  # the caller did not commit; stop rather than skip lines
+                if res.end >= p.size and res.pending_long is None:
+                    return  # all the scan saw: what was written since, the next pass reads
 
     def read_back(self, row: FileRow, p: Physical) -> Iterator[Chunk]:
         """Chunks of the complete lines before the row's checkpoint, read again from the file's start:
@@ -529,14 +582,15 @@ class Tailer:
         taken. Nothing, if the file is no longer the one the row follows;
         ReadBackFailed if it cannot be read now (renamed or unreadable since the scan)."""
         fd = p.fd
-        if fd < 0:  # unchanged since read to its end: the scan did not open it
+        if fd < 0:  # unchanged since read to its end, or past what a scan holds: not held open
             try:
-                fd = os.open(p.fs_path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = _reopen(p)
             except OSError as exc:
                 raise ReadBackFailed(f"{p.path}: {exc}") from None
+            if fd is None:
+                return
         try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (p.dev, p.ino) or fingerprint(fd) != row.fingerprint:
+            if fingerprint(fd) != row.fingerprint:
                 return
             start, end = 0, row.offset
             while start < end:
