@@ -51,6 +51,7 @@ from agentledger.ledger.db import LedgerBusy, ReaderPool, WriterLock
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.retention import Pruner
 from agentledger.ledger.writer import LedgerWriter, now_ms
+from agentledger.tail.tailer import OutOfDescriptors
 from agentledger.metrics import FLOORS_FILE, CounterFloors
 from agentledger.notify import Notifier
 from agentledger.pricing import Pricer
@@ -307,7 +308,7 @@ def _record_hooks(writer: LedgerWriter, hooks: HookInbox, live: LiveState) -> No
 
 
 # What stops a pass without anything being wrong with the data: the ledger's disk is full, an I/O
-# error, another process holding the ledger's write lock past the busy timeout.
+# error, another process holding the ledger's write lock past the busy timeout, no file descriptor left.
 STALLS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError, OSError)
 BACKOFF_S = (0.25, 5.0)  # the first and the longest wait before trying a stalled pass again
 
@@ -317,6 +318,8 @@ def _why(exc: BaseException) -> str:
         what = "disk full"
     elif isinstance(exc, (apsw.BusyError, apsw.LockedError)):
         what = "the ledger is locked by another process"
+    elif isinstance(exc, OutOfDescriptors):
+        what = "out of file descriptors"
     else:
         what = "I/O error"
     return f"ingest paused, {what}: {exc}"

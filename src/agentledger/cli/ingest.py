@@ -18,6 +18,7 @@ from agentledger.ledger.db import LedgerError, WriterLock, ledger_exists
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.pricing import Pricer
+from agentledger.tail.tailer import OutOfDescriptors
 
 
 def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
@@ -94,6 +95,10 @@ def _progress_pipeline(writer, specs, max_line, pricer):
     return pipeline, progress
 
 
+class _Stopped(click.ClickException):
+    exit_code = 2  # stopped by how the machine is set up, not by the ledger or the logs
+
+
 @cli.command()
 @with_sources
 @click.option("--max-line", type=click.IntRange(min=1024), default=None,
@@ -139,6 +144,9 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
                 stats = pipeline.catch_up()
             warn_empty_roots(pipeline)
             interrupted = reconcile(writer, now_ms(), grace)
+        except OutOfDescriptors as exc:
+            raise _Stopped(f"ingest stopped, out of file descriptors: {exc}; what it read is kept, and the next "
+                           "run reads on") from None
         finally:
             writer.close()
     # Runs cut off by a gateway restart were interrupted as their batch was written; the rest now.

@@ -39,7 +39,28 @@ log = logging.getLogger("agentledger.tail")
 _TOLD: dict[str, str] = {}
 # What opening a listed file can fail with because it is no longer there: a race with a rename or a delete.
 _GONE = (errno.ENOENT, errno.ENOTDIR)
-_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE)
+
+
+class OutOfDescriptors(OSError):
+    """A file a pass must look at could not be opened for want of a descriptor: nothing of it is
+    settled (taken for gone, it would count as lost), and a later pass or run with more reads on."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def _open_fd(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.EMFILE:
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            raise OutOfDescriptors(exc.errno, f"too many open files, {limit} being this process's limit: raise it "
+                                   "(ulimit -n, or LimitNOFILE= in a systemd unit)", path) from None
+        if exc.errno == errno.ENFILE:
+            raise OutOfDescriptors(exc.errno, "too many open files in the system: raise its limit "
+                                   "(sysctl fs.file-max)", path) from None
+        raise
 
 
 class ReadBackFailed(Exception):
@@ -122,7 +143,7 @@ def _reads_on(p: Physical, row: FileRow) -> bool:
 
 def _reopen(p: Physical) -> int | None:
     """A descriptor of the file the scan saw, by its path again: None if the path holds another now."""
-    fd = os.open(p.fs_path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_fd(p.fs_path)
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) == (p.dev, p.ino):
         return fd
@@ -140,9 +161,9 @@ def _opened(p: Physical) -> Iterator[int | None]:
         return
     try:
         fd = _reopen(p)
-    except OSError as exc:
-        if exc.errno in _NO_DESCRIPTOR:
-            raise
+    except OutOfDescriptors:
+        raise
+    except OSError:
         fd = None
     try:
         yield fd
@@ -236,9 +257,9 @@ class Tailer:
             return Physical(ledger_name(cand.path), cand.path, ledger_name(root), cand.live, cand.order, -1, st.st_dev,
                             st.st_ino, st.st_size, st.st_mtime_ns, known[2], unchanged=True)
         try:
-            fd = os.open(cand.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_fd(cand.path)
         except OSError as exc:
-            if exc.errno in _NO_DESCRIPTOR:
+            if isinstance(exc, OutOfDescriptors):
                 raise  # the file is there: taking it for gone would settle it as lost
             if exc.errno not in _GONE:
                 self._cannot_read(root, cand, exc, st)
