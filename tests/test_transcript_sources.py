@@ -974,6 +974,55 @@ def test_a_subagents_spawn_row_holds_what_its_parent_and_its_child_said_whicheve
     _clean(db)
 
 
+@pytest.mark.parametrize("order", ["index-first", "index-after", "followed"])
+def test_a_subagent_is_what_its_sessions_json_entry_says_whether_that_came_before_or_after_its_transcript(
+        tmp_path, order):
+    # Read before sessions.json listed it, the child took its key from its parent's spawn; once listed it kept
+    # that key, so its header was never decoded again: the spawn it tells was never indexed and the parent's
+    # label stayed.
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    lines = spawn_transcripts()
+    call = orjson.loads(lines[SPAWNER][2])
+    call["message"]["content"][0]["arguments"] |= {"label": "auth-review", "mode": "run"}
+    lines[SPAWNER][2] = orjson.dumps(call) + b"\n"
+
+    def transcripts() -> None:
+        for session, body in lines.items():
+            (sessions / f"{session}.jsonl").write_bytes(b"".join(body))
+
+    def index() -> None:
+        write_spawn_index(sessions)
+        listed = orjson.loads((sessions / "sessions.json").read_bytes())
+        listed[SPAWNED_KEY]["label"] = "store-label"
+        (sessions / "sessions.json").write_bytes(orjson.dumps(listed))
+
+    db, events = tmp_path / "ledger.db", 0
+    if order == "followed":  # one pipeline's passes, as serve makes them
+        conn = open_writer(db)
+        try:
+            pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [state]))
+            for write in (transcripts, index):
+                write()
+                events += sum(pipeline.run_once().events for _ in range(2))
+        finally:
+            conn.close()
+    else:  # each read by a process of its own
+        for writes in ([index, transcripts],) if order == "index-first" else ([transcripts], [index]):
+            for write in writes:
+                write()
+            events += ingest(db, state, fmt="oc-transcript").events
+    afresh = tmp_path / "afresh.db"
+    assert events == ingest(afresh, state, fmt="oc-transcript").events
+    children = cli_json(db, "subagents")
+    assert [(c["child_session_key"], c["label"], c["mode"]) for c in children] == [
+        (SPAWNED_KEY, "store-label", "run")]
+    assert children == cli_json(afresh, "subagents")
+    assert len(cli_json(db, "events")) == len(cli_json(afresh, "events")) == events
+    assert rows(db, "SELECT told_by_child FROM subagents") == [(3,)]
+
+
 # What the interpreter opens and lists while a test watches (sys.audit); a hook stays for the process.
 _WATCHED: list[tuple[str, str]] | None = None
 

@@ -225,15 +225,22 @@ class Pipeline:
         learn another one than it did before: once archived, a session leaves sessions.json. The
         ledger's key for the session is made the decoder's, whether or not there are lines to read,
         so a ledger that followed the session and one that reads it afresh agree, unless the decoder
-        yields to the key the ledger holds. Returns the (session, key) pairs to give the ledger, and
-        the keys it holds, looked up in one statement."""
+        yields to the key the ledger holds. A subagent's own transcript tells its spawn once sessions.json
+        names its parent, which may be after its lines were read under the key its parent's spawn gave:
+        the key is the same, but the ledger, lacking the child's word, is given it again, so its lines
+        are decoded anew (see _rederived). Returns the (session, key) pairs to give the ledger, and the
+        keys it holds."""
         told = [d for d in decoders if _claims_key(d)]
         if not told:
             return [], {}
         held = self.writer.session_keys([d.session_id for d in told])
-        return [(d.session_id, d.session_key) for d in told
-                if held.get(d.session_id, d.session_key) != d.session_key
-                and not d.yields_to(held[d.session_id])], held
+        due = [(d.session_id, d.session_key) for d in told
+               if held.get(d.session_id, d.session_key) != d.session_key and not d.yields_to(held[d.session_id])]
+        kept = [d for d in told if held.get(d.session_id) == d.session_key and _tells_spawn(d)]
+        if kept:
+            untold = self.writer.untold_spawns([d.session_key for d in kept])
+            due += [(d.session_id, d.session_key) for d in kept if d.session_key in untold]
+        return due, held
 
     def _settle_key(self, pending: _Pending, decode: Decoder, read_back: Callable[[], Iterator[Chunk]]) -> bool:
         """Give the ledger the decoder's key when due (see _keys_due), with what the lines already read
@@ -253,8 +260,9 @@ class Pipeline:
 
     def _rederived(self, decode: Decoder, held: str, read_back: Callable[[], Iterator[Chunk]]) -> Iterator[Batch]:
         """The lines read before a session was given another key were decoded under the one ``held``
-        before: some facts only a key yields (a subagent's end, see FileDecoder.rederives) are missing,
-        which a straight read of the file under its new key has. Those lines are decoded again, as
+        before (or under this one, before sessions.json named who spawned it): some facts only a key
+        yields (a subagent's end, see FileDecoder.rederives) are missing, which a straight read of the
+        file under its new key has. Those lines are decoded again, as
         batches for the transaction that changes the key (OpenBatches.rekey), so neither can be
         committed without the other. ``decode`` reads on from where they end, as a straight read would."""
         rederives = getattr(decode, "rederives", None)
@@ -378,6 +386,11 @@ class Pipeline:
 
 def _claims_key(decode: Decoder) -> bool:
     return getattr(decode, "session_id", None) is not None and getattr(decode, "session_key", None) is not None
+
+
+def _tells_spawn(decode: Decoder) -> bool:
+    tells = getattr(decode, "tells_spawn", None)
+    return tells is not None and tells()
 
 
 @contextlib.contextmanager

@@ -329,6 +329,11 @@ _EVENT_CALLS = (
 )
 _DROP_CALLS = "DELETE FROM llm_calls WHERE id IN (SELECT value FROM json_each(?))"
 _NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
+# Of these subagents, those whose row holds no word of the child's own (see _CHILD_WORDS), or that have none.
+_UNTOLD_SPAWNS = """
+SELECT value FROM json_each(?) WHERE NOT EXISTS (
+    SELECT 1 FROM subagents WHERE child_session_key = value AND told_by_child != 0)
+"""
 # Calls of side branches that have become sessions but are still where they were made.
 _BRANCH_CALLS = (
     f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE branch IN (SELECT value FROM json_each(?)) "
@@ -1369,7 +1374,8 @@ class OpenBatches:
             self.result.add(self.writer._apply_batches(self.writer.conn, batches, self.ts))
 
     def rekey(self, session_id: str, session_key: str, rederived: Iterable[Batch] = ()) -> None:
-        """Give a session another key (see _rekey_session), in this transaction, with ``rederived``: batches of
+        """Give a session another key (see _rekey_session; the one it has changes nothing but what
+        ``rederived`` adds), in this transaction, with ``rederived``: batches of
         the facts that lines the files' checkpoints are already past yield under the new key (see
         Pipeline._rederived). Each starts and ends at its file's checkpoint, which it checks and leaves
         where it is (``lines`` 0); every fact indexed before is a duplicate, counted as nothing, so only
@@ -1882,6 +1888,10 @@ class LedgerWriter:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
         return {sid: key for sid, key in self.conn.execute(_NAMED_SESSIONS, (orjson.dumps(session_ids).decode(),))
                 if key is not None}
+
+    def untold_spawns(self, child_keys: list[str]) -> set[str]:
+        """Those of these subagents whose spawn the ledger knows only from its parent, if at all."""
+        return {key for (key,) in self.conn.execute(_UNTOLD_SPAWNS, (orjson.dumps(child_keys).decode(),))}
 
     def run_at(self, session_id: str, ts_ms: int | None) -> str | None:
         """The run a session was in at ``ts_ms`` (None: its latest), as far as the ledger knows."""

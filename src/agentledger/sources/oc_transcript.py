@@ -580,6 +580,11 @@ class FileDecoder:
         a key that stops being a subagent's has nothing to give again (their ids do not depend on it)."""
         return (is_subagent_key(self.session_key) and not is_subagent_key(held)) or self.spawned_by is not None
 
+    def tells_spawn(self) -> bool:
+        """Whether its header tells its own spawn: only once sessions.json names who spawned it. A ledger that
+        read the header before then, under the key the parent's spawn gave, lacks it (see Pipeline._keys_due)."""
+        return bool(self.spawned_by and self.session_key)
+
     def __call__(self, line: bytes, offset: int) -> Fact | Reject | list[Fact]:
         obj = json_object(line, offset)
         if obj.__class__ is Reject:
@@ -612,7 +617,7 @@ class FileDecoder:
 
     def _header(self, base: dict) -> Fact | list[Fact]:
         started = SessionStarted(**base, kind="session.start")
-        if not (self.spawned_by and self.session_key):
+        if not self.tells_spawn():
             return started
         # A subagent's own transcript is where its spawn is certain (its parent's tool call
         # only asks for one), so the spawn is recorded with the child's first line. It knows no parent run:
