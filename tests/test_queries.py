@@ -453,11 +453,13 @@ def test_a_chain_of_subagents_deeper_than_python_recurses_has_its_tree(tmp_path)
     assert lines[depth + 1].startswith(" " * 2 * depth + keys[depth] + "  next  ")
 
 
+def _nested(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4))
+
+
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
-    max_leaves=30)
+    | st.text(), _nested, max_leaves=30)
 
 
 @given(_JSON_VALUES)
