@@ -1139,6 +1139,21 @@ def test_an_archive_takes_the_parent_its_earliest_listed_child_of_its_own_agent_
     assert (decode.session_key, decode.guessed) == ("agent:main:telegram:direct:1", False)
 
 
+def test_a_spawn_answered_after_its_transcript_was_archived_under_its_read_keeps_its_label(tmp_path):
+    # A reset renames the live transcript while a read of it is under way: the spawn's words were looked for
+    # under the old name, found nowhere, and the subagent kept no label or mode for good.
+    folder = _sessions_dir(tmp_path, "agent:main:main", "7a0c2f4e-0000-4000-8000-000000000001")
+    live = folder / "7a0c2f4e-0000-4000-8000-000000000001.jsonl"
+    live.write_bytes(oc_header("7a0c2f4e-0000-4000-8000-000000000001") + _spawn_call("p1", "call_1", "task", 10)
+                     + _spawn_result("r1", "call_1", "agent:main:subagent:x", 10))
+    decode = oc_transcript.FileDecoder(str(live), lambda session_id, ts_ms: None)
+    live.rename(folder / f"{live.name}.reset.2026-10-01T10-00-00.000Z")
+    lines = live.with_name(f"{live.name}.reset.2026-10-01T10-00-00.000Z").read_bytes().splitlines(keepends=True)
+    facts = decode(lines[-1], sum(map(len, lines[:-1])))
+    spawn = next(f for f in facts if f.kind == "subagent.spawn")
+    assert (spawn.child_session_key, spawn.label) == ("agent:main:subagent:x", "review")
+
+
 # -- Task subagents and /btw side questions ------------------------------------------------------
 
 TASK_AGENT, BTW_AGENT = "a1b2c3d4", "b9e8f7a6"

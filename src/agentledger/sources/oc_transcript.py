@@ -252,14 +252,33 @@ def _note_spawn(scanned: _Scanned, line: bytes) -> None:
 def _spawn_words(path: str, call_id: str) -> tuple[str | None, str | None]:
     """(label, mode) a transcript's sessions_spawn call ``call_id`` asked for. Its line is before its
     result's in the same file, wherever a read of the file began: read from the file, not from lines
-    decoded so far, a followed ledger and one read afresh learn the same."""
+    decoded so far, a followed ledger and one read afresh learn the same. A file archived by a reset since
+    its read began is under another name by now: the session's other transcripts are looked in then."""
+    words = _words_in(path, call_id)
+    if words is not None or os.path.exists(path):
+        return words or (None, None)
+    folder, name = os.path.split(path)
+    session_id = session_id_of(name)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None, None
+    for other in names:
+        if other != name and is_transcript(other) and session_id_of(other) == session_id:
+            words = _words_in(os.path.join(folder, other), call_id)
+            if words is not None:
+                return words
+    return None, None
+
+
+def _words_in(path: str, call_id: str) -> tuple[str | None, str | None] | None:
     known = _WORDS_CACHE.get(path)
     if known is None or call_id not in known.words:
         if known is None and len(_WORDS_CACHE) >= _WORDS_CACHED:  # archived and deleted files' entries
             _WORDS_CACHE.clear()
         _scan_spawns(path, _WORDS_CACHE)
         known = _WORDS_CACHE.get(path)
-    return known.words.get(call_id, (None, None)) if known is not None else (None, None)
+    return known.words.get(call_id) if known is not None else None
 
 
 # path → ((ino, size, mtime_ns), head): an archive's key is looked for again whenever the folders beside
