@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import urllib.request
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -931,6 +932,43 @@ def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, mo
             server.close()
     assert len(reads) >= 2
     assert sum(i["llm_calls"] for i in out["instances"]) == sum(m["llm_calls"] for m in out["cost_by_model"]) == 2
+
+
+def test_an_answer_piped_to_a_reader_that_has_not_read_it_yet_holds_no_snapshot(tmp_path):
+    # `agentledger events | less`, the pager left open: the answer's snapshot was held until the pipe drained,
+    # and serve could not checkpoint the WAL meanwhile.
+    from logwriter import LogDir, llm_call
+
+    logs = LogDir(tmp_path / "logs")
+    logs.append(b"".join(llm_call(n) for n in range(1, 3001)))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    reader = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(db), "events", "--limit", "3000",
+                               "--json"], env=cli_env(db), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        writer = open_writer(db)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not _blocked_writing(reader.pid):
+                time.sleep(0.05)
+            assert reader.poll() is None, "the answer fit the pipe"
+            logs.append(b"".join(llm_call(n) for n in range(3001, 3101)))
+            ingest(db, logs.root)
+            busy, _, _ = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+            assert busy == 0
+        finally:
+            writer.close()
+    finally:
+        out, _ = reader.communicate(timeout=60)
+    assert reader.returncode == 0 and len(json.loads(out)) == 3000
+
+
+def _blocked_writing(pid: int) -> bool:
+    """Whether the process waits to write into a full pipe."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write")  # anon_pipe_write on newer kernels
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("command", [["session", "agent:main:main"], ["run", "x"], ["tree", "agent:main:main"]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import shlex
@@ -101,7 +102,7 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
                 return fn(None, w, fmt, **kwargs)
             conn = _open(obj)
             try:
-                with conn:  # one snapshot: a table's rows, its total and a session's parts agree while serve writes
+                with _snapshot_until_output(conn):
                     return fn(conn, w, fmt, **kwargs)
             finally:
                 conn.close()
@@ -111,6 +112,39 @@ def query_options(default_limit: int | None, *, one: bool = False, agent: bool =
         return wrapper
 
     return decorate
+
+
+class _Releasing:
+    """stdout, calling ``release`` before its first write."""
+
+    def __init__(self, stream, release):
+        self._stream, self._release = stream, release
+
+    def write(self, text: str) -> int:
+        self._release()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _snapshot_until_output(conn):
+    """One read snapshot for an answer's queries, so a table's rows, its total and a session's parts agree
+    while serve commits; ended at the answer's first output, not after its last: a pipe read slowly (a
+    pager left open) would hold it, and a snapshot held keeps serve from checkpointing the ledger's WAL,
+    which grows meanwhile."""
+    def release():
+        if not conn.getautocommit():
+            conn.execute("COMMIT")
+
+    conn.execute("BEGIN")
+    stdout, sys.stdout = sys.stdout, _Releasing(sys.stdout, release)
+    try:
+        yield
+    finally:
+        sys.stdout = stdout
+        release()
 
 
 def _open(obj):
