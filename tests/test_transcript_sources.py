@@ -974,6 +974,33 @@ def test_a_subagents_spawn_row_holds_what_its_parent_and_its_child_said_whicheve
     _clean(db)
 
 
+def test_a_subagent_whose_header_tells_no_spawn_is_decoded_again_once_not_every_pass(tmp_path, monkeypatch):
+    # Listed with its spawner, its header rejected (a time before 1970): the ledger never got the child's word,
+    # so every pass keyed it again and decoded its whole file anew in a write transaction.
+    from agentledger.ledger.writer import OpenBatches
+
+    corpus = CORPUS / "oc-transcript" / "agents" / "main" / "sessions"
+    child, key = "5cf06d19-51ec-4340-9b7d-e79968e528f1", "agent:main:subagent:52f3a66c-6404-46a1-8e51-f5752f0c3344"
+    sessions = tmp_path / "state" / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    lines = (corpus / f"{child}.jsonl").read_bytes().splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"2026-10-02T03:49:20.330Z"', b'"1969-12-31T00:00:00.000Z"')
+    (sessions / f"{child}.jsonl").write_bytes(b"".join(lines))
+    entry = orjson.loads((corpus / "sessions.json").read_bytes())[key]
+    (sessions / "sessions.json").write_bytes(orjson.dumps({key: entry}))
+    rekeys = []
+    real = OpenBatches.rekey
+    monkeypatch.setattr(OpenBatches, "rekey", lambda self, *args: rekeys.append(args[:2]) or real(self, *args))
+    conn = open_writer(tmp_path / "l.db")
+    try:
+        pipeline = Pipeline(LedgerWriter(conn), specs_from("oc-transcript", [tmp_path / "state"]))
+        events = [pipeline.run_once().events for _ in range(4)]
+        assert events[0] > 0 and events[1:] == [0, 0, 0]
+    finally:
+        conn.close()
+    assert rekeys == [(child, key)]
+
+
 @pytest.mark.parametrize("order", ["index-first", "index-after", "followed"])
 def test_a_subagent_is_what_its_sessions_json_entry_says_whether_that_came_before_or_after_its_transcript(
         tmp_path, order):

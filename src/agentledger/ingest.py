@@ -109,6 +109,9 @@ class Pipeline:
         # last held its session as the decoder would: while both are so and it has nothing new, no decoder
         # is built for it (a full pass looks at every transcript, every rescan_s).
         self._settled: dict[int, tuple] = {}
+        # Subagents whose lines were decoded again for the spawn their header tells (see _keys_due): once is
+        # enough, and a header that tells none (rejected, or cut) would otherwise have it done every pass.
+        self._told_again: set[str] = set()
 
     def _batch(self, chunk: Chunk, decode: Decoder, prevails: bool = False) -> Batch:
         facts: list[tuple[int, int, Fact]] = []
@@ -236,10 +239,13 @@ class Pipeline:
         held = self.writer.session_keys([d.session_id for d in told])
         due = [(d.session_id, d.session_key) for d in told
                if held.get(d.session_id, d.session_key) != d.session_key and not d.yields_to(held[d.session_id])]
-        kept = [d for d in told if held.get(d.session_id) == d.session_key and _tells_spawn(d)]
+        kept = [d for d in told if held.get(d.session_id) == d.session_key and _tells_spawn(d)
+                and d.session_id not in self._told_again]
         if kept:
             untold = self.writer.untold_spawns([d.session_key for d in kept])
-            due += [(d.session_id, d.session_key) for d in kept if d.session_key in untold]
+            again = [(d.session_id, d.session_key) for d in kept if d.session_key in untold]
+            self._told_again.update(sid for sid, _ in again)
+            due += again
         return due, held
 
     def _settle_key(self, pending: _Pending, decode: Decoder, read_back: Callable[[], Iterator[Chunk]]) -> bool:
@@ -255,6 +261,7 @@ class Pipeline:
                 pending.batches.rekey(*pair, self._rederived(decode, held[pair[0]], read_back))
             except ReadBackFailed as exc:
                 log.info("session %s keeps its key until its lines can be read again (%s)", pair[0], exc)
+                self._told_again.discard(pair[0])
                 return False
         return not _claims_key(decode) or (not due and decode.session_id in held)
 
@@ -319,6 +326,7 @@ class Pipeline:
                     except ReadBackFailed as exc:
                         log.info("session %s keeps its key until its rows can be read again (%s)",
                                  decode.session_id, exc)
+                        self._told_again.discard(decode.session_id)
                         store.key_again(decode.inputs.path)
             result = opened.commit()
         except BaseException as exc:
