@@ -178,11 +178,13 @@ def test_a_terminal_of_any_width_shows_each_figure_whole_or_names_its_column(tmp
     # a number's column was cut with an ellipsis like text.
     logs = LogDir(tmp_path / "logs")
     now = time.time_ns() // 1_000_000
-    for i in range(150):  # the last 5 minutes, inside the 10 the rates are over: 1M tokens and $9.50 each
+    # The last 5 minutes, inside the 10 the rates are over, and today's (UTC) all: just after midnight, fewer.
+    span = min(300_000, now % 86_400_000)
+    for i in range(150):  # 1M tokens and $9.50 each
         logs.append(event(i + 1, "llm.call", {"callIndex": i, "provider": "anthropic", "model": "claude-opus-4-1",
                                               "delta": {"input": 20_000, "output": 5_000, "cacheRead": 900_000,
                                                         "cacheWrite": 75_000, "total": 1_000_000}, "costUsd": 9.5},
-                          session="telegram:direct:ops", ts=now - 300_000 + i * 2_000))
+                          session="telegram:direct:ops", ts=now - span + i * span // 150))
     ingest(tmp_path / "ledger.db", logs.root)
     config = write_config(tmp_path, logs.root, extra=_BUSY_GATES)
     args = ["--config", str(config), "watch", "--once", "--url", "http://127.0.0.1:9"]
