@@ -356,7 +356,7 @@ def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_
         tmp_path, oc_corpus, unprivileged):
     # A read-only mount or snapshot: SQLite could not make the shared-memory file it reads through, and the
     # ledger's own owner was told to run as its owner.
-    ledgers = {name: tmp_path / name / "ledger.db" for name in ("stopped", "written")}
+    ledgers = {name: tmp_path / name / "ledger.db" for name in ("stopped", "written", "unreadable")}
     for db in ledgers.values():
         db.parent.mkdir()
         assert run("ingest", str(oc_corpus), db=db).returncode == 0
@@ -367,6 +367,7 @@ def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_
     shutil.copy(f"{ledgers['written']}-wal", tmp_path / "wal")
     writer.close()
     shutil.copy(tmp_path / "wal", f"{ledgers['written']}-wal")
+    ledgers["unreadable"].chmod(0)  # no -wal beside it: that is not what stops the read
     for db in ledgers.values():
         db.parent.chmod(0o555)
     try:
@@ -380,6 +381,7 @@ def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_
     assert json.loads(asked["stopped"].stdout) == expected
     _one_line(asked["written"], 2, "its directory cannot be written, and SQLite makes the ledger's ledger.db-shm",
               "copy the ledger with its -wal somewhere writable")
+    _one_line(asked["unreadable"], 2, "run as a member of the ledger's group while the daemon is running")
     assert sorted(p.name for p in ledgers["stopped"].parent.iterdir()) == ["ledger.db", "ledger.db.lock"]
 
 

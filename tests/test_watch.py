@@ -202,3 +202,39 @@ def test_a_terminal_of_any_width_shows_each_figure_whole_or_names_its_column(tmp
         for column, figure in figures.items():
             assert figure in screen or column in narrow, (width, column, screen)
     assert "too narrow" not in shown[120] and "$575.00" in shown[120]
+
+
+_FEED = """
+import sys
+from agentledger.cli.live_view import Feed
+from agentledger.config import Config
+feed = Feed("http://127.0.0.1:9", Config(db=sys.argv[1]), 8)
+print(feed.snapshot()[0]["total_usd"], flush=True)
+sys.stdin.readline()
+print(feed.snapshot()[0]["total_usd"], flush=True)
+"""
+
+
+def test_watch_on_a_ledger_it_cannot_write_beside_sees_what_is_written_after_it_started(tmp_path, env,
+                                                                                         unprivileged):
+    # Read as it lay (no -wal beside it, a directory watch cannot write), the ledger stayed as watch first saw
+    # it: its connection was kept, and later writes, through a -wal made since, never showed.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 1, "output": 1, "total": 2}, "costUsd": 1.0}))
+    db = tmp_path / "ledger" / "ledger.db"
+    db.parent.mkdir()
+    ingest(db, logs.root)
+    db.parent.chmod(0o555)
+    try:
+        proc = subprocess.Popen([*unprivileged, sys.executable, "-c", _FEED, str(db)], env=env, cwd=REPO, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = proc.stdout.readline()
+        db.parent.chmod(0o755)
+        logs.append(event(2, "llm.call", {"callIndex": 2, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                          "delta": {"input": 1, "output": 1, "total": 2}, "costUsd": 2.0}))
+        ingest(db, logs.root)
+        out, err = proc.communicate("\n", timeout=60)
+    finally:
+        db.parent.chmod(0o755)
+    assert (first.strip(), out.strip()) == ("1.0", "3.0"), err

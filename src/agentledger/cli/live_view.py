@@ -40,7 +40,6 @@ class Feed:
         self.url = url.rstrip("/")
         self.config = config
         self.sessions = sessions
-        self._conn = None
 
     def _from_daemon(self) -> dict | None:
         try:
@@ -55,15 +54,14 @@ class Feed:
         doc = self._from_daemon()
         if doc is not None:
             return doc, f"the daemon at {self.url}"
-        if self._conn is None:
-            self._conn = open_reader(self.config.db)
-        doc = overview(self._conn, self.config.gates, self.config.zone, time.time_ns() // 1_000_000,
-                       sessions=self.sessions)
+        # Opened afresh each time: how a ledger can be read (see open_reader) may change while watch runs.
+        conn = open_reader(self.config.db)
+        try:
+            doc = overview(conn, self.config.gates, self.config.zone, time.time_ns() // 1_000_000,
+                           sessions=self.sessions)
+        finally:
+            conn.close()
         return doc, f"the ledger, read-only: {self.config.db}"
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
 
 
 # -- drawing --------------------------------------------------------------------------------------
@@ -276,5 +274,3 @@ def run(config: Config, url: str, interval: float, sessions: int, once: bool) ->
                     where = f"nothing to read: {exc}"
     except KeyboardInterrupt:
         return
-    finally:
-        feed.close()

@@ -249,7 +249,8 @@ def open_reader(path: str | Path) -> apsw.Connection:
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
-        if not os.access(path.parent, os.W_OK) and not os.path.exists(f"{path}-shm"):
+        if not os.access(path.parent, os.W_OK) and os.path.exists(f"{path}-wal") \
+                and not os.path.exists(f"{path}-shm"):
             raise LedgerError(f"cannot read {path} ({exc}): its directory cannot be written, and SQLite makes "
                               f"the ledger's {path.name}-shm beside it while {path.name}-wal is there (a daemon "
                               "writing, or one killed); start and stop `agentledger serve` once, or copy the "
