@@ -889,6 +889,28 @@ def test_a_session_of_many_instances_costs_exactly_what_usage_says(tmp_path):
     assert detail["cost_usd"] == detail["family_cost_usd"] == cli_json(db, "usage")["cost_usd"] == 370.3703670369
 
 
+def test_a_session_over_9000_dollars_costs_exactly_its_instances_sum(tmp_path):
+    # Its cost was rebuilt from each instance's float, which past 2**53 pico-dollars ($9,007) holds no longer
+    # every pico-dollar: some sessions came out a few pico-dollars off their own instance.
+    from logwriter import LogDir, event
+
+    logs = LogDir(tmp_path / "logs")
+    for n in range(400):  # 40 sessions of 10 calls of about $999
+        cost = 999.123456789012 - n * 0.000000000311
+        logs.append(event(n + 1, "llm.call", {"callIndex": n, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                              "delta": {"input": 1, "output": 1, "total": 2}, "costUsd": cost},
+                          session=f"k{n // 10}", ts=1_790_000_000_000 + n * 1000))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    conn = open_reader(db)
+    try:
+        details = [queries.session_detail(conn, f"agent:main:k{k}") for k in range(40)]
+    finally:
+        conn.close()
+    assert [d["cost_usd"] for d in details] == [d["instances"][0]["cost_usd"] for d in details]
+    assert all(d["cost_usd"] > 9_000 for d in details)
+
+
 @pytest.mark.parametrize("asked", ["cli", "http"])
 def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, monkeypatch, asked):
     # Each statement read the ledger as it was then: a session's instances counted 2 calls and its cost by

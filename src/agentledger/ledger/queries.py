@@ -779,8 +779,9 @@ def session_detail(conn: apsw.Connection, key: str) -> dict:
     costs = _own_costs(conn, _family_keys([r[0] for r in child_rows], spawned))
     children = _subagent_dicts(child_rows, costs)
     compactions = _compactions(conn, ids, keys)
-    # In whole pico-dollars, as cost_total adds: a float sum over many instances drifts off the exact total.
-    own = sum(round(s["cost_usd"] * PICO_PER_USD) for s in instances)
+    # In whole pico-dollars, as cost_total adds, from the sums by model (every instance's spend, snapshots of
+    # runs without calls included): the instances' floats drift off the exact total, over $8,000 each alone.
+    own = sum(vals[LLM_COLUMNS.index("cost_pico")] or 0 for vals in models.values())
     own_unpriced = sum(s["unpriced_calls"] for s in instances)
     kin = [_family_cost(c["child_session_key"], spawned, costs, set(keys)) for c in children]
     family = own + sum(cost for cost, _ in kin)
