@@ -26,3 +26,10 @@ def test_until_a_day_in_any_form_iso_gives_it_is_that_whole_day(day):
     # Only the YYYY-MM-DD form was taken as a day: --until 20261101 covered its first millisecond.
     assert parse_time(day, end=True) == 1_793_577_599_999
     assert parse_time(day) == 1_793_491_200_000
+
+
+@pytest.mark.parametrize("week", ["2026-W44", "2026W44"])
+def test_a_week_is_from_its_monday_until_its_sunday_whole(week):
+    # --until 2026-W44 ended on its Monday: Tuesday to Sunday were left out without a word.
+    assert parse_time(week) == 1_792_972_800_000  # 2026-10-26, its Monday
+    assert parse_time(week, end=True) == 1_793_577_599_999  # the end of 2026-11-01, its Sunday

@@ -7,6 +7,7 @@ import re
 import time
 
 _RELATIVE = re.compile(r"^(\d+)([smhdw])$")
+_WEEK = re.compile(r"^\d{4}-?W\d{2}$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 # The ledger holds no time before 1970 (event times are checked at decoding) and Python's dates
 # end with 9999: a bound outside is the same bound as these, and cannot overflow a query's integers.
@@ -35,9 +36,9 @@ def parse_time(value: str, *, now_ms: int | None = None, end: bool = False,
             f"cannot read time {value!r}: use a date (2026-11-01), an ISO time (2026-11-01T08:00:00Z) "
             "or an age (30m, 24h, 7d)"
         ) from None
-    if end and _is_date(value):
+    if end and (days := _days_of(value)):
         try:  # the next day's first instant, less one: a day of a zone's clock change is not 24 hours
-            parsed = dt.datetime.combine(parsed.date() + dt.timedelta(days=1), dt.time())
+            parsed = dt.datetime.combine(parsed.date() + dt.timedelta(days=days), dt.time())
         except OverflowError:  # the end of 9999-12-31
             return LATEST_MS
         return min(max(_ms(parsed.replace(tzinfo=zone)) - 1, EARLIEST_MS), LATEST_MS)
@@ -46,13 +47,14 @@ def parse_time(value: str, *, now_ms: int | None = None, end: bool = False,
     return min(max(_ms(parsed), EARLIEST_MS), LATEST_MS)
 
 
-def _is_date(value: str) -> bool:
-    """A day in any form ISO 8601 gives one (``2026-11-01``, ``20261101``, ``2026-W44-7``), as it parsed."""
+def _days_of(value: str) -> int:
+    """How many days ``value`` names: 1 for a day in any form ISO 8601 gives one (``2026-11-01``, ``20261101``,
+    ``2026-W44-7``), 7 for a week (``2026-W44``, which parsed as its Monday), 0 for a time."""
     try:
         dt.date.fromisoformat(value)
     except ValueError:
-        return False
-    return True
+        return 0
+    return 7 if _WEEK.match(value) else 1
 
 
 def _ms(moment: dt.datetime) -> int:
