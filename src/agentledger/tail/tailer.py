@@ -7,7 +7,8 @@ inode, or deleted (with unread bytes counted as lost). Reading then goes
 through the descriptors opened during the scan, so a rotation between scan and
 read cannot make us read the wrong file. A scan holds at most half the
 descriptor limit: a file past that is opened again to be read, and read only
-while its path still holds the file the scan saw (else the next scan finds it).
+while its path still holds the file the scan saw (else the next scan finds where it
+went; one deleted in between is past reading, its unread bytes counted as lost).
 """
 
 from __future__ import annotations
@@ -357,7 +358,7 @@ class Tailer:
                    and r.id not in claimed and not self._unread(r)]
         if missing:
             # A rename racing the directory listing can hide a file for one listing: look again,
-            # one file at a time (every file of the first look is still open). A copy another row
+            # one file at a time (the first look's files held open, or known by device and inode). A copy another row
             # follows is no such file: a copy taken before its original was truncated (logrotate's
             # copytruncate, seen between the two) is a file of its own, and the original is gone.
             followed = {(p.dev, p.ino) for p in claimed.values()}
