@@ -241,6 +241,13 @@ def test_a_payload_that_is_no_hook_event_is_refused(payload):
         decode(payload, RECEIVED_MS)
 
 
+@pytest.mark.parametrize("source", [[], {}, None, 5])
+def test_a_session_start_whose_source_is_no_text_is_a_marker_not_a_failure(source):
+    # An unhashable source ([] or {}) answered the hook's POST with a 500.
+    event = decode({"session_id": SESSION, "hook_event_name": "SessionStart", "source": source}, RECEIVED_MS)
+    assert event.fact.kind == "hook.SessionStart"
+
+
 def test_a_denied_tool_call_is_recorded_as_failed():
     pre = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_1", "tool_name": "Bash",
            "tool_input": {"command": "rm -rf build"}}

@@ -108,6 +108,13 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     (["tools", "--name", ""], "'--name': is blank: give a tool name, or leave --name out"),
     (["events", "--kind", "tool.start", "--kind", ""], "'--kind': is blank: give an event kind, or leave --kind"),
     (["files", "--path", "", "--json"], "'--path': is blank: give a path or glob, or leave --path out"),
+    (["files", "--path", "a" * 50_001], "is longer than 50,000 bytes, the longest pattern SQLite matches"),
+    # An empty ROOT was the working directory, read or followed without a word.
+    (["ingest", ""], "is empty: give the directory to read"),
+    (["serve", "--no-demo", ""], "is empty: give the directory to read"),
+    # No such user: expanduser raised RuntimeError, a traceback.
+    (["--config", "~nosuchuser-al/c.toml", "usage"], "--config: '~nosuchuser-al' names no home directory here"),
+    (["ingest", "--source", "oc-telemetry=~nosuchuser-al/x"], "'~nosuchuser-al' names no home directory here"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")
@@ -449,6 +456,17 @@ def test_the_gate_command_asks_under_the_urls_path_as_the_query_commands_do(tmp_
                   f"http://127.0.0.1:{daemon.port}/agentledger/", db=tmp_path / "l.db")
     assert (out.returncode, json.loads(out.stdout)) == (1, decision), out.stderr
     assert daemon.paths == ["/agentledger/v1/gate?session_key=agent%3Amain%3Amain&tool=Bash"]
+
+
+def test_the_gate_command_asks_for_a_session_named_in_bytes_that_are_no_utf8(tmp_path):
+    # A name from a shell variable holding a stray byte: quoting it for the URL raised UnicodeEncodeError.
+    decision = {"decision": "allow"}
+    with _HotViews(decision) as daemon:
+        out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(tmp_path / "l.db"), "gate",
+                              "--session", os.fsdecode(b"agent:main:\xff"), "--tool", "Bash", "--url",
+                              f"http://127.0.0.1:{daemon.port}"], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, json.loads(out.stdout)) == (0, decision), out.stderr
+    assert daemon.paths == ["/v1/gate?session_key=agent%3Amain%3A%FF&tool=Bash"]
 
 
 def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):

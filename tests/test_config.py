@@ -344,6 +344,12 @@ def test_the_environment_gives_numbers_as_text(tmp_path):
     gates = '[{"name": "g", "scope": "session", "metric": "cost_usd", "limit": "5"}]'  # JSON has numbers
     with pytest.raises(ConfigError, match=r"gates\[0\].limit: must be a number, not the string '5'.*\$AGENTLEDGER_GATES"):
         load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_GATES": gates})
+    # Nested deeper than the parser goes: a RecursionError and a traceback.
+    with pytest.raises(ConfigError, match="AGENTLEDGER_GATES: not JSON; give a JSON list of tables"):
+        load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_GATES": "[" * 5000 + "]" * 5000})
+    # A path's ~user that is no user here: expanduser's RuntimeError.
+    with pytest.raises(ConfigError, match="db: '~nosuchuser-al' names no home directory here"):
+        load(None, env={"XDG_CONFIG_HOME": str(tmp_path), "AGENTLEDGER_DB": "~nosuchuser-al/l.db"})
 
 
 @pytest.mark.parametrize("args, env, key, origin", [

@@ -100,11 +100,20 @@ def root_problem(root: Path, *, must_exist: bool) -> str | None:
     return None if stat.S_ISDIR(mode) else "is not a directory: give the directory to read"
 
 
+def expand(path: Path | str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` made that home; a ValueError naming it when there is none."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~someone who is no user here, or no HOME at all
+        raise ValueError(f"{str(path).split(os.sep, 1)[0]!r} names no home directory here: give the path "
+                         "without it, or with a user that exists") from None
+
+
 def openclaw_state_dirs() -> list[Path]:
     """OpenClaw's state dir: $OPENCLAW_STATE_DIR, else ~/.openclaw, else its legacy names."""
     env = os.environ.get("OPENCLAW_STATE_DIR")
     if env:
-        return [Path(env).expanduser()]
+        return [_expanded(env, "$OPENCLAW_STATE_DIR")]
     home = Path.home()
     for name in (".openclaw", ".clawdbot", ".moltbot", ".moldbot"):
         if _may_be_dir(home / name):
@@ -112,11 +121,18 @@ def openclaw_state_dirs() -> list[Path]:
     return []
 
 
+def _expanded(value: str, name: str) -> Path:
+    try:
+        return expand(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
 def claude_config_dirs() -> list[Path]:
     """Claude Code's config dirs: $CLAUDE_CONFIG_DIR (a comma list), else ~/.config/claude and ~/.claude."""
     env = os.environ.get("CLAUDE_CONFIG_DIR")
     if env:
-        return [Path(p.strip()).expanduser() for p in env.split(",") if p.strip()]
+        return [_expanded(p.strip(), "$CLAUDE_CONFIG_DIR") for p in env.split(",") if p.strip()]
     home = Path.home()
     return [d for d in (home / ".config" / "claude", home / ".claude") if _may_be_dir(d)]
 
@@ -237,7 +253,7 @@ class SourceConfig(_Strict):
     @field_validator("root")
     @classmethod
     def _expand(cls, v: Path, info: ValidationInfo) -> Path:
-        v = v.expanduser()
+        v = expand(v)
         problem = root_problem(v, must_exist=bool(info.context and info.context["roots_exist"]))
         if problem:
             raise ValueError(f"{str(v)!r} {problem}")
@@ -268,7 +284,7 @@ class StoreConfig(_Strict):
     @field_validator("state_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+        return expand(v)
 
 
 class ReconcileConfig(_Strict):
@@ -330,7 +346,7 @@ class Config(_Strict):
     @field_validator("db", "prices")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
-        return None if v is None else v.expanduser()
+        return None if v is None else expand(v)
 
     @field_validator("db")
     @classmethod
@@ -503,7 +519,7 @@ def _env_value(path: tuple[str, ...], raw: str) -> Any:
     if path[-1] in ("sources", "gates"):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser goes: no list of tables either
             raise ConfigError(f"{env_name(path)}: not JSON; give a JSON list of tables") from None
     return _EnvText(raw)  # pydantic converts numbers and checks them
 
@@ -522,9 +538,9 @@ def config_file(explicit: str | Path | None, env: Mapping[str, str]) -> tuple[Pa
         if problem:
             raise ConfigError(f"--config {problem}: give the config file's path, or leave --config out for "
                               "$AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml")
-        return Path(explicit).expanduser(), True
+        return _expanded(str(explicit), "--config"), True
     if env.get(ENV_PREFIX + "CONFIG"):
-        return Path(env[ENV_PREFIX + "CONFIG"]).expanduser(), True
+        return _expanded(env[ENV_PREFIX + "CONFIG"], f"${ENV_PREFIX}CONFIG"), True
     default = config_home(env) / "config.toml"
     return default, False
 

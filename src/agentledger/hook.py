@@ -159,7 +159,9 @@ def _claude_code(opts: dict) -> int:
 def _ask(opts: dict) -> int:
     if not opts["session"]:
         raise UsageError("give --session KEY (and --tool NAME), or --hook claude-code", opts)
-    path = f"/v1/gate?session_key={quote(opts['session'], safe='')}&tool={quote(opts['tool'] or '', safe='')}"
+    # A name that is no UTF-8 (surrogate-escaped by Python) is sent as the bytes it was.
+    session, tool = (quote(v, safe="", errors="surrogateescape") for v in (opts["session"], opts["tool"] or ""))
+    path = f"/v1/gate?session_key={session}&tool={tool}"
     try:
         status, body = _request(opts["url"], "GET", path, None, opts["timeout"])
         if status != 200:

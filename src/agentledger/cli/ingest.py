@@ -11,7 +11,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import Config, default_sources, missing_env_dirs, prices_beside, root_problem
+from agentledger.config import Config, default_sources, expand, missing_env_dirs, prices_beside, root_problem
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger.db import LedgerError, WriterLock, ledger_exists
@@ -29,7 +29,10 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
             raise click.BadParameter(f"{value!r} is not FORMAT=ROOT (e.g. claude-code=~/.claude)")
         if fmt not in FORMATS:
             raise click.BadParameter(f"unknown format {fmt!r} in {value!r}: choose one of {', '.join(FORMATS)}")
-        path = Path(root).expanduser()
+        try:
+            path = expand(root)
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc} (in {value!r})") from None
         # One that does not exist yet: serve waits for it, ingest refuses it (the configuration's check).
         problem = root_problem(path, must_exist=False)
         if problem:
@@ -95,6 +98,16 @@ def _progress_pipeline(writer, specs, max_line, pricer):
     return pipeline, progress
 
 
+class RootPath(click.Path):
+    """A ROOT argument: an empty one is refused, as an empty root anywhere else is (as a Path it would be the
+    working directory, read or followed without a word)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: give the directory to read", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class _Stopped(click.ClickException):
     exit_code = 2  # stopped by how the machine is set up, not by the ledger or the logs
 
@@ -111,7 +124,7 @@ class _Stopped(click.ClickException):
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `[reconcile] idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.argument("roots", nargs=-1, type=click.Path(readable=False, path_type=Path), callback=_existing_roots)
+@click.argument("roots", nargs=-1, type=RootPath(readable=False, path_type=Path), callback=_existing_roots)
 @click.pass_obj
 def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, grace: float | None,
            idle: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:

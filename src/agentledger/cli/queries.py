@@ -63,6 +63,17 @@ def _not_blank(what: str, leave_out: str):
     return check
 
 
+_LONGEST_PATTERN = 50_000  # bytes: SQLite's own bound on what LIKE and GLOB match against
+
+
+def _glob(ctx, param, value):
+    value = _not_blank("a path or glob", "every file")(ctx, param, value)
+    if value is not None and len(value.encode("utf-8", "surrogateescape")) > _LONGEST_PATTERN:
+        raise click.BadParameter(f"is longer than {_LONGEST_PATTERN:,} bytes, the longest pattern SQLite matches: "
+                                 "give a shorter glob, with * for the rest")
+    return value
+
+
 def query_options(default_limit: int | None, *, one: bool = False, agent: bool = True, limit: bool = True,
                   window: bool = True):
     """--json, --csv, --since/--until (unless no ``window`` applies), --agent and --limit, the same on every
@@ -543,7 +554,7 @@ def events_cmd(conn, w, fmt, kinds):
 
 @cli.command(name="files")
 @query_options(default_limit=100)
-@click.option("--path", "path_glob", type=TEXT, callback=_not_blank("a path or glob", "every file"), metavar="GLOB",
+@click.option("--path", "path_glob", type=TEXT, callback=_glob, metavar="GLOB",
               help="Only paths matching this glob (* and ?).")
 def files_cmd(conn, w, fmt, path_glob):
     """Tool calls that touched a file, most recent first."""

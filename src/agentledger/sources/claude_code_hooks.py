@@ -133,9 +133,9 @@ def decode(payload: object, received_ms: int) -> HookEvent:
         child = {} if agent is None else _child(session_id, agent)
         fact = _tool(base | child, name, payload)
         spawn = _spawned(told, child, payload) if child else None
-    elif name == "SessionStart" and payload.get("source") in _NEW_SESSION:
+    elif name == "SessionStart" and text(payload.get("source")) in _NEW_SESSION:
         fact = SessionStarted(**base)
-    elif name == "SessionStart" and payload.get("source") == _RESUMED:
+    elif name == "SessionStart" and text(payload.get("source")) == _RESUMED:
         fact = SessionStarted(**base, continues=True)
     elif name == "SessionEnd":
         fact = SessionEnded(**base)
