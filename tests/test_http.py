@@ -212,6 +212,18 @@ def _exchange(api: str, request: bytes) -> bytes:
     return reply
 
 
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n", b"431"),
+])
+def test_what_the_server_refuses_before_any_endpoint_is_answered_in_json(api, request_bytes, status):
+    # A request line too long or too many headers got the stdlib's HTML page from a JSON API.
+    head, _, body = _exchange(api, request_bytes).partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == status
+    assert b"Content-Type: application/json" in head.split(b"\r\n")
+    assert set(json.loads(body)) == {"error"}
+
+
 def test_a_request_without_headers_is_answered(api):
     # HTTP/0.9: no version, no headers; the reply is the body alone.
     assert json.loads(_exchange(api, b"GET /healthz\r\n\r\n")) == {"status": "ok"}

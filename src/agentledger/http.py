@@ -442,6 +442,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         super().end_headers()
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What the stdlib answers by itself (a request line too long, too many headers, an HTTP version it does
+        not speak) is JSON, as every other answer: its own is an HTML page."""
+        self.close_connection = True
+        body = _error(message or self.responses.get(code, ("error",))[0])
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
+
     def log_message(self, fmt: str, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
 
