@@ -501,6 +501,9 @@ def test_live_sessions_find_the_daemon_at_the_address_it_listens_on(tmp_path, li
     ('[http]\nlisten = "127.0.0.1:0"\n', "http://127.0.0.1:x", "give one such as http://127.0.0.1:9464"),
     # The URL built from a host no URL can carry crashed the HTTP client with a traceback.
     ('[http]\nlisten = "local host:9464"\n', None, "http.listen: cannot listen on 'local host:9464': give HOST:PORT"),
+    # An IPv6 literal left open, or unbracketed: passed the configuration, then failed naming neither key nor fix.
+    ('[http]\nlisten = "[::1"\n', None, "http.listen: cannot listen on '[::1': give HOST:PORT"),
+    ('[http]\nlisten = "::1:9464"\n', None, "or [::1]:9464 for an IPv6 address"),
 ])
 def test_the_daemon_s_address_from_the_environment_or_the_config_file_is_checked_as_url_is(
         tmp_path, config_text, url_env, needle):

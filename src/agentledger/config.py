@@ -13,6 +13,7 @@ naming the key, the problem and where the value came from.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import os
 import stat
@@ -180,13 +181,25 @@ def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
     return pairs
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host.split("%", 1)[0])  # a zone (%eth0) is the socket's, not the address's
+    except ValueError:
+        return False
+    return True
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) as a socket address; port 0 picks a free one."""
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    # The clients' URL is built from the host: one it cannot carry crashed them.
-    if not sep or not is_host(host) or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"cannot listen on {value!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    raw, sep, port = value.rpartition(":")
+    bracketed = raw.startswith("[") and raw.endswith("]")
+    host = (raw[1:-1] if bracketed else raw) or "127.0.0.1"
+    # The clients' URL is built from the host: one it cannot carry crashed them. An IPv6 literal is bracketed,
+    # and only it: "[::1" or "::1:9464" leave where the port begins a guess.
+    if not sep or not is_host(host) or not port.isdigit() or not 0 <= int(port) < 65536 \
+            or (":" in host) != bracketed or (bracketed and not _is_ipv6(host)):
+        raise ValueError(f"cannot listen on {value!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}, or [::1]:9464 for an "
+                         "IPv6 address")
     return host, int(port)
 
 
