@@ -454,6 +454,27 @@ def test_a_chain_of_subagents_deeper_than_python_recurses_has_its_tree(tmp_path)
     assert lines[depth + 1].startswith(" " * 2 * depth + keys[depth] + "  next  ")
 
 
+def test_a_tree_of_subagents_over_9000_dollars_each_adds_up_in_pico_dollars(tmp_path):
+    # Each node's cumulative cost was rebuilt from its children's floats, which past 2**53 pico-dollars ($9,007)
+    # no longer hold every pico-dollar: 8 of 13 nodes of this chain came out off their family's exact spend.
+    from agentledger.sources.common import cost_pico
+
+    keys = ["agent:main:main", *(f"agent:main:subagent:{i}" for i in range(1, 13))]
+    log, own = _HookLog(), []
+    for i, key in enumerate(keys):
+        costs = [999.123456789012 - (i * 10 + n) * 0.000000000311 for n in range(10)]
+        own.append(sum(map(cost_pico, costs)))
+        for n, cost in enumerate(costs):
+            log.call(key, f"S{i}", f"R{i}-{n}", cost)
+        if i + 1 < len(keys):
+            log.spawn(key, f"R{i}-9", keys[i + 1])
+    node, cumulative = json.loads(_cli(log.ledger(tmp_path), "tree", keys[0], "--json").stdout), []
+    while node:
+        cumulative.append(node["cumulative_cost_usd"])
+        node = node["children"][0] if node["children"] else None
+    assert cumulative == [round(sum(own[i:]) / 10**12, 12) for i in range(len(keys))]
+
+
 def _nested(inner: st.SearchStrategy) -> st.SearchStrategy:
     return st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4))
 

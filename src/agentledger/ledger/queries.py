@@ -923,9 +923,9 @@ def tree(conn: apsw.Connection, key: str) -> dict:
 
     # Depth first, each key once (a malformed log's cycle ends where it comes back), with a stack of its
     # own: a chain of subagents may run deeper than Python recurses. A node's cumulative cost is known
-    # once its last child's is.
+    # once its last child's is, added in pico-dollars (its float past $9,007 holds no longer every one).
     top = node(root, None)
-    seen, stack = {root}, [(top, iter(spawned.get(root, [])))]
+    seen, stack, cumulative = {root}, [(top, iter(spawned.get(root, [])))], {}
     while stack:
         parent, pending = stack[-1]
         for child_key, label in pending:
@@ -939,8 +939,8 @@ def tree(conn: apsw.Connection, key: str) -> dict:
             stack.pop()
             children = parent["children"]
             own, unpriced = costs.get(parent["session_key"], (0, 0))
-            parent["cumulative_cost_usd"] = _usd(own + sum(round(c["cumulative_cost_usd"] * PICO_PER_USD)
-                                                           for c in children))
+            pico = cumulative[parent["session_key"]] = own + sum(cumulative[c["session_key"]] for c in children)
+            parent["cumulative_cost_usd"] = _usd(pico)
             parent["cumulative_unpriced_calls"] = unpriced + sum(c["cumulative_unpriced_calls"] for c in children)
     return top
 
