@@ -6,7 +6,7 @@ import datetime as dt
 import heapq
 import itertools
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import apsw
@@ -831,13 +831,15 @@ _TOOL_ORDER = "coalesce(tc.started_ms, tc.ended_ms), tc.run_id, tc.tool_call_id"
 
 
 def _calls_of(conn: apsw.Connection, ids: list[str], counted: int, indexed: str, every: str, then: str,
-              params: tuple = ()) -> apsw.Cursor:
+              params: tuple = ()) -> Iterable[tuple]:
     """The calls of these session instances, by index; when that finds fewer than their totals count (a
     call naming the session under another session's run, as a run going on across a reset leaves), by a
-    scan of every call: what is listed is always what is counted. More than counted is no reason to scan:
-    the totals were read in an earlier statement, and the daemon may have added calls since. ``then``
-    (with ``params``) narrows and orders them: what it leaves out is counted in SQLite, never read here."""
+    scan of every call: what is listed is always what is counted. ``then`` (with ``params``) orders them, and
+    may narrow them (a window, a limit): then what the index finds is counted in SQLite first, not read here."""
     mine = _json_list(ids)
+    if not params:  # all of them, in order: the index's rows themselves tell whether it found them all
+        rows = conn.execute(f"{indexed} {then}", (mine,)).fetchall()
+        return rows if len(rows) >= counted else conn.execute(f"{every} {then}", (mine,)).fetchall()
     found = conn.execute(f"SELECT count(*) FROM ({indexed})", (mine,)).fetchall()[0][0] if counted else 0
     return conn.execute(f"{indexed if found >= counted else every} {then}", (mine, *params))
 
