@@ -107,6 +107,26 @@ def is_transcript(name: str) -> bool:
     return _NAME.match(name) is not None and not name.endswith(".lock")
 
 
+def transcripts_in(folder: str) -> dict[str, list[str]]:
+    """session id → its JSONL transcripts in the folder, live or archived, in name order."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for name in names:
+        sid = session_id_of(name) if is_transcript(name) else None
+        if sid is not None:
+            out.setdefault(sid, []).append(os.path.join(folder, name))
+    return out
+
+
+def copies_of(path: str) -> list[str]:
+    """The transcripts of the session ``path`` is one of (it among them if it is still there)."""
+    folder, name = os.path.split(path)
+    return transcripts_in(folder).get(session_id_of(name) or "", [])
+
+
 def is_live(name: str) -> bool:
     m = _NAME.match(name)
     return m is not None and m["archive"] is None
@@ -257,17 +277,10 @@ def _spawn_words(path: str, call_id: str) -> tuple[str | None, str | None]:
     words = _words_in(path, call_id)
     if words is not None or os.path.exists(path):
         return words or (None, None)
-    folder, name = os.path.split(path)
-    session_id = session_id_of(name)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return None, None
-    for other in names:
-        if other != name and is_transcript(other) and session_id_of(other) == session_id:
-            words = _words_in(os.path.join(folder, other), call_id)
-            if words is not None:
-                return words
+    for other in copies_of(path):
+        words = _words_in(other, call_id)
+        if words is not None:
+            return words
     return None, None
 
 

@@ -20,13 +20,14 @@ appeared later) still gives the line's model call its figures (``Batch.prevails`
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import mmap
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import apsw
@@ -117,7 +118,7 @@ class StoreReader:
             except apsw.Error as exc:
                 self._unreadable(store, exc)
                 return
-            transcripts = _transcripts(sessions_dir)
+            transcripts = oc_transcript.transcripts_in(sessions_dir)
             index = oc_transcript.index(sessions_dir)
             keyed = self.keyed.setdefault(store, {})
             listed_keys = None  # beside any of the sessions: they share the folder
@@ -149,7 +150,7 @@ class StoreReader:
                         return
                     if not page:
                         break
-                    yield _chunk(row, page, path), path
+                    yield _chunk(row, page, functools.partial(transcripts.get, session_id, [])), path
             # A write in the same clock tick as the last one leaves size and mtime as they were: only a
             # look taken once the files had been quiet a while can vouch for having seen everything.
             if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS:
@@ -198,7 +199,7 @@ class StoreReader:
                 page = [r for r in page if r[0] < row.offset]
                 if not page:
                     return
-                chunk = _chunk(row, page, path)
+                chunk = _chunk(row, page, functools.partial(oc_transcript.copies_of, path))
                 yield chunk
                 seq = chunk.result.end
         finally:
@@ -218,36 +219,22 @@ class StoreReader:
         chunk.row.size = max(chunk.row.size, chunk.size)
 
 
-def _transcripts(sessions_dir: str) -> dict[str, list[str]]:
-    """session id → its JSONL transcripts in the folder, live or archived, in name order."""
-    try:
-        names = sorted(os.listdir(sessions_dir))
-    except OSError:
-        return {}
-    out: dict[str, list[str]] = {}
-    for name in names:
-        sid = oc_transcript.session_id_of(name) if oc_transcript.is_transcript(name) else None
-        if sid is not None:
-            out.setdefault(sid, []).append(os.path.join(sessions_dir, name))
-    return out
-
-
 def _row_path(store: str, session_id: str) -> str:
     """A store session's ``files`` path, named as the tailer names files (see ``ledger_name``)."""
     return f"{ledger_name(store)}#{session_id}"
 
 
-def _chunk(row: FileRow, page: list[tuple], transcript: str) -> Chunk:
+def _chunk(row: FileRow, page: list[tuple], transcripts: Callable[[], list[str]]) -> Chunk:
+    """``transcripts``: the session's JSONL copies, asked for once a row needs them."""
     result = ReadResult()
-    copies: list[str] | None = None  # the session's JSONL transcripts, listed once a row asks for them
+    copies: list[str] | None = None
     for seq, body, length, head in page:
         if body is not None or length is None:  # an empty row is rejected as a blank line would be
             line = bytes(body or b"")
             entry = _idless(line)
             if entry is not None:
                 if copies is None:
-                    folder, name = os.path.split(transcript)
-                    copies = _transcripts(folder).get(oc_transcript.session_id_of(name) or "", [])
+                    copies = transcripts()
                 line = _copied_line(entry, copies) or line
             result.lines.append((seq, line))
         else:
