@@ -213,13 +213,6 @@ def _cannot_read(path: Path, why: object) -> LedgerError:
                        "running, or as its owner")
 
 
-def _frozen(path: Path) -> bool:
-    """A ledger no writer can change: in a directory this user cannot write (a read-only mount, a snapshot)
-    with no write-ahead log beside it, for a writer would make one there first. SQLite reads it without the
-    shared-memory file it could not make, which every other read needs."""
-    return not os.access(path.parent, os.W_OK) and not os.path.exists(f"{path}-wal")
-
-
 def ledger_exists(path: Path) -> bool:
     """Whether a file is at ``path``. One out of reach (a directory above it cannot be searched, where
     Path.exists() raised) is refused as one that cannot be read, with the system's reason."""
@@ -239,7 +232,12 @@ def open_reader(path: str | Path) -> apsw.Connection:
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
     # A URI, for mode=ro: a path's '#', '?' and '%' would otherwise end or escape its name.
     uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
-    if _frozen(path):
+    # In a directory this user cannot write (a read-only mount, a snapshot), SQLite cannot make the
+    # shared-memory file every read of a WAL ledger goes through. With no write-ahead log beside it, no
+    # writer can change the ledger (one would make the log there first): it is read as it lies.
+    beside_unwritable = not os.access(path.parent, os.W_OK)
+    wal = os.path.exists(f"{path}-wal")
+    if beside_unwritable and not wal:
         uri += "&immutable=1"
     try:
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
@@ -249,8 +247,7 @@ def open_reader(path: str | Path) -> apsw.Connection:
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
-        if not os.access(path.parent, os.W_OK) and os.path.exists(f"{path}-wal") \
-                and not os.path.exists(f"{path}-shm"):
+        if beside_unwritable and wal and not os.path.exists(f"{path}-shm"):
             raise LedgerError(f"cannot read {path} ({exc}): its directory cannot be written, and SQLite makes "
                               f"the ledger's {path.name}-shm beside it while {path.name}-wal is there (a daemon "
                               "writing, or one killed); start and stop `agentledger serve` once, or copy the "
