@@ -151,54 +151,54 @@ def test_limits_past_64_bits_are_400_and_ages_older_than_the_ledger_an_answer(ap
     assert status == 200 and usage["sessions"] == 0 and usage["cost_usd"] == 0
 
 
-def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(tmp_path):
+@pytest.fixture
+def idle(tmp_path):
+    """``serve`` with nothing to read, caught up, stopped after the test."""
     (tmp_path / "logs").mkdir()
     served = Served.on(tmp_path, tmp_path / "logs")
     served.start()
     try:
         served.wait_ready()
-        # A ledger edited under the daemon: every query of the day rollups now fails in SQLite.
-        conn = apsw.Connection(str(served.db))
-        conn.setbusytimeout(10_000)  # the daemon may be writing (its first reconcile, a prune)
-        conn.execute("DROP TABLE usage_days")
-        conn.close()
-        told = "internal error: the daemon's log has the traceback"
-        assert get(f"{served.url}/v1/usage") == (500, {"error": told})
-        for path, body in (("/ui", f"{told}\n"), ("/metrics", f"# {told}\n")):
-            with pytest.raises(urllib.error.HTTPError) as err:
-                urllib.request.urlopen(served.url + path, timeout=10)
-            assert (err.value.code, err.value.read().decode()) == (500, body)
-        def logged() -> list[dict]:
-            return [json.loads(line) for line in served.stderr if '"level":"error"' in line]
-
-        # An answer may reach the client before its log line reaches the collector.
-        failed = wait_for(lambda: len(logged()) >= 3 and logged(), what="three tracebacks logged")
-        assert [f["msg"] for f in failed] == ["GET /v1/usage failed", "GET /ui failed", "GET /metrics failed"]
-        assert all("no such table: usage_days" in f["exc"] for f in failed)
-        assert "Exception occurred during processing of request" not in served.log()  # the stdlib's dropped one
+        yield served
     finally:
         served.stop()
 
 
-def test_a_client_that_hangs_up_mid_request_leaves_no_raw_traceback_in_the_log(tmp_path):
+def test_what_no_handler_expects_is_a_500_and_a_logged_traceback(idle):
+    # A ledger edited under the daemon: every query of the day rollups now fails in SQLite.
+    conn = apsw.Connection(str(idle.db))
+    conn.setbusytimeout(10_000)  # the daemon may be writing (its first reconcile, a prune)
+    conn.execute("DROP TABLE usage_days")
+    conn.close()
+    told = "internal error: the daemon's log has the traceback"
+    assert get(f"{idle.url}/v1/usage") == (500, {"error": told})
+    for path, body in (("/ui", f"{told}\n"), ("/metrics", f"# {told}\n")):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(idle.url + path, timeout=10)
+        assert (err.value.code, err.value.read().decode()) == (500, body)
+    def logged() -> list[dict]:
+        return [json.loads(line) for line in idle.stderr if '"level":"error"' in line]
+
+    # An answer may reach the client before its log line reaches the collector.
+    failed = wait_for(lambda: len(logged()) >= 3 and logged(), what="three tracebacks logged")
+    assert [f["msg"] for f in failed] == ["GET /v1/usage failed", "GET /ui failed", "GET /metrics failed"]
+    assert all("no such table: usage_days" in f["exc"] for f in failed)
+    assert "Exception occurred during processing of request" not in idle.log()  # the stdlib's dropped one
+
+
+def test_a_client_that_hangs_up_mid_request_leaves_no_raw_traceback_in_the_log(idle):
     # The stdlib printed "Exception occurred during processing of request" and a traceback to stderr, lines
     # outside the log's format (JSON here): a client's own timeout is no fault of the daemon's.
-    (tmp_path / "logs").mkdir()
-    served = Served.on(tmp_path, tmp_path / "logs")
-    served.start()
-    try:
-        served.wait_ready()
-        url = urllib.parse.urlsplit(served.url)
-        for _ in range(3):
-            sock = socket.create_connection((url.hostname, url.port), timeout=10)
-            sock.sendall(b"GET /v1/usage HTTP/1.1\r\nHost: x\r\n")  # its headers never end
-            time.sleep(0.2)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            sock.close()  # a reset, as a client that gave up sends
-        assert get(f"{served.url}/healthz") == (200, {"status": "ok"})
-    finally:
-        served.stop()
-    assert [line for line in served.log().splitlines() if not line.startswith("{")] == []
+    url = urllib.parse.urlsplit(idle.url)
+    for _ in range(3):
+        sock = socket.create_connection((url.hostname, url.port), timeout=10)
+        sock.sendall(b"GET /v1/usage HTTP/1.1\r\nHost: x\r\n")  # its headers never end
+        time.sleep(0.2)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # a reset, as a client that gave up sends
+    assert get(f"{idle.url}/healthz") == (200, {"status": "ok"})
+    idle.stop()
+    assert [line for line in idle.log().splitlines() if not line.startswith("{")] == []
 
 
 def _exchange(api: str, request: bytes) -> bytes:
