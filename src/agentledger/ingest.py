@@ -109,8 +109,9 @@ class Pipeline:
         # last held its session as the decoder would: while both are so and it has nothing new, no decoder
         # is built for it (a full pass looks at every transcript, every rescan_s).
         self._settled: dict[int, tuple] = {}
-        # Subagents whose lines were decoded again for the spawn their header tells (see _keys_due): once is
-        # enough, and a header that tells none (rejected, or cut) would otherwise have it done every pass.
+        # Subagents whose own word on their spawn the ledger was asked for (see _keys_due), and given it by
+        # decoding their lines again where it lacked it: once is enough. A word once told stays, and a header
+        # that tells none (rejected, or cut) would otherwise be decoded again every pass.
         self._told_again: set[str] = set()
 
     def _batch(self, chunk: Chunk, decode: Decoder, prevails: bool = False) -> Batch:
@@ -243,9 +244,8 @@ class Pipeline:
                 and d.session_id not in self._told_again]
         if kept:
             untold = self.writer.untold_spawns([d.session_key for d in kept])
-            again = [(d.session_id, d.session_key) for d in kept if d.session_key in untold]
-            self._told_again.update(sid for sid, _ in again)
-            due += again
+            self._told_again.update(d.session_id for d in kept)
+            due += [(d.session_id, d.session_key) for d in kept if d.session_key in untold]
         return due, held
 
     def _settle_key(self, pending: _Pending, decode: Decoder, read_back: Callable[[], Iterator[Chunk]]) -> bool:
