@@ -732,3 +732,22 @@ def test_a_row_is_told_to_have_no_id_of_its_own_exactly_when_its_entry_has_none(
     row = json.dumps(entry).encode() if spaced else orjson.dumps(entry)
     has_id = isinstance(entry.get("id"), str) and entry["id"] != ""
     assert (_idless(row) is None) == has_id, row
+
+
+def test_a_store_only_session_without_its_first_message_is_looked_for_again_only_once_the_store_changed(
+        tmp_path, monkeypatch):
+    # A head not found yet was not remembered: every pass opened the store again for each such session.
+    from agentledger.sources import oc_transcript
+
+    state = tmp_path / "state"
+    producer = Producer(state)
+    producer.add(_header())  # no user message yet
+    path = str(state / "agents" / "main" / "sessions" / f"{SID}.jsonl")  # names no file: the store keeps it
+    asked = []
+    real = oc_store.first_rows
+    monkeypatch.setattr(oc_store, "first_rows", lambda *args: asked.append(args) or real(*args))
+    assert [oc_transcript._head(path) for _ in range(3)] == [None] * 3
+    assert len(asked) == 1
+    producer.add(_user("u1", 1))
+    os.utime(producer.path, ns=(1, 1))  # the store changed, whatever its clock's grain
+    assert oc_transcript._head(path) is not None and len(asked) == 2

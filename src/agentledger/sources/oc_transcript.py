@@ -294,9 +294,10 @@ def _words_in(path: str, call_id: str) -> tuple[str | None, str | None] | None:
     return known.words.get(call_id) if known is not None else None
 
 
-# path → ((ino, size, mtime_ns), head): an archive's key is looked for again whenever the folders beside
-# it change, and its head never moves.
-_HEADS: dict[str, tuple[tuple[int, int, int], tuple[int, str] | None]] = {}
+# path → (how it looked: the file's (ino, size, mtime_ns), or the store's looks for a session only the store
+# keeps; head): an archive's key is looked for again whenever the folders beside it change, and its head never
+# moves.
+_HEADS: dict[str, tuple[tuple, tuple[int, str] | None]] = {}
 
 
 def _head(path: str) -> tuple[int, str] | None:
@@ -320,17 +321,18 @@ def _head(path: str) -> tuple[int, str] | None:
 
 def _stored_head(path: str) -> tuple[int, str] | None:
     """The head of a session the store beside its folder keeps with no transcript (``path`` names none): once
-    its first message is there, it stays."""
-    cached = _HEADS.get(path)
-    if cached is not None:
-        return cached[1]
+    its first message is there, it stays; until then it is looked for again only once the store changed."""
     folder, name = os.path.split(path)
+    store = oc_store.store_of(os.path.dirname(folder))
+    cached = _HEADS.get(path)
+    if cached is not None and (cached[1] is not None or cached[0] == oc_store.looks(store, f"{store}-wal")):
+        return cached[1]
     session_id = session_id_of(ledger_name(name))
     if session_id is None:
         return None
-    head = _head_of(oc_store.first_rows(oc_store.store_of(os.path.dirname(folder)), session_id, _HEAD_ROWS))
-    if head is not None:
-        _HEADS[path] = ((-1, -1, -1), head)
+    look = oc_store.looks(store, f"{store}-wal")
+    head = _head_of(oc_store.first_rows(store, session_id, _HEAD_ROWS))
+    _HEADS[path] = (look, head)
     return head
 
 
