@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 import select
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import apsw
 import pytest
+from agentledger.http import ApiServer
+from agentledger.ledger.db import open_writer
 from conftest import REPO
 from served import Served
 from serving import wait_for
@@ -252,6 +255,45 @@ def test_a_body_the_daemon_does_not_read_never_becomes_a_request(api, framing):
     replies = re.findall(rb"HTTP/1\.1 \d{3} ", reply)  # a reply's body runs straight into the next status line
     assert len(replies) == 1, replies
     assert replies[0].startswith(b"HTTP/1.1 400 " if head.startswith(b"POST") else b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("lengths", [(b"0", b"%d"), (b"%d", b"%d")], ids=["differing", "repeated"])
+def test_a_request_with_two_lengths_is_refused_and_its_body_never_becomes_a_request(api, lengths):
+    # The first of two Content-Length headers framed the body: "0" then the real length left the body on the
+    # connection, read as a request of its own.
+    inner = b"GET /v1/usage HTTP/1.1\r\nHost: a\r\n\r\n"
+    head = b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"".join(b"Content-Length: " + n + b"\r\n" for n in lengths)
+    reply = _exchange(api, (head + b"\r\n") % tuple(len(inner) for n in lengths if n == b"%d") + inner)
+    replies = re.findall(rb"HTTP/1\.1 \d{3} ", reply)
+    assert replies == [b"HTTP/1.1 400 "], reply
+    assert b"\r\nConnection: close" in reply
+    assert json.loads(reply.partition(b"\r\n\r\n")[2]) == {"error": "send one Content-Length"}
+
+
+@pytest.fixture
+def short_lived(tmp_path):
+    """An API server in this process whose connections close after 0.5 s without a byte."""
+    db = tmp_path / "ledger.db"
+    open_writer(db).close()
+    server = ApiServer(db, "127.0.0.1:0", idle_timeout_s=0.5)
+    server.start()
+    yield server.address
+    server.close()
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /heal", b"POST /v1/hooks/claude-code HTTP/1.1\r\nHost: a\r\n"
+                                  b"Content-Length: 100\r\n\r\n{\"hook_event_name\": "],
+                         ids=["nothing", "half-a-request-line", "half-a-body"])
+def test_a_client_that_stalls_is_closed_and_others_are_answered_meanwhile(short_lived, sent, caplog):
+    # Without a socket timeout, a client that connected and stalled held its thread until it hung up.
+    url = urllib.parse.urlsplit(short_lived)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(sent)
+        assert get(f"{short_lived}/healthz") == (200, {"status": "ok"})
+        started = time.monotonic()
+        assert sock.recv(65536) == b""  # closed by the server, not answered: there is no request to answer
+        assert time.monotonic() - started < 5
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def _ask(api: str, method: str, path: str, body: bytes | None = None) -> tuple[int, str | None, bytes]:

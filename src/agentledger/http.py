@@ -289,6 +289,10 @@ def _only(params: dict[str, list[str]], path: str, takes: tuple[str, ...]) -> No
 
 OVERVIEW_MAX = 50  # each session listed costs a forecast
 MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a whole file to write
+# Each connection holds a thread: one that sends nothing, or stalls mid-request, for this long is closed, so
+# idle or stuck clients cannot pile threads up. A hook client's keep-alive connection idle past it is closed
+# too, and the client connects again.
+IDLE_TIMEOUT_S = 60.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -297,6 +301,7 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out as two writes; with Nagle on, a keep-alive client's delayed ACK
     # would hold the body back ~40 ms.
     disable_nagle_algorithm = True
+    timeout = IDLE_TIMEOUT_S  # read by StreamRequestHandler.setup: each read and write on the socket
     db: Path
     health: Health
     keeper: GateKeeper | None
@@ -306,6 +311,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         url = urlsplit(self.path)
+        if len(self.headers.get_all("Content-Length", ())) > 1:
+            # Which of them frames the body is a guess another hop may make differently (RFC 9112 §6.3): its
+            # bytes could be taken for a request of their own.
+            self.close_connection = True
+            self._reply(400, "application/json", _error("send one Content-Length"))
+            return
         methods, answer = self._endpoint(url)
         # Only a POST endpoint reads a body; one left unread must not be taken for the next request.
         reads_body = self.command == "POST" and "POST" in methods
@@ -380,6 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, data = 400, _error(str(exc))
         except LedgerError as exc:
             status, data = 503, _error(str(exc))
+        except TimeoutError:
+            raise  # a body that stalled past the idle timeout: http.server closes the connection, nothing to answer
         except Exception:
             status, data = 500, _error(self._failed())
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -476,11 +489,12 @@ class ApiServer:
 
     def __init__(self, db: Path, listen: str, health: Health | None = None, keeper: GateKeeper | None = None,
                  top_n: int = 20, hooks: claude_code_hooks.HookInbox | None = None,
-                 floors: CounterFloors | None = None):
+                 floors: CounterFloors | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S):
         host, port = parse_listen(listen)
         self.health = health or Health()
         handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
-                                                "top_n": top_n, "floors": floors or CounterFloors()})
+                                                "top_n": top_n, "floors": floors or CounterFloors(),
+                                                "timeout": idle_timeout_s})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # A backlog of 128, not the stdlib's 5: a Claude Code turn's parallel tool calls each open a connection
