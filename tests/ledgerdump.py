@@ -47,6 +47,17 @@ def dump(db: Path, tables: tuple[str, ...] = tuple(_TABLES)) -> dict[str, list[t
         conn.close()
 
 
+def rollups(db: Path) -> dict[str, list[tuple]]:
+    """Every rollup table's rows; a row a move emptied is no row, as ``verify`` sees it."""
+    from agentledger.ledger.verify import ROLLUPS
+
+    out = {}
+    for r in ROLLUPS:
+        found = rows(db, f"SELECT {', '.join(r.keys + r.values)} FROM {r.table}")
+        out[r.table] = sorted((row for row in found if any(row[len(r.keys):])), key=repr)
+    return out
+
+
 def rows(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """What a query of the ledger at ``db`` returns, read on a connection of its own."""
     conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)

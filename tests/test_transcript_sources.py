@@ -16,14 +16,14 @@ import pytest
 from conftest import CORPUS, as_of_version, cli_env, cli_json, followed_then_afresh, ingest, settle
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, rows, scalar, usage, verify
+from ledgerdump import dump, rollups, rows, scalar, usage, verify
 
 from agentledger.config import GateConfig
 from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
 from agentledger.ingest import Pipeline, specs_from
-from agentledger.ledger import queries
+from agentledger.ledger import queries, retention
 from agentledger.ledger.db import ReaderPool, open_reader, open_writer
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups, rebuild_rollups
@@ -1341,10 +1341,12 @@ def test_a_task_subagents_file_read_before_the_tasks_result_begins_it_at_its_fir
 
 def _older(db: Path, version: int | None = None) -> None:
     """The ledger at ``db`` as an agentledger from before 0037 leaves it: no times of lines read on a side
-    branch before it was named; and at schema ``version``, if given, to be migrated by the next writer."""
+    branch before it was named, nor their events (0045), which its naming leaves under the session whose
+    lines they are; and at schema ``version``, if given, to be migrated by the next writer."""
     conn = open_writer(db)
     try:
         conn.execute("DELETE FROM branch_spans")
+        conn.execute("DELETE FROM branch_events")
         if version is not None:
             as_of_version(conn, version)
     finally:
@@ -2011,22 +2013,23 @@ def test_a_subagents_tool_call_is_one_row_whatever_part_of_it_is_read_before_its
         ("Grep", 1), ("Task", 1)]
 
 
-# What a read leaves, whatever its order: every row and every run-level table beside them. Events are
-# left out: an event keeps the key its line was read under (a branch's model call read before the branch
-# was named keeps its session's key), which no total reads.
-_SAME_ROWS = ("sessions", "runs", "llm_calls", "usage_snapshots", "tool_calls", "subagents", "compactions",
+# What a read leaves, whatever its order: every row, events included, and every run-level table beside them.
+_SAME_ROWS = ("events", "sessions", "runs", "llm_calls", "usage_snapshots", "tool_calls", "subagents", "compactions",
               "messages", "rejects", "checkpoints", "session_ids", "compaction_pairs")
 _RUN_TABLES = ("run_activity", "run_tool_totals", "run_llm_totals", "runs_without_calls", "session_totals")
 
 
-def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]]) -> dict:
-    """A fresh ledger read in ``steps`` (the files each step writes, then a read); what it holds."""
+def _read_in_steps(root: Path, steps: list[dict[Path, list[bytes]]], then=None) -> dict:
+    """A fresh ledger read in ``steps`` (the files each step writes, then a read, then ``then`` of the
+    ledger's path if given); what it holds."""
     shutil.rmtree(root, ignore_errors=True)
     for files in steps:
         for path, lines in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"".join(lines))
         ingest(root / "l.db", root / "claude", fmt="claude-code")
+        if then is not None:
+            then(root / "l.db")
     return _picture(root / "l.db")
 
 
@@ -2075,6 +2078,64 @@ def test_a_subagents_calls_read_before_its_sessions_prompt_join_the_run_that_pro
     assert (u1["tool_calls"], u1["llm_calls"]) == ((2, 3) if order.endswith("mid-turn") else (2, 4))
     got = _read_in_steps(root, [session | subagent] if order == "in-one-read" else [subagent, session])
     assert got == want
+
+
+def _branches_of_every_kind(project: Path) -> dict[Path, list[bytes]]:
+    """The session's transcript and its branches': its Task subagent streams its own Task call over two lines
+    (its thinking first), has its context compacted, and is named by the Task's result; the subagent's Task's
+    child is named by that Task's result; a /btw question is named by nothing."""
+    files = _nested_task_files(project)
+    subagent = project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    prompt, task, result, answer = files[subagent]
+    thinking = _side(TASK_AGENT, cc_assistant("c1t", "msg_c1", {"type": "thinking", "thinking": "..."}, output=5,
+                                              second=3, request="req_c1"))
+    files[subagent] = [prompt, thinking, task, result, _compacted(16, 150_000), answer]
+    files[subagent.with_name(f"agent-{BTW_AGENT}.jsonl")] = _btw_question(30, 31)
+    return files
+
+
+@pytest.mark.parametrize("order", [(1, 2, 3, 0), (2, 1, 0, 3), (3, 2, 1, 0), (1, 0, 2, 3)],
+                         ids=["branches-first", "deepest-first", "btw-then-deepest-first", "subagent-first"])
+def test_a_branchs_events_are_keyed_as_a_read_in_one_go_keys_them_whichever_file_is_read_first(tmp_path, order):
+    """A branch's model-call lines (each line of a streamed one) and its Tasks' spawns are indexed under its
+    session once a result names it, as its calls and spawns are counted there. Read before the naming, their
+    events take that session's key when it comes: `events` lists them, and every table and rollup holds them,
+    as one read of all the files does."""
+    root = tmp_path / "claude-root"
+    files = _branches_of_every_kind(root / "claude" / "projects" / "-home-dev-src-app")
+    paths = list(files)
+    db = root / "l.db"
+
+    def seen() -> dict:
+        return _but_last_logs(_picture(db)) | rollups(db) | {"listed": cli_json(db, "events", "--limit", "1000")}
+
+    _read_in_steps(root, [files])
+    want = seen()
+    keyed = {e["session_key"] for e in want["listed"] if e["kind"] in ("llm.call", "subagent.spawn")}
+    assert keyed == {PARENT_KEY, CHILD_KEY, DEEP_KEY}
+    _read_in_steps(root, [{paths[i]: files[paths[i]]} for i in order])
+    assert seen() == want
+
+
+def _pruned(db: Path) -> None:
+    """Every raw row retention keeps for a while pruned, as it does once they are older than its horizon."""
+    conn = open_writer(db)
+    try:
+        retention.prune(conn, now_ms())
+    finally:
+        conn.close()
+
+
+def test_a_branchs_event_retention_reduced_before_the_branch_was_named_shows_no_key(tmp_path):
+    """Retention reduces an event to its key: a branch's line reduced before a result names the branch shows
+    no session after the naming, as one reduced after it does."""
+    root = tmp_path / "claude-root"
+    files = _branches_of_every_kind(root / "claude" / "projects" / "-home-dev-src-app")
+    session, *branches = files
+    want = _but_last_logs(_read_in_steps(root, [files], then=_pruned))
+    assert {row[6] for row in want["events"]} == {None}
+    steps = [{path: files[path] for path in branches}, {session: files[session]}]
+    assert _but_last_logs(_read_in_steps(root, steps, then=_pruned)) == want
 
 
 def _turns_and_branches(project: Path) -> dict[Path, list[bytes]]:
@@ -2175,7 +2236,7 @@ def test_a_side_branch_replaying_a_task_calls_result_changes_nothing_of_the_call
                  "replay-first-then-the-task-before-its-result": [{side: side_lines}, {session: parent[:2]},
                                                                   {session: parent}, {task: child}]}[order]
         picture = _read_in_steps(root, steps)
-        del picture["checkpoints"]  # the side branch's file is another
+        del picture["checkpoints"], picture["events"]  # the side branch's file is another, with lines of its own
         if order.startswith("replay-first"):
             picture["sessions"] = [row[:6] + row[7:11] + row[12:] if row[0] == CHILD_ID else row
                                    for row in picture["sessions"]]

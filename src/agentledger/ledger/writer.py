@@ -357,6 +357,14 @@ ON CONFLICT (branch) DO UPDATE SET first_ms = min(branch_spans.first_ms, exclude
 _TAKE_BRANCH_SPANS = (
     "DELETE FROM branch_spans WHERE branch IN (SELECT value FROM json_each(?)) RETURNING branch, first_ms, last_ms"
 )
+# The events of model-call and spawn lines read on side branches no event had named yet (see 0045), and those
+# of branches that are sessions now, which take the key a read of those lines now gives them. An event retention
+# has reduced shows no key, whenever its branch was named.
+_BRANCH_EVENT = "INSERT INTO branch_events (branch, ts_ms, id) VALUES (?, ?, ?)"
+_TAKE_BRANCH_EVENTS = (
+    "DELETE FROM branch_events WHERE branch IN (SELECT value FROM json_each(?)) RETURNING branch, ts_ms, id"
+)
+_KEY_BRANCH_EVENT = "UPDATE events SET session_key = ? WHERE ts_ms = ? AND id = ? AND kind <> ''"
 # Tool calls of side branches that are sessions (or that these events name) but still counted where made.
 _BRANCH_TOOLS = (
     "SELECT run_id, tool_call_id FROM tool_calls WHERE branch IN (SELECT value FROM json_each(?)) "
@@ -924,6 +932,7 @@ class _Prepared:
     side_spawns: dict[int, str] = field(default_factory=dict)  # side-branch spawns' responses, by id() of their row
     subagent_keys: set[str] = field(default_factory=set)  # subagents this batch upserts
     branches: dict[str, list[int]] = field(default_factory=dict)  # unnamed branch → [first, last] (_BRANCH_SPAN)
+    branch_events: list[tuple[str, int, int]] = field(default_factory=list)  # unnamed branches' (_BRANCH_EVENT)
 
 
 def _prepare(parts: list[_Part]) -> _Prepared:
@@ -951,10 +960,14 @@ def _prepare(parts: list[_Part]) -> _Prepared:
                         if f.branch is not None and f.session_id != f.branch:
                             span = out.branches.setdefault(f.branch, [ts, ts])
                             span[0], span[1] = min(span[0], ts), max(span[1], ts)
+                            out.branch_events.append((f.branch, ts, f.event_id))
                     elif t is SubagentSpawned or t is SubagentEnded or t is SubagentLaunched:
                         out.subagent_keys.add(row[0])
-                        if t is SubagentSpawned and f.branch is not None and f.message_key is not None:
-                            out.side_spawns[id(row)] = f.message_key
+                        if t is SubagentSpawned and f.branch is not None:
+                            if f.message_key is not None:
+                                out.side_spawns[id(row)] = f.message_key
+                            if f.session_id != f.branch:
+                                out.branch_events.append((f.branch, ts, f.event_id))
             sid = f.session_id
             if sid is not None:
                 agg = sessions.get(sid)
@@ -1098,11 +1111,12 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     """Calls on a side branch belong to the branch's session once any event names it (LlmCall.branch),
     and so do the subagents spawned there (SubagentSpawned.branch): a subagent's Task spawns its child.
 
-    The batch's calls and spawns whose branch is a session (already, or named in this batch) go there;
-    the stored ones of branches this batch names move there, the rollups following. Returns what the
-    branches this batch names add to their sessions' spans ({id: [id, key, agent, source, first, last]}):
-    their moved calls, and every line of theirs read before (_TAKE_BRANCH_SPANS), as a read of those
-    lines now would; and the sessions whose totals moved."""
+    The batch's calls and spawns whose branch is a session (already, or named in this batch) go there,
+    their events keyed by it; the stored ones of branches this batch names move there, their events too
+    (_TAKE_BRANCH_EVENTS), the rollups following. Returns what the branches this batch names add to their
+    sessions' spans ({id: [id, key, agent, source, first, last]}): their moved calls, and every line of
+    theirs read before (_TAKE_BRANCH_SPANS), as a read of those lines now would; and the sessions whose
+    totals moved."""
     named: dict[str, str | None] = {}
     branches = set()
     for f in facts:
@@ -1121,6 +1135,8 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
         return {}, set()
     moved = _branch_spawns(conn, named)
     ids = orjson.dumps(sorted(named)).decode()
+    conn.executemany(_KEY_BRANCH_EVENT, [(named[branch], ts, event) for branch, ts, event
+                                         in conn.execute(_TAKE_BRANCH_EVENTS, (ids,)).fetchall()])
     spans = {sid: [sid, named[sid], AGENT, CLAUDE_CODE, first, last]
              for sid, first, last in conn.execute(_TAKE_BRANCH_SPANS, (ids,))}
     old = [tuple(row) for row in conn.execute(_BRANCH_CALLS, (ids,))]
@@ -1623,6 +1639,7 @@ class LedgerWriter:
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
         conn.executemany(_RUN_ACTIVITY, [(rid, *span) for rid, span in prepared.runs.items()])
         conn.executemany(_BRANCH_SPAN, [(branch, *span) for branch, span in prepared.branches.items()])
+        conn.executemany(_BRANCH_EVENT, prepared.branch_events)
         # Only now: the hook takeover above reads each line's own row.
         _pair_tools(prepared.rows, {row[1] for row in tracker.old_tools.values() if row[8] is not None})
         for sql in _ORDER:
