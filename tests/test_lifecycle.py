@@ -14,8 +14,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import ingest
-from ledgerdump import dump, scalar
+from conftest import followed_then_afresh, ingest
+from ledgerdump import dump, rows, scalar
 from logwriter import LogDir
 
 from agentledger.ledger import queries
@@ -23,6 +23,7 @@ from agentledger.ledger.db import open_reader, open_writer
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups
 from agentledger.ledger.writer import LedgerWriter
+from agentledger.timeutil import iso
 
 T0 = 1_790_000_000_000
 MIN = 60_000
@@ -720,3 +721,126 @@ def test_a_session_away_when_its_transcript_is_archived_comes_back_at_its_end(tm
     s1 = _session(db, "S1")
     assert (s1["status"], s1["end_reason"], s1["suspensions"], s1["suspended_since"]) == ("ended", "reset", 1, None)
     assert s1["suspended_s"] == (10 * MIN - 1000) / 1000
+
+
+HOUR = 60 * MIN
+CHILD = "agent:worker:subagent:c"
+
+
+def _clock_stepped_ahead(then: str) -> Log:
+    """S1's run R1 has a tool call and a subagent open, and S2 is open with nothing more to say, when one
+    line is stamped three hours ahead (the host clock stepped forward, then back to the real time). ``then``:
+    R1 goes on at the real time and ends (``ends``) or stays open (``goes-on``); or the gateway restarts
+    after a line back at the real time (``restarts``) or straight after the line stamped ahead
+    (``restarts-at-once``)."""
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.call(T0 + 500, "R2", 0.0625, key="agent:main:other", sid="S2")
+    log.ev(T0 + 1000, "run.start", run="R1").call(T0 + 2000, "R1", 0.5)
+    log.ev(T0 + 2300, "subagent.spawn", {"childSessionKey": CHILD}, sid="unknown", run="R1")
+    log.ev(T0 + 2500, "tool.start", {"toolName": "exec", "toolCallId": "T1"}, sid="unknown", run="R1")
+    log.call(T0 + 3000 + 3 * HOUR, "R1", 0.25)
+    if then != "restarts-at-once":
+        log.call(T0 + 4000, "R1", 0.125)
+    if then == "ends":
+        log.ev(T0 + 5000, "tool.end", {"toolName": "exec", "toolCallId": "T1"}, sid="unknown", run="R1")
+        log.ev(T0 + 5500, "subagent.end", {"targetSessionKey": CHILD, "outcome": "ok"}, key=CHILD, sid="unknown",
+               run="R1")
+        log.ev(T0 + 6000, "run.end", run="R1")
+    elif then.startswith("restarts"):
+        log.restart()
+        log.ev(T0 + MIN, "session.start", {"sessionId": "S9"}, key="unknown", sid="S9")
+        log.ev(T0 + MIN + 1000, "run.start", sid="S9", run="R9").call(T0 + MIN + 2000, "R9", 1.0, sid="S9")
+    return log
+
+
+def _read_every_way(tmp_path: Path, log: Log) -> Path:
+    """The ledger of ``log`` read in one ingest, after checking that it is the same read in two ingests cut
+    at any line, one line a batch, and followed live as each line is written."""
+    whole = tmp_path / "whole.db"
+    ingest(whole, log.write(tmp_path / "whole").root)
+    ways = {f"cut at {cut}": cut for cut in range(1, len(log.lines))} | {"line by line": None}
+    for way, cut in ways.items():
+        shutil.rmtree(tmp_path / "whole")  # the same directory: the log is known by where it is
+        db = tmp_path / f"{way}.db"
+        logs = log.write(tmp_path / "whole", slice(0, cut or 0))
+        ingest(db, logs.root, batch_lines=1 if cut is None else 20_000)
+        logs.append(b"".join(log.lines[cut or 0:]))
+        ingest(db, logs.root, batch_lines=1 if cut is None else 20_000)
+        assert dump(db) == dump(whole), way
+    shutil.rmtree(tmp_path / "whole")
+    logs = LogDir(tmp_path / "whole")
+    with followed_then_afresh(tmp_path, logs.root, fmt="oc-telemetry") as ledgers:
+        for line in log.lines:
+            logs.append(line)
+            ledgers.pipeline.run_once()
+    assert dump(ledgers.followed) == dump(ledgers.afresh) == dump(whole)
+    return whole
+
+
+@pytest.mark.parametrize("then", ["ends", "goes-on"])
+def test_a_line_stamped_ahead_of_the_clock_is_no_silence_however_the_log_is_read(tmp_path, then):
+    """Three hours between two lines read as a silence, a restart; the next line, stamped back at the real
+    time, shows the clock had stepped ahead for one line: nothing was suspended, nothing cut off."""
+    db = _read_every_way(tmp_path, _clock_stepped_ahead(then))
+    assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
+    s1 = _session(db, "S1")
+    assert (s1["status"], s1["suspensions"], s1["suspended_s"], s1["cost_usd"]) == ("active", 0, 0, 0.875)
+    assert (_session(db, "S2")["status"], _session(db, "S2")["suspensions"]) == ("active", 0)
+    want = ("ok", "ok", "ended") if then == "ends" else ("running", "running", "running")
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = 'R1'") == want[0]
+    assert rows(db, "SELECT status FROM tool_calls UNION ALL SELECT status FROM subagents") == [want[1:2], want[2:]]
+    assert _usage(db)["interrupted_runs"] == 0
+    _verify(db)
+
+
+@pytest.mark.parametrize("then", ["restarts", "restarts-at-once"])
+def test_a_restart_after_a_line_stamped_ahead_of_the_clock_is_seen_however_the_log_is_read(tmp_path, then):
+    """The gateway restarting a minute after the start is a restart, though the line before is stamped hours
+    later; where the lines stamped ahead come last, the old process went some time after the line before them."""
+    db = _read_every_way(tmp_path, _clock_stepped_ahead(then))
+    went = T0 + (4000 if then == "restarts" else 2500)
+    assert rows(db, "SELECT ts_ms, last_ms, cause FROM gateway_restarts") == [(T0 + MIN, went, "seq")]
+    assert rows(db, "SELECT status FROM runs WHERE run_id = 'R1' UNION ALL SELECT status FROM tool_calls "
+                    "UNION ALL SELECT status FROM subagents") == [("interrupted",)] * 3
+    for sid in ("S1", "S2"):
+        s = _session(db, sid)
+        assert (s["status"], s["suspensions"], s["suspended_since"]) == ("suspended", 1, iso(went))
+    assert _session(db, "S9")["status"] == "active"
+    _verify(db)
+
+
+def test_a_silence_whose_far_end_was_stamped_ahead_is_still_one_when_longer_than_the_idle_time(tmp_path, db):
+    """A line back more than the idle time after the silence's near end leaves it a silence."""
+    log = Log()
+    log.ev(T0, "run.start", run="R1").call(T0 + 1000, "R1", 0.5)
+    log.call(T0 + 3 * HOUR, "R1", 0.25).call(T0 + 40 * MIN, "R1", 0.125)
+    ingest(db, log.write(tmp_path / "state").root)
+    assert rows(db, "SELECT ts_ms, last_ms, cause FROM gateway_restarts") == [(T0 + 3 * HOUR, T0 + 1000, "idle")]
+    assert scalar(db, "SELECT status FROM runs") == "interrupted"
+
+
+def test_a_silence_taken_back_leaves_cut_off_what_the_restart_before_it_cut_off(tmp_path):
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R0")
+    log.restart()  # R0 dies with its gateway
+    log.ev(T0 + MIN, "run.start", run="R1").call(T0 + MIN + 1000, "R1", 0.25)
+    log.call(T0 + MIN + 2000 + 3 * HOUR, "R1", 0.125).call(T0 + MIN + 3000, "R1", 0.0625)
+    db = _read_every_way(tmp_path, log)
+    assert rows(db, "SELECT cause FROM gateway_restarts") == [("seq",)]
+    assert rows(db, "SELECT run_id, status FROM runs ORDER BY run_id") == [("R0", "interrupted"), ("R1", "running")]
+    assert (_session(db, "S1")["status"], _session(db, "S1")["suspensions"]) == ("active", 1)
+
+
+def test_a_clock_stepped_ahead_twice_and_back_twice_undoes_both_silences_however_the_log_is_read(tmp_path):
+    """Undoing the second silence leaves the first standing, to be undone in turn."""
+    log = Log()
+    log.ev(T0, "run.start", run="R1")
+    log.call(T0 + 2 * HOUR, "R1", 0.5).call(T0 + 2 * HOUR + 1000, "R1", 0.25)  # two hours ahead
+    log.call(T0 + 5 * HOUR, "R1", 0.125)  # five
+    log.call(T0 + 2 * HOUR + 2000, "R1", 0.0625)  # two again
+    log.call(T0 + 3000, "R1", 0.03125)  # none
+    db = _read_every_way(tmp_path, log)
+    assert scalar(db, "SELECT count(*) FROM gateway_restarts") == 0
+    assert (scalar(db, "SELECT status FROM runs"), _session(db, "S1")["suspensions"]) == ("running", 0)

@@ -6,6 +6,12 @@ between (``seq`` moved on by about one). Sessions last seen active in that log a
 suspended at its last event before the restart, and the runs, tool calls and subagents they
 had open are interrupted at once (a late end still wins). The next event of a suspended
 session makes it active again and closes the suspension, which keeps how long it was away.
+A later line of the log that carries ``seq`` on (or starts it again) but is stamped within the idle
+time after the near end of a silence, the log's latest restart still standing, shows the far end was
+stamped ahead of the clock (a host clock stepped forward, then back): the silence is taken back, its
+suspensions and what it cut off with it, as if never seen, whether its lines came in one batch or many,
+and the restart before it stands again. The log's clock goes back to that line, so that a restart
+after it is seen.
 An event naming no session but its run (a tool call, a spawn) is its run's session's; one read
 before anything said whose its run is counts once that is known, before the lines read since.
 Its key alone does not say: until a line names the key's new instance (``session.start`` names
@@ -26,8 +32,9 @@ neither depends on arrival order either.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import apsw
@@ -60,6 +67,16 @@ SELECT s.session_id, s.status, s.end_reason, s.session_key, s.resumed_from, s.lo
 FROM sessions AS s WHERE s.session_id IN (SELECT value FROM json_each(?))
 """
 _CLOCKS = "SELECT log, id, last_seq, last_ms FROM log_clocks WHERE log IN (SELECT value FROM json_each(?))"
+# A log's latest restart (?2 NULL) or the one before the restart whose first event was at ?2.
+_RESTART_BEFORE = """
+SELECT last_ms, ts_ms, cause FROM gateway_restarts WHERE log_id = ?1 AND (?2 IS NULL OR ts_ms < ?2)
+ORDER BY ts_ms DESC LIMIT 1
+"""
+# The sessions a stored silence (its near end, its log) suspended.
+_SILENCED = """
+SELECT p.session_id FROM session_suspensions AS p JOIN sessions AS s ON s.session_id = p.session_id
+WHERE p.from_ms = ? AND p.cause = 'idle' AND s.log_id = ?
+"""
 _OPEN_IN_LOG = "SELECT session_id FROM sessions INDEXED BY sessions_open WHERE log_id = ? AND status = 'active'"
 _BY_KEY = "SELECT session_id FROM sessions WHERE session_key IN (SELECT value FROM json_each(?))"
 _SUCCESSORS = """
@@ -129,24 +146,48 @@ JOIN compaction_pairs AS p ON p.session_key = j.value ->> 0
 WHERE p.ended_ms BETWEEN j.value ->> 1 AND j.value ->> 2
 GROUP BY 1
 """
-_OPEN_RUNS = """
-SELECT r.run_id FROM runs AS r INDEXED BY runs_open LEFT JOIN run_activity AS a ON a.run_id = r.run_id
-WHERE r.status = 'running' AND r.session_id IN (SELECT value FROM json_each(?))
-  AND coalesce(r.started_ms, a.first_ms) <= ?
+def _cut_off(state: str) -> tuple[str, str, str]:
+    """What a restart cut off, ``state`` 'running': the suspended sessions' (?1) runs open at the point their
+    gateway went away (?2), those runs' tool calls, and the subagents that died with them. 'interrupted':
+    what a restart taken back had cut off and has not ended since, bar what was open before the log's
+    restart before it (?3 for runs, ?4 for subagents), which that one cut off."""
+    def where(t: str) -> str:
+        return f"{t}.status = 'running'" if state == "running" else \
+            f"{t}.status = 'interrupted' AND {t}.ended_ms IS NULL"
+
+    def index(name: str) -> str:  # the partial indexes hold only what is running
+        return f"INDEXED BY {name}" if state == "running" else ""
+
+    runs = f"""
+SELECT r.run_id FROM runs AS r {index('runs_open')} LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+WHERE {where('r')} AND r.session_id IN (SELECT value FROM json_each(?1))
+  AND coalesce(r.started_ms, a.first_ms) <= ?2 AND (?3 IS NULL OR coalesce(r.started_ms, a.first_ms) > ?3)
 """
-_OPEN_TOOLS = """
-SELECT run_id, tool_call_id FROM tool_calls INDEXED BY tool_calls_open
-WHERE status = 'running' AND run_id IN (SELECT value FROM json_each(?)) AND coalesce(started_ms, ended_ms) <= ?
+    tools = f"""
+SELECT t.run_id, t.tool_call_id FROM tool_calls AS t {index('tool_calls_open')}
+WHERE {where('t')} AND t.run_id IN (SELECT value FROM json_each(?1)) AND coalesce(t.started_ms, t.ended_ms) <= ?2
 """
-# A child dies with its gateway whether or not it wrote a line: the suspended sessions' own subagents (?1:
-# their keys) and those their runs spawned (?2), or their key when no line says whose the spawning run is.
-_OPEN_SUBAGENTS = f"""
-SELECT s.child_session_key FROM subagents AS s INDEXED BY subagents_open
+    # A child dies with its gateway whether or not it wrote a line: the suspended sessions' own subagents (?1:
+    # their keys) and those their runs spawned (?2), or their key when no line says whose the spawning run is.
+    subagents = f"""
+SELECT s.child_session_key FROM subagents AS s {index('subagents_open')}
 LEFT JOIN runs AS r ON r.run_id = s.parent_run_id LEFT JOIN run_activity AS a ON a.run_id = s.parent_run_id
-WHERE s.status = 'running' AND coalesce(s.spawned_ms, 0) <= ?3
+WHERE {where('s')} AND coalesce(s.spawned_ms, 0) <= ?3 AND (?4 IS NULL OR coalesce(s.spawned_ms, 0) > ?4)
   AND (s.child_session_key IN (SELECT value FROM json_each(?1)) OR {rollups.RUN_SESSION} IN (SELECT value FROM json_each(?2))
        OR ({rollups.RUN_SESSION} IS NULL AND s.parent_session_key IN (SELECT value FROM json_each(?1))))
 """
+    return runs, tools, subagents
+
+
+_CUT = _cut_off("running")
+_CUT_BACK = _cut_off("interrupted")
+
+
+def _new_process(seq: int, new: int, after_ms: int) -> bool:
+    """Whether ``new`` coming ``after_ms`` after ``seq`` is a new process's count. One counts from 0; a line
+    written out of order only steps back a little, which near a process's start is back to 0 too: there,
+    only time tells them apart."""
+    return new < seq and new <= seq // 2 and (seq - new > _MAX_REORDER or after_ms >= _COMEBACK_MS)
 
 
 def _json(values) -> str:
@@ -215,24 +256,45 @@ class _Log:
     new_seq: int | None = None  # and after it
     new_ms: int | None = None
     restarts: list[_Restart] = field(default_factory=list)
+    taken_back: dict[int, _Restart] = field(default_factory=dict)  # stored silences the line at each index undid
 
-    def find_restarts(self, idle_ms: int) -> None:
+    def find_restarts(self, idle_ms: int, stored: Callable[[int | None], _Restart | None]) -> None:
+        """``stored(ts)``: the log's latest restart in the ledger before the one whose first event was at ``ts``
+        (None: the latest of all), index -1."""
         seq, last = self.last_seq, self.last_ms
+        below = None  # the far end of the earliest stored restart taken back: those before it stand
         for i, f in enumerate(self.facts):
             ts = f.ts_ms
-            if last is not None:
-                if ts < last:
-                    continue  # older than what the log already showed (read late): says nothing about now
-                if f.seq is not None and seq is not None:
-                    # A new process counts from 0; a line written out of order only steps back a little,
-                    # which near a process's start is back to 0 too: there, only time tells them apart.
-                    if f.seq < seq and f.seq <= seq // 2 and (seq - f.seq > _MAX_REORDER or ts - last >= _COMEBACK_MS):
-                        self.restarts.append(_Restart(i, "seq", last, ts))
-                    # Silence is only silence when no line in between is missing (unread or lost).
-                    elif ts - last > idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
-                        self.restarts.append(_Restart(i, "idle", last, ts))
-                # Without a process counter (transcripts, hooks) a pause is a person pausing, not a
-                # gateway restarting: such logs never suspend anything.
+            # Without a process counter (transcripts, hooks) a pause is a person pausing, not a
+            # gateway restarting: such logs never suspend anything.
+            counted = last is not None and f.seq is not None and seq is not None
+            if last is not None and ts < last:
+                # Older than what the log already showed: read late, which says nothing about now. Unless it
+                # carries the count on (or starts it again: a new process) and is stamped within the idle time
+                # after the near end of the log's latest restart still standing, a silence: then its far end
+                # was stamped ahead of the clock (one stepped forward, then back) and the log was never silent.
+                # Its clock goes back with the line.
+                if not counted:
+                    continue
+                silence = self.restarts[-1] if self.restarts else stored(below) if self.id is not None else None
+                if silence is None or silence.cause != "idle" or not silence.last_ms < ts <= silence.last_ms + idle_ms:
+                    continue
+                new_process = _new_process(seq, f.seq, ts - silence.last_ms)
+                if not (new_process or seq < f.seq <= seq + _MAX_SEQ_STEP):
+                    continue
+                # The restart before it stands again, and may be undone in turn.
+                if self.restarts:
+                    self.restarts.pop()
+                else:
+                    self.taken_back[i], below = silence, silence.ts_ms
+                if new_process:  # the lines stamped ahead cannot say when the old one went: after the near end
+                    self.restarts.append(_Restart(i, "seq", silence.last_ms, ts))
+            elif counted:
+                if _new_process(seq, f.seq, ts - last):
+                    self.restarts.append(_Restart(i, "seq", last, ts))
+                # Silence is only silence when no line in between is missing (unread or lost).
+                elif ts - last > idle_ms and f.seq - seq <= _MAX_SEQ_STEP:
+                    self.restarts.append(_Restart(i, "idle", last, ts))
             if f.seq is not None:
                 seq = f.seq
             last = ts
@@ -281,7 +343,7 @@ class Lifecycle:
             log = by_name[name]
             log.id, log.last_seq, log.last_ms = log_id, last_seq, last_ms
         for log in self.logs:
-            log.find_restarts(self.idle_ms)
+            log.find_restarts(self.idle_ms, functools.cache(functools.partial(self._restart_before, log.id)))
         ids = self.named = {f.session_id for f in self.facts if f.session_id is not None}
         predecessors = {f.resumed_from for f in self.facts if type(f) is SessionStarted and f.resumed_from}
         self.successors = {old: (new, start) for new, old, start in conn.execute(_SUCCESSORS, (_json(ids),))}
@@ -294,6 +356,9 @@ class Lifecycle:
         for log in self.logs:
             if log.restarts and log.id is not None:
                 wanted |= {sid for (sid,) in conn.execute(_OPEN_IN_LOG, (log.id,))}
+            for silence in log.taken_back.values():
+                silence.suspended = [sid for (sid,) in conn.execute(_SILENCED, (silence.last_ms, log.id))]
+                wanted |= set(silence.suspended)
         self._load(wanted)
         self.links = predecessors | {new for new, _ in self.successors.values()} | {
             s.resumed_from for s in self.states.values() if s.resumed_from} | {
@@ -301,6 +366,11 @@ class Lifecycle:
         if self.links:
             self.links |= {sid for (sid,) in conn.execute(_KEYLESS_CHAIN, (_json(self.links), _MAX_CHAIN))}
         return self.links
+
+    def _restart_before(self, log_id: int, ts: int | None) -> _Restart | None:
+        for last_ms, ts_ms, cause in self.conn.execute(_RESTART_BEFORE, (log_id, ts)):
+            return _Restart(-1, cause, last_ms, ts_ms)
+        return None
 
     def _load(self, ids: set[str]) -> None:
         for sid, status, reason, key, resumed, log_id, start, away in self.conn.execute(_READ_STATES, (_json(ids),)):
@@ -342,6 +412,9 @@ class Lifecycle:
         self.touched |= {row[4] for row in changed}
         conn.executemany("UPDATE session_suspensions SET until_ms = ? WHERE session_id = ? AND until_ms IS NULL",
                          closed)
+        for log in self.logs:
+            for silence in log.taken_back.values():
+                self._take_back(log, silence)
         conn.executemany("INSERT OR REPLACE INTO session_suspensions (session_id, from_ms, until_ms, cause) "
                          "VALUES (?, ?, ?, ?)", suspensions)
         for log in self.logs:
@@ -422,7 +495,11 @@ class Lifecycle:
 
         for sid, ts in late.items():
             back(sid, self.states[sid], ts)
-        for log, restart, f in self._walk():
+        for log, taken_back, restart, f in self._walk():
+            for sid in taken_back.suspended if taken_back is not None else ():
+                s = self.states[sid]
+                if s.status in _AWAY and s.away_since == taken_back.last_ms:
+                    s.status, s.away_since, s.changed = "active", None, True
             if restart is not None:
                 for sid, s in self.states.items():
                     if s.status == "active" and s.log_id == log.id:
@@ -467,35 +544,52 @@ class Lifecycle:
                     end(sid, s, "subagent", ended_children[s.key])
         return [tuple(row) for row in suspensions], closed
 
-    def _walk(self) -> Iterator[tuple[_Log, _Restart | None, Fact]]:
-        """Every fact, log by log in batch order, with the restart its log saw just before it."""
+    def _walk(self) -> Iterator[tuple[_Log, _Restart | None, _Restart | None, Fact]]:
+        """Every fact, log by log in batch order, with the stored silence it showed was none and the restart
+        its log saw just before it."""
         for log in self.logs:
             at = {r.index: r for r in log.restarts}
             for i, f in enumerate(log.facts):
-                yield log, at.get(i), f
+                yield log, log.taken_back.get(i), at.get(i), f
 
     def _interrupt(self, restart: _Restart) -> None:
         """What the suspended sessions had open when their gateway went away cannot end any more."""
+        self.interrupted = [a + b for a, b in zip(self.interrupted, self._cut(restart, _CUT, None, "interrupted"))]
+
+    def _take_back(self, log: _Log, silence: _Restart) -> None:
+        """A silence of an earlier batch was none: its restart, the suspensions it began and what it cut off
+        go, as if never seen (the replay brought its sessions back)."""
+        conn = self.conn
+        conn.execute("DELETE FROM gateway_restarts WHERE log_id = ? AND ts_ms = ?", (log.id, silence.ts_ms))
+        conn.executemany("DELETE FROM session_suspensions WHERE session_id = ? AND from_ms = ? AND cause = 'idle'",
+                         [(sid, silence.last_ms) for sid in silence.suspended])
+        before = self._restart_before(log.id, silence.ts_ms)
+        self._cut(silence, _CUT_BACK, before and before.last_ms, "running")
+        self.touched |= set(silence.suspended)
+
+    def _cut(self, restart: _Restart, queries: tuple[str, str, str], since: int | None, status: str) -> list[int]:
+        """Set what ``queries`` find of the restart's suspended sessions to ``status``; returns how many runs,
+        tool calls and subagents."""
         if not restart.suspended:
-            return
+            return [0, 0, 0]
         conn, point = self.conn, restart.last_ms
         sessions = _json(restart.suspended)
-        runs = [r for (r,) in conn.execute(_OPEN_RUNS, (sessions, point))]
-        tools = [tuple(k) for k in conn.execute(_OPEN_TOOLS, (_json(runs), point))] if runs else []
+        runs_at, tools_at, subagents_at = queries
+        runs = [r for (r,) in conn.execute(runs_at, (sessions, point, since))]
+        tools = [tuple(k) for k in conn.execute(tools_at, (_json(runs), point))] if runs else []
         keys = {self.states[sid].key for sid in restart.suspended} - {None}
-        subagents = [k for (k,) in conn.execute(_OPEN_SUBAGENTS, (_json(keys), sessions, point))]
-        if not (runs or tools or subagents):
-            return
-        tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
-        tracker.before()
-        conn.executemany("UPDATE runs SET status = 'interrupted' WHERE run_id = ?", [(r,) for r in runs])
-        conn.executemany("UPDATE tool_calls SET status = 'interrupted' WHERE run_id = ? AND tool_call_id = ?", tools)
-        conn.executemany("UPDATE subagents SET status = 'interrupted' WHERE child_session_key = ?",
-                         [(k,) for k in subagents])
-        tracker.after([], [])
-        self.touched |= tracker.touched
-        for i, n in enumerate((len(runs), len(tools), len(subagents))):
-            self.interrupted[i] += n
+        subagents = [k for (k,) in conn.execute(subagents_at, (_json(keys), sessions, point, since))]
+        if runs or tools or subagents:
+            tracker = rollups.Tracker(conn, set(runs), set(tools), set(), set(subagents))
+            tracker.before()
+            conn.executemany("UPDATE runs SET status = ? WHERE run_id = ?", [(status, r) for r in runs])
+            conn.executemany("UPDATE tool_calls SET status = ? WHERE run_id = ? AND tool_call_id = ?",
+                             [(status, *k) for k in tools])
+            conn.executemany("UPDATE subagents SET status = ? WHERE child_session_key = ?",
+                             [(status, k) for k in subagents])
+            tracker.after([], [])
+            self.touched |= tracker.touched
+        return [len(runs), len(tools), len(subagents)]
 
     def _derive(self, tracker: rollups.Tracker) -> None:
         """Bring the key mapping and the compaction rows up to date from where the batch changed them."""
