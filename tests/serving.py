@@ -33,7 +33,8 @@ def copy_logs(src: Path, dst: Path) -> Path:
 
 
 def write_config(tmp_path: Path, root: Path, fmt: str = "oc-telemetry", extra: str = GATES, *,
-                 rescan_s: float = 0.2, state_dir: Path | None = None, flush_interval_s: float = 5.0) -> Path:
+                 rescan_s: float = 0.2, state_dir: Path | None = None, flush_interval_s: float = 5.0,
+                 max_entries: int = 128) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(f"""
 db = "{tmp_path / 'ledger.db'}"
@@ -45,6 +46,7 @@ listen = "127.0.0.1:0"
 [store]
 state_dir = "{state_dir or tmp_path / 'state'}"
 flush_interval_s = {flush_interval_s}
+max_entries = {max_entries}
 
 [[sources]]
 format = "{fmt}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -250,6 +251,47 @@ def test_an_agent_day_gate_applies_to_sessions_the_ledger_does_not_know_yet(tmp_
         # An OpenClaw session asked about before the ledger holds it is its key's agent's.
         assert served.get("/v1/gate?session_key=agent:claude-code:fresh&tool=exec")[1]["decision"] == "block"
         assert served.get("/v1/gate?session_key=agent:main:fresh&tool=exec")[1]["decision"] == "allow"
+    finally:
+        served.stop()
+
+
+def test_a_sessions_gate_value_never_goes_back_with_more_busy_sessions_than_memory_holds(tmp_path):
+    """With one view in memory for three sessions spending at once, a question could put a view read before
+    a commit in memory as the commit's own: the value a gate measured went back a call now and then."""
+    root = tmp_path / "logs"
+    logs = LogDir(root)
+    gates = '[[gates]]\nname = "tok"\nscope = "session"\nmetric = "tokens"\nlimit = 1\naction = "warn"\n'
+    served = serve(write_config(tmp_path, root, extra=gates, rescan_s=0.05, max_entries=1))
+    spent = dict.fromkeys("abc", 0)
+    done = threading.Event()
+
+    def spend() -> None:
+        n = 0
+        while not done.is_set():
+            n += 1
+            session = "abc"[n % 3]
+            logs.append(llm(n, 0.001, session=session))
+            spent[session] += 10
+            time.sleep(0.002)
+
+    def watch(session: str) -> list[int]:
+        seen = []
+        while not done.is_set():
+            seen.append(served.get(f"/v1/gate?session_key=agent:main:{session}&tool=exec")[1]["value"] or 0)
+        return seen
+
+    try:
+        with ThreadPoolExecutor(5) as pool:
+            writer = pool.submit(spend)
+            watched = [pool.submit(watch, s) for s in "abcab"]
+            time.sleep(3)
+            done.set()
+            writer.result()
+            back = [(before, after) for w in watched for before, after in itertools.pairwise(w.result())
+                    if after < before]
+        assert back == []
+        for session, tokens in spent.items():
+            wait_for(lambda: served.get(f"/v1/gate?session_key=agent:main:{session}&tool=exec")[1]["value"] == tokens)
     finally:
         served.stop()
 

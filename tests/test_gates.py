@@ -51,13 +51,14 @@ def tool_end(n: int, name: str = "exec", *, error: bool = False, session: str = 
 class Ledger:
     """A ledger, its hot views and gate keeper, fed one ``add`` (one committed batch) at a time."""
 
-    def __init__(self, tmp_path: Path, gates: list[dict], tz: str = "UTC", now_ms: int = NOW_MS):
+    def __init__(self, tmp_path: Path, gates: list[dict], tz: str = "UTC", now_ms: int = NOW_MS,
+                 max_entries: int = 128):
         self.root = tmp_path / "state"
         self.logs = {}
         self.db = tmp_path / "ledger.db"
         self.conn = open_writer(self.db)
         self.writer = LedgerWriter(self.conn)
-        self.hot = HotSessions(tmp_path / "hot", flush_interval_s=0)
+        self.hot = HotSessions(tmp_path / "hot", flush_interval_s=0, max_entries=max_entries)
         self.readers = ReaderPool(self.db)
         self.keeper = GateKeeper(tuple(GateConfig(**g) for g in gates), self.hot, self.readers, ZoneInfo(tz),
                                  clock=lambda: now_ms / 1000)
@@ -130,6 +131,32 @@ def test_a_question_asked_after_a_commit_before_memory_follows_it_measures_the_c
     assert ledger.ask().reason == "session agent:main:s1 spent $3.50 of its $3.00 budget (gate session-cost)"
     with ledger.readers.connection() as conn:
         assert ledger.hot.lookup(conn, "agent:main:s1").own.cost_pico == 3_500_000_000_000
+
+
+def test_a_view_a_question_read_before_a_commit_is_not_taken_for_the_commits(ledger_with, monkeypatch):
+    """More busy sessions than memory holds: the refresh after a commit leaves out a session it has no room
+    for; a question that began reading before the commit put that session's view in memory before memory
+    moved, and it was trusted as the commit's: the session over its budget was allowed, commit after commit."""
+    ledger = ledger_with([gate(name="cost", limit=1.0)], max_entries=1)
+    ledger.add(llm(1, 0.5, session="a", ts=NOW_MS - 5000), llm(2, 0.5, session="b", ts=NOW_MS - 4000))
+    assert ledger.ask("agent:main:a").decision == "allow"  # a's view is the one memory holds
+    read = ledger.hot.read
+    with ledger.readers.connection() as question, monkeypatch.context() as m:
+        question.execute("BEGIN")
+        queries.ledger_position(question)  # the question reads the ledger from here on, as it is before the commit
+
+        def read_then_question_puts_b(conn, sessions):
+            views = read(conn, sessions)
+            ledger.hot.lookup(question, "agent:main:b")
+            return views
+
+        m.setattr(ledger.hot, "read", read_then_question_puts_b)
+        ledger.add(llm(3, 0.7, session="b", ts=NOW_MS - 3000))
+        question.execute("COMMIT")
+    blocked = "session agent:main:b spent $1.20 of its $1.00 budget (gate cost)"
+    assert ledger.ask("agent:main:b").reason == blocked
+    ledger.add(llm(4, 0.1, session="a", ts=NOW_MS - 2000))  # a commit that leaves b alone
+    assert ledger.ask("agent:main:b").reason == blocked
 
 
 def test_zero_cost_calls_never_trip_a_cost_gate(ledger_with):

@@ -361,7 +361,7 @@ class GateKeeper:
                 if call_id in self._unrecorded and self._unrecorded[call_id].recorded_at is None:
                     self._let_go(call_id)
 
-    def advance(self, position: int, views: dict[str, HotSession] | None = None) -> None:
+    def advance(self, position: int, views: dict[str, HotSession | None] | None = None) -> None:
         """Memory moves to ledger position ``position``: ``views`` are those ``HotSessions.read`` read there of
         the sessions the transactions since the last move changed (None: not read, as while catching up:
         every view is checked again before it is trusted). Memory only: questions wait for it."""

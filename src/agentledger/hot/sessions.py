@@ -141,9 +141,10 @@ class HotSessions:
                 self._fresh.clear()
                 self.position = position
 
-    def read(self, conn: apsw.Connection, session_ids: Iterable[str]) -> dict[str, HotSession]:
+    def read(self, conn: apsw.Connection, session_ids: Iterable[str]) -> dict[str, HotSession | None]:
         """The views of sessions a committed transaction changed (and of their ancestors), read on the
-        connection that committed it, right after: at its position exactly.
+        connection that committed it, right after: at its position exactly. Every key such a view may be
+        held under is there, None where it was not read.
 
         Only views held in memory, or that fit beside them: evicting one view to make room for
         another, every pass, would churn the LRU that lookups keep; the others are built from
@@ -155,21 +156,26 @@ class HotSessions:
         keys, aliases = queries.session_keys_of(conn, ids)
         # A view asked for by session id (as Claude Code's hooks ask) is held under the id: it is
         # brought up to date as long as it is held, but never made room for.
-        keys = [key for key in keys if self.store.fits(key)] + \
+        held = [key for key in keys if self.store.fits(key)] + \
             [sid for sid in aliases - keys if self.store.has(sid) and self.store.fits(sid)]
-        return {key: _from_ledger(view) for key, view in queries.hot_sessions(conn, keys).items()}
+        found = queries.hot_sessions(conn, held)
+        return {key: _from_ledger(found[key]) if key in found else None for key in keys | aliases}
 
-    def apply(self, views: dict[str, HotSession], position: int) -> None:
+    def apply(self, views: dict[str, HotSession | None], position: int) -> None:
         """Put the views ``read`` at ``position`` and move the memory there, at once for every reader: the
-        views it did not read are those the transactions up to ``position`` left as they were. Memory only
+        views it did not name are those the transactions up to ``position`` left as they were. Memory only
         (and a file write when flush_interval_s is 0), so the gate questions that wait for it wait little."""
         with self._lock:
             if self.position is None:  # the views trusted so far were read anywhere
                 self.stale(position)
             self.position = position
             for key, hot in views.items():
-                if self.store.fits(key):  # the views put before it may have filled the room left
+                if hot is not None and self.store.fits(key):  # the views put before it may have filled the room
                     self._put_view(key, hot, position)
+                else:
+                    # Not read here, yet maybe put since by a question that read it before the commit (room
+                    # it had not when read() looked): trusted, it would pass for the view at ``position``.
+                    self._fresh.discard(key)
 
     def expire(self, now_ms: int | None = None) -> list[str]:
         """Drop views of sessions that ended longer than the grace ago."""
