@@ -262,6 +262,22 @@ def test_unknown_sessions_are_allowed_and_told_why(ledger_with):
     assert ledger.ask("agent:main:nobody").reason == d.reason
 
 
+def test_what_lets_a_call_through_while_catching_up_says_the_logs_are_still_being_read(ledger_with):
+    """A known session was answered from a backlog read in part as if it were all: "within every gate"."""
+    ledger = ledger_with([gate(name="soft", action="warn", limit=1.0), gate(name="hard", limit=2.0)])
+    ledger.add(llm(1, 0.5, session="s1"), llm(2, 1.25, session="s2"), llm(3, 2.5, session="s3"))
+    LiveState(ledger.conn, ledger.hot, ledger.keeper)  # as serve starts: following nothing yet
+    reasons = {s: ledger.ask(f"agent:main:{s}").reason for s in ("s1", "s2", "s3")}
+    assert reasons == {
+        "s1": "within every gate: the logs are still being read",
+        "s2": "session agent:main:s2 spent $1.25 of its $1.00 budget (gate soft): the logs are still being read",
+        "s3": "session agent:main:s3 spent $2.50 of its $2.00 budget (gate hard)",  # more read cannot lift a block
+    }
+    ledger.live.caught_up()
+    assert ledger.ask("agent:main:s1").reason == "within every gate"
+    assert ledger.ask("agent:main:s2").reason == "session agent:main:s2 spent $1.25 of its $1.00 budget (gate soft)"
+
+
 def test_the_family_scope_adds_subagents_spend(ledger_with):
     ledger = ledger_with([gate(name="own", limit=3.0), gate(name="family", scope="session-family", limit=3.0)])
     child = "agent:main:subagent:abc"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import re
 import select
 import shutil
@@ -413,16 +414,20 @@ def test_health_and_readiness(api):
     assert get(f"{api}/readyz") == (200, {"ready": True})  # the fixture waited for the catch-up
 
 
-def test_not_ready_while_catching_up(tmp_path):
+def test_not_ready_while_catching_up_and_gates_say_the_logs_are_still_being_read(tmp_path):
+    """A gate answered from a backlog read in part let a session through that the rest of it put over its
+    budget: what lets a call through says the logs are still being read, of a known session as of one not
+    read yet."""
     from logwriter import LogDir, llm_call
 
     logs = LogDir(tmp_path / "state")
     with open(logs.live, "wb") as f:
         for n in range(1, 150_001):
-            f.write(llm_call(n))
+            f.write(llm_call(n))  # $0.15 in all, over the budget from two thirds of the backlog on
+    gates = [{"name": "sc", "scope": "session", "metric": "cost_usd", "limit": 0.1}]
     proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--db", str(tmp_path / "l.db"), "serve",
                              "--listen", "127.0.0.1:0", str(logs.root)], stderr=subprocess.PIPE, text=True,
-                            cwd=REPO)
+                            cwd=REPO, env={**os.environ, "AGENTLEDGER_GATES": json.dumps(gates)})
     try:
         address = None
         while address is None:
@@ -433,10 +438,19 @@ def test_not_ready_while_catching_up(tmp_path):
         status, body = get(f"{address}/readyz")
         assert (status, body) == (503, {"ready": False, "reason": "catching up"})
         assert get(f"{address}/healthz")[0] == 200
+        assert get(f"{address}/v1/gate?session_key=agent:main:nobody&tool=exec")[1]["reason"] == \
+            "unknown session 'agent:main:nobody': the logs are still being read: no session gate applies"
+        allowed = set()
         deadline = time.monotonic() + 120
         while get(f"{address}/readyz")[0] != 200:
             assert time.monotonic() < deadline
-            time.sleep(0.2)
+            answer = get(f"{address}/v1/gate?session_key=agent:main:s1&tool=exec")[1]
+            if answer["decision"] == "allow" and answer["session_id"]:
+                allowed.add(answer["reason"])
+            time.sleep(0.05)
+        assert allowed == {"within every gate: the logs are still being read"}
+        assert get(f"{address}/v1/gate?session_key=agent:main:s1&tool=exec")[1]["reason"] == \
+            "session agent:main:s1 spent $0.15 of its $0.10 budget (gate sc)"
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -36,6 +36,8 @@ _NOUNS = {"tokens": "tokens", "tool_calls": "tool calls", "llm_calls": "LLM call
 _UNRECORDED_S = 3600.0
 _RECENT = 4096  # recorded calls whose answers are kept for a hook sent again
 _COUNTED = ("tool_calls", "tool_errors")  # the measures a tool call answered here moves before it is recorded
+# Told with what lets a call through while a catch-up reads the backlog: what is not read yet is not measured.
+_UNREAD = ": the logs are still being read"
 
 # The histogram's start time would be served, in Prometheus' text format, as a gauge family of its own
 # (agentledger_gate_check_duration_seconds_created) that no dashboard asks for.
@@ -290,7 +292,8 @@ class GateKeeper:
         # (position, ids asked, {id: failed} of those the ledger held there), last read
         self._told: tuple[int, set[str], dict[str, bool]] = (-1, set(), {})
         self._calls = threading.Lock()  # one question (and a tool call's count) at a time: parallel calls queue
-        # While a catch-up reads the backlog (LiveState), a session the ledger does not know may be one not read yet.
+        # While a catch-up reads the backlog (LiveState), what is not read yet is not measured: a session the
+        # ledger does not know may be one of it.
         self.catching_up = False
         self.checks = Histogram("agentledger_gate_check_duration_seconds", "Time to answer one gate question.",
                                 registry=None, buckets=_CHECK_BUCKETS)
@@ -389,6 +392,8 @@ class GateKeeper:
         waiting entry comes with it. ``parent_key``: as ``decide_call``'s."""
         now_ms = int(self.clock() * 1000)
         day = self._day_bounds(now_ms)[0]
+        # Taken before measuring: a catch-up that ends meanwhile still left the measure short.
+        unread = _UNREAD if self.catching_up else ""
         with self.readers.connection() as conn:
             at = _At(conn, self.position)
             try:
@@ -403,15 +408,15 @@ class GateKeeper:
         tripped.sort(key=lambda t: t[0].action != "block")  # stable: config order within an action
         if tripped:
             gate, value, who, unknown = tripped[0]
-            decision = Decision(gate.action, _reason(gate, who, value, self.zone.key, unknown), gate.name, gate.scope,
-                                gate.metric, value, _limit(gate), **base)
+            # A block stands whatever the rest of the logs hold; a warning may be short of a block.
+            reason = _reason(gate, who, value, self.zone.key, unknown) + (unread if gate.action == "warn" else "")
+            decision = Decision(gate.action, reason, gate.name, gate.scope, gate.metric, value, _limit(gate), **base)
         elif session_key and state is None and parent is None:
-            unread = ": the logs are still being read" if self.catching_up else ""
             decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
         elif not applicable:
             decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
         else:
-            decision = Decision("allow", _within(unpriced), **base)
+            decision = Decision("allow", _within(unpriced) + unread, **base)
         self._tell(decision)
         if call_id is None:
             return decision, None
