@@ -225,6 +225,35 @@ def test_globs_given_other_than_as_a_list_say_to_give_a_list(tmp_path, key, valu
     assert getattr(load(path, env={}).gates[0], key) == tuple(re.findall(r'"(.*?)"', fix))
 
 
+@pytest.mark.parametrize(("given", "message", "fix"), [
+    # Was pydantic's "String should have at least 1 character", with no fix.
+    ('name = ""\nlimit = 2', 'gates[0].name: is empty: give the gate a name, e.g. name = "session-cost"',
+     'name = "session-cost"\nlimit = 2'),
+    ('name = " "\nlimit = 2', 'gates[0].name: is empty: give the gate a name, e.g. name = "session-cost"',
+     'name = "session-cost"\nlimit = 2'),
+    # Accepted, each made a gate that never applied, without a word.
+    ('name = "a"\nlimit = 2\ntools = []', "gates[0].tools: is empty, so the gate applies to no tool: leave the key "
+                                          "out to apply it to every one", 'name = "a"\nlimit = 2'),
+    ('name = "a"\nlimit = 2\nagents = []', "gates[0].agents: is empty, so the gate applies to no agent: leave the "
+                                           "key out to apply it to every one", 'name = "a"\nlimit = 2'),
+    # Accepted, 2.5 tool calls let 2 through and were told as "of its 2 limit".
+    ('name = "a"\nlimit = 2.5', "gates[0].limit: must be a whole number, as tool_calls is a count: e.g. limit = 2 "
+                                "or limit = 3", 'name = "a"\nlimit = 3'),
+    ('name = "a"\nlimit = 0.5', "gates[0].limit: must be a whole number, as tool_calls is a count: e.g. limit = 1",
+     'name = "a"\nlimit = 1'),
+])
+def test_a_gate_that_names_nothing_or_counts_in_fractions_is_refused_with_the_fix(tmp_path, given, message, fix):
+    path = tmp_path / "c.toml"
+    gate = '[[gates]]\nscope = "session"\nmetric = "tool_calls"\n'
+    path.write_text(f"{gate}{given}\n")
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert (ran.returncode, ran.stdout) == (2, "")
+    assert ran.stderr == f"agentledger: invalid config: {message} (from {path})\n"
+    path.write_text(f"{gate}{fix}\n")  # the fix it names loads
+    assert load(path, env={}).gates[0].tools == ("*",)
+
+
 def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
     shown = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config_file), "config", "show"],
                            capture_output=True, text=True, cwd=REPO)
@@ -449,8 +478,9 @@ def test_a_path_holding_a_nul_is_refused_naming_the_key_its_origin_and_the_fix(t
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text())
 def test_show_loads_back_any_text(tmp_path, text):
+    name = text if text.strip() else "g"  # a blank one is refused: it names no gate
     cfg = Config(db=Path("/nonexistent") / f"l{text.replace(chr(0), '')}.db",  # no path holds a NUL
-                 gates=[{"name": text or "g", "scope": "session", "metric": "tokens", "limit": 1}])
+                 gates=[{"name": name, "scope": "session", "metric": "tokens", "limit": 1}])
     path = tmp_path / "shown.toml"
     path.write_text(to_toml(cfg), encoding="utf-8")
     assert load(path, env={}) == cfg

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import os
 import stat
 import tomllib
@@ -319,13 +320,31 @@ METRICS = ("cost_usd", "tokens", "tool_calls", "llm_calls", "tool_errors")
 
 
 class GateConfig(_Strict):
-    name: str = Field(min_length=1)
+    name: str
     scope: Literal[SCOPES]  # type: ignore[valid-type]
     metric: Literal[METRICS]  # type: ignore[valid-type]
     limit: _Number = Field(gt=0)
     action: Literal["block", "warn"] = "block"
     tools: tuple[str, ...] = ("*",)  # shell-style globs of tool names
     agents: tuple[str, ...] = ("*",)  # globs of the asking session's agent id ("" when unknown)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        # Every decision and metric names its gate: a blank name would name none.
+        if not v.strip():
+            raise ValueError('is empty: give the gate a name, e.g. name = "session-cost"')
+        return v
+
+    @field_validator("limit")
+    @classmethod
+    def _whole(cls, v: float, info: ValidationInfo) -> float:
+        # A count trips at the next whole number: 2.5 tool calls let 2 through, and was shown as a limit of 2.
+        metric = info.data.get("metric")
+        if metric is not None and metric != "cost_usd" and v != int(v):
+            whole = " or ".join(f"limit = {n}" for n in sorted({max(math.floor(v), 1), math.ceil(v)}))
+            raise ValueError(f"must be a whole number, as {metric} is a count: e.g. {whole}")
+        return v
 
     @field_validator("tools", "agents", mode="before")
     @classmethod
@@ -334,6 +353,9 @@ class GateConfig(_Strict):
         if not isinstance(v, (list, tuple)):
             example = [v] if isinstance(v, str) else ["*"]
             raise ValueError(f"must be a list of globs, e.g. {info.field_name} = {_toml_value(example)}")
+        if not v:  # a gate that could never apply, configured without a word
+            raise ValueError(f"is empty, so the gate applies to no {info.field_name[:-1]}: leave the key out to apply "
+                             f"it to every one")
         return v
 
 

@@ -130,7 +130,7 @@ def _places(limit: float) -> int:
 
 
 def _limit(gate: GateConfig) -> float | int:
-    return gate.limit if gate.metric == "cost_usd" or gate.limit != int(gate.limit) else int(gate.limit)
+    return gate.limit if gate.metric == "cost_usd" else int(gate.limit)  # a count's is whole (see GateConfig)
 
 
 def _unpriced(n: int) -> str:
