@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -191,7 +192,8 @@ action = "block"
     served = serve(config)
     try:
         _, gate = http_get(served.url, "/v1/gate?session_key=agent:main:s1&tool=exec")
-        pages = [_fetch(f"{served.url}/ui?refresh=0{tz}")[2] for tz in ("", f"&tz={page_zone}")]
+        # quoted: a zone west of UTC is Etc/GMT+N, whose "+" a query string reads as a space
+        pages = [_fetch(f"{served.url}/ui?refresh=0{tz}")[2] for tz in ("", f"&tz={urllib.parse.quote(page_zone)}")]
     finally:
         served.stop()
     assert gate["decision"] == "allow"
