@@ -122,6 +122,9 @@ def test_forecast_endpoint_projects_the_trip_of_a_steady_session(daemon):
     assert session["rate_per_hour"] == pytest.approx(12.0, rel=0.05)
     assert session["trips_in_s"] == pytest.approx(900, rel=0.05)  # $3 left at $12/h
     assert gates["agent-calls"]["rate_per_hour"] == pytest.approx(240, rel=0.05)  # 40 calls in 10 minutes
+    # A count's limit is whole, as a gate decision tells it: the forecast told 100000.0.
+    assert (gates["agent-calls"]["limit"], type(gates["agent-calls"]["limit"])) == (100000, int)
+    assert type(gates["agent-calls"]["headroom"]) is int
     # At this pace the day's budget starts again long before it would be reached.
     assert (gates["fleet-day"]["resets_first"], gates["fleet-day"]["trips_in_s"]) == (True, None)
 

@@ -14,7 +14,7 @@ import apsw
 import numpy as np
 
 from agentledger.config import GateConfig
-from agentledger.gates import day_bounds, exact, matches, measure, threshold
+from agentledger.gates import day_bounds, exact, matches, measure, shown_limit, threshold
 from agentledger.ledger import queries
 from agentledger.timeutil import iso
 from agentledger.units import PICO_PER_USD
@@ -151,9 +151,10 @@ class Forecaster:
         if resets_first:
             eta = None  # the day's budget starts again before the pace would reach it
         priced = gate.metric == "cost_usd"  # only a cost leaves out the calls with no price
+        limit = shown_limit(gate)
         return {"gate": gate.name, "scope": gate.scope, "metric": gate.metric, "action": gate.action,
-                "limit": gate.limit, "value": value, "unpriced_calls": totals["unpriced_calls"] if priced else 0,
-                "headroom": round(max(gate.limit - value, 0.0), 6),
+                "limit": limit, "value": value, "unpriced_calls": totals["unpriced_calls"] if priced else 0,
+                "headroom": round(max(limit - value, 0), 6),
                 "used": round(value / gate.limit, 6), "tripped": exact(totals, gate.metric) >= threshold(gate),
                 "rate_per_hour": None if trend is None else round(trend, 6),
                 "recent_unpriced_calls": unpriced_in(act, self.now_ms, self.window_ms) if priced else 0,

@@ -129,7 +129,7 @@ def _places(limit: float) -> int:
     return next((places for places in range(2, 6) if round(limit, places) == limit), 6)
 
 
-def _limit(gate: GateConfig) -> float | int:
+def shown_limit(gate: GateConfig) -> float | int:
     return gate.limit if gate.metric == "cost_usd" else int(gate.limit)  # a count's is whole (see GateConfig)
 
 
@@ -410,7 +410,7 @@ class GateKeeper:
             gate, value, who, unknown = tripped[0]
             # A block stands whatever the rest of the logs hold; a warning may be short of a block.
             reason = _reason(gate, who, value, self.zone.key, unknown) + (unread if gate.action == "warn" else "")
-            decision = Decision(gate.action, reason, gate.name, gate.scope, gate.metric, value, _limit(gate), **base)
+            decision = Decision(gate.action, reason, gate.name, gate.scope, gate.metric, value, shown_limit(gate), **base)
         elif session_key and state is None and parent is None:
             decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
         elif not applicable:
