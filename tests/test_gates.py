@@ -322,6 +322,24 @@ def test_a_spawn_read_while_the_daemon_was_down_moves_the_recovered_family(ledge
     assert again.lookup(ledger.conn, "agent:main:s1").family.cost_pico == 2_200_000_000_000
 
 
+def test_a_subagent_s_spend_read_while_the_daemon_was_down_moves_the_recovered_family(ledger_with, tmp_path):
+    """The parent's own sums did not move, one of its subagents' did: its view from before is not trusted."""
+    ledger = ledger_with([gate(name="fam", scope="session-family", limit=5.0)])
+    ledger.add(llm(1, 0.10), spawn(2, "agent:main:subagent:c1", run="run-s1"),
+               spawn(3, "agent:main:subagent:c2", run="run-s1"), llm(4, 0.5, session="subagent:c1"),
+               llm(5, 0.5, session="subagent:c2"))
+    assert ledger.ask().decision == "allow"
+    ledger.hot.close()
+    ledger.pipeline.after_commit = None  # the daemon is down
+    for n, child in ((6, "c1"), (7, "c2")):
+        ledger.add(llm(n, 1.0, session=f"subagent:{child}"))
+        again = HotSessions(tmp_path / "hot")
+        assert again.validate(ledger.conn) == 2, child  # the parent's view and the child's
+        assert again.lookup(ledger.conn, "agent:main:s1").family.cost_pico == (n - 4) * 1_000_000_000_000 + \
+            100_000_000_000, child
+        again.close()
+
+
 def test_an_earlier_instances_family_ends_where_its_successor_began(ledger_with):
     ledger = ledger_with([gate(name="fam-cost", scope="session-family", limit=2.0)])
     for n, (sid, resumed, own, child, spent) in enumerate([("S1", {}, 0.8, "c1", 0.9),

@@ -694,6 +694,57 @@ def test_a_large_family_s_costs_add_up_in_subagents_tree_and_session(tmp_path):
         {key: own[key] for key in kids[_ROOT]}
 
 
+def _logged_usage(log: _HookLog) -> dict[str, tuple[int, int]]:
+    """(model calls, tokens) each session key's lines tell, snapshots' tokens included: reckoned from the log."""
+    import orjson
+
+    usage: dict[str, tuple[int, int]] = {}
+    for line in log.lines:
+        e = orjson.loads(line)
+        calls, tokens = usage.get(e["sessionKey"], (0, 0))
+        if e["kind"] == "llm.call":
+            usage[e["sessionKey"]] = (calls + 1, tokens + e["data"]["delta"]["total"])
+        elif e["kind"] == "usage.snapshot":
+            usage[e["sessionKey"]] = (calls, tokens + e["data"]["usage"]["total"])
+    return usage
+
+
+def test_the_hot_views_of_a_family_of_thousands_are_the_sums_of_their_subtrees(tmp_path):
+    """What gates measure: each view's family is its own spend plus every subagent's below it, at any depth,
+    snapshot fallbacks and unpriced calls included; the refresh after a grandchild's batch reads it and its
+    ancestors, and a view asked for by session id is the one asked for by key."""
+    from agentledger.hot.sessions import HotSessions
+
+    log, own, kids = _family(2_000)
+    usage = _logged_usage(log)
+
+    def subtree(key: str) -> tuple[int, int, int, int]:
+        calls, tokens = usage[key]
+        below = [subtree(kid) for kid in kids[key]]
+        return (own[key][0] + sum(b[0] for b in below), own[key][1] + sum(b[1] for b in below),
+                calls + sum(b[2] for b in below), tokens + sum(b[3] for b in below))
+
+    def figures(totals) -> tuple[int, int, int, int]:
+        return totals["cost_pico"], totals["unpriced_calls"], totals["llm_calls"], totals["total_tokens"]
+
+    conn = open_reader(log.ledger(tmp_path))
+    try:
+        views = queries.hot_sessions(conn, [*own, "S-" + _ROOT])
+        grandchild = "agent:main:subagent:c3:g2"
+        refreshed = HotSessions(tmp_path / "hot").read(conn, ["S-" + grandchild])
+        detail = queries.session_detail(conn, _ROOT)
+    finally:
+        conn.close()
+    assert len(own) == 3_333
+    assert {key: (figures(views[key]), figures(views[key]["family"])) for key in own} == \
+        {key: ((*own[key], *usage[key]), subtree(key)) for key in own}
+    assert views["S-" + _ROOT] == views[_ROOT]
+    assert round(detail["family_cost_usd"] * _PICO) == views[_ROOT]["family"]["cost_pico"]
+    assert set(refreshed) == {grandchild, "agent:main:subagent:c3", _ROOT}
+    assert {key: (hot.family.cost_pico, hot.family.unpriced_calls) for key, hot in refreshed.items()} == \
+        {key: subtree(key)[:2] for key in refreshed}
+
+
 def _statements(db: Path) -> dict[str, int]:
     """How many statements each family read runs."""
     conn = open_reader(db)
@@ -703,7 +754,8 @@ def _statements(db: Path) -> dict[str, int]:
     try:
         for name, read in (("subagents", lambda: queries.subagents(conn, queries.Window())),
                            ("tree", lambda: queries.tree(conn, _ROOT)),
-                           ("session", lambda: queries.session_detail(conn, _ROOT))):
+                           ("session", lambda: queries.session_detail(conn, _ROOT)),
+                           ("hot view", lambda: queries.hot_sessions(conn, [_ROOT, "S-" + _ROOT]))):
             ran.clear()
             read()
             counts[name] = len(ran)
@@ -730,6 +782,7 @@ def test_a_subagent_cycle_still_ends_with_finite_totals(tmp_path):
         node = queries.tree(conn, a)
         d = queries.session_detail(conn, a)
         rows = queries.subagents(conn, queries.Window())
+        hot = queries.hot_session(conn, a)
     finally:
         conn.close()
     assert [c["session_key"] for c in node["children"]] == [b] and node["children"][0]["children"] == []
@@ -737,6 +790,7 @@ def test_a_subagent_cycle_still_ends_with_finite_totals(tmp_path):
     assert {r["child_session_key"]: (r["cost_usd"], r["unpriced_calls"]) for r in rows} == {a: (0.5, 0), b: (0.25, 1)}
     # The cycle back to the session is not its cost a second time.
     assert (d["family_cost_usd"], d["family_unpriced_calls"]) == (0.75, 1)
+    assert (hot["family"]["cost_pico"], hot["family"]["unpriced_calls"]) == (750_000_000_000, 1)
 
 
 def test_metric_labels_are_capped_to_top_n(corpus_db, oc_expected):
