@@ -1216,26 +1216,40 @@ SELECT j.value, s.session_id, s.session_key, s.agent_id, s.status, coalesce(s.st
 FROM json_each(?1) AS j JOIN sessions AS s ON s.session_id = j.value
 WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = j.value)
 """
-# For each [key, session key, session id]: the subagent sessions that instance spawned while it was its
-# key's current one (as `session ID` and `tree ID` count them), and the ones those spawned, at any depth;
-# a malformed log cannot loop here: UNION drops pairs already seen.
-_FAMILIES = f"""
-WITH RECURSIVE roots(key, session_key, session_id) AS (
-    SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)
-), fam(key, k) AS (
-    SELECT r.key, subagents.child_session_key FROM roots AS r
+# For each [session key, session id] of an instance (its root): the subagent sessions that instance spawned
+# while it was its key's current one (as `session ID` and `tree ID` count them), and the ones those spawned,
+# at any depth; a malformed log cannot loop here: UNION drops pairs already seen. The family is read from its
+# root outwards (CROSS JOIN keeps that order): its size, not the ledger's, is what it costs.
+_FAMILY = f"""
+WITH RECURSIVE roots(session_key, session_id) AS (
+    SELECT value ->> 0, value ->> 1 FROM json_each(?)
+), fam(root, root_key, k) AS (
+    SELECT r.session_id, r.session_key, subagents.child_session_key FROM roots AS r
     JOIN subagents ON subagents.parent_session_key = r.session_key
     WHERE {_spawned_by_instance("m.session_id = r.session_id")}
     UNION
-    SELECT fam.key, a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
+    SELECT fam.root, fam.root_key, a.child_session_key FROM subagents AS a JOIN fam ON a.parent_session_key = fam.k
+), kin(root, session_id) AS (
+    SELECT fam.root, s.session_id FROM fam CROSS JOIN sessions AS s ON s.session_key = fam.k
+    WHERE s.session_key != fam.root_key
+)"""
+_FAMILIES = _FAMILY + "SELECT session_id FROM kin"
+# Per root: its own totals (in_family 0) and its family's (1), snapshot fallbacks included, each with the
+# last change of the instances summed. Summed here rather than row by row in Python: a family of tens of
+# thousands is one row out, not one per subagent. A position has one commit, so one mark: the mark beside
+# the greatest position (the row max() picks) is that commit's.
+_FAMILY_TOTALS = _FAMILY + f""", members(root, in_family, session_id) AS MATERIALIZED (
+    SELECT session_id, 0, session_id FROM roots UNION ALL SELECT root, 1, session_id FROM kin
 )
-SELECT fam.key, s.session_id FROM fam JOIN roots AS r ON r.key = fam.key
-JOIN sessions AS s ON s.session_key = fam.k WHERE s.session_key != r.session_key
-"""
-_INSTANCE_TOTALS = f"""
-SELECT j.value, {', '.join(f'coalesce(t.{c}, 0)' for c in _HOT_TOTALS)}, coalesce(c.seq, 0), coalesce(c.mark, '')
-FROM json_each(?) AS j LEFT JOIN session_totals AS t ON t.session_id = j.value
-LEFT JOIN session_changes AS c ON c.session_id = j.value
+SELECT root, in_family, {', '.join(f'coalesce(sum({c}), 0)' for c in _HOT_TOTALS)}, max(seq), mark FROM (
+    SELECT m.root, m.in_family, {', '.join(f't.{c}' for c in _HOT_TOTALS)},
+           coalesce(c.seq, 0) AS seq, coalesce(c.mark, '') AS mark
+    FROM members AS m LEFT JOIN session_totals AS t ON t.session_id = m.session_id
+    LEFT JOIN session_changes AS c ON c.session_id = m.session_id
+    UNION ALL
+    SELECT m.root, m.in_family, {', '.join(f'f.{c}' if c in FALLBACK_COLUMNS else '0' for c in _HOT_TOTALS)}, NULL, NULL
+    FROM members AS m CROSS JOIN session_fallback_costs AS f ON f.session_id = m.session_id
+) GROUP BY root, in_family
 """
 _CURRENT_RUNS = """
 SELECT session_id, run_id FROM (
@@ -1276,35 +1290,23 @@ def current_instances(conn: apsw.Connection, keys: list[str]) -> dict[str, str]:
 
 
 def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
-    """``hot_session`` of many keys in six queries, however many: the daemon refreshes every
+    """``hot_session`` of many keys in four queries, however many: the daemon refreshes every
     session a transaction changed at once. Keys the ledger does not know are left out."""
     current = {row[0]: row[1:] for row in conn.execute(_CURRENT_INSTANCES, (_json_list(keys),))}
     if not current:
         return {}
-    roots = [(key, session_key or key, sid) for key, (sid, session_key, *_) in current.items()]
-    family: dict[str, list[str]] = {}
-    for key, sid in conn.execute(_FAMILIES, (_json_list(roots),)):
-        family.setdefault(key, []).append(sid)
-    ids = {row[0] for row in current.values()}.union(*family.values())
-    totals = {sid: values for sid, *values in conn.execute(_INSTANCE_TOTALS, (_json_list(ids),))}
-    fallback = _session_fallbacks(conn, ids)
-    runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(ids),)))
+    # By instance: a view held under its key and one under its session id share one, summed once.
+    roots = {sid: session_key or key for key, (sid, session_key, *_) in current.items()}
+    sums = {(sid, in_family): (_hot_totals(values), (seq, mark)) for sid, in_family, *values, seq, mark in
+            conn.execute(_FAMILY_TOTALS, (_json_list((key, sid) for sid, key in roots.items()),))}
+    runs = dict(conn.execute(_CURRENT_RUNS, (_json_list(roots),)))
     ledger = ledger_id(conn)
-
-    def summed(sids: list[str]) -> tuple[dict, tuple[int, str]]:
-        """Totals summed over session instances (snapshot fallbacks included) and their last change."""
-        rows = [totals[sid] for sid in sids]
-        out = {name: sum(row[i] for row in rows) for i, name in enumerate(_HOT_TOTALS)}
-        out["llm_calls"] -= out["llm_errors"]  # as every report counts them: failed calls apart
-        for sid in sids:
-            for name, value in zip(FALLBACK_COLUMNS, fallback.get(sid, ())):
-                out[name] += value
-        return out, max((tuple(row[-2:]) for row in rows), default=(0, ""))
+    no_family = (dict.fromkeys(_HOT_TOTALS, 0), (0, ""))
 
     views = {}
     for key, (sid, session_key, agent, status, started, ended, last) in current.items():
-        own, own_changed = summed([sid])
-        kin, kin_changed = summed(family.get(key, []))
+        own, own_changed = sums[sid, 0]
+        kin, kin_changed = sums.get((sid, 1), no_family)
         seq, mark = max(own_changed, kin_changed)
         views[key] = {
             "session_key": session_key or key, "session_id": sid, "agent_id": agent, "status": status,
@@ -1317,10 +1319,17 @@ def hot_sessions(conn: apsw.Connection, keys: list[str]) -> dict[str, dict]:
     return views
 
 
+def _hot_totals(values: list[int]) -> dict[str, int]:
+    """Summed _HOT_TOTALS as a view counts them: failed calls apart, as every report counts them."""
+    out = dict(zip(_HOT_TOTALS, values))
+    out["llm_calls"] -= out["llm_errors"]
+    return out
+
+
 def family_session_ids(conn: apsw.Connection, session_key: str, session_id: str) -> list[str]:
     """Instances of the subagents an instance of a session key spawned (at any depth), as ``hot_session``
     counts them in its family."""
-    return [sid for _, sid in conn.execute(_FAMILIES, (_json_list([(session_key, session_key, session_id)]),))]
+    return [sid for (sid,) in conn.execute(_FAMILIES, (_json_list([(session_key, session_id)]),))]
 
 
 def session_keys_of(conn: apsw.Connection, session_ids: list[str]) -> tuple[set[str], set[str]]:
