@@ -16,7 +16,8 @@ import pytest
 from conftest import as_of_version, cli_env, ingest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar, verify
+from ledgerdump import dump, rows, scalar, verify
+from logwriter import LogDir
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -120,7 +121,9 @@ def test_pruning_keeps_every_total_and_counter(ledger: Path):
 
 
 def test_a_snapshot_standing_in_for_a_run_cost_stays(tmp_path: Path):
-    """A run with no llm.call is priced from its usage snapshot: pruning must not take it."""
+    """A run with no llm.call is priced from its usage snapshot: pruning must not take it, nor one no run of
+    its session had begun at (the end of a run whose start the log lost may still claim it). One of a run with
+    calls of its own goes."""
     tdir = tmp_path / "root" / "agents" / "main" / "telemetry"
     tdir.mkdir(parents=True)
     ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1"}
@@ -135,20 +138,32 @@ def test_a_snapshot_standing_in_for_a_run_cost_stays(tmp_path: Path):
          "data": {"provider": "p", "model": "m", "usage": {"total": 10}, "costUsd": 0.5},
          **ids | {"sessionId": "sid-2", "sessionKey": "agent:main:other"}},
     ]
+    third = ids | {"sessionId": "sid-3", "sessionKey": "agent:main:third"}
+    lines += [
+        {"id": "evt_0000000000000005", "ts": 5000, "kind": "run.start", "runId": "r3",
+         "data": {"model": "m", "provider": "p"}, **third},
+        {"id": "evt_0000000000000006", "ts": 5500, "kind": "llm.call", "runId": "r3",
+         "data": {"provider": "p", "model": "m", "delta": {"total": 10}, "costUsd": 0.25}, **third},
+        {"id": "evt_0000000000000007", "ts": 5900, "kind": "usage.snapshot",
+         "data": {"provider": "p", "model": "m", "usage": {"total": 10}, "costUsd": 0.25}, **third},
+        {"id": "evt_0000000000000008", "ts": 6000, "kind": "run.end", "runId": "r3",
+         "data": {"model": "m", "provider": "p", "usage": {"total": 10}}, **third},
+    ]
     (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     db = tmp_path / "ledger.db"
     ingest(db, tmp_path / "root")
     before = _picture(db)
-    assert before["usage"]["cost_usd"] == 0.5
+    assert before["usage"]["cost_usd"] == 0.75
 
-    assert _prune(db, AFTER_ALL).usage_snapshots == 1  # only the one no run stands on
+    assert _prune(db, AFTER_ALL).usage_snapshots == 1  # only r3's
     assert _picture(db) == before
-    assert scalar(db, "SELECT session_id FROM usage_snapshots") == "sid-1"
+    assert [s for (s,) in rows(db, "SELECT session_id FROM usage_snapshots ORDER BY 1")] == ["sid-1", "sid-2"]
 
 
 def test_a_late_snapshot_stays_while_it_stands_in_for_its_own_run(tmp_path: Path):
     """A run's snapshot written just after the session's next run began is still the run's: kept while
-    that run made no model call (r1), pruned when it made some (r3), whatever the next run made."""
+    that run made no model call (r1), pruned when it made some (r3), whatever the next run made, once that
+    has ended: till then its end may say the snapshot's totals, and make it its own."""
     tdir = tmp_path / "root" / "agents" / "main" / "telemetry"
     tdir.mkdir(parents=True)
     ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1"}
@@ -180,17 +195,58 @@ def test_a_late_snapshot_stays_while_it_stands_in_for_its_own_run(tmp_path: Path
     run_end(5000, "r3", 30)
     add(5010, "run.start", {"model": "m", "provider": "p"}, "r4")
     snapshot(5020, 30, 0.125)  # r3's: no cost of r4, which made no call
-    (tdir / "events.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    run_end(5030, "r4", 0)
+    log = tdir / "events.jsonl"
+    log.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines[:-1]))
     db = tmp_path / "ledger.db"
     ingest(db, tmp_path / "root")
     before = _picture(db)
     assert before["usage"]["cost_usd"] == 0.875
     assert {r["run_id"]: r["cost_usd"] for r in before["runs"]} == {"r1": 0.5, "r2": 0.25, "r3": 0.125, "r4": 0.0}
 
-    assert _pending(db, AFTER_ALL).usage_snapshots == 2
-    assert _prune(db, AFTER_ALL).usage_snapshots == 2  # r2's and r3's
+    assert _pending(db, AFTER_ALL).usage_snapshots == 1
+    assert _prune(db, AFTER_ALL).usage_snapshots == 1  # r2's: r4 is still open
+    assert _picture(db) == before
+    with log.open("ab") as f:
+        f.write(orjson.dumps(lines[-1]) + b"\n")
+    ingest(db, tmp_path / "root")
+    before = _picture(db)
+    assert before["usage"]["cost_usd"] == 0.875
+    assert _prune(db, AFTER_ALL).usage_snapshots == 1  # r3's
     assert _picture(db) == before
     assert scalar(db, "SELECT ts_ms FROM usage_snapshots") == 2020
+
+
+def test_a_snapshot_read_before_its_runs_end_stays_through_a_prune(tmp_path: Path):
+    """OpenClaw writes a run's usage snapshot just before its run.end: a prune between the reads of the two
+    found no run it was of yet, took it, and the run without model calls, once ended, cost nothing."""
+    two_days_ago = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000) - 2 * retention.DAY_MS
+    ids = {"agentId": "main", "sessionKey": "agent:main:main", "sessionId": "sid-1", "runId": "r1"}
+    run = {"model": "gpt-4o", "provider": "openai"}
+    usage = {"input": 1000, "output": 100, "total": 1100}
+    lines = [orjson.dumps({"id": f"evt_{n:016x}", "ts": two_days_ago + at, "kind": kind, "data": data, **ids}) + b"\n"
+             for n, (at, kind, data) in enumerate([
+                 (0, "run.start", run),
+                 (110_000, "llm.output", run | {"usage": usage}),
+                 (120_000, "usage.snapshot", run | {"usage": usage, "costUsd": 0.5}),
+                 (120_050, "run.end", run | {"usage": usage, "durationMs": 120_050, "stopReason": "stop"}),
+             ], start=1)]
+    at_once = tmp_path / "at-once"
+    LogDir(at_once).append(b"".join(lines))
+    assert agentledger(tmp_path / "at-once.db", "ingest", str(at_once)).returncode == 0
+    db = tmp_path / "ledger.db"
+    logs = LogDir(tmp_path / "root")
+    logs.append(b"".join(lines[:-1]))
+    assert agentledger(db, "ingest", str(logs.root)).returncode == 0
+    pruned = agentledger(db, "prune", "--older-than", "1", "--json")
+    assert pruned.returncode == 0, pruned.stderr
+    assert json.loads(pruned.stdout)["usage_snapshots"] == 0
+    logs.append(lines[-1])
+    assert agentledger(db, "ingest", str(logs.root)).returncode == 0
+    usage_json = json.loads(agentledger(db, "usage", "--json").stdout)
+    assert (usage_json["total_tokens"], usage_json["cost_usd"]) == (1100, 0.5)
+    assert usage_json == json.loads(agentledger(tmp_path / "at-once.db", "usage", "--json").stdout)
+    assert agentledger(db, "verify").returncode == 0
 
 
 def test_every_snapshot_of_a_run_without_calls_stays_as_a_reprice_may_make_another_stand_in(tmp_path: Path):

@@ -8,7 +8,8 @@ Raw, and pruned once older than the horizon:
   go (about two thirds of the row); ``agentledger events`` no longer lists it.
 - ``messages``: message previews. Nothing counts them.
 - ``usage_snapshots``: except those of a run without model calls, all of them: a reprice may make another
-  of them the one that stands in for its cost (verify.RUN_SNAPSHOT picks the costliest).
+  of them the one that stands in for its cost (verify.RUN_SNAPSHOT picks the costliest). Nor those whose
+  run is not settled yet (verify.SNAPSHOT_OWNER_SETTLED): the end of a run without calls read later claims one.
 - ``rejects``: the first bytes kept for a human to look at. The row itself (file, offset,
   length, reason) stays: rejected-line counts are made of it.
 - ``gate_decisions``: the log of warn and block answers (their counts are kept apart).
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import apsw
 
-from agentledger.ledger.verify import SNAPSHOT_OWNER
+from agentledger.ledger.verify import SNAPSHOT_OWNER, SNAPSHOT_OWNER_SETTLED
 from agentledger.ledger.writer import LedgerWriter
 from agentledger.timeutil import iso
 
@@ -63,8 +64,10 @@ class _Rows:
 
 _ROWS = (
     _Rows("messages", "messages", "DELETE FROM messages"),
-    # A snapshot stays while the run it is of has no model call: its cost is that run's.
+    # A snapshot stays while the run it is of has no model call (its cost is that run's), and while which run
+    # it is of may still change: a run's end read after a prune must find the snapshot it falls back to.
     _Rows("usage_snapshots", "usage_snapshots AS u", "DELETE FROM usage_snapshots",
+          f"{SNAPSHOT_OWNER_SETTLED} AND "
           f"NOT EXISTS (SELECT 1 FROM runs_without_calls AS w WHERE w.run_id = {SNAPSHOT_OWNER})"),
     _Rows("reject_heads", "rejects", "UPDATE rejects SET head = x''", "length(head) > 0"),
     _Rows("gate_decisions", "gate_decisions", "DELETE FROM gate_decisions"),

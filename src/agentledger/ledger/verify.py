@@ -68,11 +68,11 @@ def _begun_last(k: int) -> str:
     runs_by_session_start, and of its NULLs for the (few) runs without a start."""
     return f"""
     SELECT * FROM (
-        SELECT n.run_id, n.started_ms AS began, {_last("n")} AS last_ms, n.total_tokens FROM runs AS n
+        SELECT n.run_id, n.started_ms AS began, {_last("n")} AS last_ms, n.total_tokens, n.end_rank FROM runs AS n
         WHERE n.session_id = u.session_id AND n.started_ms <= u.ts_ms ORDER BY n.started_ms DESC, n.run_id DESC
         LIMIT {k})
     UNION ALL
-    SELECT n.run_id, {_began("n")}, {_last("n")}, n.total_tokens FROM runs AS n
+    SELECT n.run_id, {_began("n")}, {_last("n")}, n.total_tokens, n.end_rank FROM runs AS n
     WHERE n.session_id = u.session_id AND n.started_ms IS NULL AND {_began("n")} <= u.ts_ms
     ORDER BY began DESC, run_id DESC LIMIT {k}"""
 
@@ -83,6 +83,10 @@ SNAPSHOT_OWNER = f"""coalesce(
     (SELECT o.run_id FROM ({_begun_last(2)}) AS o WHERE u.ts_ms <= o.last_ms AND {_said_by("o")}
      ORDER BY o.began DESC, o.run_id DESC LIMIT 1),
     (SELECT o.run_id FROM ({_begun_last(1)}) AS o WHERE u.ts_ms <= o.last_ms))"""
+# Whether SNAPSHOT_OWNER of ``u`` is settled: every run it is chosen from has ended. Until then an end still to
+# be read may change it (an end widens its run's span, and may say the snapshot's totals), as may the end of a
+# run whose start the log lost, when no run of the session had begun at the snapshot.
+SNAPSHOT_OWNER_SETTLED = f"(SELECT min(o.end_rank > 0) FROM ({_begun_last(2)}) AS o)"
 # Whether snapshot ``u`` is of run ``r``. What the snapshots' index finds from the run first (the
 # snapshots in its span), then what rules most of them out at the cost of a probe: a run begun after r
 # and before the snapshot leaves r only a snapshot whose totals r's end says.
