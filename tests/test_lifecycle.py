@@ -513,6 +513,37 @@ def test_a_restart_interrupts_at_once_a_subagent_that_never_wrote_a_line_and_a_l
     _verify(db)
 
 
+def test_what_a_restart_cut_off_stays_so_whatever_lines_of_it_come_later_however_they_are_batched(tmp_path):
+    """R1, the subagent it spawned and the child's run were open when the gateway restarted: cut off at once.
+    Lines of R1 and of the child written after the restart, no ends, do not open them again, whether they are
+    read with the restart or after it (a later line of a run reconcile cut off does: see test_reconcile)."""
+    child = "agent:main:subagent:c"
+    log = Log()
+    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
+    log.ev(T0 + 1000, "run.start", run="R1")
+    log.ev(T0 + 2000, "subagent.spawn", {"childSessionKey": child, "label": "x", "mode": "run"}, sid="unknown",
+           run="R1")
+    log.ev(T0 + 3000, "run.start", key=child, sid="C", run="RC")
+    log.restart()
+    log.ev(T0 + MIN, "run.start", run="R2")
+    log.call(T0 + MIN + 1000, "R1", 0.5)
+    log.call(T0 + MIN + 2000, "RC", 0.25, key=child, sid="C")
+    whole = tmp_path / "whole.db"
+    ingest(whole, log.write(tmp_path / "state").root)
+    assert rows(whole, "SELECT run_id, status FROM runs ORDER BY run_id") == [
+        ("R1", "interrupted"), ("R2", "running"), ("RC", "interrupted")]
+    assert scalar(whole, "SELECT status FROM subagents") == "interrupted"
+    _verify(whole)
+    for cut in range(1, len(log.lines)):
+        shutil.rmtree(tmp_path / "state")  # the same directory: the log is known by where it is
+        db = tmp_path / f"cut{cut}.db"
+        logs = log.write(tmp_path / "state", slice(0, cut))
+        ingest(db, logs.root)
+        logs.append(b"".join(log.lines[cut:]))
+        ingest(db, logs.root)
+        assert dump(db) == dump(whole), cut
+
+
 @pytest.mark.parametrize("cause", ["seq", "idle"])
 def test_a_session_idle_before_a_restart_has_the_grace_from_the_restart_to_come_back(tmp_path, db, cause):
     log = Log()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, rows, scalar
 from logwriter import LogDir
+from served import Served
+from serving import wait_for
 from test_transcript_sources import SESSION, cc_assistant, cc_prompt, cc_result
 
 from agentledger.facts import RunEnded, RunStarted
@@ -420,3 +424,102 @@ def test_a_claude_code_turn_reconcile_settled_is_settled_again_on_its_later_line
     for cut in range(len(one_unanswered) + 1):
         assert _read_settled_in_two(tmp_path / "unanswered", one_unanswered, cut) == (
             [("u1", "interrupted", None, None, 0)], [("toolu_1", "interrupted"), ("toolu_2", "ok")], 1), cut
+
+
+# -- OpenClaw telemetry: a run, tool call or subagent cut off that goes on --------------------------
+
+def _told(db: Path) -> dict:
+    """What `runs`, `run` of each, `subagents` and `usage` tell; `verify` holds."""
+    told = {cmd: json.loads(_cli(db, cmd, "--json").stdout) for cmd in ("runs", "subagents", "usage")}
+    told["run"] = [json.loads(_cli(db, "run", r["run_id"], "--json").stdout) for r in told["runs"]]
+    assert _cli(db, "verify").returncode == 0
+    return told
+
+
+def _telemetry_in_two_and_at_once(tmp_path: Path, lines: list[bytes], cut: int) -> tuple[dict, dict]:
+    """A telemetry log `ingest`ed (reconcile at the default grace last) in two reads, the first of its first
+    ``cut`` lines, and the same lines read at once."""
+    at_once = LogDir(tmp_path / f"at-once{cut}")
+    at_once.append(b"".join(lines))
+    assert _cli(tmp_path / f"at-once{cut}.db", "ingest", str(at_once.root)).returncode == 0
+    db = tmp_path / f"cut{cut}.db"
+    logs = LogDir(tmp_path / f"cut{cut}")
+    logs.append(b"".join(lines[:cut]))
+    first = json.loads(_cli(db, "ingest", "--json", str(logs.root)).stdout)
+    assert first["interrupted_runs"] > 0  # the grace had passed when reconcile looked
+    logs.append(b"".join(lines[cut:]))
+    assert _cli(db, "ingest", str(logs.root)).returncode == 0
+    return _told(db), _told(tmp_path / f"at-once{cut}.db")
+
+
+def _long_tool_call() -> list[bytes]:
+    """Run R's exec ran 15 minutes, longer than the grace, then R called the model again (a minute ago); its
+    other tool call never ended."""
+    now = int(time.time() * 1000)
+    t0 = now - 16 * 60_000
+    call = {"provider": "openai", "model": "gpt-4o", "costUsd": 0.01, "delta": {"input": 100, "output": 10}}
+    return [_ev(1, t0, "run.start", {"model": "gpt-4o", "provider": "openai"}),
+            _ev(2, t0 + 2000, "llm.call", call),
+            _ev(3, t0 + 3000, "tool.start", {"toolName": "exec", "toolCallId": "T1"}),
+            _ev(4, t0 + 4000, "tool.start", {"toolName": "browser", "toolCallId": "T2"}),
+            _ev(5, now - 60_000, "tool.end", {"toolName": "exec", "toolCallId": "T1", "isError": False}),
+            _ev(6, now - 57_000, "llm.call", call)]
+
+
+def test_a_telemetry_run_cut_off_during_a_long_tool_call_runs_again_when_it_goes_on(tmp_path):
+    """Reconcile, passing during the long exec, cut off the run and its tool calls. The tool's end and the
+    run's next model call say the run goes on; the other tool, never ended, stays cut off."""
+    lines = _long_tool_call()
+    for cut in (3, 4):
+        in_two, at_once = _telemetry_in_two_and_at_once(tmp_path, lines, cut)
+        assert in_two == at_once, cut
+        assert [r["status"] for r in in_two["runs"]] == ["running"]
+        assert [(t["tool_call_id"], t["status"]) for t in in_two["run"][0]["tool_calls_list"]] == [
+            ("T1", "ok"), ("T2", "interrupted")]
+        assert (in_two["usage"]["interrupted_runs"], in_two["usage"]["open_runs"]) == (0, 1)
+
+
+def test_a_subagent_cut_off_whose_child_writes_again_and_the_run_waiting_on_it_run_again(tmp_path):
+    """Reconcile cut off a subagent silent past the grace, its child's run, and the run that spawned it with
+    its spawn's tool call. The child was only slow: its next model call opens all of them again."""
+    now = int(time.time() * 1000)
+    t0, kid = now - 20 * 60_000, "agent:main:subagent:kid"
+    lines = [_ev(1, t0, "run.start", {"model": "gpt-4o", "provider": "openai"}),
+             _ev(2, t0 + 10, "tool.start", {"toolName": "sessions_spawn", "toolCallId": "T1"}),
+             _ev(3, t0 + 20, "subagent.spawn", {"childSessionKey": kid, "agentId": "main", "label": "k", "mode": "run"}),
+             _ev(4, t0 + 2000, "run.start", {"model": "gpt-4o", "provider": "openai"},
+                 sessionKey=kid, sessionId="K", runId="RK"),
+             _ev(5, now - 3000, "llm.call", {"provider": "openai", "model": "gpt-4o", "costUsd": 0.01,
+                                              "delta": {"input": 100, "output": 10}},
+                 sessionKey=kid, sessionId="K", runId="RK")]
+    in_two, at_once = _telemetry_in_two_and_at_once(tmp_path, lines, 4)
+    assert in_two == at_once
+    assert [s["status"] for s in in_two["subagents"]] == ["running"]
+    assert sorted((r["run_id"], r["status"]) for r in in_two["runs"]) == [("R", "running"), ("RK", "running")]
+    assert [t["status"] for r in in_two["run"] for t in r["tool_calls_list"]] == ["running"]
+    assert (in_two["usage"]["interrupted_runs"], in_two["usage"]["open_runs"]) == (0, 2)
+
+
+def test_serve_shows_a_run_it_cut_off_running_again_once_it_goes_on(tmp_path):
+    """The hot view's current run, /v1/usage and the runs gauges follow the run back, as they followed its cut."""
+    lines = _long_tool_call()
+    logs = LogDir(tmp_path / "logs")
+    logs.append(b"".join(lines[:4]))
+    served = Served.on(tmp_path, logs.root)
+    served.start()
+    try:
+        served.wait_ready()
+
+        def told() -> tuple:
+            usage, hot = served.get("/v1/usage")[1], served.get("/v1/sessions/agent:main:main/hot")[1]
+            with urllib.request.urlopen(served.url + "/metrics", timeout=10) as r:
+                gauges = dict(re.findall(r"^agentledger_runs_(running|interrupted) (\S+)$", r.read().decode(), re.M))
+            return (usage["interrupted_runs"], usage["open_runs"], hot["current_run"], gauges["interrupted"],
+                    gauges["running"])
+
+        wait_for(lambda: told() == (1, 0, None, "1.0", "0.0"), what="the run cut off")
+        logs.append(b"".join(lines[4:]))
+        wait_for(lambda: told() == (0, 1, "R", "0.0", "1.0"), what="the run running again")
+    finally:
+        assert served.stop() == 0, served.log()
+    _verify(served.db)

@@ -4,8 +4,9 @@ A gateway restart shows in one agent's log as its ``seq`` dropping back towards 
 same or a later time), or as silence longer than the idle time with no line missing in
 between (``seq`` moved on by about one). Sessions last seen active in that log are
 suspended at its last event before the restart, and the runs, tool calls and subagents they
-had open are interrupted at once (a late end still wins). The next event of a suspended
-session makes it active again and closes the suspension, which keeps how long it was away.
+had open are interrupted at once: a late end still wins, but later lines of theirs that are no end
+do not bring them back. The next event of a suspended session makes it active again and closes the
+suspension, which keeps how long it was away.
 A later line of the log that carries ``seq`` on (or starts it again) but is stamped within the idle
 time after the near end of a silence, the log's latest restart still standing, shows the far end was
 stamped ahead of the clock (a host clock stepped forward, then back): the silence is taken back, its
@@ -188,6 +189,19 @@ def _new_process(seq: int, new: int, after_ms: int) -> bool:
     written out of order only steps back a little, which near a process's start is back to 0 too: there,
     only time tells them apart."""
     return new < seq and new <= seq // 2 and (seq - new > _MAX_REORDER or after_ms >= _COMEBACK_MS)
+
+# Whether a gateway restart cut off the interrupted run ``r`` (its run_activity ``a``), or subagent ``s`` (its
+# spawning run's ``r`` and ``a``): a session ``_interrupt`` would have taken it with was suspended after it
+# began. The lines say so, whenever they are read: later lines of it do not open it again (see the writer's
+# _SETTLED_RUNS), as they would not in a read of them all at once, which ends the batch with that cut.
+RESTART_CUT_RUN = """EXISTS (SELECT 1 FROM session_suspensions AS p WHERE p.session_id = r.session_id
+                            AND p.from_ms >= coalesce(r.started_ms, a.first_ms))"""
+RESTART_CUT_SUBAGENT = f"""EXISTS (
+    SELECT 1 FROM session_suspensions AS p WHERE p.from_ms >= coalesce(s.spawned_ms, 0) AND p.session_id IN (
+        SELECT session_id FROM sessions WHERE session_key = s.child_session_key
+        UNION ALL SELECT {rollups.RUN_SESSION}
+        UNION ALL SELECT session_id FROM sessions
+        WHERE {rollups.RUN_SESSION} IS NULL AND session_key = s.parent_session_key))"""
 
 
 def _json(values) -> str:

@@ -5,7 +5,9 @@ interrupted (a run waiting on a subagent that still shows life has not been sile
 transaction that moves the rollups with it; so is a run whose session was suspended by a gateway restart after the run's last sign of life, without
 waiting. A session suspended by a restart and not back within ``grace`` of the restart has
 vanished: interrupted too. A late event still wins: the writer's upserts set the real outcome over
-``interrupted``, and a session's next event makes it active again.
+``interrupted``, and a session's next event makes it active again. A cut for silence is only a guess: a
+later line of the run, or of a subagent's child session, opens them again in the writer (_SETTLED_RUNS), and
+the next pass settles them on all their lines, as one after a read of them all at once would.
 
 Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
 Claude Code run past the grace that has a response and no tool call still waiting for its

@@ -46,7 +46,7 @@ from agentledger.faults import fault
 from agentledger.ledger import queries, rollups
 from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
-from agentledger.ledger.lifecycle import Lifecycle
+from agentledger.ledger.lifecycle import RESTART_CUT_RUN, RESTART_CUT_SUBAGENT, Lifecycle
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
@@ -287,24 +287,42 @@ UPDATE runs SET (status, error) = (
                   ORDER BY c.ts_ms DESC, c.error IS NULL DESC LIMIT 1) AS error) AS last)
 WHERE run_id IN (SELECT value FROM json_each(?)) AND source = '{CLAUDE_CODE}' AND status IN ('ok', 'error')
 """
-# Reconcile settles a Claude Code run that never said it ended (end_rank 0: ended at its last answer, or
-# interrupted, see reconcile.py) on the lines read by then. Lines of it read later (a tool's result, the
-# answer after it) make it what a read of all its lines is before reconcile: open, with the tool calls
-# reconcile cut off still waiting, so that the next reconcile settles it on everything, in every order.
-_SETTLED_TOOLS = f"""
-SELECT tc.run_id, tc.tool_call_id FROM json_each(?) AS j
-JOIN runs AS r ON r.run_id = j.value AND r.source = '{CLAUDE_CODE}' AND r.status != 'running' AND r.end_rank = 0
-JOIN tool_calls AS tc ON tc.run_id = r.run_id AND tc.status = 'interrupted' AND tc.ended_ms IS NULL
+# Reconcile's word on a run that never said it ended (end_rank 0) is a guess on the lines read by then: a
+# Claude Code run it ended at its last answer, any run it cut off as silent past the grace (see reconcile.py).
+# Lines of it read later (a slow tool's result, the next model call) make it what a read of all its lines is
+# before reconcile: open, with the tool calls reconcile cut off still waiting, so that the next reconcile
+# settles it on everything, in every order. A tool call's own end, or the run's, read in the same batch still
+# wins. What a gateway restart cut off stays so (lifecycle.RESTART_CUT_RUN).
+_SETTLED_RUNS = f"""
+SELECT r.run_id FROM json_each(?) AS j JOIN runs AS r ON r.run_id = j.value
+LEFT JOIN run_activity AS a ON a.run_id = r.run_id
+WHERE r.status != 'running' AND r.end_rank = 0 AND NOT {RESTART_CUT_RUN}
 """
-_REOPEN_SETTLED_RUNS = f"""
+_CUT_TOOLS = """
+SELECT run_id, tool_call_id FROM tool_calls
+WHERE run_id IN (SELECT value FROM json_each(?)) AND status = 'interrupted' AND ended_ms IS NULL
+"""
+_REOPEN_SETTLED_RUNS = """
 UPDATE runs SET status = 'running', ended_ms = NULL
-WHERE run_id IN (SELECT value FROM json_each(?)) AND source = '{CLAUDE_CODE}' AND status != 'running'
-  AND end_rank = 0
+WHERE run_id IN (SELECT value FROM json_each(?)) AND status != 'running' AND end_rank = 0
 """
 _REOPEN_CUT_TOOLS = """
 UPDATE tool_calls SET status = 'running'
 WHERE (run_id, tool_call_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))
   AND status = 'interrupted' AND ended_ms IS NULL
+"""
+# A subagent reconcile cut off whose child's session writes again was only slow, and the run that spawned it
+# was waiting on it (reconcile._WAITING): both are open again, for the next reconcile to settle on all the
+# lines, unless a gateway restart cut them off.
+_CUT_SUBAGENTS = f"""
+SELECT s.child_session_key, s.parent_run_id FROM json_each(?) AS j
+JOIN subagents AS s ON s.child_session_key = j.value
+LEFT JOIN runs AS r ON r.run_id = s.parent_run_id LEFT JOIN run_activity AS a ON a.run_id = s.parent_run_id
+WHERE s.status = 'interrupted' AND NOT {RESTART_CUT_SUBAGENT}
+"""
+_REOPEN_CUT_SUBAGENTS = """
+UPDATE subagents SET status = 'running'
+WHERE child_session_key IN (SELECT value FROM json_each(?)) AND status = 'interrupted'
 """
 LLM_CALL_COLUMNS = (
     "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
@@ -1313,18 +1331,29 @@ def turn_outcomes(conn: apsw.Connection, runs: Collection[str]) -> None:
         conn.execute(_TURN_OUTCOMES, (orjson.dumps(sorted(runs)).decode(),))
 
 
-def _settled_tools(conn: apsw.Connection, runs: dict[str, list]) -> list[tuple[str, str]]:
-    """The tool calls reconcile cut off in those of these runs whose end it settled (see _SETTLED_TOOLS)."""
-    return conn.execute(_SETTLED_TOOLS, (orjson.dumps(sorted(runs)).decode(),)).fetchall() if runs else []
+def _settled(conn: apsw.Connection, runs: Iterable[str], facts: list[Fact]
+             ) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """What reconcile settled that these lines show going on: the subagents whose child's session they are
+    of, the runs they or those subagents' spawns are of, those runs' tool calls it cut off (see
+    _SETTLED_RUNS, _CUT_SUBAGENTS)."""
+    keys = {f.session_key for f in facts if f.session_key is not None}
+    subagents = conn.execute(_CUT_SUBAGENTS, (orjson.dumps(sorted(keys)).decode(),)).fetchall() if keys else []
+    wanted = set(runs) | {run_id for _, run_id in subagents if run_id is not None}
+    settled = [r for (r,) in conn.execute(_SETTLED_RUNS, (orjson.dumps(sorted(wanted)).decode(),))] if wanted else []
+    tools = conn.execute(_CUT_TOOLS, (orjson.dumps(settled).decode(),)).fetchall() if settled else []
+    return settled, tools, [key for key, _ in subagents]
 
 
-def _reopen_settled(conn: apsw.Connection, runs: dict[str, list], tools: list[tuple[str, str]]) -> None:
-    """Open again the Claude Code runs whose end reconcile settled that the batch has lines of, and the
-    tool calls ``_settled_tools`` found in them. Both are the batch's, so the rollups follow."""
+def _reopen_settled(conn: apsw.Connection, runs: list[str], tools: list[tuple[str, str]],
+                    subagents: list[str]) -> None:
+    """Open again what ``_settled`` found, but what the batch's own lines ended. It is the batch's, so
+    the rollups follow."""
     if tools:
         conn.execute(_REOPEN_CUT_TOOLS, (orjson.dumps(tools).decode(),))
     if runs:
-        conn.execute(_REOPEN_SETTLED_RUNS, (orjson.dumps(sorted(runs)).decode(),))
+        conn.execute(_REOPEN_SETTLED_RUNS, (orjson.dumps(runs).decode(),))
+    if subagents:
+        conn.execute(_REOPEN_CUT_SUBAGENTS, (orjson.dumps(subagents).decode(),))
 
 
 def _rekey_session(conn: apsw.Connection, session_id: str, key: str) -> set[str]:
@@ -1624,10 +1653,11 @@ class LedgerWriter:
         branch_tools = branching and _branch_tools(conn, facts, prepared.tool_keys)
         replays = _replayed_tools(conn, facts) if branching else []
         prepared.tool_keys.update(replays)
-        cut_tools = _settled_tools(conn, prepared.runs) if branching else []
+        settled_runs, cut_tools, cut_subagents = _settled(conn, prepared.runs, lifecycle.facts)
         prepared.tool_keys.update(cut_tools)
-        tracker = rollups.Tracker(conn, set(prepared.runs), prepared.tool_keys, set(prepared.sessions) | linked,
-                                  prepared.subagent_keys)
+        prepared.subagent_keys.update(cut_subagents)
+        tracker = rollups.Tracker(conn, set(prepared.runs) | set(settled_runs), prepared.tool_keys,
+                                  set(prepared.sessions) | linked, prepared.subagent_keys)
         tracker.before()
         for old_run, call_id, run_id, source in takeovers:
             if old_run == run_id:
@@ -1648,8 +1678,8 @@ class LedgerWriter:
                 conn.executemany(sql, rows)
         if branch_tools:
             conn.execute(_MOVE_BRANCH_TOOLS, (orjson.dumps(sorted(prepared.tool_keys)).decode(),))
-        if branching:  # after the upserts: a tool call this batch ended stays ended
-            _reopen_settled(conn, prepared.runs, cut_tools)
+        _reopen_settled(conn, settled_runs, cut_tools, cut_subagents)  # after the upserts: what they ended stays
+        if branching:
             _end_failed_tasks(conn, facts)
             turn_outcomes(conn, prepared.runs)
         if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
