@@ -389,6 +389,7 @@ def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
     # The repricing count was bumped in the last transaction, the one that finds nothing left: a reprice
     # stopped after its first committed batch had moved calls between series under the same epoch.
     from agentledger.ledger.db import open_writer
+    from agentledger.ledger.reprice import reprice
     from agentledger.ledger.writer import LedgerWriter
 
     project = _project(tmp_path)
@@ -409,7 +410,7 @@ def test_a_reprice_cut_short_still_ends_the_metric_floors_epoch(tmp_path, db):
     conn = open_writer(db)
     try:
         with pytest.raises(KeyboardInterrupt):
-            LedgerWriter(conn).reprice(Stops(), batch=1)
+            reprice(LedgerWriter(conn), Stops(), batch=1)
     finally:
         conn.close()
     assert scalar(db, "SELECT count(*) FROM llm_calls WHERE cost_pico IS NOT NULL") == 1

@@ -14,6 +14,7 @@ from agentledger.cli.output import emit_json, emit_pairs
 from agentledger.config import Config, default_sources, expand, missing_env_dirs, prices_beside, root_problem
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
+from agentledger.ledger import reprice as repricing
 from agentledger.ledger.db import LedgerError, WriterLock, ledger_exists
 from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.writer import LedgerWriter, now_ms
@@ -191,7 +192,7 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     configured = obj.config.prices
     pricer = pricer_for(prices, obj.config)
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
-        result = LedgerWriter(conn).reprice(pricer)
+        result = repricing.reprice(LedgerWriter(conn), pricer)
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,
                "snapshots_changed": result.snapshots_changed, "calls_given_provider": result.calls_given_provider,
                "runs_given_provider": result.runs_given_provider,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -48,7 +48,6 @@ from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import RESTART_CUT_RUN, RESTART_CUT_SUBAGENT, Lifecycle
 from agentledger.ledger.verify import rebuild_keys
-from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import (
     AGENT,
@@ -56,12 +55,10 @@ from agentledger.sources.claude_code import (
     branch_key,
     child_key,
     child_session_id,
-    provider_of_model,
     spawn_key,
 )
 from agentledger.sources.claude_code_hooks import ended_again, event_id
 from agentledger.sources.oc_transcript import SOURCE as OC_TRANSCRIPT
-from agentledger.units import PRICED
 
 if TYPE_CHECKING:
     from agentledger.sources.claude_code_hooks import HookEvent
@@ -132,21 +129,6 @@ class Unreadable(NamedTuple):
     root: str
     kind: str  # file | directory
     reason: str  # as the operating system gave it
-
-
-@dataclass(slots=True)
-class RepriceResult:
-    checked: int = 0
-    changed: int = 0
-    unpriced: int = 0  # what usage counts unpriced once repriced: calls, and runs without calls on a snapshot
-    snapshots_changed: int = 0  # usage snapshots, whose costs runs without model calls count
-    # Claude Code calls, and their runs, of no provider given the one the price table names for their model
-    calls_given_provider: int = 0
-    runs_given_provider: int = 0
-
-    def moved(self) -> bool:
-        """Whether the reprice has moved the ledger's sums yet (the metric series start a new epoch once)."""
-        return bool(self.changed or self.snapshots_changed or self.calls_given_provider or self.runs_given_provider)
 
 
 @dataclass(slots=True)
@@ -429,31 +411,6 @@ _BRANCH_STARTS = (
     "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1 "
     "WHERE tc.started_ms IS NOT NULL"
 )
-# Claude Code calls and runs whose model named no provider: a gateway's other models, before the price table
-# named theirs (claude_code.provider_of_model), and any model the table has learnt since it was read.
-_PROVIDERLESS_CALLS = (
-    f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE source = '{CLAUDE_CODE}' AND provider IS NULL "
-    "AND model IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
-)
-_SET_CALL_PROVIDER = "UPDATE llm_calls SET provider = ? WHERE id = ?"
-_PROVIDERLESS_RUNS = (
-    f"SELECT run_id, model FROM runs WHERE source = '{CLAUDE_CODE}' AND provider IS NULL AND model IS NOT NULL "
-    "AND run_id > ? ORDER BY run_id LIMIT ?"
-)
-_SET_RUN_PROVIDER = "UPDATE runs SET provider = ? WHERE run_id = ?"
-# Calls priced here or left unpriced (the llm_calls_priced index), failed ones aside: they cost nothing.
-_REPRICEABLE = (
-    f"SELECT id, {LLM_CALL_COLUMNS} FROM llm_calls WHERE (cost_source = 'priced' OR cost_pico IS NULL) "
-    "AND id > ? ORDER BY id LIMIT ?"
-)
-_SET_COST = "UPDATE llm_calls SET cost_pico = ?, cost_source = ? WHERE id = ?"
-# Usage snapshots priced here or left unpriced, as calls are (a run without calls costs its snapshot's).
-_REPRICEABLE_SNAPSHOTS = (
-    "SELECT id, session_id, provider, model, ts_ms, input_tokens, output_tokens, cache_read_tokens, "
-    "cache_write_tokens, total_tokens, cost_pico FROM usage_snapshots "
-    "WHERE (cost_source = 'priced' OR cost_pico IS NULL) AND input_tokens IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
-)
-_SET_SNAPSHOT_COST = "UPDATE usage_snapshots SET cost_pico = ?, cost_source = ? WHERE id = ?"
 # The run a session was in at a time: the latest begun by then.
 _RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
 _RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
@@ -1831,105 +1788,6 @@ class LedgerWriter:
             # Task's result has given the subagent its own key, spawn it a second time.
             rows[_SUBAGENT_SPAWNED] = [row for row in spawns if prepared.side_spawns.get(id(row)) not in on_main]
         return added, replaced
-
-    def reprice(self, pricer: Pricer, batch: int = 5000) -> RepriceResult:
-        """Give the calls and runs of no provider the one the price table names, then price again every call,
-        then every usage snapshot, whose cost was priced here or unknown; one transaction per batch."""
-        result = RepriceResult()
-        self._paged(_PROVIDERLESS_CALLS, 0, batch, lambda conn, rows: self._give_calls_providers(conn, rows, result))
-        self._paged(_PROVIDERLESS_RUNS, "", batch, lambda conn, rows: self._give_runs_providers(conn, rows, result))
-        self._paged(_REPRICEABLE, 0, batch, lambda conn, rows: self._reprice_calls(conn, rows, pricer, result))
-        self._paged(_REPRICEABLE_SNAPSHOTS, 0, batch,
-                    lambda conn, rows: self._reprice_snapshots(conn, rows, pricer, result))
-        result.unpriced = queries.usage(self.conn, queries.Window())["unpriced_calls"]
-        return result
-
-    def _paged(self, sql: str, first: object, batch: int, step: Callable[[apsw.Connection, list], None]) -> None:
-        """``step`` on each page of ``sql``'s rows (after the key ``first``, ``batch`` at a time, ordered by their
-        first column), in a transaction of its own."""
-        last = first
-        while True:
-            with self.transaction() as conn:
-                rows = conn.execute(sql, (last, batch)).fetchall()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                step(conn, rows)
-
-    @staticmethod
-    def _moving(conn: apsw.Connection, result: RepriceResult) -> None:
-        """Before a reprice's first change, in its own commit: the metric series start a new epoch once."""
-        if not result.moved():
-            conn.execute(rollups.NEW_SERIES_EPOCH)
-
-    def _give_calls_providers(self, conn: apsw.Connection, rows: list, result: RepriceResult) -> None:
-        """The provider of each call that has none and whose model the price table now names one for, as a
-        read of its line gives it; first, so that it is priced as such a read prices it."""
-        old_rows, new_rows, updates = [], [], []
-        for rid, *row in rows:
-            provider = provider_of_model(row[8])
-            if provider is None:
-                continue
-            old_rows.append(tuple(row))
-            row[7] = provider
-            new_rows.append(tuple(row))
-            updates.append((provider, rid))
-        if updates:
-            self._moving(conn, result)
-            conn.executemany(_SET_CALL_PROVIDER, updates)
-            rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
-            result.calls_given_provider += len(updates)
-
-    def _give_runs_providers(self, conn: apsw.Connection, rows: list, result: RepriceResult) -> None:
-        """The runs of those calls, which took the provider of the call that ended them, as the calls do."""
-        updates = [(provider, run_id) for run_id, model in rows if (provider := provider_of_model(model)) is not None]
-        if updates:
-            self._moving(conn, result)
-            tracker = rollups.Tracker(conn, {run_id for _, run_id in updates}, set(), set(), set())
-            tracker.before()
-            conn.executemany(_SET_RUN_PROVIDER, updates)
-            tracker.after([], [])
-            rollups.advance_position(conn, tracker.touched)
-            result.runs_given_provider += len(updates)
-
-    def _reprice_calls(self, conn: apsw.Connection, rows: list, pricer: Pricer, result: RepriceResult) -> None:
-        old_rows, new_rows, updates = [], [], []
-        for rid, *row in rows:
-            if row[18] is not None:
-                continue  # a failed call
-            result.checked += 1
-            tokens = Tokens(input=row[10], output=row[11], cache_read=row[12], cache_write=row[13],
-                            total=row[14], cache_write_1h=row[21])
-            cost = pricer.price(row[7], row[8], tokens, row[1], row[24], row[25], row[26])
-            if cost == row[15]:
-                continue
-            source = PRICED if cost is not None else None
-            old_rows.append(tuple(row))
-            row[15], row[16] = cost, source
-            new_rows.append(tuple(row))
-            updates.append((cost, source, rid))
-        if updates:
-            self._moving(conn, result)  # a run cut short moved calls too
-            conn.executemany(_SET_COST, updates)
-            rollups.advance_position(conn, rollups.move_llm_calls(conn, old_rows, new_rows))
-            result.changed += len(updates)
-
-    def _reprice_snapshots(self, conn: apsw.Connection, rows: list, pricer: Pricer, result: RepriceResult) -> None:
-        """Price again every usage snapshot priced here or left unpriced; the fallbacks of their sessions
-        follow (rollups.refresh_fallbacks). One read before its kinds were kept stays unpriced: its total
-        alone cannot be priced."""
-        updates, sessions = [], set()
-        for sid, session_id, provider, model, ts, i, o, cr, cw, total, old in rows:
-            cost, source = pricer.snapshot_cost(provider, model, Tokens(input=i, output=o, cache_read=cr,
-                                                                        cache_write=cw, total=total), ts)
-            if cost != old:
-                updates.append((cost, source, sid))
-                sessions.add(session_id)
-        if updates:
-            self._moving(conn, result)
-            conn.executemany(_SET_SNAPSHOT_COST, updates)
-            rollups.advance_position(conn, sessions - {None})
-            result.snapshots_changed += len(updates)
 
     def session_keys(self, session_ids: list[str]) -> dict[str, str]:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
