@@ -763,6 +763,23 @@ def test_serve_waits_for_an_openclaw_state_dir_out_of_reach_and_says_why(tmp_pat
     assert "does not exist" not in err
 
 
+def test_serve_reads_a_root_argument_it_cannot_read_once_it_can(tmp_path, unprivileged):
+    # Refused with click's "Directory ... is not readable." and exit 2, where the same root configured was read.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    logs.root.chmod(0)
+    daemon = _serve(db, "--rescan", "0.2", str(logs.root), env=_without_logs(tmp_path), prefix=unprivileged)
+    said: list[str] = []
+    try:
+        _read_until(daemon, f"cannot list directory {logs.root}: Permission denied", said)
+        logs.root.chmod(0o755)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 1, timeout=10)
+    finally:
+        logs.root.chmod(0o755)
+        _stop(daemon, said)
+
+
 @pytest.mark.parametrize("given", ["config", "argument", "source"])
 def test_serve_waits_for_a_root_that_does_not_exist_yet(tmp_path, given):
     # `ingest` refuses such a root; a daemon started before the gateway has written must not, however named.

@@ -42,16 +42,6 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
     return pairs
 
 
-def _existing_roots(ctx, param, roots: tuple[Path, ...]) -> tuple[Path, ...]:
-    # Not click.Path(exists=True): it called a root it could not look into missing, where a configured
-    # one is read and reported unreadable, with the system's reason.
-    for root in roots:
-        problem = root_problem(root, must_exist=True)
-        if problem:
-            raise click.BadParameter(f"{str(root)!r} {problem}")
-    return roots
-
-
 _PRICES_DEFAULT = ("default: config `prices` ($AGENTLEDGER_PRICES), else prices.toml beside the config file: "
                    "$XDG_CONFIG_HOME/agentledger/prices.toml by default; the same for ingest, serve and reprice")
 
@@ -100,13 +90,24 @@ def _progress_pipeline(writer, specs, max_line, pricer):
 
 
 class RootPath(click.Path):
-    """A ROOT argument: an empty one is refused, as an empty root anywhere else is (as a Path it would be the
-    working directory, read or followed without a word)."""
+    """A ROOT argument, refused as a configured root is (see root_problem), in the same words: an empty one
+    too (as a Path it would be the working directory, read or followed without a word). Not click.Path's own
+    checks: they called a root it could not look into missing or unreadable, where a configured one is read
+    and reported unreadable, with the system's reason, and named no fix for one that is a file.
+    ``must_exist``: for a one-shot read, which has nothing to wait for."""
+
+    def __init__(self, *, must_exist: bool):
+        super().__init__(readable=False, path_type=Path)
+        self.must_exist = must_exist
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
             self.fail("is empty: give the directory to read", param, ctx)
-        return super().convert(value, param, ctx)
+        root = super().convert(value, param, ctx)
+        problem = root_problem(root, must_exist=self.must_exist)
+        if problem:
+            self.fail(f"{str(root)!r} {problem}", param, ctx)
+        return root
 
 
 class _Stopped(click.ClickException):
@@ -125,7 +126,7 @@ class _Stopped(click.ClickException):
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `[reconcile] idle_s`, default 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.argument("roots", nargs=-1, type=RootPath(readable=False, path_type=Path), callback=_existing_roots)
+@click.argument("roots", nargs=-1, type=RootPath(must_exist=True))
 @click.pass_obj
 def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, grace: float | None,
            idle: float | None, as_json: bool, roots: tuple[Path, ...]) -> None:

@@ -31,7 +31,7 @@ from agentledger.defaults import MAX_WAIT_S
 @click.option("--idle", type=click.FloatRange(min=1, max=MAX_WAIT_S), default=None, metavar="SECONDS",
               help="A log silent longer than this counts as a gateway restart: its open sessions are suspended "
                    "(config `[reconcile] idle_s`, default 1800).")
-@click.argument("roots", nargs=-1, type=RootPath(file_okay=False, path_type=Path))  # waited for if not there yet
+@click.argument("roots", nargs=-1, type=RootPath(must_exist=False))  # waited for if not there yet
 @click.pass_obj
 def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | None, rescan: float | None,
           demo: bool | None, listen: str | None, grace: float | None, idle: float | None,
