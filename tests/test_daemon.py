@@ -12,8 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -22,10 +20,6 @@ from conftest import REPO, cli_env
 from logwriter import LogDir, event, llm_call
 from serving import http_get
 from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
-from watchdog.events import DirDeletedEvent
-from watchdog.observers import Observer
-
-from agentledger.daemon import Changes
 
 
 def _count(db: Path, sql: str) -> int:
@@ -938,79 +932,3 @@ def test_serve_logs_its_moments_as_json_lines_when_not_on_a_terminal(tmp_path, o
     messages = [(r["level"], r["msg"].split(":")[0].split(" ")[0]) for r in lines + rest]
     assert ("info", "listening") in messages and ("info", "caught") in messages and ("info", "stopped") in messages
     assert all(set(r) >= {"ts", "level", "logger", "msg"} for r in lines + rest)
-
-
-@contextmanager
-def _watched(root: Path) -> Iterator[tuple[Changes, threading.Event, Observer]]:
-    """``root`` watched by inotify as serve watches it: what it reports, the loop's wake-up, the observer."""
-    wake = threading.Event()
-    changes = Changes(wake)
-    observer = Observer()
-    changes.watch(observer, str(root))
-    observer.start()
-    try:
-        yield changes, wake, observer
-    finally:
-        observer.stop()
-        observer.join()
-
-
-def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_reads(tmp_path):
-    logs = LogDir(tmp_path / "state")
-    logs.append(llm_call(1))
-    with _watched(logs.root) as (changes, wake, _):
-        assert changes.take() is None  # the first pass scans in full
-        wake.clear()
-        with open(logs.live, "rb") as f:  # what every pass does to the files it reads
-            f.read()
-        assert not wake.wait(0.5)
-        assert changes.take() == set()
-        logs.append(llm_call(2))
-        assert wake.wait(5)
-        time.sleep(0.1)  # the close after the write comes as an event of its own
-        assert changes.take() == {str(logs.live.resolve())}
-        logs.rotate()
-        logs.append(llm_call(3))
-        _wait_for(lambda: changes.full)
-        assert changes.take() is None  # a rename: which files there are may have changed
-
-
-class _RemovingObserver:
-    """An observer whose watch's first event, delivered before schedule returns, is its root's removal."""
-
-    def schedule(self, handler, path, **options):
-        os.rmdir(path)
-        handler.on_any_event(DirDeletedEvent(path))
-        return object()
-
-    def unschedule(self, watch) -> None:
-        pass
-
-
-def test_a_root_removed_while_it_is_being_watched_is_awaited_again(tmp_path):
-    root = tmp_path / "state"
-    root.mkdir()
-    changes = Changes(threading.Event())
-    changes.watch(_RemovingObserver(), str(root))
-    assert changes.awaited == [str(root)]
-    root.mkdir()
-    assert changes.watch_appeared(_RemovingObserver()) == [str(root)]
-
-
-def test_a_root_removed_and_made_again_is_watched_again(tmp_path):
-    # Removed, its watch ends with it: awaited again, as a root that did not exist at the start is.
-    logs = LogDir(tmp_path / "state")
-    logs.append(llm_call(1))
-    with _watched(logs.root) as (changes, wake, observer):
-        assert changes.take() is None
-        shutil.rmtree(logs.root)
-        _wait_for(lambda: changes.awaited == [str(logs.root)], timeout=5)
-        logs = LogDir(logs.root)
-        logs.append(llm_call(2))
-        assert changes.watch_appeared(observer) == [str(logs.root)]
-        assert changes.take() is None  # what it holds again, inotify did not see: a full scan
-        wake.clear()
-        logs.append(llm_call(3))
-        assert wake.wait(5)
-        time.sleep(0.1)  # the close after the write comes as an event of its own
-        assert changes.take() == {str(logs.live.resolve())}

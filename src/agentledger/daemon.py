@@ -24,20 +24,6 @@ import warnings
 from pathlib import Path
 
 import apsw
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import ObservedWatch
-
 from agentledger import signals
 from agentledger.config import Config, Origins, default_sources, demo_dir, demo_ledger, openclaw_format, out_of_reach
 from agentledger.facts import ToolObserved
@@ -56,92 +42,9 @@ from agentledger.metrics import FLOORS_FILE, CounterFloors
 from agentledger.notify import Notifier
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code_hooks import HookInbox
+from agentledger.watching import Changes
 
 log = logging.getLogger("agentledger.daemon")
-
-
-# What inotify reports and a pass cares about. Left out: opening and closing a file unwritten (as
-# every pass does to read), which says nothing new and would wake the loop for another pass; and
-# a directory "modified", which watchdog adds for a file's every close after writing and which
-# otherwise only repeats a file created, moved or deleted, each reported on its own.
-_WATCHED = [FileModifiedEvent, FileClosedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
-            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
-# Of those, the ones that only say a file's content changed; any other (a file created, moved or
-# deleted, a directory changed) may change which files there are, and the next pass scans in full.
-_CONTENT_EVENTS = frozenset({"modified", "closed"})
-
-
-class Changes(FileSystemEventHandler):
-    """Wakes the loop, and keeps what inotify reported since the last pass: the files written to,
-    or that a full scan is due."""
-
-    def __init__(self, wake: threading.Event):
-        self.wake = wake
-        self.lock = threading.Lock()
-        self.written: set[str] = set()
-        self.full = True
-        self.awaited: list[str] = []  # roots that do not exist, yet or since they were removed
-        self._watched: dict[str, tuple[str, ObservedWatch]] = {}  # resolved path -> (root, its watch)
-        self._ended: dict[str, ObservedWatch] = {}  # root -> the watch its removal ended
-
-    def watch(self, observer: Observer, root: str) -> None:
-        if os.path.isdir(root):
-            # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
-            path = os.path.realpath(root)
-            # Scheduled outside the lock: the observer calls on_any_event holding its own.
-            watch = observer.schedule(self, path, recursive=True, event_filter=_WATCHED)
-            with self.lock:
-                self._watched[path] = (root, watch)
-                if not os.path.isdir(path):
-                    # Removed while being scheduled: its deletion may have come before it was recorded.
-                    self._root_removed(path)
-        else:
-            with self.lock:
-                self.awaited.append(root)
-
-    def watch_appeared(self, observer: Observer) -> list[str]:
-        """Watches the awaited roots that exist now, and has the next pass scan in full for what
-        they already hold: inotify saw none of it. Returns them."""
-        with self.lock:
-            appeared = [r for r in self.awaited if os.path.isdir(r)]
-            for root in appeared:
-                self.awaited.remove(root)
-            ended = [self._ended.pop(root, None) for root in appeared]
-        for root, watch in zip(appeared, ended):
-            if watch is not None:  # else the observer keeps the ended watch and schedules no new one
-                observer.unschedule(watch)
-            self.watch(observer, root)
-        if appeared:
-            with self.lock:
-                self.full = True
-            self.wake.set()
-        return appeared
-
-    def on_any_event(self, event) -> None:
-        with self.lock:
-            if event.is_directory or event.event_type not in _CONTENT_EVENTS:
-                self.full = True
-            else:
-                self.written.add(os.fsdecode(event.src_path))
-            if event.is_directory and event.event_type == "deleted":
-                self._root_removed(os.fsdecode(event.src_path))
-        self.wake.set()
-
-    def _root_removed(self, path: str) -> None:
-        """A watched root removed ends its watch: awaited again, so that once made again it is watched
-        again, where its appends waited for the next rescan. Called holding the lock."""
-        removed = self._watched.pop(path, None)
-        if removed is not None:
-            root, watch = removed
-            self._ended[root] = watch
-            self.awaited.append(root)
-
-    def take(self) -> set[str] | None:
-        """The files written to since the last call; None when a full scan is due."""
-        with self.lock:
-            written, full = self.written, self.full
-            self.written, self.full = set(), False
-        return None if full else written
 
 
 def _say(message: str, level: int = logging.INFO) -> None:
@@ -153,13 +56,15 @@ _HOLDS = {"oc-telemetry": "OpenClaw telemetry", "oc-transcript": "OpenClaw trans
 _UNTOLD = "holds no agent's telemetry or sessions yet: its logs are read once it does"
 
 
-def _look_for_awaited(changes: Changes, observer: Observer, undecided: list[str]) -> list[tuple[str, str]]:
-    """Watches the awaited roots that appeared, and chooses the format of the OpenClaw state dirs in
+def _look_again(changes: Changes, undecided: list[str]) -> list[tuple[str, str]]:
+    """Watches each root where it leads now, and chooses the format of the OpenClaw state dirs in
     ``undecided`` that now tell it, as a start would have: (format, root) for each, which leave it."""
-    appeared = changes.watch_appeared(observer) if changes.awaited else []
+    appeared, moved = changes.follow()
     for root in appeared:
         if root not in undecided:
             _say(f"{root} appeared: reading it")
+    for root, real in moved:  # made again, or a symlink switched
+        _say(f"{root} is another directory now{'' if real == root else f' ({real})'}: reading it")
     told = []
     for root in list(undecided):
         fmt = openclaw_format(Path(root))
@@ -630,14 +535,13 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
             # A directory created after its parent's watch began gets a watch of its own, and watchdog
             # warns that it replaces one; replacing it is right, the warning is noise for operators.
             warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
-            observer = Observer()
             changes = Changes(wake)
+            changes.start()
             for root in roots:
-                changes.watch(observer, root)
+                changes.watch(root)
             for root in roots:
                 if root in changes.awaited or root in undecided:
                     _tell_waiting(root, root in undecided, root in changes.awaited)
-            observer.start()
             flusher = _Flusher(hot, config.store.flush_interval_s)
             flusher.start()
             follower = _Follower(writer, live, config, pipeline, api.health, hooks, changes, demo_home is not None)
@@ -645,12 +549,11 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                 while not stop.is_set():
                     notifier.watchdog()
                     api.health.tick()
-                    if changes.awaited or undecided:
-                        told = _look_for_awaited(changes, observer, undecided)
-                        if told:
-                            specs[:] = specs_from_pairs([(spec.format, r) for spec in specs for r in spec.roots] + told)
-                            follower.rebuild()
-                            wake.set()  # found by a look, not by inotify: the pass need not wait for a wake-up
+                    told = _look_again(changes, undecided)
+                    if told:
+                        specs[:] = specs_from_pairs([(spec.format, r) for spec in specs for r in spec.roots] + told)
+                        follower.rebuild()
+                        wake.set()  # found by a look, not by inotify: the pass need not wait for a wake-up
                     if follower.caught_up or not follower.due():
                         # No pause after a wake-up to gather a burst: appends that come during a pass
                         # make up the next one, and waiting only added to every line's latency.
@@ -666,8 +569,7 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                         notifier.status(f"following {sum(len(spec.roots) for spec in specs)} source root(s); caught up")
             finally:
                 flusher.close()  # before hot.close(), which writes what is left
-                observer.stop()
-                observer.join(timeout=5)
+                changes.close()
         finally:
             if demo_proc is not None:  # first: nothing that fails below may leave it running
                 demo_proc.terminate()

@@ -200,8 +200,10 @@ class Tailer:
         self._hold = _raise_fd_limit() // 2
         self.writer = writer
         self.source = source
-        self.roots = [str(Path(r).expanduser().resolve()) for r in roots]
-        self._ledger_roots = {ledger_name(r) for r in self.roots}
+        self._given = [os.path.expanduser(r) for r in roots]
+        self.roots: list[str] = []
+        self._ledger_roots: set[str] = set()
+        self._resolve()
         self.layout = LAYOUTS[source]
         self.max_line = max_line
         self.batch_lines = batch_lines
@@ -223,6 +225,16 @@ class Tailer:
         self.empty_roots: list[str] = []  # roots whose last listing found nothing, readable or not
 
     # -- scanning ----------------------------------------------------------------
+    def _resolve(self) -> None:
+        """Each root as it leads now, looked at again by every full scan: one that is a symlink is read where it
+        points at this scan, as a one-shot read of it would be. What was read where it led before stays as it
+        was read: the files there are those of another root now, neither gone nor lost. os.path.realpath, not
+        Path.resolve(), which raises on a symlink loop: listing the root tells it."""
+        roots = [os.path.realpath(r) for r in self._given]
+        if roots != self.roots:
+            self.roots = roots
+            self._ledger_roots = {ledger_name(r) for r in roots}
+
     def _list(self) -> list[tuple[str, Candidate]]:
         found = []
         self.empty_roots = []
@@ -309,6 +321,7 @@ class Tailer:
         them itself.
         """
         self._unreadable, self._unread_inodes = {}, {}
+        self._resolve()
         physicals = self._snapshot()
         try:
             return self._pair(physicals)

@@ -1,0 +1,182 @@
+"""What inotify (through watchdog) saw for serve's loop: the files written to since the last pass, or
+that a full scan is due.
+
+A root is watched at the directory it leads to now, as the tailers read it (see Tailer._resolve): the
+loop looks at every root again on each of its turns, one stat each, and a root that is made again after
+it was removed or renamed away, or a symlink switched to another directory, has its watch moved there
+and the next pass scan in full, inotify having seen nothing of what is there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from dataclasses import dataclass
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
+
+# What inotify reports and a pass cares about. Left out: opening and closing a file unwritten (as
+# every pass does to read), which says nothing new and would wake the loop for another pass; and
+# a directory "modified", which watchdog adds for a file's every close after writing and which
+# otherwise only repeats a file created, moved or deleted, each reported on its own.
+_WATCHED = [FileModifiedEvent, FileClosedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
+            DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+# Of those, the ones that only say a file's content changed; any other (a file created, moved or
+# deleted, a directory changed) may change which files there are, and the next pass scans in full.
+_CONTENT_EVENTS = frozenset({"modified", "closed"})
+
+
+def _directory(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``path`` leads to now; None where it leads to none, or to one out of
+    reach (which its tailer tells)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+@dataclass(slots=True)
+class _Place:
+    """A root as given, and the directory it led to at the last look."""
+
+    seen: tuple[int, int] | None = None  # its device and inode
+    real: str | None = None  # its path, watched
+
+
+@dataclass(slots=True)
+class _Watch:
+    watch: ObservedWatch | None  # None: refused (see Changes._schedule)
+    users: int = 0  # the places that lead here: two roots may name one directory
+    ended: bool = False  # the directory was deleted, and its watch with it
+
+
+class Changes(FileSystemEventHandler):
+    """Wakes the loop, and keeps what inotify reported since the last pass: the files written to,
+    or that a full scan is due."""
+
+    def __init__(self, wake: threading.Event):
+        self.wake = wake
+        self.lock = threading.Lock()  # over what the observer's thread and the loop's share, below
+        self.written: set[str] = set()
+        self.full = True
+        self._ended: set[str] = set()  # watched directories deleted since the last look
+        self._reals: frozenset[str] = frozenset()  # the directories watched, for the observer's thread to know
+        self._observer = Observer()
+        self._roots: dict[str, _Place] = {}
+        self._watches: dict[str, _Watch] = {}  # directory -> its watch
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def close(self) -> None:
+        self._observer.stop()
+        self._observer.join(timeout=5)
+
+    def watch(self, root: str) -> None:
+        """Follows ``root`` from now on: watched at the directory it leads to, once it leads to one."""
+        if root not in self._roots:
+            self._roots[root] = place = _Place()
+            self._look(root, place)
+
+    @property
+    def awaited(self) -> list[str]:
+        """The roots that lead to no directory: not made yet, or removed since."""
+        return [root for root, place in self._roots.items() if place.seen is None]
+
+    def follow(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """Looks again where each root leads, and moves its watch there when that changed. Returns the roots that
+        lead to a directory again after none, and (root, the directory) for those that lead to another one."""
+        with self.lock:
+            ended, self._ended = self._ended, set()
+        for real in ended:
+            if real in self._watches:
+                self._watches[real].ended = True
+        appeared, moved = [], []
+        for root, place in self._roots.items():
+            was = place.seen
+            if self._look(root, place, ended) and place.real is not None:
+                if was is None:
+                    appeared.append(root)
+                else:
+                    moved.append((root, place.real))
+        return appeared, moved
+
+    def _look(self, name: str, place: _Place, ended: set[str] = frozenset()) -> bool:
+        """Whether ``place`` leads elsewhere than at the last look (or its directory was deleted, and made again on
+        the same inode): its watch moved there, and the next pass scans in full."""
+        seen = _directory(name)
+        if seen == place.seen and place.real not in ended:
+            return False
+        # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
+        real = os.path.realpath(name) if seen is not None else None
+        if place.real is not None:
+            self._release(place.real)
+        if real is not None:
+            self._hold(real)
+        place.seen, place.real = seen, real
+        with self.lock:
+            self.full = True
+        self.wake.set()
+        return True
+
+    def _hold(self, real: str) -> None:
+        entry = self._watches.get(real)
+        if entry is None:
+            entry = self._watches[real] = _Watch(self._schedule(real))
+        elif entry.ended:  # the observer keeps an ended watch, and would schedule no new one in its place
+            self._unschedule(entry.watch)
+            entry.watch, entry.ended = self._schedule(real), False
+        entry.users += 1
+        self._reals = frozenset(self._watches)
+
+    def _release(self, real: str) -> None:
+        entry = self._watches[real]
+        entry.users -= 1
+        if not entry.users:
+            del self._watches[real]
+            self._unschedule(entry.watch)
+            self._reals = frozenset(self._watches)
+
+    def _schedule(self, real: str) -> ObservedWatch | None:
+        # Outside the lock: the observer calls on_any_event holding its own.
+        try:
+            return self._observer.schedule(self, real, recursive=True, event_filter=_WATCHED)
+        except OSError:
+            return None  # gone since it was looked at, which the next look sees
+
+    def _unschedule(self, watch: ObservedWatch | None) -> None:
+        if watch is not None:
+            self._observer.unschedule(watch)
+
+    def on_any_event(self, event) -> None:
+        path = os.fsdecode(event.src_path)
+        with self.lock:
+            if event.is_directory or event.event_type not in _CONTENT_EVENTS:
+                self.full = True
+                if event.event_type == "deleted" and path in self._reals:
+                    # Made again, it may be on the same inode, which the next look would take for the same directory.
+                    self._ended.add(path)
+            else:
+                self.written.add(path)
+        self.wake.set()
+
+    def take(self) -> set[str] | None:
+        """The files written to since the last call; None when a full scan is due."""
+        with self.lock:
+            written, full = self.written, self.full
+            self.written, self.full = set(), False
+        return None if full else written

@@ -1,0 +1,189 @@
+"""What serve's inotify watches see: writes, files coming and going, and roots that go, come back or are
+switched (symlinks) while it runs; real ``serve`` subprocesses with a rescan too long to stand in for inotify."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from logwriter import LogDir, llm_call
+from test_daemon import _count, _read_until, _serve, _stop, _wait_for, _without_logs
+from watchdog.events import DirDeletedEvent
+
+from agentledger.watching import Changes
+
+# A rescan this long never comes during a test: what is read meanwhile, inotify (or a look at the roots) told.
+NO_RESCAN = "600"
+# Far below NO_RESCAN, and generous for a busy machine.
+SOON_S = 15.0
+
+
+@contextmanager
+def _watched(root: Path) -> Iterator[tuple[Changes, threading.Event]]:
+    """``root`` watched by inotify as serve watches it: what it reports, and the loop's wake-up."""
+    wake = threading.Event()
+    changes = Changes(wake)
+    changes.start()
+    changes.watch(str(root))
+    try:
+        yield changes, wake
+    finally:
+        changes.close()
+
+
+def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_reads(tmp_path):
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    with _watched(logs.root) as (changes, wake):
+        assert changes.take() is None  # the first pass scans in full
+        wake.clear()
+        with open(logs.live, "rb") as f:  # what every pass does to the files it reads
+            f.read()
+        assert not wake.wait(0.5)
+        assert changes.take() == set()
+        logs.append(llm_call(2))
+        assert wake.wait(5)
+        time.sleep(0.1)  # the close after the write comes as an event of its own
+        assert changes.take() == {str(logs.live.resolve())}
+        logs.rotate()
+        logs.append(llm_call(3))
+        _wait_for(lambda: changes.full)
+        assert changes.take() is None  # a rename: which files there are may have changed
+
+
+class _RemovingObserver:
+    """An observer whose watch's first event, delivered before schedule returns, is its root's removal."""
+
+    def schedule(self, handler, path, **options):
+        os.rmdir(path)
+        handler.on_any_event(DirDeletedEvent(path))
+        return object()
+
+    def unschedule(self, watch) -> None:
+        pass
+
+
+def test_a_root_removed_while_it_is_being_watched_is_awaited_again(tmp_path):
+    root = tmp_path / "state"
+    root.mkdir()
+    changes = Changes(threading.Event())
+    changes._observer = _RemovingObserver()
+    changes.watch(str(root))
+    changes.follow()
+    assert changes.awaited == [str(root)]
+    root.mkdir()
+    assert changes.follow() == ([str(root)], [])
+
+
+def _settled(changes: Changes, quiet_s: float = 0.5) -> None:
+    """Until no full scan was called for in ``quiet_s``: the last events of a removed root's watch may come
+    after the root was made again, each calling for one (and a look, the same directory's watch ended)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        changes.follow()
+        if changes.take() is not None:
+            return
+    raise AssertionError("inotify never went quiet")
+
+
+def test_a_root_removed_and_made_again_is_watched_again(tmp_path):
+    # Removed, its watch ends with it: awaited again, as a root that did not exist at the start is.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    with _watched(logs.root) as (changes, wake):
+        assert changes.take() is None
+        shutil.rmtree(logs.root)
+        _wait_for(lambda: changes.follow() and changes.awaited == [str(logs.root)], timeout=5)
+        logs = LogDir(logs.root)
+        logs.append(llm_call(2))
+        assert changes.follow() == ([str(logs.root)], [])
+        assert changes.take() is None  # what it holds again, inotify did not see: a full scan
+        _settled(changes)
+        wake.clear()
+        logs.append(llm_call(3))
+        assert wake.wait(5)
+        time.sleep(0.1)  # the close after the write comes as an event of its own
+        assert changes.take() == {str(logs.live.resolve())}
+
+
+def _calls(db: Path) -> int:
+    return _count(db, "SELECT count(*) FROM llm_calls")
+
+
+def _soon(db: Path, calls: int) -> None:
+    _wait_for(lambda: _calls(db) == calls, timeout=SOON_S)
+
+
+def test_a_root_renamed_away_and_made_again_is_watched_again(tmp_path):
+    # Only a deletion ended its watch: renamed away (mv ~/.openclaw ~/.openclaw.bak), the watch went with it,
+    # and the lines of the one made in its place waited for the rescan.
+    logs = LogDir(tmp_path / "openclaw")
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        logs.root.rename(tmp_path / "openclaw.bak")
+        logs = LogDir(logs.root)
+        logs.append(llm_call(2))
+        _soon(db, 2)
+        logs.append(llm_call(3))
+        _soon(db, 3)
+    finally:
+        _stop(daemon, said)
+
+
+def test_a_root_that_appears_as_a_symlink_is_watched_where_it_leads(tmp_path):
+    # The tailer had resolved it once, at the start, where there was no symlink yet: inotify reported the
+    # lines by the path the symlink leads to, which it did not list, and they waited for the rescan.
+    logs = LogDir(tmp_path / "data" / "openclaw")
+    logs.append(llm_call(1))
+    root = tmp_path / "openclaw"
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        root.symlink_to(logs.root)
+        _soon(db, 1)
+        logs.append(llm_call(2))
+        _soon(db, 2)
+    finally:
+        err = _stop(daemon, said)
+    assert f"{root} appeared: reading it" in err
+
+
+def test_a_root_symlink_switched_to_another_directory_is_read_and_watched_there(tmp_path):
+    # Resolved once, at the start: a deploy's `current -> releases/1` switched to releases/2 was never read,
+    # however long it ran; only a restart read it.
+    first, second = LogDir(tmp_path / "releases" / "1"), LogDir(tmp_path / "releases" / "2")
+    first.append(llm_call(1) + llm_call(2))
+    second.append(llm_call(101, session="s2") + llm_call(102, session="s2"))
+    current = tmp_path / "current"
+    current.symlink_to("releases/1")
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(current), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        assert _calls(db) == 2
+        switched = tmp_path / "current.new"
+        switched.symlink_to("releases/2")
+        switched.rename(current)  # as `ln -sfn` does it, in one step
+        _soon(db, 4)  # what the new target holds: those of the old one stay as they were read
+        second.append(llm_call(103, session="s2"))
+        _soon(db, 5)
+        first.append(llm_call(3))  # no longer a root's
+        time.sleep(1)
+    finally:
+        err = _stop(daemon, said)
+    assert _calls(db) == 5
+    assert f"{current} is another directory now ({second.root}): reading it" in err
+    assert "lost" not in err
