@@ -187,3 +187,30 @@ def test_a_root_symlink_switched_to_another_directory_is_read_and_watched_there(
     assert _calls(db) == 5
     assert f"{current} is another directory now ({second.root}): reading it" in err
     assert "lost" not in err
+
+
+def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_leads(tmp_path):
+    # watchdog watches none reached through a symlink (agents/main linked from elsewhere): its lines waited for
+    # the rescan, and so did those of the directory it was switched to.
+    first, second = LogDir(tmp_path / "v1"), LogDir(tmp_path / "v2")  # each agent's directory: agents/main
+    first.append(llm_call(1))
+    second.append(llm_call(101, session="s2") + llm_call(102, session="s2"))
+    root = tmp_path / "openclaw"
+    (root / "agents").mkdir(parents=True)
+    (root / "agents" / "main").symlink_to(first.root / "agents" / "main")
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        assert _calls(db) == 1
+        first.append(llm_call(2))
+        _soon(db, 2)
+        switched = root / "agents" / "main.new"
+        switched.symlink_to(second.root / "agents" / "main")
+        switched.rename(root / "agents" / "main")
+        _soon(db, 4)
+        second.append(llm_call(103, session="s2"))
+        _soon(db, 5)
+    finally:
+        _stop(daemon, said)

@@ -334,6 +334,7 @@ class _Follower:
             _say(f"stopped during catch-up after {done}; nothing open was interrupted, as the unread lines "
                  "may end it: the next start reads on from there")
             return
+        self.changes.follow_links(self.pipeline.listed_dirs())
         if not self.demo:
             warn_empty_roots(self.pipeline, waiting=True)
         self.live.caught_up()
@@ -360,6 +361,8 @@ class _Follower:
             self.next_full_scan = now + self.config.rescan_s
             written = None
         stats = self.pipeline.run_once(written)
+        if written is None:
+            self.changes.follow_links(self.pipeline.listed_dirs())
         # After the files: a hook's tool call then finds the run its transcript already told.
         _record_hooks(self.writer, self.hooks, self.live)
         if self.pruner is not None:

@@ -374,6 +374,10 @@ class Pipeline:
         if self.on_progress:
             self.on_progress(nbytes)
 
+    def listed_dirs(self) -> set[str]:
+        """The directories the tailers' last full scans found files in, by the names they list them under."""
+        return set().union(*(tailer.listed_dirs() for tailer, *_ in self.tailers))
+
     def empty_roots(self) -> list[tuple[str, str]]:
         """(format, root) for every root whose last full scan found nothing of its format, readable or
         not (a transcript store counts): most likely a root given in the wrong format, or none yet."""

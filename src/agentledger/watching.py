@@ -5,6 +5,10 @@ A root is watched at the directory it leads to now, as the tailers read it (see 
 loop looks at every root again on each of its turns, one stat each, and a root that is made again after
 it was removed or renamed away, or a symlink switched to another directory, has its watch moved there
 and the next pass scan in full, inotify having seen nothing of what is there.
+
+Below a root, watchdog watches real directories only, never one reached through a symlink, which the
+tailers read as any other (an agent's directory linked from elsewhere): each such directory they found
+files in is watched too, where it leads, and what inotify reports there is told by the path they list.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from watchdog.events import (
@@ -51,7 +56,8 @@ def _directory(path: str) -> tuple[int, int] | None:
 
 @dataclass(slots=True)
 class _Place:
-    """A root as given, and the directory it led to at the last look."""
+    """A root as given, or a symlink below one as the tailers name it; and the directory it led to at the last
+    look."""
 
     seen: tuple[int, int] | None = None  # its device and inode
     real: str | None = None  # its path, watched
@@ -75,8 +81,10 @@ class Changes(FileSystemEventHandler):
         self.full = True
         self._ended: set[str] = set()  # watched directories deleted since the last look
         self._reals: frozenset[str] = frozenset()  # the directories watched, for the observer's thread to know
+        self._named: dict[str, tuple[str, ...]] = {}  # directory a symlink leads to -> the symlinks, as listed
         self._observer = Observer()
         self._roots: dict[str, _Place] = {}
+        self._links: dict[str, _Place] = {}  # a symlink below a root, as the tailers list it
         self._watches: dict[str, _Watch] = {}  # directory -> its watch
 
     def start(self) -> None:
@@ -113,7 +121,45 @@ class Changes(FileSystemEventHandler):
                     appeared.append(root)
                 else:
                     moved.append((root, place.real))
+        if any([self._look(link, place, ended) for link, place in self._links.items()]):
+            self._name_links()
         return appeared, moved
+
+    def follow_links(self, directories: Iterable[str]) -> None:
+        """Watches, where it leads, each symlink on the way from a root to one of ``directories`` (those the
+        tailers' last full scans found files in, by their names), and no longer those on the way to none."""
+        roots = [os.path.join(place.real, "") for place in self._roots.values() if place.real is not None]
+        is_link: dict[str, bool] = {}  # looked at once per call, however many directories lie below
+        links = set()
+        for directory in directories:
+            root = next((r for r in roots if directory.startswith(r)), None)
+            if root is None:
+                continue  # under where a root led before: no longer read
+            path = os.path.dirname(root)
+            for part in directory[len(root):].split(os.sep):
+                path = os.path.join(path, part)
+                if path not in is_link:
+                    is_link[path] = os.path.islink(path)
+                if is_link[path]:
+                    links.add(path)
+        if links == self._links.keys():
+            return
+        for link in self._links.keys() - links:
+            place = self._links.pop(link)
+            if place.real is not None:
+                self._release(place.real)
+        for link in links - self._links.keys():
+            self._links[link] = place = _Place()
+            self._look(link, place)
+        self._name_links()
+
+    def _name_links(self) -> None:
+        named: dict[str, tuple[str, ...]] = {}
+        for link, place in self._links.items():
+            if place.real is not None:
+                named[place.real] = (*named.get(place.real, ()), link)
+        with self.lock:
+            self._named = named
 
     def _look(self, name: str, place: _Place, ended: set[str] = frozenset()) -> bool:
         """Whether ``place`` leads elsewhere than at the last look (or its directory was deleted, and made again on
@@ -121,7 +167,8 @@ class Changes(FileSystemEventHandler):
         seen = _directory(name)
         if seen == place.seen and place.real not in ended:
             return False
-        # Resolved, as the tailers list it: the paths inotify reports must be the ones they know.
+        # Watched where it leads, the path inotify names what it reports by: a root's as the tailers list it (see
+        # Tailer._resolve), a symlink's told by its name (see _as_listed).
         real = os.path.realpath(name) if seen is not None else None
         if place.real is not None:
             self._release(place.real)
@@ -172,7 +219,21 @@ class Changes(FileSystemEventHandler):
                     self._ended.add(path)
             else:
                 self.written.add(path)
+                if self._named:
+                    self.written.update(self._as_listed(path))
         self.wake.set()
+
+    def _as_listed(self, path: str) -> list[str]:
+        """``path`` by the names the tailers list it under, where it lies in a directory a symlink leads to:
+        inotify names it by its real one. Called holding the lock."""
+        names = []
+        directory = os.path.dirname(path)
+        while True:
+            names.extend(link + path[len(directory):] for link in self._named.get(directory, ()))
+            up = os.path.dirname(directory)
+            if up == directory:
+                return names
+            directory = up
 
     def take(self) -> set[str] | None:
         """The files written to since the last call; None when a full scan is due."""

@@ -249,6 +249,10 @@ class Tailer:
         self._listed = {c.path: (root, c) for root, c in found}
         return found
 
+    def listed_dirs(self) -> set[str]:
+        """The directories the last full scan found files in."""
+        return {os.path.dirname(path) for path in self._listed}
+
     def _cannot_read(self, root: str, cand: Candidate, exc: OSError, st: os.stat_result | None = None) -> None:
         """A listed file that is there and cannot be read (its mode, an I/O error): kept for the scan to tell."""
         self._unreadable[ledger_name(cand.path)] = Unreadable(ledger_name(root), "file", exc.strerror or str(exc))
