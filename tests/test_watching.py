@@ -4,14 +4,20 @@ switched (symlinks) while it runs; real ``serve`` subprocesses with a rescan too
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+from conftest import REPO
 from logwriter import LogDir, llm_call
+from serving import http_get
 from test_daemon import _count, _read_until, _serve, _stop, _wait_for, _without_logs
 from watchdog.events import DirDeletedEvent
 
@@ -27,7 +33,7 @@ SOON_S = 15.0
 def _watched(root: Path) -> Iterator[tuple[Changes, threading.Event]]:
     """``root`` watched by inotify as serve watches it: what it reports, and the loop's wake-up."""
     wake = threading.Event()
-    changes = Changes(wake)
+    changes = Changes(wake, 60.0)
     changes.start()
     changes.watch(str(root))
     try:
@@ -71,7 +77,7 @@ class _RemovingObserver:
 def test_a_root_removed_while_it_is_being_watched_is_awaited_again(tmp_path):
     root = tmp_path / "state"
     root.mkdir()
-    changes = Changes(threading.Event())
+    changes = Changes(threading.Event(), 60.0)
     changes._observer = _RemovingObserver()
     changes.watch(str(root))
     changes.follow()
@@ -214,3 +220,94 @@ def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_
         _soon(db, 5)
     finally:
         _stop(daemon, said)
+
+
+# serve, with every inotify watch refused as the system's limit refuses it once reached (fs.inotify.max_user_watches),
+# or no inotify instance to be had (max_user_instances).
+_WITHOUT_INOTIFY = """
+import errno, runpy, sys
+from watchdog.observers import inotify_c
+if sys.argv[1] == "watch":
+    def refused(self, path, mask):
+        raise OSError(errno.ENOSPC, "inotify watch limit reached")
+    inotify_c.InotifyFD._get_or_create_watch = refused
+else:
+    def refused(cls):
+        raise OSError(errno.EMFILE, "inotify instance limit reached")
+    inotify_c.InotifyFD._create_inotify_fd = classmethod(refused)
+sys.argv = ["agentledger", *sys.argv[2:]]
+runpy.run_module("agentledger", run_name="__main__")
+"""
+
+_SETTINGS = {"watch": "fs.inotify.max_user_watches", "instance": "fs.inotify.max_user_instances"}
+
+
+def _wait_ready(said: list[str]) -> None:
+    """Until /readyz says ready, as it does a moment after serve logs that it caught up."""
+    url = re.search(r"listening on (http://[^\s\"]+)", "".join(said)).group(1)
+    _wait_for(lambda: http_get(url, "/readyz")[0] == 200, timeout=10)
+
+
+@pytest.mark.parametrize("limit", ["watch", "instance"])
+def test_serve_reaching_an_inotify_limit_reads_on_by_rescans_and_says_so_once(tmp_path, limit):
+    # observer.start() raised: a traceback, exit 1 and nothing indexed; a root that appeared later killed a
+    # running daemon the same way.
+    logs, later = LogDir(tmp_path / "openclaw"), tmp_path / "later"
+    logs.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon = subprocess.Popen([sys.executable, "-c", _WITHOUT_INOTIFY, limit, "--db", str(db), "serve", "--listen",
+                               "127.0.0.1:0", "--rescan", "0.2", str(logs.root), str(later)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        _wait_ready(said)
+        logs.append(llm_call(2))
+        LogDir(later).append(llm_call(3, session="s2"))
+        _wait_for(lambda: _calls(db) == 3, timeout=SOON_S)
+        _read_until(daemon, f"{later} appeared: reading it", said)
+        _wait_ready(said)
+    finally:
+        err = _stop(daemon, said)
+    told = [line for line in err.splitlines() if f"inotify {limit} limit reached" in line]
+    assert len(told) == 1 and _SETTINGS[limit] in told[0] and "rescan every 0.2s" in told[0], err
+    assert "Traceback" not in err
+
+
+def _inotify_watches(limit: int) -> list[str]:
+    """A command prefix that runs what follows with at most ``limit`` inotify watches, in a user namespace of its
+    own (the kernel's per-namespace limit); skips where none can be made."""
+    prefix = ["unshare", "-Ur", "sh", "-c", f'echo {limit} > /proc/sys/user/max_inotify_watches && exec "$@"', "-"]
+    try:
+        made = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except FileNotFoundError:
+        made = False
+    if not made:
+        pytest.skip("no user namespace with a limit of its own on inotify watches here")
+    return prefix
+
+
+@pytest.mark.parametrize("limit, unwatched", [(0, "{root} is not watched"),
+                                              (2, "(and maybe more directories) is not watched")],
+                         ids=["none", "below-the-root"])
+def test_serve_under_a_low_inotify_watch_limit_reads_on_by_rescans_and_says_so_once(tmp_path, limit, unwatched):
+    # With none to be had, serve stopped on a traceback; with the root watched and none left for the directories
+    # below it, their lines waited for the rescan without a word.
+    main, other = LogDir(tmp_path / "openclaw", agent="main"), LogDir(tmp_path / "openclaw", agent="other")
+    main.append(llm_call(1))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", "0.2", str(main.root), env=_without_logs(tmp_path),
+                    prefix=_inotify_watches(limit))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        _wait_ready(said)
+        main.append(llm_call(2))
+        other.append(llm_call(3, session="s2"))
+        _wait_for(lambda: _calls(db) == 3, timeout=SOON_S)
+    finally:
+        err = _stop(daemon, said)
+    told = [line for line in err.splitlines() if "inotify watch limit reached" in line]
+    assert len(told) == 1 and unwatched.format(root=main.root) in told[0], err
+    assert "fs.inotify.max_user_watches" in told[0]

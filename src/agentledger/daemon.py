@@ -538,7 +538,7 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
             # A directory created after its parent's watch began gets a watch of its own, and watchdog
             # warns that it replaces one; replacing it is right, the warning is noise for operators.
             warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
-            changes = Changes(wake)
+            changes = Changes(wake, config.rescan_s)
             changes.start()
             for root in roots:
                 changes.watch(root)

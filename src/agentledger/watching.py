@@ -9,13 +9,20 @@ and the next pass scan in full, inotify having seen nothing of what is there.
 Below a root, watchdog watches real directories only, never one reached through a symlink, which the
 tailers read as any other (an agent's directory linked from elsewhere): each such directory they found
 files in is watched too, where it leads, and what inotify reports there is told by the path they list.
+
+inotify only hastens what the rescan reads anyway: where the system's limits leave it no instance or
+watch to spare (fs.inotify.max_user_instances, max_user_watches), serve goes on without, says so once
+with the fix, and asks again at each rescan for the watch of a root (or linked directory) refused.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,8 +37,11 @@ from watchdog.events import (
     FileMovedEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
-from watchdog.observers.api import ObservedWatch
+from watchdog.observers.api import BaseObserver, ObservedWatch
+from watchdog.observers.inotify import InotifyEmitter
+from watchdog.observers.inotify_c import InotifyFD
+
+log = logging.getLogger("agentledger.watching")
 
 # What inotify reports and a pass cares about. Left out: opening and closing a file unwritten (as
 # every pass does to read), which says nothing new and would wake the loop for another pass; and
@@ -42,6 +52,39 @@ _WATCHED = [FileModifiedEvent, FileClosedEvent, FileCreatedEvent, FileMovedEvent
 # Of those, the ones that only say a file's content changed; any other (a file created, moved or
 # deleted, a directory changed) may change which files there are, and the next pass scans in full.
 _CONTENT_EVENTS = frozenset({"modified", "closed"})
+
+
+# The limit each error says is reached: the setting that raises it, and a value enough for thousands of
+# directories that leaves others theirs (each watch costs the kernel about 1 KiB).
+_LIMITS = {errno.ENOSPC: ("watch", "max_user_watches", 524288), errno.EMFILE: ("instance", "max_user_instances", 1024)}
+
+
+class _Inotify(InotifyFD):
+    """An inotify instance that keeps the first directory its watch limit refused: watchdog passes over a
+    directory below a watched one it could not watch without a word."""
+
+    refused: str | None = None
+
+    def add_callback(self, path, mask, callback, id_):
+        try:
+            return super().add_callback(path, mask, callback, id_)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC and self.refused is None:
+                self.refused = os.fsdecode(path)
+            raise
+
+
+class _Observer(BaseObserver):
+    """watchdog's inotify observer (InotifyObserver), on an instance of _Inotify."""
+
+    def __init__(self, inotify: _Inotify):
+        super().__init__(InotifyEmitter, inotify_fd=inotify)
+        self.inotify = inotify
+
+    def on_thread_stop(self) -> None:
+        super().on_thread_stop()
+        self.inotify.stop()
+        self.inotify.join()
 
 
 def _directory(path: str) -> tuple[int, int] | None:
@@ -65,7 +108,8 @@ class _Place:
 
 @dataclass(slots=True)
 class _Watch:
-    watch: ObservedWatch | None  # None: refused (see Changes._schedule)
+    watch: ObservedWatch | None  # None: refused (see Changes._schedule), and asked again at retry_at
+    retry_at: float = 0.0
     users: int = 0  # the places that lead here: two roots may name one directory
     ended: bool = False  # the directory was deleted, and its watch with it
 
@@ -74,25 +118,42 @@ class Changes(FileSystemEventHandler):
     """Wakes the loop, and keeps what inotify reported since the last pass: the files written to,
     or that a full scan is due."""
 
-    def __init__(self, wake: threading.Event):
+    def __init__(self, wake: threading.Event, rescan_s: float):
         self.wake = wake
+        self.rescan_s = rescan_s
         self.lock = threading.Lock()  # over what the observer's thread and the loop's share, below
         self.written: set[str] = set()
         self.full = True
         self._ended: set[str] = set()  # watched directories deleted since the last look
         self._reals: frozenset[str] = frozenset()  # the directories watched, for the observer's thread to know
         self._named: dict[str, tuple[str, ...]] = {}  # directory a symlink leads to -> the symlinks, as listed
-        self._observer = Observer()
+        self._inotify: _Inotify | None = None  # None: no instance to be had
+        self._observer: _Observer | None = None
         self._roots: dict[str, _Place] = {}
         self._links: dict[str, _Place] = {}  # a symlink below a root, as the tailers list it
         self._watches: dict[str, _Watch] = {}  # directory -> its watch
+        self._told: set[int] = set()  # the limits (by the error they raise) told reached
 
     def start(self) -> None:
+        try:
+            inotify = _Inotify()
+        except OSError as exc:
+            if exc.errno in _LIMITS:
+                self._limited(exc.errno, "no directory is watched")
+            else:
+                log.warning("inotify cannot be had (%s): %s", exc.strerror or exc,
+                            self._meanwhile("no directory is watched"))
+            return
+        inotify.start()
+        self._inotify, self._observer = inotify, _Observer(inotify)
+        # Before any watch is scheduled: an emitter that failed to start in observer.start() would raise there,
+        # and leave the others not started; scheduled on a running observer, each starts, or fails, alone.
         self._observer.start()
 
     def close(self) -> None:
-        self._observer.stop()
-        self._observer.join(timeout=5)
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
 
     def watch(self, root: str) -> None:
         """Follows ``root`` from now on: watched at the directory it leads to, once it leads to one."""
@@ -123,6 +184,9 @@ class Changes(FileSystemEventHandler):
                     moved.append((root, place.real))
         if any([self._look(link, place, ended) for link, place in self._links.items()]):
             self._name_links()
+        self._retry()
+        if self._inotify is not None and self._inotify.refused is not None:
+            self._limited(errno.ENOSPC, f"{self._inotify.refused} (and maybe more directories) is not watched")
         return appeared, moved
 
     def follow_links(self, directories: Iterable[str]) -> None:
@@ -180,13 +244,40 @@ class Changes(FileSystemEventHandler):
         self.wake.set()
         return True
 
+    def _retry(self) -> None:
+        """Asks again, once per rescan, for the watches refused: out of reach or past a limit then, they may be
+        had now."""
+        now = time.monotonic()
+        for real, entry in self._watches.items():
+            if entry.watch is None and now >= entry.retry_at:
+                entry.retry_at = now + self.rescan_s
+                entry.watch = self._schedule(real)
+                if entry.watch is not None:
+                    with self.lock:
+                        self.full = True  # what came before the watch, inotify did not see
+                    self.wake.set()
+
+    def _limited(self, error: int | None, unwatched: str) -> None:
+        """Tells once that a limit of inotify's was reached, what goes unwatched, and how to raise it."""
+        if error not in _LIMITS or error in self._told:
+            return  # any other refusal: gone or out of reach, which the next look or its tailer tells
+        self._told.add(error)
+        what, setting, enough = _LIMITS[error]
+        log.warning("inotify %s limit reached: %s; raise fs.inotify.%s (sysctl -w fs.inotify.%s=%d, and in "
+                    "/etc/sysctl.d/ to keep it) and restart agentledger", what, self._meanwhile(unwatched), setting,
+                    setting, enough)
+
+    def _meanwhile(self, unwatched: str) -> str:
+        return f"{unwatched}, so new lines are read by the rescan every {self.rescan_s:g}s rather than at once"
+
     def _hold(self, real: str) -> None:
         entry = self._watches.get(real)
         if entry is None:
-            entry = self._watches[real] = _Watch(self._schedule(real))
+            entry = self._watches[real] = _Watch(self._schedule(real), time.monotonic() + self.rescan_s)
         elif entry.ended:  # the observer keeps an ended watch, and would schedule no new one in its place
             self._unschedule(entry.watch)
             entry.watch, entry.ended = self._schedule(real), False
+            entry.retry_at = time.monotonic() + self.rescan_s
         entry.users += 1
         self._reals = frozenset(self._watches)
 
@@ -199,11 +290,16 @@ class Changes(FileSystemEventHandler):
             self._reals = frozenset(self._watches)
 
     def _schedule(self, real: str) -> ObservedWatch | None:
-        # Outside the lock: the observer calls on_any_event holding its own.
+        """A watch on ``real`` and all below it; None if refused: gone since it was looked at (which the next
+        look sees), out of reach (which its tailer tells), past a limit (told here)."""
+        if self._observer is None:
+            return None
         try:
+            # Outside the lock: the observer calls on_any_event holding its own.
             return self._observer.schedule(self, real, recursive=True, event_filter=_WATCHED)
-        except OSError:
-            return None  # gone since it was looked at, which the next look sees
+        except OSError as exc:
+            self._limited(exc.errno, f"{real} is not watched")
+            return None
 
     def _unschedule(self, watch: ObservedWatch | None) -> None:
         if watch is not None:
