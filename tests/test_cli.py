@@ -650,6 +650,18 @@ def test_ingest_reads_a_root_it_cannot_look_into_as_unreadable(tmp_path, unprivi
     assert f"cannot list directory {state}: Permission denied" in out.stderr
 
 
+def test_ingest_tells_a_root_that_is_a_symlink_loop_unreadable(tmp_path):
+    # Path.resolve() raised on it: a traceback, nothing read of the other roots.
+    loop, logs = tmp_path / "loop", LogDir(tmp_path / "logs")
+    loop.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(loop)
+    logs.append(llm_call(1))
+    out = run("ingest", "--json", str(loop), str(logs.root), db=tmp_path / "l.db")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["events"] == 1
+    assert f"cannot list directory {loop}: Too many levels of symbolic links" in out.stderr
+
+
 @pytest.mark.parametrize("where", ["OPENCLAW_STATE_DIR", "HOME"])
 def test_ingest_reads_a_producer_dir_it_finds_out_of_reach_as_unreadable(tmp_path, unprivileged, where):
     # Path.is_dir() raises where a directory above cannot be searched: ingest stopped on a traceback.
