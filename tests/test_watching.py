@@ -62,6 +62,44 @@ def test_inotify_tells_the_loop_of_writes_and_files_coming_and_going_not_of_read
         assert changes.take() is None  # a rename: which files there are may have changed
 
 
+_NO_INOTIFY = """
+import importlib.abc, sys, threading, time
+from pathlib import Path
+
+class NoInotify(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith(("agentledger.inotify", "watchdog.observers.inotify")):
+            raise ImportError(f"{name}: no inotify on this system")
+
+sys.meta_path.insert(0, NoInotify())
+sys.platform = "darwin"
+from agentledger.watching import Changes
+
+root, live = sys.argv[1], Path(sys.argv[2])
+wake = threading.Event()
+changes = Changes(wake, 60.0)
+changes.start()
+changes.watch(root)
+changes.take()
+wake.clear()
+with live.open("ab") as f:
+    f.write(b"{}\\n")
+print(wake.wait(15))
+changes.close()
+"""
+
+
+def test_a_system_without_inotify_is_watched_by_watchdog_s_own_observer(tmp_path):
+    # Watching loaded Linux's inotify calls whatever the system: on any other (macOS, a BSD) serve stopped
+    # on the import before reading a line.
+    logs = LogDir(tmp_path / "state")
+    logs.append(llm_call(1))
+    out = subprocess.run([sys.executable, "-c", _NO_INOTIFY, str(logs.root), str(logs.live)], capture_output=True,
+                         text=True, timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    # (On Linux told it is macOS, watchdog warns that it falls back to polling.)
+    assert (out.returncode, out.stdout) == (0, "True\n"), out.stderr
+
+
 class _RemovingObserver:
     """An observer whose watch's first event, delivered before schedule returns, is its root's removal."""
 

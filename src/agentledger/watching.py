@@ -21,10 +21,12 @@ import errno
 import logging
 import os
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -37,9 +39,11 @@ from watchdog.events import (
     FileMovedEvent,
     FileSystemEventHandler,
 )
+from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
-from watchdog.observers.inotify import InotifyEmitter
-from watchdog.observers.inotify_c import InotifyFD
+
+if TYPE_CHECKING:
+    from agentledger.inotify import Inotify
 
 log = logging.getLogger("agentledger.watching")
 
@@ -57,34 +61,6 @@ _CONTENT_EVENTS = frozenset({"modified", "closed"})
 # The limit each error says is reached: the setting that raises it, and a value enough for thousands of
 # directories that leaves others theirs (each watch costs the kernel about 1 KiB).
 _LIMITS = {errno.ENOSPC: ("watch", "max_user_watches", 524288), errno.EMFILE: ("instance", "max_user_instances", 1024)}
-
-
-class _Inotify(InotifyFD):
-    """An inotify instance that keeps the first directory its watch limit refused: watchdog passes over a
-    directory below a watched one it could not watch without a word."""
-
-    refused: str | None = None
-
-    def add_callback(self, path, mask, callback, id_):
-        try:
-            return super().add_callback(path, mask, callback, id_)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC and self.refused is None:
-                self.refused = os.fsdecode(path)
-            raise
-
-
-class _Observer(BaseObserver):
-    """watchdog's inotify observer (InotifyObserver), on an instance of _Inotify."""
-
-    def __init__(self, inotify: _Inotify):
-        super().__init__(InotifyEmitter, inotify_fd=inotify)
-        self.inotify = inotify
-
-    def on_thread_stop(self) -> None:
-        super().on_thread_stop()
-        self.inotify.stop()
-        self.inotify.join()
 
 
 def _directory(path: str) -> tuple[int, int] | None:
@@ -127,16 +103,23 @@ class Changes(FileSystemEventHandler):
         self._ended: set[str] = set()  # watched directories deleted since the last look
         self._reals: frozenset[str] = frozenset()  # the directories watched, for the observer's thread to know
         self._named: dict[str, tuple[str, ...]] = {}  # directory a symlink leads to -> the symlinks, as listed
-        self._inotify: _Inotify | None = None  # None: no instance to be had
-        self._observer: _Observer | None = None
+        self._inotify: Inotify | None = None  # None: no instance to be had, or no inotify on this system
+        self._observer: BaseObserver | None = None
         self._roots: dict[str, _Place] = {}
         self._links: dict[str, _Place] = {}  # a symlink below a root, as the tailers list it
         self._watches: dict[str, _Watch] = {}  # directory -> its watch
         self._told: set[int] = set()  # the limits (by the error they raise) told reached
 
     def start(self) -> None:
+        if not sys.platform.startswith("linux"):
+            # FSEvents, kqueue or polling: watchdog's observer for the system, whose limits it keeps to itself
+            self._observer = Observer()
+            self._observer.start()
+            return
+        from agentledger.inotify import Inotify, InotifyObserver  # Linux's alone: it loads inotify's calls
+
         try:
-            inotify = _Inotify()
+            inotify = Inotify()
         except OSError as exc:
             if exc.errno in _LIMITS:
                 self._limited(exc.errno, "no directory is watched")
@@ -145,7 +128,7 @@ class Changes(FileSystemEventHandler):
                             self._meanwhile("no directory is watched"))
             return
         inotify.start()
-        self._inotify, self._observer = inotify, _Observer(inotify)
+        self._inotify, self._observer = inotify, InotifyObserver(inotify)
         # Before any watch is scheduled: an emitter that failed to start in observer.start() would raise there,
         # and leave the others not started; scheduled on a running observer, each starts, or fails, alone.
         self._observer.start()
