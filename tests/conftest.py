@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -202,3 +203,27 @@ def as_of_version(conn, version: int) -> None:
         if exists(name):
             conn.execute(f"DROP TABLE {name}")
     conn.execute(f"PRAGMA user_version = {version:d}")
+
+
+def unless_it_waits_on(fifo: Path, call, timeout: float = 10.0):
+    """What ``call()`` returns; the test fails if it is still running after ``timeout`` seconds, waiting
+    on ``fifo`` for a writer: one then opens it and goes, so that the call, and the suite, go on."""
+    done = threading.Event()
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as exc:
+            out["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(timeout):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        done.wait(timeout)
+        pytest.fail(f"waited on the FIFO {fifo} for a writer")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]

@@ -125,6 +125,28 @@ def test_an_unreadable_log_is_told_once_while_serving_and_read_once_it_can_be(tm
     assert "holds no" not in err
 
 
+def test_a_fifo_named_like_a_transcript_is_passed_over_while_serving(tmp_path):
+    # Opening it waited for a writer: no transcript after it was indexed, /readyz still said ready, and
+    # SIGTERM went unheeded.
+    sdir = _sessions_dir(tmp_path, "agent:main:main", "s1")
+    (sdir / "s1.jsonl").write_bytes(oc_header("s1") + oc_user("u1", 1) + oc_assistant("a1", 2))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.2", "--format", "oc-transcript", str(tmp_path / "state"))
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 1)
+        os.mkfifo(sdir / "s0.jsonl.reset.2026-10-02T00-00-00.000Z")
+        (sdir / "s2.jsonl").write_bytes(oc_header("s2") + oc_user("u1", 1) + oc_assistant("a1", 2))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 2, timeout=15)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            _, err = daemon.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            _, err = daemon.communicate()
+    _stopped_cleanly(daemon, err)
+
+
 def test_a_root_with_nothing_in_its_format_is_told_once_caught_up(tmp_path):
     logs = LogDir(tmp_path / "state")
     logs.append(llm_call(1))

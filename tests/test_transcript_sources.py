@@ -811,6 +811,24 @@ def test_archived_subagent_transcripts_are_found_by_their_parents_spawn_whicheve
     _clean(db)
 
 
+@pytest.mark.parametrize("fifo", ["agents/work/sessions/0000-0000.jsonl.reset.2026-10-02T00-00-00.000Z",
+                                  "agents/other/sessions/sessions.json", "agents/work/agent/openclaw-agent.sqlite"],
+                         ids=["transcript", "sessions-json", "store"])
+def test_a_fifo_named_like_an_openclaw_file_is_passed_over_not_waited_on(tmp_path, db, transcript_corpus, fifo):
+    # Opening one waited for a writer: ingest never returned.
+    state = tmp_path / "state"
+    shutil.copytree(transcript_corpus / "agents" / "work", state / "agents" / "work")
+    clean = tmp_path / "clean.db"
+    ingest(clean, state, fmt="oc-transcript")
+    (state / fifo).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(state / fifo)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-transcript", str(state)],
+                         env=cli_env(db), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    settle(clean)
+    assert dump(db) == dump(clean)
+
+
 def test_a_backup_folder_outside_the_agents_tree_is_keyed_by_the_agent_its_sessions_json_names(tmp_path, db):
     # Outside agents/<id>/sessions every session had no agent, and those sessions.json no longer lists no key:
     # --agent and costs by agent lost them all.

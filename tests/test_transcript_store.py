@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
 import orjson
 import pytest
-from conftest import cli_json, followed_then_afresh, ingest, metric_counters, settle
+from conftest import cli_env, cli_json, followed_then_afresh, ingest, metric_counters, settle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgerdump import rows, scalar
@@ -109,6 +111,22 @@ def test_rows_are_indexed_once_across_runs_while_the_producer_keeps_writing(tmp_
     assert rows(db, "SELECT DISTINCT session_key, source FROM llm_calls") == [("agent:main:main", "oc-transcript")]
     assert rows(db, "SELECT path, offset, lines FROM files") == [(f"{producer.path}#{SID}", 11, 11)]
     _clean(db)
+
+
+def test_a_store_with_a_fifo_for_its_journal_is_told_unreadable_not_waited_on(tmp_path, db):
+    # SQLite opens a journal it finds beside the store to read it back: a FIFO there waited for a writer.
+    state = tmp_path / "state"
+    producer = Producer(state)
+    _index(state)
+    producer.add(_header(), _user("u1", 1), _assistant("a1", 2))
+    journal = Path(f"{producer.path}-journal")
+    os.mkfifo(journal)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--format", "oc-transcript", str(state)],
+                         env=cli_env(db), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert f"transcript store {producer.path} cannot be read" in out.stderr
+    journal.unlink()
+    assert ingest(db, state, fmt="oc-transcript").lines == 3
 
 
 def test_an_entry_in_both_copies_is_one_event_whichever_is_read_first(tmp_path):

@@ -8,6 +8,8 @@ import urllib.parse
 
 import apsw
 
+from agentledger.regular import nothing_but_regular
+
 STORE_NAME = "openclaw-agent.sqlite"
 # A producer writing in rollback-journal mode locks readers out while it commits: wait that long, then try
 # again at the next pass rather than stall the other sources.
@@ -40,6 +42,9 @@ def looks(*paths: str) -> tuple:
 
 
 def open_store(path: str) -> apsw.Connection:
+    # SQLite opens the store, and a journal left beside it, by their names, and would wait on a FIFO there.
+    if not (nothing_but_regular(path) and nothing_but_regular(f"{path}-journal")):
+        raise apsw.CantOpenError(f"{path}: it or its journal is not a regular file")
     # The name's own bytes, escaped: a name need not be UTF-8, and a ?, # or % in it is not the URI's.
     uri = f"file:{urllib.parse.quote(os.fsencode(path))}?mode=ro"
     conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)

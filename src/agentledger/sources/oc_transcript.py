@@ -62,6 +62,7 @@ from agentledger.facts import (
     ToolStarted,
 )
 from agentledger.ledger.rollups import is_subagent_key
+from agentledger.regular import open_regular
 from agentledger.sources import oc_store
 from agentledger.sources.common import (
     RunLookup,
@@ -151,6 +152,15 @@ def archived(name: str) -> tuple[str, str, int | None] | None:
     return m["id"], m["archive"], iso_ms(f"{at['day']}T{at['h']}:{at['m']}:{at['s']}")
 
 
+def _read(path: str, limit: int = -1) -> bytes | None:
+    """Up to ``limit`` bytes of the file at ``path`` (all of it if negative); None if it is no regular file."""
+    fd = open_regular(path)
+    if fd is None:
+        return None
+    with open(fd, "rb") as f:
+        return f.read(limit)
+
+
 def index(directory: str) -> dict[str, dict]:
     """sessionId → {"key": sessionKey, "spawnedBy": parent key} from the folder's sessions.json."""
     path = os.path.join(directory, INDEX_NAME)
@@ -163,8 +173,7 @@ def index(directory: str) -> dict[str, dict]:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        with open(path, "rb") as f:
-            doc = orjson.loads(f.read())
+        doc = orjson.loads(_read(path) or b"{}")
     except (OSError, orjson.JSONDecodeError):
         doc = {}
     by_id: dict[str, dict] = {}
@@ -219,7 +228,10 @@ def _scan_spawns(path: str, cache: dict[str, _Scanned]) -> bool:
         st = os.stat(path)
         if known is not None and known.ino == st.st_ino and known.offset == st.st_size:
             return False
-        with open(path, "rb") as f:
+        fd = open_regular(path)
+        if fd is None:  # named like a transcript, and no file to read (a FIFO, say)
+            return False
+        with open(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if known is None or known.ino != st.st_ino or st.st_size < known.offset:
                 known = cache[path] = _Scanned(st.st_ino)
@@ -311,8 +323,7 @@ def _head(path: str) -> tuple[int, str] | None:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        with open(path, "rb") as f:
-            head = _head_of(f.read(_HEAD_LIMIT).splitlines())
+        head = _head_of((_read(path, _HEAD_LIMIT) or b"").splitlines())
     except OSError:
         head = None
     _HEADS[path] = (stamp, head)

@@ -26,6 +26,7 @@ from pathlib import Path
 from agentledger.defaults import DEFAULT_MAX_LINE
 from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter, Unreadable
+from agentledger.regular import open_regular
 from agentledger.tail.identity import fingerprint, hash_tail, holds_checkpoint
 from agentledger.sources.common import ledger_name
 from agentledger.tail.layouts import LAYOUTS, Candidate
@@ -50,9 +51,10 @@ class OutOfDescriptors(OSError):
         return f"{self.filename}: {self.strerror}"
 
 
-def _open_fd(path: str) -> int:
+def _open_fd(path: str) -> int | None:
+    """A descriptor of the file at ``path``; None if it is no regular file (see regular.py)."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return open_regular(path)
     except OSError as exc:
         if exc.errno == errno.EMFILE:
             limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -145,6 +147,8 @@ def _reads_on(p: Physical, row: FileRow) -> bool:
 def _reopen(p: Physical) -> int | None:
     """A descriptor of the file the scan saw, by its path again: None if the path holds another now."""
     fd = _open_fd(p.fs_path)
+    if fd is None:
+        return None
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) == (p.dev, p.ino):
         return fd
@@ -280,6 +284,8 @@ class Tailer:
                 raise  # the file is there: taking it for gone would settle it as lost
             if exc.errno not in _GONE:
                 self._cannot_read(root, cand, exc, st)
+            return None
+        if fd is None:  # no longer a regular file since the stat
             return None
         try:
             st = os.fstat(fd)

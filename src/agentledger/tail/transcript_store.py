@@ -34,6 +34,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.writer import FileRow, LedgerWriter
+from agentledger.regular import open_regular
 from agentledger.sources import oc_transcript
 from agentledger.sources.oc_store import SESSIONS, looks, open_store, sessions_beside, store_of
 from agentledger.sources.common import ledger_name, text
@@ -270,7 +271,10 @@ def _copied_line(entry: dict, copies: list[str]) -> bytes | None:
     mark = orjson.dumps(stamp)
     for path in copies:
         try:
-            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            fd = open_regular(path)
+            if fd is None:  # named like a copy, and no file to read (a FIFO, say)
+                continue
+            with open(fd, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 hit = data.find(mark)
                 while hit != -1:
                     start = data.rfind(b"\n", 0, hit) + 1

@@ -1,0 +1,40 @@
+"""Opening a file found on disk only when it is a regular file.
+
+Anything may lie under the name a producer's file would have. Opening a FIFO for reading waits
+until something opens it for writing, which may be never: the pass, and the daemon with it, would
+stall there. A look at the name before opening it does not close that gap (a FIFO can be put
+in its place in between), so the file is opened without waiting and then looked at.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+def open_regular(path: str | os.PathLike, flags: int = 0) -> int | None:
+    """A read-only descriptor of the regular file at ``path`` (``flags`` added to the open), None when
+    something else is there (a FIFO, a device, a directory). Raises what opening it raises."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if regular:
+            # Reads of the file then behave as any other's, whatever its file system makes of the flag.
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
+
+
+def nothing_but_regular(path: str | os.PathLike) -> bool:
+    """Whether what lies at ``path`` is a regular file or nothing, as far as can be told: for a file a
+    library opens by its name itself, and cannot be asked to open without waiting. The gap between this
+    look and that open remains; one that cannot look (its directory's mode) leaves the open to say why."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True
