@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import unless_it_waits_on
 from hot_store_writer import KEYS as WRITER_KEYS
 from hot_store_writer import pad_for
 from hypothesis import given, settings
@@ -425,6 +426,15 @@ def test_corrupt_files_are_quarantined_counted_and_rebuilt(tmp_path, content):
     store.update("s", append(9))
     store.close()
     assert open_store(tmp_path).get("s").items == [9]
+
+
+def test_a_fifo_under_a_sessions_name_is_quarantined_at_start_not_waited_on(tmp_path):
+    plant(tmp_path, "fine", record("fine", [1]))
+    fifo = session_file(tmp_path, "s")
+    os.mkfifo(fifo)
+    store = unless_it_waits_on(fifo, lambda: open_store(tmp_path))
+    assert store.quarantined == 1 and not fifo.exists()
+    assert store.get("s") is None and store.get("fine").items == [1]
 
 
 def test_a_file_beyond_max_entries_is_checked_when_loaded(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import subprocess
@@ -225,6 +226,19 @@ def _checkpoint_off_a_line(tmp_path: Path, oc_corpus: Path) -> Path:
     conn.execute("UPDATE files SET offset = offset - 3")
     conn.close()
     return db
+
+
+def test_verify_passes_over_a_followed_file_replaced_by_a_fifo(tmp_path):
+    # It opened each followed file by its path to check its checkpoint: a FIFO there waited for a writer.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    logs.live.unlink()
+    os.mkfifo(logs.live)
+    out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr
 
 
 def test_verify_repair_leaves_checkpoints_alone_and_says_so(tmp_path, oc_corpus):

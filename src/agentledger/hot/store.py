@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from agentledger.faults import fault
+from agentledger.regular import open_regular
 
 T = TypeVar("T")
 
@@ -86,9 +87,12 @@ def _parse(data: bytes) -> _Stored | None:
     return _Stored(key, float(created), float(updated), position, state)
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes; None if it is no regular file (a directory, a FIFO)."""
     # O_NOFOLLOW: a symlink planted under a session's name is refused, not followed.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = open_regular(path, os.O_NOFOLLOW)
+    if fd is None:
+        return None
     with os.fdopen(fd, "rb") as f:
         return f.read()
 
@@ -436,11 +440,12 @@ class SessionRuntimeStore(Generic[T]):
         ``key`` is the key asked for; at start there is none and the name is the claim.
         """
         try:
-            stored = _parse(_read_bytes(self._dir / name))
+            data = _read_bytes(self._dir / name)
         except FileNotFoundError:
             return None
-        except OSError:  # a directory or symlink under a session's name
-            stored = None
+        except OSError:  # a symlink under a session's name
+            data = None
+        stored = _parse(data) if data is not None else None
         if stored is None or file_name(stored.key) != name or (key is not None and stored.key != key):
             self._quarantine(name)
             return None

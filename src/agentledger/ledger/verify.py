@@ -13,6 +13,7 @@ import apsw
 import orjson
 
 from agentledger.ledger.rollups import DURATION_BOUNDS_MS, NEW_SERIES_EPOCH, RUN_SESSION, advance_position
+from agentledger.regular import open_regular
 from agentledger.tail.identity import fingerprint, holds_checkpoint
 from agentledger.units import PRICED
 
@@ -439,8 +440,10 @@ def check_checkpoints(conn: apsw.Connection) -> tuple[list[str], list[str]]:
         "WHERE status IN ('live', 'rotated') AND offset > 0 ORDER BY path"
     ):
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_regular(path)
         except OSError:
+            continue
+        if fd is None:  # no longer the file read: the next scan tells what became of it
             continue
         try:
             st = os.fstat(fd)
