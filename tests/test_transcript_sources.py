@@ -656,6 +656,25 @@ def test_a_snapshot_longer_than_max_line_is_skipped_not_rejected(tmp_path, db):
         f"line of {len(line) - 1} bytes exceeds max_line (1024)" for line in (said_past_the_head, mention))
 
 
+@pytest.mark.parametrize("own", [["history.jsonl"], ["history.jsonl", "settings.json"]])
+def test_a_claude_code_config_dir_before_its_first_session_has_none_of_its_own_files_read(tmp_path, db,
+                                                                                           claude_corpus, own):
+    # With no projects/ yet it was read as a project's dir: its history.jsonl was a rejected line, for good.
+    config = tmp_path / "claude"
+    config.mkdir()
+    for name in own:
+        (config / name).write_bytes(orjson.dumps({"display": "fix the bug", "pastedContents": {},
+                                                  "timestamp": 1790000000000, "project": "/home/dev/x"}) + b"\n")
+    first = ingest(db, config, fmt="claude-code")
+    assert (first.files, first.rejects) == (0, 0)
+    shutil.copytree(claude_corpus / "projects", config / "projects")
+    ingest(db, config, fmt="claude-code")
+    fresh = tmp_path / "fresh.db"
+    ingest(fresh, config, fmt="claude-code")
+    assert usage(db)["rejected_lines"] == usage(fresh)["rejected_lines"]
+    assert dump(db) == dump(fresh)
+
+
 def test_a_snapshot_longer_than_the_default_max_line_is_skipped_not_rejected(tmp_path, db):
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(

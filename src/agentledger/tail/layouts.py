@@ -114,6 +114,10 @@ def oc_transcript_files(root: Path, unreadable: dict[str, str]) -> list[Candidat
     return found
 
 
+# Files of Claude Code's config dir itself, which a projects dir or a project's dir never holds.
+_CONFIG_FILES = frozenset({"history.jsonl", "settings.json", "settings.local.json", ".credentials.json"})
+
+
 def _project_dirs(root: Path, unreadable: dict[str, str]) -> list[Path]:
     """A config dir (``<root>/projects/*``), a projects dir, or one project's dir."""
     # os.path.isdir, and no is_dir() per project (listing a file finds nothing): is_dir() raises
@@ -121,6 +125,8 @@ def _project_dirs(root: Path, unreadable: dict[str, str]) -> list[Path]:
     if os.path.isdir(root / "projects"):
         root = root / "projects"
     names = _names(root, unreadable)
+    if not _CONFIG_FILES.isdisjoint(names):
+        return []  # a config dir before its first session made projects/: its own files are no transcripts
     if any(n.endswith(".jsonl") for n in names):
         return [root]
     return [root / n for n in sorted(names)]
