@@ -15,11 +15,14 @@ import time
 from pathlib import Path
 
 import apsw
+import orjson
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, event, llm_call
 from serving import http_get
-from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
+from test_transcript_sources import (_child, _sessions_dir, _spawn_call, _spawn_result, oc_assistant, oc_header,
+                                     oc_user)
+from test_transcript_store import Producer, _assistant, _header, _index, _user
 
 
 def _count(db: Path, sql: str) -> int:
@@ -145,6 +148,69 @@ def test_a_fifo_named_like_a_transcript_is_passed_over_while_serving(tmp_path):
             daemon.kill()
             _, err = daemon.communicate()
     _stopped_cleanly(daemon, err)
+
+
+@pytest.mark.parametrize("copy", ["transcript", "store"])
+def test_an_unreadable_sessions_json_is_told_once_and_keys_its_sessions_once_it_can_be_read(tmp_path, unprivileged,
+                                                                                            copy):
+    # Its failed read was remembered as an answer under a stamp its mode is no part of: its sessions kept the
+    # keys guessed without it until a restart, and nothing said why.
+    state = tmp_path / "state"
+    if copy == "transcript":
+        sdir = _sessions_dir(tmp_path, "agent:main:main", "s1")
+        (sdir / "s1.jsonl").write_bytes(oc_header("s1") + oc_user("u1", 1) + oc_assistant("a1", 2))
+    else:
+        Producer(state).add(_header(), _user("u1", 1), _assistant("a1", 2), session="s1")
+        _index(state, session="s1")
+    index = state / "agents" / "main" / "sessions" / "sessions.json"
+    index.chmod(0)
+    hour_ago = time.time() - 3600
+    for path in state.rglob("*"):  # written a while ago: a look at them is taken for all there is
+        os.utime(path, (hour_ago, hour_ago))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.05", "--format", "oc-transcript", str(state), prefix=unprivileged)
+    keyed = "SELECT count(*) FROM sessions WHERE session_id = 's1' AND session_key = '{}'"
+    try:
+        _wait_for(lambda: _count(db, keyed.format("agent:main:s1")) == 1)
+        time.sleep(1)  # a pass every 0.05 s looks at it again and again: it is told of once
+        index.chmod(0o644)
+        _wait_for(lambda: _count(db, keyed.format("agent:main:main")) == 1, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert err.count(f"cannot read file {index}: Permission denied") == 1, err
+    assert f"{index} can be read again" in err
+
+
+def test_an_archived_subagent_unreadable_at_first_takes_its_spawns_key_once_it_can_be_read(tmp_path, unprivileged):
+    # Its first lines' failed read, met while another archive beside it was keyed, was remembered under a
+    # stamp its mode is no part of: once readable, it matched no spawn and kept a key of its own.
+    state = tmp_path / "state"
+    parent_dir, child_dir = state / "agents" / "work" / "sessions", state / "agents" / "main" / "sessions"
+    parent_dir.mkdir(parents=True)
+    child_dir.mkdir(parents=True)
+    parent, child, stranger = ("c0ffee00-0000-4000-8000-00000000000" + n for n in "123")
+    (parent_dir / "sessions.json").write_bytes(orjson.dumps({"agent:work:main": {"sessionId": parent}}))
+    task = "Review src/auth for missing checks; report, do not edit."
+    (parent_dir / f"{parent}.jsonl").write_bytes(oc_header(parent) + _spawn_call("p1", "call_a", task, 10)
+                                                 + _spawn_result("p2", "call_a", "agent:main:subagent:aaaa", 10))
+    (child_dir / f"{stranger}.jsonl.reset.2026-10-01T10-00-00.000Z").write_bytes(
+        b"".join(_child(stranger, "what is on my calendar?", 10)))
+    archived = child_dir / f"{child}.jsonl.deleted.2026-10-01T10-00-00.000Z"
+    archived.write_bytes(b"".join(_child(child, task, 10)))
+    archived.chmod(0)
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.05", "--format", "oc-transcript", str(state), prefix=unprivileged)
+    keyed = "SELECT count(*) FROM sessions WHERE session_id = '{}' AND session_key = '{}'"
+    try:
+        _wait_for(lambda: _count(db, keyed.format(stranger, f"agent:main:{stranger}")) == 1)
+        archived.chmod(0o644)
+        _wait_for(lambda: _count(db, keyed.format(child, "agent:main:subagent:aaaa")) == 1, timeout=10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
 
 
 def test_a_root_with_nothing_in_its_format_is_told_once_caught_up(tmp_path):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import mmap
 import os
 import re
@@ -82,6 +83,8 @@ from agentledger.sources.common import (
     text,
     tool_target,
 )
+
+log = logging.getLogger("agentledger.ingest")
 
 SOURCE = "oc-transcript"
 INDEX_NAME = "sessions.json"
@@ -136,6 +139,8 @@ def is_live(name: str) -> bool:
 # sessions.json per directory, reread only when it changes: (inode, mtime_ns, size) → {sessionId: entry}.
 # The inode too: a file written whole and renamed into place may keep its size within one mtime tick.
 _INDEX_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, dict]]] = {}
+# sessions.json path → why it could not be read, while it cannot: told once a reason.
+_UNREAD_INDEXES: dict[str, str] = {}
 
 
 def archived(name: str) -> tuple[str, str, int | None] | None:
@@ -167,14 +172,26 @@ def index(directory: str) -> dict[str, dict]:
     try:
         st = os.stat(path)
     except OSError:
+        _readable_again(path)
         return {}
     stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     cached = _INDEX_CACHE.get(directory)
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        doc = orjson.loads(_read(path) or b"{}")
-    except (OSError, orjson.JSONDecodeError):
+        data = _read(path)
+    except OSError as exc:
+        # Not remembered under its stamp: what makes it readable again (its mode) may leave that as it is.
+        reason = exc.strerror or str(exc)
+        if _UNREAD_INDEXES.get(path) != reason:
+            _UNREAD_INDEXES[path] = reason
+            log.warning("cannot read file %s: %s; until it can be read, the sessions it lists are keyed as "
+                        "it last listed them, or as if it listed none", path, reason)
+        return cached[1] if cached is not None else {}
+    _readable_again(path)
+    try:
+        doc = orjson.loads(data or b"{}")
+    except orjson.JSONDecodeError:
         doc = {}
     by_id: dict[str, dict] = {}
     if isinstance(doc, dict):
@@ -184,6 +201,17 @@ def index(directory: str) -> dict[str, dict]:
                                              "label": text(entry.get("label"))}
     _INDEX_CACHE[directory] = (stamp, by_id)
     return by_id
+
+
+def _readable_again(path: str) -> None:
+    if _UNREAD_INDEXES.pop(path, None) is not None:
+        log.info("%s can be read again, or is gone", path)
+
+
+def index_unread(directory: str) -> bool:
+    """Whether the folder's sessions.json could not be read at the last look: what ``index`` says of it
+    then may change with nothing of the file's stamp changing."""
+    return os.path.join(directory, INDEX_NAME) in _UNREAD_INDEXES
 
 
 # How far from the spawn's answer a child's header may be written and still be its child.
@@ -325,7 +353,7 @@ def _head(path: str) -> tuple[int, str] | None:
     try:
         head = _head_of((_read(path, _HEAD_LIMIT) or b"").splitlines())
     except OSError:
-        head = None
+        return None  # looked for again next time: a change of mode leaves its stamp as it was
     _HEADS[path] = (stamp, head)
     return head
 

@@ -154,7 +154,9 @@ class StoreReader:
                     yield _chunk(row, page, functools.partial(transcripts.get, session_id, [])), path
             # A write in the same clock tick as the last one leaves size and mtime as they were: only a
             # look taken once the files had been quiet a while can vouch for having seen everything.
-            if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS:
+            # Nor can one taken while sessions.json could not be read: it may become readable unchanged.
+            if time.time_ns() - max(s[3] for s in look if s is not None) > _QUIET_NS \
+                    and not oc_transcript.index_unread(sessions_dir):
                 self.read_at[store] = look
             self.failing.pop(store, None)
         finally:
