@@ -648,6 +648,21 @@ def test_a_root_with_nothing_in_its_format_says_so(tmp_path, db):
     assert out.stderr.strip().endswith(f"{empty} holds no oc-telemetry files"), out.stderr
 
 
+@pytest.mark.parametrize("where, held", [
+    ("claude-code", "claude-code"),  # hooks.jsonl beside projects/, as history.jsonl lies in ~/.claude
+    ("claude-code/projects/-home-dev-src-web-frontend", "claude-code"),
+    ("oc-transcript/agents/work/sessions", "oc-transcript"),
+])
+def test_a_root_of_another_format_is_named_by_where_its_files_lie(claude_corpus, db, where, held):
+    # A Claude Code dir was told to be read as oc-transcript, which took its one loose *.jsonl for a
+    # transcript and indexed nothing.
+    root = (claude_corpus.parent / where).resolve()  # as ingest names it
+    out = _ingest_as([], db, str(root))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().endswith(
+        f"{root} holds no oc-telemetry files; it holds {held} files: read it as {held}"), out.stderr
+
+
 def test_a_restore_in_place_is_read_again_and_reported_as_the_file_now_is(tmp_path, db):
     logs = LogDir(tmp_path / "state")
     backup = llm_call(1) + b'{"bad": \n' + llm_call(2)

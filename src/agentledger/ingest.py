@@ -17,7 +17,7 @@ from agentledger.facts import Fact, Reject
 from agentledger.ledger.writer import ApplyResult, Batch, FileRow, LedgerWriter, OpenBatches
 from agentledger.pricing import Pricer
 from agentledger.sources import KEY_INPUTS, SKIPPED_HEADS, Decoder, asks_ledger, oc_transcript, opener_for
-from agentledger.tail.layouts import LAYOUTS
+from agentledger.tail.layouts import LAYOUTS, kept_in_place
 from agentledger.tail.tailer import DEFAULT_BATCH_LINES, DEFAULT_MAX_LINE, Chunk, Physical, ReadBackFailed, Tailer
 from agentledger.tail.transcript_store import StoreReader, stores
 
@@ -425,8 +425,12 @@ def warn_empty_roots(pipeline: Pipeline, *, waiting: bool = False) -> None:
     for fmt, root in pipeline.empty_roots():
         if waiting and not os.path.isdir(root):
             continue
-        held = [other for other, layout in LAYOUTS.items() if other != fmt and layout(Path(root), {})]
-        hint = f"; it holds {held[0]} files: read it as {held[0]}" if held else ""
+        held = {other: files for other, layout in LAYOUTS.items()
+                if other != fmt and (files := layout(Path(root), {}))}
+        # Of the formats whose layout lists files here, the one whose files lie where its producer
+        # keeps them is what the root holds; the first listed stands for a tie.
+        named = sorted(held, key=lambda other: not any(kept_in_place(other, c.path) for c in held[other]))
+        hint = f"; it holds {named[0]} files: read it as {named[0]}" if named else ""
         log.warning("%s holds no %s files%s%s", root, fmt, " yet: they are read once they appear" if waiting else "",
                     hint)
 

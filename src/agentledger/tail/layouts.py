@@ -11,7 +11,7 @@ import errno
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from agentledger.sources.claude_code import SUBAGENT_DEPTH, subagents_level
 from agentledger.sources.oc_transcript import is_live, is_transcript
@@ -181,3 +181,16 @@ LAYOUTS = {
     "oc-transcript": oc_transcript_files,
     "claude-code": claude_code_files,
 }
+
+
+def kept_in_place(fmt: str, path: str) -> bool:
+    """Whether a file a layout lists lies where its producer keeps it (FORMATS.md). Both transcript
+    layouts take any ``*.jsonl`` by its name, so a root may look like more than one format: a Claude
+    Code config dir's ``history.jsonl`` like an OpenClaw transcript, an OpenClaw sessions dir like a
+    Claude Code project."""
+    where = PurePath(path)
+    if fmt == "oc-transcript":
+        return where.parent.name == "sessions"
+    if fmt == "claude-code":
+        return where.parent.parent.name == "projects" or subagents_level(where) is not None
+    return True  # a telemetry file's own name says what it is
