@@ -20,8 +20,8 @@ import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, event, llm_call
 from serving import http_get
-from test_transcript_sources import (_child, _sessions_dir, _spawn_call, _spawn_result, oc_assistant, oc_header,
-                                     oc_user)
+from test_transcript_sources import (SESSION, _child, _project, _sessions_dir, _spawn_call, _spawn_result,
+                                     cc_assistant, cc_prompt, oc_assistant, oc_header, oc_user)
 from test_transcript_store import Producer, _assistant, _header, _index, _user
 
 
@@ -880,6 +880,25 @@ def test_serve_waits_for_a_root_that_does_not_exist_yet(tmp_path, given):
     finally:
         err = _stop(daemon, said)
     assert f"{state} does not exist yet: waiting for it, its logs are read once it appears" in err
+
+
+def test_serve_waits_for_a_claude_config_dir_that_does_not_exist_yet(tmp_path):
+    # serve passed it by without a word, as if Claude Code's variable were unset, and never read it once
+    # Claude Code made it; with no other logs it ran the demo instead.
+    claude = tmp_path / "claude"
+    db = tmp_path / "ledger.db"
+    env = _without_logs(tmp_path) | {"CLAUDE_CONFIG_DIR": str(claude)}
+    daemon = _serve(db, "--no-demo", "--rescan", "60", env=env)
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        (_project(tmp_path) / f"{SESSION}.jsonl").write_bytes(
+            cc_prompt("u1", "hello", 1) + cc_assistant("a1", "msg_1", {"type": "text", "text": "hi"}, output=5,
+                                                       second=2, stop="end_turn"))
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 1, timeout=10)
+    finally:
+        err = _stop(daemon, said)
+    assert f"{claude} does not exist yet: waiting for it, its logs are read once it appears" in err
 
 
 def test_a_state_dir_that_appears_with_transcripts_is_read_as_transcripts(tmp_path):

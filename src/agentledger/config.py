@@ -169,7 +169,8 @@ def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
 
     ``awaiting``: an OpenClaw state dir that cannot tell its format yet (it does not exist, holds
     neither telemetry nor sessions, or cannot be listed) is one of them too, with the format None, for
-    a daemon that starts before the gateway has written there and chooses once it has."""
+    a daemon that starts before the gateway has written there and chooses once it has; and so is a
+    Claude Code config dir $CLAUDE_CONFIG_DIR names that does not exist yet, which it waits for."""
     pairs: list[tuple[str | None, Path]] = []
     for state in openclaw_state_dirs():
         fmt = openclaw_format(state)
@@ -178,7 +179,7 @@ def default_sources(awaiting: bool = False) -> list[tuple[str | None, Path]]:
         elif _may_be_dir(state):
             # Transcripts are what every OpenClaw install writes.
             pairs.append((fmt or "oc-transcript", state))
-    pairs += [("claude-code", d) for d in claude_config_dirs() if _may_be_dir(d)]
+    pairs += [("claude-code", d) for d in claude_config_dirs() if awaiting or _may_be_dir(d)]
     return pairs
 
 
