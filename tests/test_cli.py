@@ -115,6 +115,8 @@ def test_help_and_readme_name_the_default_files_as_they_are_read():
     # No such user: expanduser raised RuntimeError, a traceback.
     (["--config", "~nosuchuser-al/c.toml", "usage"], "--config: '~nosuchuser-al' names no home directory here"),
     (["ingest", "--source", "oc-telemetry=~nosuchuser-al/x"], "'~nosuchuser-al' names no home directory here"),
+    (["ingest", "~nosuchuser-al/x"], "'~nosuchuser-al' names no home directory here"),
+    (["serve", "--no-demo", "~nosuchuser-al/x"], "'~nosuchuser-al' names no home directory here"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     out = run(*args, db=tmp_path / "missing.db")
@@ -584,6 +586,15 @@ def test_a_default_config_place_the_user_cannot_look_into_is_no_config(tmp_path,
         closed.chmod(0o755)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_ingest_reads_a_root_given_with_a_tilde_as_serve_and_source_do(tmp_path, oc_corpus):
+    # Quoted, or from a unit's ExecStart, ~ reaches the command unexpanded: ingest called it missing.
+    env = cli_env(tmp_path / "l.db") | {"HOME": str(oc_corpus.parent)}
+    read = run("ingest", "--json", f"~/{oc_corpus.name}", env=env)
+    assert read.returncode == 0, read.stderr
+    again = run("ingest", "--json", "--source", f"oc-telemetry=~/{oc_corpus.name}", db=tmp_path / "other.db", env=env)
+    assert json.loads(read.stdout)["events"] == json.loads(again.stdout)["events"] > 0
 
 
 @pytest.mark.parametrize("text, env, origin", [

@@ -93,16 +93,22 @@ class RootPath(click.Path):
     """A ROOT argument, refused as a configured root is (see root_problem), in the same words: an empty one
     too (as a Path it would be the working directory, read or followed without a word). Not click.Path's own
     checks: they called a root it could not look into missing or unreadable, where a configured one is read
-    and reported unreadable, with the system's reason, and named no fix for one that is a file.
-    ``must_exist``: for a one-shot read, which has nothing to wait for."""
+    and reported unreadable, with the system's reason, and named no fix for one that is a file. A leading
+    ``~`` is expanded, as in any other root: a quoted one, or one from a unit's ExecStart, reaches here as it
+    was written. ``must_exist``: for a one-shot read, which has nothing to wait for."""
 
     def __init__(self, *, must_exist: bool):
         super().__init__(readable=False, path_type=Path)
         self.must_exist = must_exist
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.strip():
-            self.fail("is empty: give the directory to read", param, ctx)
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail("is empty: give the directory to read", param, ctx)
+            try:
+                value = str(expand(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
         root = super().convert(value, param, ctx)
         problem = root_problem(root, must_exist=self.must_exist)
         if problem:
