@@ -327,6 +327,16 @@ def test_the_gate_command_gives_a_daemon_that_answers_a_byte_at_a_time_only_its_
     assert took < 1.5 * len(answer) * 0.5 / 4, took  # far from the answer's ~22 s
 
 
+@pytest.mark.parametrize("name", ["PostToolUse", "Stop", "SessionStart"])
+def test_a_gate_failing_closed_denies_no_event_but_a_tool_call_about_to_run(name):
+    # Every event got a PreToolUse's deny, where the daemon answers any other with nothing.
+    payload = PRE_TOOL_USE | {"hook_event_name": name}
+    closed = _gate_cmd("--hook", "claude-code", "--url", "http://127.0.0.1:9", "--fail", "closed",
+                       stdin=json.dumps(payload))
+    assert (closed.returncode, closed.stdout) == (0, "")
+    assert "unreachable" in closed.stderr
+
+
 def test_the_gate_command_fails_open_or_closed_when_no_daemon_answers(tmp_path):
     url = "http://127.0.0.1:9"  # discard port: nothing listens
     env = dict(os.environ)

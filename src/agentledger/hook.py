@@ -7,7 +7,8 @@ interpreter itself.
 With ``--hook claude-code`` it reads the hook's JSON on stdin and prints what the hook
 protocol expects: the deny JSON when a gate blocks, nothing otherwise (exit 0 either
 way). When the daemon cannot be reached, ``--fail open`` (the default, as Claude Code
-itself does) lets the call through and ``--fail closed`` denies it.
+itself does) lets the call through and ``--fail closed`` denies it; any other event than
+a PreToolUse has no call to deny, and is answered nothing either way.
 
 Without ``--hook`` it asks about ``--session``/``--tool`` and prints the decision JSON;
 the exit code is 0 for allow or warn and 1 for block.
@@ -139,6 +140,16 @@ def _deny(reason: str) -> str:
                                               "permissionDecisionReason": reason}})
 
 
+def _asks_before_a_call(payload: bytes) -> bool:
+    """Whether a hook payload is one a deny may answer: a PreToolUse, or one the daemon would refuse (no JSON
+    object), which says nothing of what it is."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return True
+    return not isinstance(event, dict) or event.get("hook_event_name") == "PreToolUse"
+
+
 def _claude_code(opts: dict) -> int:
     payload = sys.stdin.buffer.read()
     try:
@@ -148,7 +159,7 @@ def _claude_code(opts: dict) -> int:
         answer = json.loads(body)
     except (Unreachable, ValueError) as exc:
         print(f"agentledger: {exc}", file=sys.stderr)
-        if opts["fail"] == "closed":
+        if opts["fail"] == "closed" and _asks_before_a_call(payload):
             print(_deny(f"{exc} (the gate fails closed)"))
         return 0
     if answer:
