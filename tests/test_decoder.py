@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentledger import jsontext
 from agentledger.facts import (
     Compaction,
     Fact,
@@ -566,6 +567,74 @@ def test_a_files_byte_order_mark_is_no_part_of_its_first_line():
     assert ok(bom + line("run.start")).kind == "run.start"
     r = rejected(bom + b'{"kind": "run.start", "ts": ', 7)
     assert r.reason.startswith("invalid JSON")
+
+
+# What JS writes for a string cut inside an emoji (String.slice, then JSON.stringify): half a surrogate pair,
+# escaped on its own. The stdlib reads such a line; orjson refused it, and the event was lost.
+@pytest.mark.parametrize(("written", "read"), [
+    (rb"party \ud83c", "party \ufffd"),  # a high half at the end
+    (rb"\udf89 party", "\ufffd party"),  # a low half at the start
+    (rb"a\uD83Db", "a\ufffdb"),  # upper-case hex, in the middle
+    (rb"\ud83c\ud83c\udf89", "\ufffd\U0001f389"),  # a high half before a whole pair
+    (rb"\ud83c\u0041", "\ufffdA"),  # a high half before an escape that is no low half
+    (rb"\udf89\ud83c", "\ufffd\ufffd"),  # a pair the wrong way round
+    (rb"\\ud83c", "\\ud83c"),  # an escaped backslash: no escape, text as it is
+])
+def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(written, read):
+    raw = line("tool.end", {"toolName": "exec", "toolCallId": "c1", "isError": True, "error": "MARK",
+                            "result": "MARK"}).replace(b"MARK", written)
+    f = ok(raw)
+    assert (type(f), f.is_error, f.error) == (ToolEnded, True, read)
+    assert f.error.encode("utf-8")  # text SQLite and --json can hold
+
+
+def test_a_lone_surrogate_escape_in_a_key_or_the_envelope_is_read_as_the_replacement_character():
+    raw = line("run.start", {"MARK": 1, "model": "m"}, sessionKey="agent:main:MARK").replace(b"MARK", rb"x\ud800")
+    f = ok(raw)
+    assert (type(f), f.session_key, f.agent_id) == (RunStarted, "agent:main:x\ufffd", "main")
+
+
+@pytest.mark.parametrize(("broken", "what"), [
+    (b'"result":"\\ud83c",}', "invalid JSON"),  # a lone half, and a real fault after it
+    (b'"result":"\\ud83c\\Ud83c"}', "invalid JSON"),  # \U is no JSON escape
+    (b'"result":"\xed\xa0\xbc"}', "invalid UTF-8"),  # a surrogate's raw bytes: UTF-8 has none
+])
+def test_a_line_with_a_lone_surrogate_escape_and_a_real_fault_is_still_rejected(broken, what):
+    raw = b'{"id":"%s","ts":1,"kind":"tool.end","data":{"toolName":"exec","toolCallId":"c1",%s}' % (
+        EVT.encode(), broken)
+    r = rejected(raw, 4)
+    with pytest.raises(orjson.JSONDecodeError) as refused:
+        orjson.loads(raw.replace(rb"\ud83c", rb"\ufffd"))
+    # The reason orjson gives for the fault itself, at its column in the line.
+    assert r.reason == f"{what}: {refused.value}"
+
+
+_JSON_STRINGS = st.text(st.one_of(st.characters(), st.characters(categories=["Cs"]), st.sampled_from("\\u\"")))
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=INT64_MIN, max_value=INT64_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False) | _JSON_STRINGS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_STRINGS, inner, max_size=4),
+    max_leaves=12)
+
+
+def _replaced(value):
+    """The stdlib's parse, with each surrogate it kept (half of no pair) as U+FFFD."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+    if isinstance(value, list):
+        return [_replaced(v) for v in value]
+    if isinstance(value, dict):
+        return {_replaced(k): _replaced(v) for k, v in value.items()}
+    return value
+
+
+@given(value=_JSON_VALUES, ascii_only=st.booleans())
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+def test_any_json_text_with_lone_surrogate_escapes_reads_as_the_stdlib_reads_it_with_replacement_characters(
+        value, ascii_only):
+    # Surrogates in the strings are written as escapes, whether the rest is escaped (ensure_ascii) or UTF-8.
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "backslashreplace")
+    assert jsontext.loads(raw) == _replaced(json.loads(raw))
 
 
 def test_negative_fractional_ts_rejected():

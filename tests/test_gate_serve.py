@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -196,6 +198,32 @@ def test_claude_code_hooks_over_http_and_through_the_command(daemon):
     rows = conn.execute("SELECT DISTINCT gate, decision, asked_via FROM gate_decisions").fetchall()
     assert rows == [("fleet-day", "block", "claude-code")]
     conn.close()
+
+
+def test_a_hook_event_holding_half_a_surrogate_pair_is_recorded_and_its_call_let_through(daemon):
+    # JS writes half a pair it cut from a string as an escape of its own (json.dumps writes it so too): the
+    # daemon answered 400, the event was lost, and the command, failing closed, denied the call.
+    env = cli_env(daemon.tmp_path / "ledger.db")
+    cut = {**PRE_TOOL_USE, "tool_input": {"command": "echo \ud83c"}, "tool_use_id": "toolu_cut"}
+    assert daemon.post("/v1/hooks/claude-code", cut) == (200, {})
+    in_key = {**PRE_TOOL_USE, "tool_name": "Bash\udf89", "tool_input": {"\ud83c": 1}, "tool_use_id": "toolu_key"}
+    ran = _gate_cmd("--hook", "claude-code", "--url", daemon.url, "--fail", "closed", stdin=json.dumps(in_key),
+                    env=env)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+
+    def tools() -> dict:
+        out = subprocess.run([sys.executable, "-m", "agentledger", "tools", "--json"], capture_output=True,
+                             env=env, timeout=30)
+        return {t["tool"]: t["calls"] for t in json.loads(out.stdout)}
+
+    daemon._wait(lambda: tools() == {"Bash": 1, "Bash\ufffd": 1})
+    # Beside a real fault, the half changes nothing: the body is refused for the fault.
+    faulty = json.dumps(cut).encode()[:-1] + b",}"
+    request = urllib.request.Request(daemon.url + "/v1/hooks/claude-code", data=faulty, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"].startswith("the body is not JSON: trailing comma")
 
 
 def _served_with(tmp_path: Path, gates: str) -> Served:

@@ -734,6 +734,51 @@ def test_a_line_timed_before_1970_or_past_9999_in_utc_is_a_reject_and_the_rest_i
     assert verify(db) == []
 
 
+def _cut_inside_an_emoji(fmt: str, tmp_path: Path) -> tuple[Path, Path, bytes]:
+    """The root of a file of ``fmt`` whose tool call and its failed result each hold MARK (in the tool's name
+    and in a preview), the file, and the line of the call again."""
+    if fmt == "oc-telemetry":
+        from logwriter import LogDir, event
+
+        logs = LogDir(tmp_path / "state")
+        call = event(1, "tool.start", {"toolName": "exMARKec", "toolCallId": "tc1"})
+        logs.append(call + event(2, "tool.end", {"toolName": "exMARKec", "toolCallId": "tc1", "isError": True,
+                                                 "durationMs": 5, "error": "failed", "result": "party MARK"}))
+        return logs.root, logs.live, call
+    if fmt == "oc-transcript":
+        sid = "0b7bec4a-3902-43fd-bcbe-a4d347d8d807"
+        transcript = _sessions_dir(tmp_path, "agent:main:main", sid) / f"{sid}.jsonl"
+        call = oc_assistant("a1", 2, tool="tc1").replace(b'"exec"', b'"exMARKec"')
+        result = _oc_line({"type": "message", "id": "r1", "timestamp": "2026-10-01T08:00:03.000Z",
+                           "message": {"role": "toolResult", "toolCallId": "tc1", "toolName": "exMARKec",
+                                       "isError": True, "content": [{"type": "text", "text": "party MARK"}]}})
+        transcript.write_bytes(oc_header(sid) + oc_user("u1", 1) + call + result)
+        return tmp_path / "state", transcript, call
+    transcript = _project(tmp_path) / f"{SESSION}.jsonl"
+    call = cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "exMARKec", "input": {}},
+                        output=5, second=1, stop="tool_use")
+    result = cc_result("r1", "toolu_1", 2, is_error=True).replace(b'"ok"', b'"party MARK"')
+    transcript.write_bytes(cc_prompt("u1", "hi", 0) + call + result)
+    return tmp_path / "claude", transcript, call
+
+
+@pytest.mark.parametrize("fmt", ["oc-telemetry", "oc-transcript", "claude-code"])
+@pytest.mark.parametrize("half", [rb"\ud83c", rb"\uDF89"])
+def test_a_line_holding_half_a_surrogate_pair_is_indexed_with_a_replacement_character(tmp_path, db, fmt, half):
+    # What JS writes for a string it cut inside an emoji (String.slice, then JSON.stringify): the half left,
+    # escaped alone. Such a line was rejected whole: the tool call lost its failure, or the call itself.
+    root, path, call = _cut_inside_an_emoji(fmt, tmp_path)
+    broken = call.replace(b"\n", b"").replace(b"}", b"},", 1) + b"\n"  # the half, and a real fault too
+    path.write_bytes((path.read_bytes() + broken).replace(b"MARK", half))
+    out = subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--json", "--source",
+                          f"{fmt}={root}"], env=cli_env(db), capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    tools = cli_json(db, "tools")
+    assert [(t["tool"], t["calls"], t["errors"]) for t in tools] == [("ex\ufffdec", 1, 1)]
+    (reject,) = cli_json(db, "rejects")
+    assert reject["reason"].startswith("invalid JSON: ") and "surrogate" not in reject["reason"], reject
+
+
 def test_several_sources_at_once_and_a_bad_source_flag(tmp_path, db):
     project = _project(tmp_path)
     (project / f"{SESSION}.jsonl").write_bytes(

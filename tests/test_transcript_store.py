@@ -170,6 +170,26 @@ def test_an_entry_without_an_id_in_both_copies_is_one_event_however_each_seriali
     _clean(db)
 
 
+@pytest.mark.parametrize("order", ["store first", "file first"])
+def test_entries_holding_half_a_surrogate_pair_in_both_copies_are_indexed_once(tmp_path, order):
+    # Half a pair cut from a string, escaped alone as JS writes it: the row and the line were each rejected.
+    cut = {"errorMessage": "party \ud83c"}
+    entries = [_header(), _user("u1", 1) | cut, _assistant("", 2, cost=0.002) | {"id": None} | cut, _user("u2", 3)]
+    state, db = tmp_path / "state", tmp_path / "ledger.db"
+    producer = Producer(state)
+    _index(state)
+    transcript = state / "agents" / "main" / "sessions" / f"{SID}.jsonl"
+    transcript.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    if order == "file first":
+        ingest(db, state, fmt="oc-transcript")
+    producer.add(*(json.dumps(e, sort_keys=True, separators=(",", ":")) for e in entries))
+    ingest(db, state, fmt="oc-transcript")
+    assert ingest(db, state, fmt="oc-transcript").events == 0
+    assert rows(db, "SELECT llm_calls, runs, cost_pico FROM session_totals") == [(1, 2, 2 * 10**9)]
+    assert scalar(db, "SELECT count(*) FROM rejects") == 0
+    _clean(db)
+
+
 def test_a_bad_row_is_one_reject_and_the_store_is_never_written(tmp_path, db):
     state = tmp_path / "state"
     producer = Producer(state)

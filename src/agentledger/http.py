@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentledger.config import GateConfig, parse_listen
 from agentledger.facts import ToolObserved
-from agentledger import ui
+from agentledger import jsontext, ui
 from agentledger.forecast import Forecaster
 from agentledger.gates import Decision, GateKeeper, hot_json
 from agentledger.ledger import queries
@@ -372,7 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.keeper is None:
             return 503, {"error": "hooks are answered by `agentledger serve` only"}
         try:
-            payload = orjson.loads(body)
+            payload = jsontext.loads(body)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not JSON: {exc}") from None
         received_ms = time.time_ns() // 1_000_000

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import orjson
 
+from agentledger import jsontext
 from agentledger.defaults import HEAD_BYTES
 from agentledger.facts import Reject, Tokens
 from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD
@@ -143,7 +144,7 @@ _BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
 def json_object(line: bytes, offset: int) -> dict | Reject:
     """The line as a JSON object, or the reject saying why it is not one."""
     try:
-        obj = orjson.loads(line)
+        obj = jsontext.loads(line)
     except orjson.JSONDecodeError as exc:
         if line.startswith(_BOM):
             # What an editor or a Windows tool puts before a file's first line: no part of the line.

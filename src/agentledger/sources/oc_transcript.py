@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from agentledger import jsontext
 from agentledger.facts import (
     Compaction,
     Fact,
@@ -190,7 +191,7 @@ def index(directory: str) -> dict[str, dict]:
         return cached[1] if cached is not None else {}
     _readable_again(path)
     try:
-        doc = orjson.loads(data or b"{}")
+        doc = jsontext.loads(data or b"{}")
     except orjson.JSONDecodeError:
         doc = {}
     by_id: dict[str, dict] = {}
@@ -285,7 +286,7 @@ def _scan_lines(known: _Scanned, data: mmap.mmap) -> None:
 
 def _note_spawn(scanned: _Scanned, line: bytes) -> None:
     try:
-        obj = orjson.loads(line)
+        obj = jsontext.loads(line)
     except orjson.JSONDecodeError:
         return
     msg = obj.get("message") if isinstance(obj, dict) else None
@@ -379,7 +380,7 @@ def _head_of(lines: list[bytes]) -> tuple[int, str] | None:
     header_ms = None
     for line in lines:
         try:
-            obj = orjson.loads(line)
+            obj = jsontext.loads(line)
         except orjson.JSONDecodeError:
             continue
         if not isinstance(obj, dict):
@@ -774,7 +775,7 @@ def _spawned_key(content: object) -> str | None:
     if not body or "childSessionKey" not in body:
         return None
     try:
-        doc = orjson.loads(body)
+        doc = jsontext.loads(body)
     except orjson.JSONDecodeError:
         return None
     return text(doc.get("childSessionKey")) if isinstance(doc, dict) else None

@@ -33,6 +33,7 @@ from pathlib import Path
 import apsw
 import orjson
 
+from agentledger import jsontext
 from agentledger.ledger.writer import FileRow, LedgerWriter
 from agentledger.regular import open_regular
 from agentledger.sources import oc_transcript
@@ -256,7 +257,7 @@ def _idless(line: bytes) -> dict | None:
     if _LEADING_ID.match(line):
         return None
     try:
-        entry = orjson.loads(line)
+        entry = jsontext.loads(line)
     except orjson.JSONDecodeError:
         return None
     return entry if isinstance(entry, dict) and not text(entry.get("id")) else None
@@ -285,7 +286,7 @@ def _copied_line(entry: dict, copies: list[str]) -> bytes | None:
                         break
                     line = data[start:stop]
                     with contextlib.suppress(orjson.JSONDecodeError):
-                        if orjson.loads(line) == entry:
+                        if jsontext.loads(line) == entry:
                             return line
                     hit = data.find(mark, stop)
         except (OSError, ValueError):  # gone, or empty
