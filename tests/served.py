@@ -29,8 +29,9 @@ class Served:
     """``serve`` on a config file, until ``stop``; ``url`` once it listens. Its stderr is collected as it
     comes for as long as it runs: a serve whose stderr nobody reads blocks once it logs a pipe's worth."""
 
-    def __init__(self, config: Path):
-        self.config = config
+    def __init__(self, config: Path, *options: str):
+        """``options``: agentledger's own, given before ``serve`` (``--log-format text``)."""
+        self.config, self.options = config, options
         settings = tomllib.loads(config.read_text())
         self.db, self.state_dir = Path(settings["db"]), Path(settings["store"]["state_dir"])
         self.proc: subprocess.Popen | None = None
@@ -53,7 +54,8 @@ class Served:
         self.stderr = []
         self.url = None
         listening = threading.Event()
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(self.config), "serve"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", *self.options, "--config",
+                                      str(self.config), "serve"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
                                      **popen)
 
@@ -120,9 +122,9 @@ class Served:
             self.wait()
 
 
-def serve(config: Path) -> Served:
+def serve(config: Path, *options: str) -> Served:
     """``serve`` on ``config``, once it has caught up with its sources."""
-    served = Served(config)
+    served = Served(config, *options)
     try:
         served.start()
         served.wait_ready()

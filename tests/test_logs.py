@@ -6,14 +6,20 @@ import json
 import logging
 import os
 import pty
+import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.parse
 from pathlib import Path
 
 import apsw
 import pytest
 from conftest import cli_env, ingest
+from logwriter import LogDir, event
+from served import serve
+from serving import wait_for, write_config
 
 from agentledger import logs
 
@@ -128,6 +134,41 @@ def test_a_fatal_error_in_the_journal_carries_the_error_priority(tmp_path: Path,
     # Any other stderr (here a pipe, while $JOURNAL_STREAM names the journal's file) gets the line as it was.
     plain = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert plain.returncode == 2 and plain.stderr == line.removeprefix("<3>") + "\n"
+
+
+_FLEET_GATE = """
+[[gates]]
+name = "fleet-day"
+scope = "global-day"
+metric = "cost_usd"
+limit = 0.001
+"""
+_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+
+
+def test_serve_s_text_log_holds_one_line_a_record_whatever_a_gate_was_asked_about(tmp_path):
+    # The session key and tool name a gate is asked about are the asker's: a newline in them forged a record
+    # of its own in the text log, and escape sequences reached the terminal or the journal.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 5, "output": 5, "total": 10}, "costUsd": 0.5},
+                      ts=time.time_ns() // 1_000_000))
+    served = serve(write_config(tmp_path, logs.root, extra=_FLEET_GATE, flush_interval_s=0), "--log-format", "text")
+    try:
+        key = "agent:main:a\rb\nc\x1b]52;c;cHduZWQ=\x07d"
+        tool = "x\n2026-01-01 00:00:00,000 ERROR agentledger.daemon: FORGED \x1b[2J\x9b\u2028\x00"
+        status, decision = served.get("/v1/gate?" + urllib.parse.urlencode({"session_key": key, "tool": tool}))
+        assert (status, decision["decision"]) == (200, "block")
+        wait_for(lambda: "gate fleet-day" in served.log(), what="the gate's log line")
+        assert served.stop() == 0, served.log()
+    finally:
+        served.kill()
+    log = served.log()
+    assert all(_RECORD.match(line) for line in log.splitlines()), log
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", log), log
+    (gate,) = [line for line in log.splitlines() if "gate fleet-day" in line]
+    assert (r" WARNING agentledger.daemon: gate fleet-day: block agent:main:a\rb\nc\x1b]52;c;cHduZWQ=\x07d for tool "
+            r"x\n2026-01-01 00:00:00,000 ERROR agentledger.daemon: FORGED \x1b[2J\x9b\u2028\x00: ") in gate, gate
 
 
 @pytest.fixture

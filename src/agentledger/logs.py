@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import TextIO
 
@@ -33,6 +34,27 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out).decode()
+
+
+# What a terminal or the journal would act on rather than show: C0 and C1 controls (a newline starts a
+# forged record, an escape sequence rewrites the screen or the clipboard) and Unicode's line breaks.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape").decode("ascii")
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message``, one line a record. A message may quote what a request or a log gave
+    (a session key, a tool name): its control characters are written as escapes (``\\n``, ``\\x1b``).
+    A traceback follows on lines of its own, as it is."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return _CONTROLS.sub(_escaped, super().formatMessage(record))
 
 
 class _JournalFormatter(logging.Formatter):
@@ -84,7 +106,7 @@ def setup(level: str | int = "warning", json: bool | None = None, stream: TextIO
     if json is None:
         json = not stream.isatty()
     handler = _Handler(stream)
-    formatter = JsonFormatter() if json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter = JsonFormatter() if json else TextFormatter()
     handler.setFormatter(_JournalFormatter(formatter) if _is_journal(stream) else formatter)
     # On the root logger, so what a library says (watchdog's errors) comes out in the same
     # format, and only from warning on; agentledger's own lines at the level asked for.
