@@ -60,6 +60,12 @@ class Terminal:
 def on_a_terminal(args: list[str], env: dict, columns: int, lines: int = 200) -> str:
     """What ``agentledger args`` writes to a terminal ``columns`` wide, colours left out: the bytes as
     written, so a line wider than the terminal shows as one line rather than wrapped by a screen."""
+    out = bytes_to_a_terminal(args, env, columns, lines)
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode().replace("\r\n", "\n"))
+
+
+def bytes_to_a_terminal(args: list[str], env: dict, columns: int, lines: int = 200) -> bytes:
+    """The bytes ``agentledger args`` writes to a terminal ``columns`` wide, escape sequences and all."""
     ours, theirs = pty.openpty()
     fcntl.ioctl(theirs, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
     env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # the terminal's size, not these
@@ -75,4 +81,4 @@ def on_a_terminal(args: list[str], env: dict, columns: int, lines: int = 200) ->
     finally:
         os.close(ours)
     assert child.wait(timeout=60) == 0, out.decode(errors="replace")
-    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode().replace("\r\n", "\n"))
+    return bytes(out)

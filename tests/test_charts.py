@@ -52,6 +52,14 @@ def test_a_chart_shows_each_total_whole_and_tells_its_rows_apart_or_is_not_drawn
     assert len({line.split(" ")[0] for line in lines}) == len({label for label, _ in rows}), lines
 
 
+def test_a_chart_shows_labels_and_series_from_the_logs_on_one_line_their_controls_escaped():
+    chart = bars([("k\x1b[2J\nz", [("m\x1b]52;c;eA==\x07", 1.0), ("n\u202e", 2.0)])], lambda v: f"{v:.0f}",
+                 title="t", width=80)
+    title, row, legend = (t.plain for t in chart.renderables)
+    assert row.startswith(r"k\x1b[2J z ") and row.endswith(" 3")
+    assert legend.split("   ") == [r"■ n\u202e 2", r"■ m\x1b]52;c;eA==\x07 1", ""]
+
+
 @pytest.fixture(scope="module")
 def corpus_db(oc_corpus, tmp_path_factory):
     db = tmp_path_factory.mktemp("charts") / "ledger.db"

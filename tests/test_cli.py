@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from unittest import mock
@@ -752,3 +753,79 @@ def test_an_80_column_terminal_cuts_text_never_numbers(tmp_path, args, texts):
     (log,) = (tmp_path / "logs").rglob("*.jsonl")
     shown = {text: screen.count(text.format(size=f"{log.stat().st_size:,}")) for text in texts}
     assert shown == texts, screen
+
+
+# Text the logs may hold: rich markup, escape sequences that clear the screen, plant a link or write the
+# clipboard, a C1 control, a right-to-left override, a line break. SHOWN is how a table must show it.
+_HOSTILE = ("[bold red]R[/bold red][link=http://evil.example]L[/link] x[/]y \x1b[2J"
+            "\x1b]8;;http://evil.example/\x1b\\a\x1b]8;;\x1b\\ \x1b]52;c;cHduZWQ=\x07 \x9b2J \u202edcba\nz")
+_SHOWN = (r"[bold red]R[/bold red][link=http://evil.example]L[/link] x[/]y \x1b[2J"
+          r"\x1b]8;;http://evil.example/\x1b\a\x1b]8;;\x1b\ \x1b]52;c;cHduZWQ=\x07 \x9b2J \u202edcba z")
+_HOSTILE_DIR = "logs\x1b]52;c;eA==\x07\u202e"
+_SHOWN_DIR = r"logs\x1b]52;c;eA==\x07\u202e"
+_SLUG = "/src/app/[slug]/page.tsx"
+# What no answer may pass on from the logs to a terminal or a pipe.
+_CONTROLS = (b"\x1b", b"\x07", b"\x00", "\x9b".encode(), "\u202e".encode())
+
+
+@pytest.fixture(scope="module")
+def hostile_db(tmp_path_factory) -> Path:
+    """A session whose key, model, tool, error, label and subagent hold ``_HOSTILE`` (the tool's name a NUL
+    too), in a directory named with escapes, beside a line that could not be read."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    logs = LogDir(tmp / _HOSTILE_DIR)
+    key, child, model, tool = "k" + _HOSTILE, "subagent:c" + _HOSTILE, "m" + _HOSTILE, "t\x00" + _HOSTILE
+    now = time.time_ns() // 1_000_000 - 60_000
+    delta = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "total": 15}
+    for n, kind, data, session in [
+        (1, "run.start", {"model": model, "provider": "anthropic"}, key),
+        (2, "llm.call", {"callIndex": 0, "provider": "anthropic", "model": model, "delta": delta, "costUsd": 0.01},
+         key),
+        (3, "tool.start", {"toolName": tool, "toolCallId": "tc1", "params": {"path": _SLUG}}, key),
+        (4, "tool.end", {"toolName": tool, "toolCallId": "tc1", "isError": True, "durationMs": 5,
+                         "error": "e" + _HOSTILE}, key),
+        (5, "subagent.spawn", {"childSessionKey": f"agent:main:{child}", "label": "l" + _HOSTILE}, key),
+        (6, "llm.call", {"callIndex": 0, "provider": "anthropic", "model": "n" + _HOSTILE, "delta": delta,
+                         "costUsd": 0.02}, child),
+        (7, "run.end", {"model": model, "provider": "anthropic"}, key),
+    ]:
+        logs.append(event(n, kind, data, session=session, ts=now + n))
+    logs.append(b"not json \x1b[2J\n")
+    db = tmp / "ledger.db"
+    ingest(db, logs.root)
+    return db
+
+
+_KEY = "agent:main:k" + _HOSTILE
+
+
+_ANSWERS = [
+    (["sessions"], _SHOWN), (["session", _KEY], _SHOWN), (["runs"], _SHOWN), (["run", "run-k" + _HOSTILE], _SHOWN),
+    (["tools"], r"t\x00" + _SHOWN), (["errors"], "e" + _SHOWN), (["costs", "--group-by", "model"], "m" + _SHOWN),
+    (["costs", "--group-by", "tool"], r"t\x00" + _SHOWN), (["costs", "--group-by", "session"], _SHOWN),
+    (["costs", "--group-by", "session", "--chart"], _SHOWN), (["costs", "--group-by", "day", "--chart"], _SHOWN),
+    (["top", "runs"], _SHOWN), (["top", "tools"], _SHOWN), (["top", "models"], "n" + _SHOWN),
+    (["top", "sessions"], _SHOWN), (["tree", _KEY], "l" + _SHOWN), (["timeline", _KEY], _SHOWN),
+    (["events"], _SHOWN), (["files"], _SLUG), (["subagents"], "l" + _SHOWN), (["inputs"], _SHOWN_DIR),
+    (["rejects"], _SHOWN_DIR), (["watch", "--once", "--url", "http://127.0.0.1:9"], _SHOWN),
+]
+
+
+@pytest.mark.parametrize("args, shown", _ANSWERS,
+                         ids=[" ".join(a for a in args if a.isprintable()) for args, _ in _ANSWERS])
+def test_text_from_the_logs_is_shown_as_it_is_never_read_as_markup_or_sent_as_controls(hostile_db, args, shown):
+    # Rich read log text as markup: "[/]" stopped the command with a traceback, "[slug]" went missing from a
+    # path, "[link=...]" made a link; and escape sequences from the logs reached the terminal, or a pipe.
+    from terminal import bytes_to_a_terminal
+
+    # As wide as every cell wants (watch, piped, fits $COLUMNS): the text is seen whole, on one line.
+    env = {**cli_env(hostile_db), "TERM": "xterm-256color", "COLUMNS": "1000"}
+    piped = subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, env=env, timeout=60)
+    assert piped.returncode == 0, piped.stderr.decode(errors="replace")
+    # Piped, a chart is its table, which has no legend.
+    for out, shows in ((bytes_to_a_terminal(args, env, 1000), True), (piped.stdout, "--chart" not in args)):
+        # Once the styles rich draws are left out, any control is one the logs sent.
+        out = re.sub(rb"\x1b\[[0-9;]*m", b"", out)
+        assert not [c for c in _CONTROLS if c in out], out
+        assert shown in out.decode() or not shows, out.decode()
+

@@ -238,3 +238,24 @@ def test_watch_on_a_ledger_it_cannot_write_beside_sees_what_is_written_after_it_
     finally:
         db.parent.chmod(0o755)
     assert (first.strip(), out.strip()) == ("1.0", "3.0"), err
+
+
+def test_watch_keeps_each_session_and_failure_on_one_line_whatever_its_text_holds(tmp_path, env):
+    # The query tables folded a line break in a session key or a tool's name; watch broke its row there.
+    logs = LogDir(tmp_path / "logs")
+    now = time.time_ns() // 1_000_000
+    session = "a\nb\tc"
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": "claude-sonnet-4-5",
+                                      "delta": {"input": 9, "output": 1, "total": 10}, "costUsd": 0.5},
+                      session=session, ts=now - 3000))
+    for n, end in ((2, {}), (3, {"isError": True, "durationMs": 5, "error": "boom"})):
+        logs.append(event(n, "tool.end" if end else "tool.start", {"toolName": "read\nfile", "toolCallId": "tc1",
+                                                                   **end}, session=session, ts=now - 3000 + n))
+    ingest(tmp_path / "ledger.db", logs.root)
+    ran = subprocess.run([sys.executable, "-m", "agentledger", "watch", "--once", "--url", "http://127.0.0.1:9"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    rows = [line.split()[:4] for line in lines if line.startswith("agent:main:")]
+    assert rows == [["agent:main:a", "b", "c", "$0.5000"]]
+    assert [line.split(" ", 1)[1] for line in lines if " tool " in line] == ["tool read file error agent:main:a b c"]

@@ -9,6 +9,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from agentledger import display
+from agentledger.shown import one_line
 
 COLORS = ("blue", "dark_orange", "green", "red", "cyan", "yellow", "magenta", "bright_black")
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -68,7 +69,8 @@ def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, tit
     totals = [sum(part[1] for part in parts) for _, parts in rows]
     texts = [display.cost(total, sum(map(_unpriced, parts)), fmt) for (_, parts), total in zip(rows, totals)]
     value_w = max((len(t) for t in texts), default=0)
-    labels = [label for label, _ in rows]
+    # A label or a series is a session key, a model's or a tool's name: text from the logs.
+    labels = [one_line(label) for label, _ in rows]
     both = width - value_w - 3  # what the label and the bar share, a space either side of the bar
     label_w = max(min(max(map(len, labels), default=0), max(width // 3, both - _BAR_FLOOR)), _label_floor(labels))
     room = both - label_w
@@ -76,7 +78,7 @@ def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, tit
         return None
     top = max(totals, default=0) or 1.0
     lines = [Text(title, style="bold")]
-    for (label, parts), total, text in zip(rows, totals, texts):
+    for label, (_, parts), total, text in zip(labels, rows, totals, texts):
         line = Text(_tail(label, label_w).ljust(label_w) + " ", no_wrap=True)
         if len(parts) == 1:
             line.append(_partial(room * parts[0][1] / top), style=color[parts[0][0]])
@@ -95,7 +97,7 @@ def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, tit
         legend = Text(no_wrap=False)
         for name in ranked:
             legend.append("■ ", style=color[name])
-            legend.append(f"{name} {display.cost(*series[name], fmt)}   ")
+            legend.append(f"{one_line(name)} {display.cost(*series[name], fmt)}   ")
         lines.append(legend)
     return Group(*lines)
 

@@ -31,6 +31,7 @@ from agentledger.cli.fitting import TEXT_FLOOR, Fit, fit, too_narrow
 from agentledger.config import Config
 from agentledger.ledger.db import LedgerError, open_reader
 from agentledger.overview import overview
+from agentledger.shown import one_line
 
 
 class Feed:
@@ -105,7 +106,12 @@ def _subject(g: dict, s: dict) -> str:
 # A column is (header, whole): a whole one (a number, or text holding one) keeps its width or is left out,
 # named under its table; the others are cut short with an ellipsis.
 Column = tuple[str, bool]
-Row = tuple[list[str], str | None]  # cells and style
+Row = tuple[list[str], str | None]  # cells as shown (``_row``) and style
+
+
+def _row(cells: list[str], style: str | None = None) -> Row:
+    """A row of cells as the query tables show them: a session key or a tool's name comes from the logs."""
+    return [one_line(cell) for cell in cells], style
 
 
 def _fit(columns: list[Column], rows: list[Row], width: int) -> Fit:
@@ -123,7 +129,8 @@ def _table(title: str, columns: list[Column], rows: list[Row], shape: Fit) -> li
         table.add_column(columns[i][0], justify="right" if columns[i][1] else "left", no_wrap=True,
                          overflow="ellipsis", width=width)
     for cells, style in rows:
-        table.add_row(*(cells[i] for i in shape.kept), style=style)
+        # Text, not a str, which rich reads as markup: a "[/]" in a session key stopped watch.
+        table.add_row(*(Text(cells[i]) for i in shape.kept), style=style)
     note = _left_out_note(columns, shape)
     return [Text(title, style="bold"), table] + ([Text(note, style="dim")] if note else [])
 
@@ -167,22 +174,22 @@ def frame(snap: dict, where: str, height: int, width: int) -> Group:
         if worst:
             soon = g and (g["tripped"] or g["trips_in_s"] is not None)
             cells.append(f"{g['gate']} {g['used']:.0%}" + (f" {_when(g)}" if soon else "") if g else display.DASH)
-        session_rows.append((cells, "bold red" if g and g["tripped"] else None))
+        session_rows.append(_row(cells, "bold red" if g and g["tripped"] else None))
     if not sessions:
-        session_rows.append((["no sessions yet"] + [""] * (len(session_columns) - 1), None))
+        session_rows.append(_row(["no sessions yet"] + [""] * (len(session_columns) - 1)))
 
     gate_columns: list[Column] = [("gate", False), ("measures", False), ("used", True), ("left", True), ("pace", True),
                                   ("trips in", True)]
     gate_rows: list[Row] = [
-        ([g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g), _when(g)],
-         "bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
+        _row([g["gate"], _subject(g, s), _used(g), display.amount(g["metric"], g["headroom"]), _pace(g), _when(g)],
+             "bold red" if g["tripped"] else "yellow" if g["used"] >= 0.8 else None)
         for g, s in sorted(worst.values(), key=lambda gs: _urgency(gs[0]))]
 
     ingest_columns: list[Column] = [("source", False), ("files", True), ("lag", True), ("unread", True),
                                     ("rejected", True)]
     ingest_rows: list[Row] = [
-        ([src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]), f"{src['unread_bytes']:,} B",
-          f"{src['lines_rejected']:,}"], None) for src in sources]
+        _row([src["source"], str(src["files_tailed"]), display.duration(src["lag_s"]), f"{src['unread_bytes']:,} B",
+              f"{src['lines_rejected']:,}"]) for src in sources]
 
     # Fitted to every row, not only those shown, so the columns hold still as rows come and go.
     shapes = [_fit(session_columns, session_rows, width), _fit(gate_columns, gate_rows, width),
@@ -209,9 +216,9 @@ def frame(snap: dict, where: str, height: int, width: int) -> Group:
     if problems:
         parts.append(Text("latest failed or interrupted", style="bold"))
         for p in problems[:n_problems]:
-            parts.append(Text.assemble(f"{_clock(p['at'], zone)} {p['kind']} {p['name'] or '?'} ",
+            parts.append(Text.assemble(f"{_clock(p['at'], zone)} {p['kind']} {one_line(p['name'] or '?')} ",
                                        (p["status"], "red" if p["status"] == "error" else "yellow"),
-                                       f" {p['session_key'] or '?'}", no_wrap=True, overflow="ellipsis"))
+                                       f" {one_line(p['session_key'] or '?')}", no_wrap=True, overflow="ellipsis"))
     if sources:
         parts += _table("ingest", ingest_columns, ingest_rows[:n_sources], shapes[2])
     if note:

@@ -11,6 +11,7 @@ import click
 import orjson
 
 from agentledger import display
+from agentledger.shown import one_line
 
 
 def flat(row: dict, prefix: str = "") -> dict:
@@ -85,10 +86,8 @@ def _cell(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    # One line a row: an error text may be a whole pretty-printed JSON object. Leading spaces stay: they
-    # indent a tree's levels.
-    text = str(value)
-    return text[:len(text) - len(text.lstrip(" "))] + " ".join(text.split())
+    # One line a row: an error text may be a whole pretty-printed JSON object.
+    return one_line(str(value))
 
 
 def cost_cell(cost: float | None, unpriced: int | None) -> str:
@@ -107,13 +106,12 @@ def _row_cells(row: dict, columns: list[tuple[str, str]]) -> list[str]:
             else _cell(row.get(k)) for k, _ in columns]
 
 
-def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, title: str | None = None,
-               note: bool = True) -> None:
+def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, note: bool = True) -> None:
     """``columns`` is a list of (key, header); a row's ``cost_usd`` is marked by its ``unpriced_calls``,
     with the footnote under the table unless ``note`` is false (the caller gives it once for several)."""
     cells = [_row_cells(row, columns) for row in rows]
     if sys.stdout.isatty():
-        _print_fitted(cells, columns, [_is_number(rows, key) for key, _ in columns], title)
+        _print_fitted(cells, columns, [_is_number(rows, key) for key, _ in columns])
     else:
         cells = [[h for _, h in columns]] + cells
         widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
@@ -129,14 +127,14 @@ def _is_number(rows: list[dict], key: str) -> bool:
                                     for row in rows)
 
 
-def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], numbers: list[bool],
-                  title: str | None) -> None:
+def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], numbers: list[bool]) -> None:
     """A table that fits the terminal (``fitting.fit``), its first column wrapping rather than cut, and
     a line under it naming the columns left out: a number is shown whole or not at all."""
     from rich import box
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from agentledger.cli.fitting import WRAP_FLOOR, fit, too_narrow
 
@@ -149,13 +147,14 @@ def _print_fitted(cells: list[list[str]], columns: list[tuple[str, str]], number
     # would cut it: the lines run past the terminal's edge instead.
     console.width += shape.over
     # A space each side of a cell, but one only on its left once the gap is closed up.
-    table = Table(title=title, box=box.HEAVY_HEAD if shape.boxed else None, pad_edge=shape.boxed,
+    table = Table(box=box.HEAVY_HEAD if shape.boxed else None, pad_edge=shape.boxed,
                   padding=(0, shape.gap - 1, 0, 1))
     for i, width in zip(shape.kept, shape.widths):
         table.add_column(columns[i][1], justify="right" if numbers[i] else "left",
                          overflow="fold" if numbers[i] or i == 0 else "ellipsis", width=width)
     for r in cells:
-        table.add_row(*(r[i] for i in shape.kept))
+        # Text, not a str, which rich reads as markup: "[/root/.ssh]" in an error stopped the command.
+        table.add_row(*(Text(r[i]) for i in shape.kept))
     console.print(table)
     left_out = shape.left_out([header for _, header in columns])
     if left_out:

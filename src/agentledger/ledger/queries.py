@@ -15,6 +15,7 @@ import orjson
 from agentledger.ledger.verify import (FALLBACK_COLUMNS, FALLBACK_SUMS, LLM_COLUMNS, LLM_ROW_SUMS, RUN_COLUMNS,
                                       RUN_ROW_SUMS, RUN_SNAPSHOT, SUBAGENT_KEY, TOOL_RUNS,
                                       TOOL_SESSION, UNPRICED, snapshot_fallback, snapshot_unpriced)
+from agentledger.shown import printable
 from agentledger.timeutil import LATEST_MS, iso
 from agentledger.units import PICO_PER_USD
 
@@ -515,12 +516,6 @@ def _tool_costs(conn: apsw.Connection, w: Window) -> list[dict]:
            for name, (c, e, d, timed) in groups.items() if c]
     out.sort(key=lambda r: (-r["calls"], str(r["tool"])))
     return out[: w.limit] if w.limit else out
-
-
-def printable(data: bytes) -> str:
-    """Bytes shown safely: undecodable bytes and control characters as escapes."""
-    text = data.decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 REJECT_FIELDS = ("path", "offset", "length", "reason", "head", "read_at")
