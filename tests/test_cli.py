@@ -829,3 +829,42 @@ def test_text_from_the_logs_is_shown_as_it_is_never_read_as_markup_or_sent_as_co
         assert not [c for c in _CONTROLS if c in out], out
         assert shown in out.decode() or not shows, out.decode()
 
+
+def test_csv_is_the_logs_text_exactly_with_a_formula_kept_text(tmp_path):
+    # Written to a file, CSV lost what looked like escape sequences (click.echo strips them off a terminal),
+    # so its key was not --json's and found no session; a lone CR ended its row; "=HYPERLINK(...)" went out
+    # for a spreadsheet to run.
+    import csv
+
+    key = "k\x1b[2J\x1b[31mRED\x1b[0m a\rb\x00\u202e"
+    tools = ['=HYPERLINK("http://evil","x")', "-1.5", "@SUM(A1)", "'=x", "'quoted'", "plain"]
+    logs = LogDir(tmp_path / "logs")
+    for n, tool in enumerate(tools):
+        logs.append(event(2 * n + 1, "tool.start", {"toolName": tool, "toolCallId": f"tc{n}"}, session=key))
+        logs.append(event(2 * n + 2, "tool.end", {"toolName": tool, "toolCallId": f"tc{n}", "isError": False,
+                                                  "durationMs": 5}, session=key))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+
+    def answer(*args: str) -> tuple[list[dict], list[dict]]:
+        out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args, "--csv"],
+                             capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return (list(csv.DictReader(io.StringIO(out.stdout.decode(), newline=""))),
+                json.loads(run(*args, "--json", db=db).stdout))
+
+    rows, want = answer("sessions")
+    assert [r["session_key"] for r in rows] == [r["session_key"] for r in want] == [f"agent:main:{key}"]
+    rows, want = answer("tools")
+    shown = {r["tool"]: r["calls"] for r in rows}
+    assert shown == {'\'=HYPERLINK("http://evil","x")': "1", "'-1.5": "1", "'@SUM(A1)": "1", "''=x": "1",
+                     "'quoted'": "1", "plain": "1"}
+    # One quote taken off a cell of quotes then a formula's start gives the text back.
+    assert sorted(re.sub(r"^'(?='*[=+\-@\t\r])", "", tool) for tool in shown) == sorted(r["tool"] for r in want)
+
+
+def test_csv_keeps_numbers_numbers_and_quotes_text_that_starts_a_formula(capsys):
+    from agentledger.cli.output import emit_csv
+
+    emit_csv([{"cost": -1.5, "delta": -3, "note": "-1.5", "name": "=1+1", "none": None}], ())
+    assert capsys.readouterr().out == "cost,delta,note,name,none\n-1.5,-3,'-1.5,'=1+1,\n"

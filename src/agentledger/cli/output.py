@@ -28,16 +28,36 @@ def flat(row: dict, prefix: str = "") -> dict:
     return out
 
 
+# How a text cell starts that a spreadsheet opening the file reads as a formula: a log's
+# "=HYPERLINK(...)" would be one.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: object) -> object:
+    """A formula's start is kept text by a quote before it. Counted after the quotes a text already starts
+    with, so that taking one quote off a cell of quotes then such a start gives back the logs' text exactly.
+    Text only: a number, -1.5 as much as 3, is written as the number it is."""
+    return "'" + value if isinstance(value, str) and value.lstrip("'").startswith(_FORMULA_STARTS) else value
+
+
 def emit_csv(rows: list[dict], fields: Iterable[str]) -> None:
     """``fields``: the columns a row of this answer has (as ``flat`` names them), the header when there is no
-    row: a script reads the same header from an empty answer as from any other."""
-    out = io.StringIO()
+    row: a script reads the same header from an empty answer as from any other. The text is the logs' as it
+    is, escape sequences and all: CSV is for programs (only a formula's start is kept from spreadsheets)."""
     flat_rows = [flat(row) for row in rows]
-    header = dict.fromkeys(k for row in flat_rows for k in row) if flat_rows else fields
-    writer = csv.DictWriter(out, fieldnames=list(header), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(flat_rows)
-    click.echo(out.getvalue(), nl=False)
+    header = list(dict.fromkeys(k for row in flat_rows for k in row) if flat_rows else fields)
+    line = io.StringIO()
+    # The csv module quotes a field holding a character of its line end, no other: under "\n" alone, a
+    # lone "\r" in a log's text went out bare, and a reader ended the row there. Each row is written with
+    # "\r\n", then ended "\n".
+    writer = csv.writer(line, lineterminator="\r\n")
+    for values in [header, *([_csv_cell(row.get(k)) for k in header] for row in flat_rows)]:
+        writer.writerow(values)
+        # Not through click.echo: written anywhere but a terminal, it took what looked like escape
+        # sequences out of the text.
+        sys.stdout.write(line.getvalue()[:-2] + "\n")
+        line.seek(0)
+        line.truncate()
 
 
 def emit_json(value: object) -> None:
