@@ -868,3 +868,17 @@ def test_csv_keeps_numbers_numbers_and_quotes_text_that_starts_a_formula(capsys)
 
     emit_csv([{"cost": -1.5, "delta": -3, "note": "-1.5", "name": "=1+1", "none": None}], ())
     assert capsys.readouterr().out == "cost,delta,note,name,none\n-1.5,-3,'-1.5,'=1+1,\n"
+
+
+def test_verify_names_a_file_with_the_controls_of_its_path_escaped(tmp_path):
+    # A checkpoint's file and a rollup's key went to the terminal as they were, escape sequences and all.
+    logs = LogDir(tmp_path / _HOSTILE_DIR)
+    logs.append(llm_call(1) + llm_call(2))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    logs.truncate()
+    out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "verify"], capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not [c for c in _CONTROLS if c in out.stdout], out.stdout
+    assert out.stdout.decode().startswith(f"{tmp_path}/{_SHOWN_DIR}/agents/main/telemetry/events.jsonl: holds ")

@@ -12,6 +12,7 @@ from agentledger.cli import cli
 from agentledger.cli.output import emit_json
 from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, ledger_exists, open_reader
 from agentledger.ledger.verify import ROLLUPS, Difference, check_checkpoints, check_rollups, repair_rollups
+from agentledger.shown import one_line
 
 
 def _repair(db) -> list[Difference]:
@@ -67,12 +68,13 @@ def verify(obj, repair: bool, as_json: bool) -> None:
                        "from the base rows")
         elif repaired is not None:
             click.echo("nothing to repair: every rollup equals its recomputation")
+        # A difference names its rollup's key (a session key, a model), a checkpoint its file: the logs' text.
         for d in diffs[:50]:
-            click.echo(d.describe())
+            click.echo(one_line(d.describe()))
         if len(diffs) > 50:
             click.echo(f"... and {len(diffs) - 50} more differences")
         for p in problems + changed:
-            click.echo(p)
+            click.echo(one_line(p))
         if not diffs and not problems:
             since = f"; files changed since they were read: {len(changed)}, told above" if changed else ""
             click.echo(f"ok: {len(ROLLUPS)} rollups equal their recomputation; checkpoints on line boundaries{since}")
