@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from typing import TextIO
 
 import orjson
 
+from agentledger.shown import escaped
 from agentledger.timeutil import iso
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -36,25 +36,17 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out).decode()
 
 
-# What a terminal or the journal would act on rather than show: C0 and C1 controls (a newline starts a
-# forged record, an escape sequence rewrites the screen or the clipboard) and Unicode's line breaks.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def _escaped(found: re.Match[str]) -> str:
-    return found.group().encode("unicode_escape").decode("ascii")
-
-
 class TextFormatter(logging.Formatter):
     """``time LEVEL logger: message``, one line a record. A message may quote what a request or a log gave
-    (a session key, a tool name): its control characters are written as escapes (``\\n``, ``\\x1b``).
-    A traceback follows on lines of its own, as it is."""
+    (a session key, a tool name): what is not printable is written as escapes (``\\n``, ``\\x1b``), as a
+    terminal or the journal would act on it rather than show it (a newline starts a forged record, an escape
+    sequence rewrites the screen or the clipboard). A traceback follows on lines of its own, as it is."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return _CONTROLS.sub(_escaped, super().formatMessage(record))
+        return escaped(super().formatMessage(record))
 
 
 class _JournalFormatter(logging.Formatter):

@@ -11,15 +11,10 @@ _WHITESPACE = re.compile(r"\s+")
 
 def escaped(text: str) -> str:
     """``text`` with every character that is not printable (controls, format characters such as a
-    right-to-left override, lone surrogates) written as its Python escape: ``\\x1b``, ``\\u202e``."""
+    right-to-left override, lone surrogates) written as its Python escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(c: str) -> str:
-    n = ord(c)
-    return f"\\x{n:02x}" if n <= 0xFF else f"\\u{n:04x}" if n <= 0xFFFF else f"\\U{n:08x}"
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def printable(data: bytes) -> str:
