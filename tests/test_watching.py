@@ -260,6 +260,49 @@ def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_
         _stop(daemon, said)
 
 
+def test_an_agent_s_directory_linked_below_a_root_after_the_start_is_watched_where_it_leads(tmp_path):
+    # Not only the directories of the first full scan: those a later one lists are looked at too, the new ones alone.
+    logs, other = LogDir(tmp_path / "openclaw"), LogDir(tmp_path / "elsewhere", agent="other")
+    logs.append(llm_call(1))
+    other.append(llm_call(101, session="s2"))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        (logs.root / "agents" / "other").symlink_to(other.root / "agents" / "other")
+        _soon(db, 2)
+        other.append(llm_call(102, session="s2"))
+        _soon(db, 3)
+    finally:
+        _stop(daemon, said)
+
+
+def test_an_agent_s_directory_made_a_symlink_in_its_own_place_is_watched_where_it_leads(tmp_path):
+    # Its files keep their names, so nothing new is listed: the directory moved away is what tells that its way
+    # may hold a symlink now.
+    logs, moved = LogDir(tmp_path / "openclaw"), LogDir(tmp_path / "elsewhere")
+    logs.append(llm_call(1))
+    moved.append(llm_call(101, session="s2"))
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        main, link = logs.root / "agents" / "main", logs.root / "agents" / "main.new"
+        link.symlink_to(moved.root / "agents" / "main")
+        main.rename(tmp_path / "main.old")  # out of the root, and the symlink in its place at once
+        link.rename(main)
+        _soon(db, 2)
+        # watchdog tells of a directory moved away once it gave up waiting to see where it went: this line comes
+        # after that, and only the symlink's watch can tell of it.
+        time.sleep(2)
+        moved.append(llm_call(102, session="s2"))
+        _soon(db, 3)
+    finally:
+        _stop(daemon, said)
+
+
 # serve, with every inotify watch refused as the system's limit refuses it once reached (fs.inotify.max_user_watches),
 # or no inotify instance to be had (max_user_instances).
 _WITHOUT_INOTIFY = """
