@@ -24,7 +24,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,6 +107,11 @@ class Changes(FileSystemEventHandler):
         self._observer: BaseObserver | None = None
         self._roots: dict[str, _Place] = {}
         self._links: dict[str, _Place] = {}  # a symlink below a root, as the tailers list it
+        # The directories follow_links looked at last, under which roots, and the symlinks on the way to each.
+        self._looked: frozenset[str] = frozenset()
+        self._looked_under: tuple[str, ...] = ()
+        self._ways: dict[str, list[str]] = {}  # only those with a symlink on the way
+        self._unmade = False  # a directory was deleted or moved away since follow_links last looked
         self._watches: dict[str, _Watch] = {}  # directory -> its watch
         self._told: set[int] = set()  # the limits (by the error they raise) told reached
 
@@ -172,23 +177,44 @@ class Changes(FileSystemEventHandler):
             self._limited(errno.ENOSPC, f"{self._inotify.refused} (and maybe more directories) is not watched")
         return appeared, moved
 
-    def follow_links(self, directories: Iterable[str]) -> None:
+    def follow_links(self, directories: Set[str]) -> None:
         """Watches, where it leads, each symlink on the way from a root to one of ``directories`` (those the
-        tailers' last full scans found files in, by their names), and no longer those on the way to none."""
-        roots = [os.path.join(place.real, "") for place in self._roots.values() if place.real is not None]
+        tailers' last full scans found files in, by their names), and no longer those on the way to none.
+
+        Called after every full scan, it looks only at the directories not listed at the last call (an lstat of
+        every step of the way costs a noticeable part of a pass where thousands are): a symlink on the way to
+        one listed before, switched since, is seen by follow's look at each turn. All are looked at again where
+        their way may have changed otherwise: a directory deleted or moved away (a symlink may stand in its
+        place now), a symlink no longer one, a root that leads elsewhere."""
+        roots = tuple(os.path.join(place.real, "") for place in self._roots.values() if place.real is not None)
+        with self.lock:
+            unmade, self._unmade = self._unmade, False
+        if unmade or roots != self._looked_under or not all(map(os.path.islink, self._links)):
+            self._ways.clear()
+            self._looked_under = roots
+            gone, new = self._looked, directories
+        else:
+            gone, new = self._looked - directories, directories - self._looked
+        if not gone and not new:
+            return
+        for directory in gone:
+            self._ways.pop(directory, None)
         is_link: dict[str, bool] = {}  # looked at once per call, however many directories lie below
-        links = set()
-        for directory in directories:
+        for directory in new:
             root = next((r for r in roots if directory.startswith(r)), None)
             if root is None:
                 continue  # under where a root led before: no longer read
-            path = os.path.dirname(root)
+            path, way = os.path.dirname(root), []
             for part in directory[len(root):].split(os.sep):
                 path = os.path.join(path, part)
                 if path not in is_link:
                     is_link[path] = os.path.islink(path)
                 if is_link[path]:
-                    links.add(path)
+                    way.append(path)
+            if way:
+                self._ways[directory] = way
+        self._looked = frozenset(directories)
+        links = set().union(*self._ways.values())
         if links == self._links.keys():
             return
         for link in self._links.keys() - links:
@@ -293,6 +319,8 @@ class Changes(FileSystemEventHandler):
         with self.lock:
             if event.is_directory or event.event_type not in _CONTENT_EVENTS:
                 self.full = True
+                if event.is_directory and event.event_type in ("deleted", "moved"):
+                    self._unmade = True
                 if event.event_type == "deleted" and path in self._reals:
                     # Made again, it may be on the same inode, which the next look would take for the same directory.
                     self._ended.add(path)
