@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -164,24 +165,37 @@ def _soon(db: Path, calls: int) -> None:
     _wait_for(lambda: _calls(db) == calls, timeout=SOON_S)
 
 
+@dataclass
+class _Told:
+    err: str = ""  # what serve said, once stopped
+
+
+@contextmanager
+def _following(db: Path, root: Path) -> Iterator[_Told]:
+    """``serve`` following ``root`` into ``db`` with no rescan to come, caught up; stopped after the block."""
+    told = _Told()
+    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(db.parent))
+    said: list[str] = []
+    try:
+        _read_until(daemon, "caught up", said)
+        yield told
+    finally:
+        told.err = _stop(daemon, said)
+
+
 def test_a_root_renamed_away_and_made_again_is_watched_again(tmp_path):
     # Only a deletion ended its watch: renamed away (mv ~/.openclaw ~/.openclaw.bak), the watch went with it,
     # and the lines of the one made in its place waited for the rescan.
     logs = LogDir(tmp_path / "openclaw")
     logs.append(llm_call(1))
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, logs.root):
         logs.root.rename(tmp_path / "openclaw.bak")
         logs = LogDir(logs.root)
         logs.append(llm_call(2))
         _soon(db, 2)
         logs.append(llm_call(3))
         _soon(db, 3)
-    finally:
-        _stop(daemon, said)
 
 
 def test_a_root_that_appears_as_a_symlink_is_watched_where_it_leads(tmp_path):
@@ -191,17 +205,12 @@ def test_a_root_that_appears_as_a_symlink_is_watched_where_it_leads(tmp_path):
     logs.append(llm_call(1))
     root = tmp_path / "openclaw"
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, root) as told:
         root.symlink_to(logs.root)
         _soon(db, 1)
         logs.append(llm_call(2))
         _soon(db, 2)
-    finally:
-        err = _stop(daemon, said)
-    assert f"{root} appeared: reading it" in err
+    assert f"{root} appeared: reading it" in told.err
 
 
 def test_a_root_symlink_switched_to_another_directory_is_read_and_watched_there(tmp_path):
@@ -213,10 +222,7 @@ def test_a_root_symlink_switched_to_another_directory_is_read_and_watched_there(
     current = tmp_path / "current"
     current.symlink_to("releases/1")
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(current), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, current) as told:
         assert _calls(db) == 2
         switched = tmp_path / "current.new"
         switched.symlink_to("releases/2")
@@ -226,11 +232,9 @@ def test_a_root_symlink_switched_to_another_directory_is_read_and_watched_there(
         _soon(db, 5)
         first.append(llm_call(3))  # no longer a root's
         time.sleep(1)
-    finally:
-        err = _stop(daemon, said)
     assert _calls(db) == 5
-    assert f"{current} is another directory now ({second.root}): reading it" in err
-    assert "lost" not in err
+    assert f"{current} is another directory now ({second.root}): reading it" in told.err
+    assert "lost" not in told.err
 
 
 def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_leads(tmp_path):
@@ -243,10 +247,7 @@ def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_
     (root / "agents").mkdir(parents=True)
     (root / "agents" / "main").symlink_to(first.root / "agents" / "main")
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, root):
         assert _calls(db) == 1
         first.append(llm_call(2))
         _soon(db, 2)
@@ -256,8 +257,6 @@ def test_a_directory_below_a_root_reached_through_a_symlink_is_watched_where_it_
         _soon(db, 4)
         second.append(llm_call(103, session="s2"))
         _soon(db, 5)
-    finally:
-        _stop(daemon, said)
 
 
 def test_an_agent_s_directory_linked_below_a_root_after_the_start_is_watched_where_it_leads(tmp_path):
@@ -266,16 +265,11 @@ def test_an_agent_s_directory_linked_below_a_root_after_the_start_is_watched_whe
     logs.append(llm_call(1))
     other.append(llm_call(101, session="s2"))
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, logs.root):
         (logs.root / "agents" / "other").symlink_to(other.root / "agents" / "other")
         _soon(db, 2)
         other.append(llm_call(102, session="s2"))
         _soon(db, 3)
-    finally:
-        _stop(daemon, said)
 
 
 def test_an_agent_s_directory_made_a_symlink_in_its_own_place_is_watched_where_it_leads(tmp_path):
@@ -285,10 +279,7 @@ def test_an_agent_s_directory_made_a_symlink_in_its_own_place_is_watched_where_i
     logs.append(llm_call(1))
     moved.append(llm_call(101, session="s2"))
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(logs.root), env=_without_logs(tmp_path))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
+    with _following(db, logs.root):
         main, link = logs.root / "agents" / "main", logs.root / "agents" / "main.new"
         link.symlink_to(moved.root / "agents" / "main")
         main.rename(tmp_path / "main.old")  # out of the root, and the symlink in its place at once
@@ -299,8 +290,6 @@ def test_an_agent_s_directory_made_a_symlink_in_its_own_place_is_watched_where_i
         time.sleep(2)
         moved.append(llm_call(102, session="s2"))
         _soon(db, 3)
-    finally:
-        _stop(daemon, said)
 
 
 # serve, with every inotify watch refused as the system's limit refuses it once reached (fs.inotify.max_user_watches),
