@@ -483,16 +483,22 @@ def test_a_crash_with_no_end_is_interrupted_and_a_late_end_wins(tmp_path, db):
     _verify(db)
 
 
-@pytest.mark.parametrize("cut", [None, 2, 3])
-def test_a_restart_interrupts_at_once_a_subagent_that_never_wrote_a_line_and_a_late_end_wins(tmp_path, cut):
-    """The child of S1's run dies with the gateway though no line of its own was read; however the lines
-    before the restart were batched."""
-    child = "agent:main:subagent:c"
+def _spawning(child: str) -> Log:
+    """S1's run R1, which spawned ``child``."""
     log = Log()
     log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
     log.ev(T0 + 1000, "run.start", run="R1")
     log.ev(T0 + 2000, "subagent.spawn", {"childSessionKey": child, "label": "x", "mode": "run"}, sid="unknown",
            run="R1")
+    return log
+
+
+@pytest.mark.parametrize("cut", [None, 2, 3])
+def test_a_restart_interrupts_at_once_a_subagent_that_never_wrote_a_line_and_a_late_end_wins(tmp_path, cut):
+    """The child of S1's run dies with the gateway though no line of its own was read; however the lines
+    before the restart were batched."""
+    child = "agent:main:subagent:c"
+    log = _spawning(child)
     log.restart()
     log.ev(T0 + MIN, "run.start", run="R2")
     db, logs = _read_cut(tmp_path, log, cut)
@@ -518,11 +524,7 @@ def test_what_a_restart_cut_off_stays_so_whatever_lines_of_it_come_later_however
     Lines of R1 and of the child written after the restart, no ends, do not open them again, whether they are
     read with the restart or after it (a later line of a run reconcile cut off does: see test_reconcile)."""
     child = "agent:main:subagent:c"
-    log = Log()
-    log.ev(T0, "session.start", {"sessionId": "S1"}, key="unknown")
-    log.ev(T0 + 1000, "run.start", run="R1")
-    log.ev(T0 + 2000, "subagent.spawn", {"childSessionKey": child, "label": "x", "mode": "run"}, sid="unknown",
-           run="R1")
+    log = _spawning(child)
     log.ev(T0 + 3000, "run.start", key=child, sid="C", run="RC")
     log.restart()
     log.ev(T0 + MIN, "run.start", run="R2")
