@@ -15,12 +15,19 @@ CREATE TABLE branch_events (
 -- 0037). Events retention has reduced show no key, and keep none.
 CREATE TEMP TABLE branch_lines AS
 WITH branches AS (
-    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail
+    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail,
+           'agent-' || substr(branch, instr(branch, '/') + 1) || '.jsonl' AS name
     FROM llm_calls WHERE branch IS NOT NULL
+),
+-- Each file's name (what follows its path's last '/', which rtrim strips back to) is read once, and a branch
+-- meets the files of its own file's name by equality: only those few compare whole tails, not every pair.
+file_names AS MATERIALIZED (
+    SELECT id, path, substr(path, length(rtrim(path, replace(path, '/', ''))) + 1) AS name
+    FROM files WHERE source = 'claude-code'
 ),
 branch_files AS MATERIALIZED (
     SELECT f.id, b.branch FROM branches AS b
-    JOIN files AS f ON f.source = 'claude-code' AND substr(f.path, -length(b.tail)) = b.tail
+    JOIN file_names AS f ON f.name = b.name AND substr(f.path, -length(b.tail)) = b.tail
 )
 SELECT branch, ts_ms, event_id AS id FROM llm_calls WHERE branch IS NOT NULL
 UNION
