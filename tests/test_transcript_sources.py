@@ -1421,13 +1421,15 @@ def test_a_task_subagents_file_read_before_the_tasks_result_begins_it_at_its_fir
             assert _but_last_logs(picture) == want, (cut, len(first))
 
 
-def _older(db: Path, version: int | None = None) -> None:
-    """The ledger at ``db`` as an agentledger from before 0037 leaves it: no times of lines read on a side
-    branch before it was named, nor their events (0045), which its naming leaves under the session whose
-    lines they are; and at schema ``version``, if given, to be migrated by the next writer."""
+def _older(db: Path, version: int | None = None, before: int = 37) -> None:
+    """The ledger at ``db`` as an agentledger from before migration ``before`` (0037 or 0045) leaves it: no
+    times of lines read on a side branch before it was named (before 0037), nor their events (0045), which its
+    naming leaves under the session whose lines they are; and at schema ``version``, if given, to be migrated
+    by the next writer."""
     conn = open_writer(db)
     try:
-        conn.execute("DELETE FROM branch_spans")
+        if before <= 37:
+            conn.execute("DELETE FROM branch_spans")
         conn.execute("DELETE FROM branch_events")
         if version is not None:
             as_of_version(conn, version)
@@ -1460,6 +1462,65 @@ def test_an_older_ledgers_task_subagent_begins_at_its_first_streamed_line_once_m
     ingest(db, root / "claude", fmt="claude-code")  # migrates first
     assert _but_last_logs(_picture(db)) == want
     assert _child_times(db) == ("2026-10-01T10:00:03.000Z", "2026-10-01T10:00:20.000Z", 17.0)
+
+
+@pytest.mark.parametrize("named", ["before-the-upgrade", "after-it"])
+def test_an_older_ledgers_inline_subagents_streamed_lines_are_its_events_once_migrated(tmp_path, named):
+    """An agentledger before 0045 left the lines read on a side branch before the Task's result named it under
+    the session whose lines they are. In an older session's one file, of the subagent's streamed answer only
+    the line its row keeps names the branch; the other (its thinking) is the subagent's all the same once
+    migrated: `events` lists it there, as one read of the file does, whether the result was read before the
+    upgrade or is read after it."""
+    parent, child = _streamed_task_lines()
+    root = tmp_path / "claude-root"
+    transcript = root / "claude" / "projects" / "-home-dev-src-app" / f"{SESSION}.jsonl"
+    lines = _inline(parent, child, [])
+    db = root / "l.db"
+
+    def seen() -> dict:
+        return _picture(db) | {"listed": cli_json(db, "events", "--limit", "1000")}
+
+    _read_in_steps(root, [{transcript: lines}])
+    want = seen()
+    assert [e["session_key"] for e in want["listed"] if e["kind"] == "llm.call"].count(CHILD_KEY) == 3
+    _read_in_steps(root, [{transcript: lines[:5]}])  # the session up to the subagent's streamed answer
+    if named == "before-the-upgrade":
+        _older(db, before=45)
+        transcript.write_bytes(b"".join(lines))
+        ingest(db, root / "claude", fmt="claude-code")
+    _older(db, 44, before=45)
+    transcript.write_bytes(b"".join(lines))
+    ingest(db, root / "claude", fmt="claude-code")  # migrates first
+    assert seen() == want
+
+
+def test_an_older_ledgers_subagent_read_as_far_as_its_copy_of_a_parent_call_is_keyed_by_it_once_migrated(tmp_path):
+    """A subagent's transcript opens with a copy of its parent's Bash call, which leaves no row of the
+    subagent's (the call is the parent's). An agentledger before 0045 read that far left the copy's line under
+    the session; its file is the subagent's own, so migrating keys it by the subagent once the Task's result
+    names it, as one read of the files does."""
+    bash = {"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": {"command": "pytest"}}
+    parent, child, _ = _task_lines()
+    parent = [parent[0], cc_assistant("a0", "msg_p0", bash, output=30, second=1, request="req_p0", stop="tool_use"),
+              cc_result("r0", "toolu_bash", 1), *parent[1:]]
+    child = [_side(TASK_AGENT, cc_assistant("c_", "msg_p0", bash, output=30, second=2, request="req_copy",
+                                            stop="tool_use")), *child]
+    root = tmp_path / "claude-root"
+    project = root / "claude" / "projects" / "-home-dev-src-app"
+    session, subagent = project / f"{SESSION}.jsonl", project / SESSION / "subagents" / f"agent-{TASK_AGENT}.jsonl"
+    db = root / "l.db"
+
+    def seen() -> dict:
+        return _but_last_logs(_picture(db)) | {"listed": cli_json(db, "events", "--limit", "1000")}
+
+    _read_in_steps(root, [{session: parent, subagent: child}])
+    want = seen()
+    _read_in_steps(root, [{session: parent[:4], subagent: child[:1]}])  # the Task called, its subagent's copy
+    _older(db, 44, before=45)
+    session.write_bytes(b"".join(parent))
+    subagent.write_bytes(b"".join(child))
+    ingest(db, root / "claude", fmt="claude-code")  # migrates first
+    assert seen() == want
 
 
 def _read_one_by_one(tmp_path: Path, db: Path, parent: list[bytes], subagents: dict[str, list[bytes]],
