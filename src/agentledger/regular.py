@@ -30,6 +30,16 @@ def open_regular(path: str | os.PathLike, flags: int = 0) -> int | None:
     return fd
 
 
+def read_regular(path: str | os.PathLike, limit: int = -1, flags: int = 0) -> bytes | None:
+    """Up to ``limit`` bytes of the regular file at ``path`` (all of it if negative; ``flags`` added to the
+    open); None when something else is there. Raises what opening it raises."""
+    fd = open_regular(path, flags)
+    if fd is None:
+        return None
+    with open(fd, "rb") as f:
+        return f.read(limit)
+
+
 def nothing_but_regular(path: str | os.PathLike) -> bool:
     """Whether what lies at ``path`` is a regular file or nothing, as far as can be told: for a file a
     library opens by its name itself, and cannot be asked to open without waiting. The gap between this

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from agentledger.faults import fault
-from agentledger.regular import open_regular
+from agentledger.regular import read_regular
 
 T = TypeVar("T")
 
@@ -85,16 +85,6 @@ def _parse(data: bytes) -> _Stored | None:
     if position is not None and (not isinstance(position, int) or isinstance(position, bool)):
         return None
     return _Stored(key, float(created), float(updated), position, state)
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes; None if it is no regular file (a directory, a FIFO)."""
-    # O_NOFOLLOW: a symlink planted under a session's name is refused, not followed.
-    fd = open_regular(path, os.O_NOFOLLOW)
-    if fd is None:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -440,7 +430,8 @@ class SessionRuntimeStore(Generic[T]):
         ``key`` is the key asked for; at start there is none and the name is the claim.
         """
         try:
-            data = _read_bytes(self._dir / name)
+            # O_NOFOLLOW: a symlink planted under a session's name is refused, not followed.
+            data = read_regular(self._dir / name, flags=os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError:  # a symlink under a session's name

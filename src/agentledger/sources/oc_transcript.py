@@ -64,7 +64,7 @@ from agentledger.facts import (
     ToolStarted,
 )
 from agentledger.ledger.rollups import is_subagent_key
-from agentledger.regular import open_regular
+from agentledger.regular import open_regular, read_regular
 from agentledger.sources import oc_store
 from agentledger.sources.common import (
     RunLookup,
@@ -158,15 +158,6 @@ def archived(name: str) -> tuple[str, str, int | None] | None:
     return m["id"], m["archive"], iso_ms(f"{at['day']}T{at['h']}:{at['m']}:{at['s']}")
 
 
-def _read(path: str, limit: int = -1) -> bytes | None:
-    """Up to ``limit`` bytes of the file at ``path`` (all of it if negative); None if it is no regular file."""
-    fd = open_regular(path)
-    if fd is None:
-        return None
-    with open(fd, "rb") as f:
-        return f.read(limit)
-
-
 def index(directory: str) -> dict[str, dict]:
     """sessionId → {"key": sessionKey, "spawnedBy": parent key} from the folder's sessions.json."""
     path = os.path.join(directory, INDEX_NAME)
@@ -180,7 +171,7 @@ def index(directory: str) -> dict[str, dict]:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        data = _read(path)
+        data = read_regular(path)
     except OSError as exc:
         # Not remembered under its stamp: what makes it readable again (its mode) may leave that as it is.
         reason = exc.strerror or str(exc)
@@ -352,7 +343,7 @@ def _head(path: str) -> tuple[int, str] | None:
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        head = _head_of((_read(path, _HEAD_LIMIT) or b"").splitlines())
+        head = _head_of((read_regular(path, _HEAD_LIMIT) or b"").splitlines())
     except OSError:
         return None  # looked for again next time: a change of mode leaves its stamp as it was
     _HEADS[path] = (stamp, head)
