@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -167,20 +167,21 @@ def _soon(db: Path, calls: int) -> None:
 
 @dataclass
 class _Told:
-    err: str = ""  # what serve said, once stopped
+    said: list[str] = field(default_factory=list)  # what serve has said so far
+    err: str = ""  # all it said, once stopped
 
 
 @contextmanager
-def _following(db: Path, root: Path) -> Iterator[_Told]:
-    """``serve`` following ``root`` into ``db`` with no rescan to come, caught up; stopped after the block."""
+def _following(db: Path, root: Path, rescan: str = NO_RESCAN, prefix: list[str] = ()) -> Iterator[_Told]:
+    """``serve`` following ``root`` into ``db`` (by default with no rescan to come), caught up; stopped after
+    the block. ``prefix``: a command to run it under."""
     told = _Told()
-    daemon = _serve(db, "--rescan", NO_RESCAN, str(root), env=_without_logs(db.parent))
-    said: list[str] = []
+    daemon = _serve(db, "--rescan", rescan, str(root), env=_without_logs(db.parent), prefix=prefix)
     try:
-        _read_until(daemon, "caught up", said)
+        _read_until(daemon, "caught up", told.said)
         yield told
     finally:
-        told.err = _stop(daemon, said)
+        told.err = _stop(daemon, told.said)
 
 
 def test_a_root_renamed_away_and_made_again_is_watched_again(tmp_path):
@@ -367,17 +368,11 @@ def test_serve_under_a_low_inotify_watch_limit_reads_on_by_rescans_and_says_so_o
     main, other = LogDir(tmp_path / "openclaw", agent="main"), LogDir(tmp_path / "openclaw", agent="other")
     main.append(llm_call(1))
     db = tmp_path / "ledger.db"
-    daemon = _serve(db, "--rescan", "0.2", str(main.root), env=_without_logs(tmp_path),
-                    prefix=_inotify_watches(limit))
-    said: list[str] = []
-    try:
-        _read_until(daemon, "caught up", said)
-        _wait_ready(said)
+    with _following(db, main.root, rescan="0.2", prefix=_inotify_watches(limit)) as run:
+        _wait_ready(run.said)
         main.append(llm_call(2))
         other.append(llm_call(3, session="s2"))
         _wait_for(lambda: _calls(db) == 3, timeout=SOON_S)
-    finally:
-        err = _stop(daemon, said)
-    told = [line for line in err.splitlines() if "inotify watch limit reached" in line]
-    assert len(told) == 1 and unwatched.format(root=main.root) in told[0], err
+    told = [line for line in run.err.splitlines() if "inotify watch limit reached" in line]
+    assert len(told) == 1 and unwatched.format(root=main.root) in told[0], run.err
     assert "fs.inotify.max_user_watches" in told[0]
