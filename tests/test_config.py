@@ -216,8 +216,7 @@ def test_globs_given_other_than_as_a_list_say_to_give_a_list(tmp_path, key, valu
     path = tmp_path / "c.toml"
     gate = '[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimit = 1\n'
     path.write_text(f"{gate}{key} = {value}\n")
-    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
-                         capture_output=True, text=True, cwd=REPO)
+    ran = _show(path)
     assert ran.returncode == 2
     assert ran.stderr == (f"agentledger: invalid config: gates[0].{key}: must be a list of globs, "
                           f"e.g. {key} = {fix} (from {path})\n")
@@ -246,8 +245,7 @@ def test_a_gate_that_names_nothing_or_counts_in_fractions_is_refused_with_the_fi
     path = tmp_path / "c.toml"
     gate = '[[gates]]\nscope = "session"\nmetric = "tool_calls"\n'
     path.write_text(f"{gate}{given}\n")
-    ran = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(path), "config", "show"],
-                         capture_output=True, text=True, cwd=REPO)
+    ran = _show(path)
     assert (ran.returncode, ran.stdout) == (2, "")
     assert ran.stderr == f"agentledger: invalid config: {message} (from {path})\n"
     path.write_text(f"{gate}{fix}\n")  # the fix it names loads
@@ -255,8 +253,7 @@ def test_a_gate_that_names_nothing_or_counts_in_fractions_is_refused_with_the_fi
 
 
 def test_show_prints_a_file_that_loads_back_the_same(config_file, tmp_path):
-    shown = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(config_file), "config", "show"],
-                           capture_output=True, text=True, cwd=REPO)
+    shown = _show(config_file)
     assert shown.returncode == 0, shown.stderr
     again = tmp_path / "again.toml"
     again.write_text(shown.stdout)
