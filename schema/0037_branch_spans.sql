@@ -14,12 +14,19 @@ CREATE TABLE branch_spans (
 -- the kind of, and inline branches of older versions, keep the times of their rows.
 CREATE TEMP TABLE branch_lines AS
 WITH branches AS (
-    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail
+    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail,
+           'agent-' || substr(branch, instr(branch, '/') + 1) || '.jsonl' AS name
     FROM llm_calls WHERE branch IS NOT NULL
+),
+-- A branch meets only the files of its own file's name (what follows a path's last '/') before tails are
+-- compared: comparing every branch with every file took minutes at thousands of subagents.
+file_names AS MATERIALIZED (
+    SELECT id, path, substr(path, length(rtrim(path, replace(path, '/', ''))) + 1) AS name
+    FROM files WHERE source = 'claude-code'
 ),
 branch_files AS MATERIALIZED (
     SELECT f.id, b.branch FROM branches AS b
-    JOIN files AS f ON f.source = 'claude-code' AND substr(f.path, -length(b.tail)) = b.tail
+    JOIN file_names AS f ON f.name = b.name AND substr(f.path, -length(b.tail)) = b.tail
 ),
 -- One pass over the events (none is indexed by file), and only then a look at the calls of those few.
 file_lines AS MATERIALIZED (

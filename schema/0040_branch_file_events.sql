@@ -4,11 +4,17 @@
 -- error is a call of the branch, counted in its session once one is named, as a read of it now leaves them.
 CREATE TEMP TABLE branch_files AS
 WITH branches AS (
-    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail
+    SELECT DISTINCT branch, '/' || replace(branch, '/', '/subagents/agent-') || '.jsonl' AS tail,
+           'agent-' || substr(branch, instr(branch, '/') + 1) || '.jsonl' AS name
     FROM llm_calls WHERE branch IS NOT NULL
+),
+-- Files meet branches of their own name first, as in 0037.
+file_names AS MATERIALIZED (
+    SELECT id, path, substr(path, length(rtrim(path, replace(path, '/', ''))) + 1) AS name
+    FROM files WHERE source = 'claude-code'
 )
 SELECT f.id, b.branch FROM branches AS b
-JOIN files AS f ON f.source = 'claude-code' AND substr(f.path, -length(b.tail)) = b.tail;
+JOIN file_names AS f ON f.name = b.name AND substr(f.path, -length(b.tail)) = b.tail;
 
 UPDATE compactions SET session_key = 'agent:claude-code:subagent:' || bf.branch
 FROM events AS e JOIN temp.branch_files AS bf ON bf.id = e.file_id
