@@ -882,3 +882,40 @@ def test_verify_names_a_file_with_the_controls_of_its_path_escaped(tmp_path):
     assert out.returncode == 0, out.stderr
     assert not [c for c in _CONTROLS if c in out.stdout], out.stdout
     assert out.stdout.decode().startswith(f"{tmp_path}/{_SHOWN_DIR}/agents/main/telemetry/events.jsonl: holds ")
+
+
+# Names as real logs hold them: a family of three emoji joined by U+200D, then a right-to-left override; a
+# Persian word spelled with U+200C; a Nerd Font icon (private use); a heart with its emoji selector U+FE0F;
+# a CJK name, two cells a character.
+_FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+_NAMES = [_FAMILY + "\u202eexe.txt", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\ue0a0 branch",
+          "\u2764\ufe0f like", "\u8bfb\u53d6\u6587\u4ef6", "ls"]
+
+
+@pytest.fixture(scope="module")
+def named_db(tmp_path_factory) -> Path:
+    """A tool call of each of ``_NAMES``, in a session named by the CJK one."""
+    tmp = tmp_path_factory.mktemp("named")
+    logs = LogDir(tmp / "logs")
+    now = time.time_ns() // 1_000_000 - 60_000
+    for n, name in enumerate(_NAMES):
+        logs.append(event(2 * n + 1, "tool.start", {"toolName": name, "toolCallId": f"tc{n}"}, session=_NAMES[4],
+                          ts=now + 2 * n))
+        logs.append(event(2 * n + 2, "tool.end", {"toolName": name, "toolCallId": f"tc{n}", "isError": False,
+                                                  "durationMs": 5}, session=_NAMES[4], ts=now + 2 * n + 1))
+    db = tmp / "ledger.db"
+    ingest(db, logs.root)
+    return db
+
+
+def test_joined_emoji_persian_and_icons_are_shown_as_they_are_a_bidi_override_beside_them_escaped(named_db):
+    # "👨‍👩‍👧" was shown as "👨\u200d👩\u200d👧", the Persian word with a "\u200c" in it, an icon as "\ue0a0".
+    from terminal import bytes_to_a_terminal
+
+    env = {**cli_env(named_db), "TERM": "xterm-256color", "COLUMNS": "200"}
+    piped = subprocess.run([sys.executable, "-m", "agentledger", "tools"], capture_output=True, env=env, timeout=60)
+    assert piped.returncode == 0, piped.stderr.decode(errors="replace")
+    for out in (piped.stdout.decode(), bytes_to_a_terminal(["tools"], env, 200).decode()):
+        assert _FAMILY + r"\u202eexe.txt" in out, out
+        assert all(name in out for name in _NAMES[1:]), out
+        assert "\u202e" not in out and r"\u200" not in out and r"\ue0a0" not in out, out

@@ -1,20 +1,35 @@
 """Text from the logs as a terminal shows it: the logs are written by whatever the agents ran, so their text
 may hold escape sequences that clear the screen, plant links or write the clipboard, or line breaks that
-forge rows. Shown, each such character is an escape to read; what is printable is left as it is."""
+forge rows. Shown, each such character is an escape to read; the rest of the text is left as it is."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _WHITESPACE = re.compile(r"\s+")
 
+# str.isprintable refuses three kinds of character that real names and messages need and that no terminal
+# obeys: the zero-width joiner that makes one family of three emoji, the non-joiner Persian words are
+# spelled with, and private-use characters (an icon font's glyphs in a name). Every other character it
+# refuses stays an escape: a control, a bidi mark or override that reorders what the reader sees, a line
+# separator, a lone surrogate, a code point not yet assigned; and the invisible ones no word needs in order
+# to be drawn, which would only hide that two names differ: a byte-order mark, a soft hyphen (drawn by some
+# terminals and not by others, so it shifts columns too), a zero-width space, the tag characters that
+# carry text no one sees.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _shown(c: str) -> bool:
+    return c.isprintable() or c in _JOINERS or unicodedata.category(c) == "Co"
+
 
 def escaped(text: str) -> str:
-    """``text`` with every character that is not printable (controls, format characters such as a
-    right-to-left override, lone surrogates) written as its Python escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
+    """``text`` with every character a terminal could obey or that hides in it written as its Python
+    escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return "".join(c if _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def printable(data: bytes) -> str:
