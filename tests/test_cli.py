@@ -894,15 +894,16 @@ _NAMES = [_FAMILY + "\u202eexe.txt", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647
 
 @pytest.fixture(scope="module")
 def named_db(tmp_path_factory) -> Path:
-    """A tool call of each of ``_NAMES``, in a session named by the CJK one."""
+    """A tool call of each of ``_NAMES``, in a session named by the CJK one but for ``ls``'s own."""
     tmp = tmp_path_factory.mktemp("named")
     logs = LogDir(tmp / "logs")
     now = time.time_ns() // 1_000_000 - 60_000
     for n, name in enumerate(_NAMES):
-        logs.append(event(2 * n + 1, "tool.start", {"toolName": name, "toolCallId": f"tc{n}"}, session=_NAMES[4],
+        session = name if name == "ls" else _NAMES[4]
+        logs.append(event(2 * n + 1, "tool.start", {"toolName": name, "toolCallId": f"tc{n}"}, session=session,
                           ts=now + 2 * n))
         logs.append(event(2 * n + 2, "tool.end", {"toolName": name, "toolCallId": f"tc{n}", "isError": False,
-                                                  "durationMs": 5}, session=_NAMES[4], ts=now + 2 * n + 1))
+                                                  "durationMs": 5}, session=session, ts=now + 2 * n + 1))
     db = tmp / "ledger.db"
     ingest(db, logs.root)
     return db
@@ -919,3 +920,16 @@ def test_joined_emoji_persian_and_icons_are_shown_as_they_are_a_bidi_override_be
         assert _FAMILY + r"\u202eexe.txt" in out, out
         assert all(name in out for name in _NAMES[1:]), out
         assert "\u202e" not in out and r"\u200" not in out and r"\ue0a0" not in out, out
+
+
+@pytest.mark.parametrize("args", [["tools"], ["costs", "--group-by", "tool"], ["sessions"], ["top", "tools"]])
+def test_a_piped_table_lines_up_its_columns_after_wide_names(named_db, args):
+    # Padded by characters, a column after a CJK name started further right than on the other rows.
+    from rich.cells import cell_len
+
+    out = run(*args, db=named_db).stdout
+    lines = out.splitlines()
+    assert len(lines) > 2 and (_NAMES[4] in out), out
+    # A cell is text without two spaces in it; where each starts, counted in a terminal's cells.
+    starts = {tuple(cell_len(line[:m.start()]) for m in re.finditer(r"\S+(?: \S+)*", line)) for line in lines}
+    assert len(starts) == 1, out

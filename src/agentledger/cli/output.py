@@ -133,10 +133,13 @@ def emit_table(rows: list[dict], columns: list[tuple[str, str]], *, note: bool =
     if sys.stdout.isatty():
         _print_fitted(cells, columns, [_is_number(rows, key) for key, _ in columns])
     else:
+        # Measured in a terminal's cells, as the table drawn on one is: a CJK name takes two a character.
+        from rich.cells import cell_len, set_cell_size
+
         cells = [[h for _, h in columns]] + cells
-        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+        widths = [max(cell_len(r[i]) for r in cells) for i in range(len(columns))]
         for r in cells:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            click.echo("  ".join(set_cell_size(c, w) for c, w in zip(r, widths)).rstrip())
     if note and any(k == "cost_usd" for k, _ in columns):
         note_unpriced(sum(row.get("unpriced_calls") or 0 for row in rows))
 
