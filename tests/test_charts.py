@@ -12,6 +12,7 @@ from conftest import REPO, cli_env, ingest
 from hypothesis import given
 from hypothesis import strategies as st
 from logwriter import LogDir, event
+from rich.cells import cell_len
 from terminal import Terminal, needs_tmux, on_a_terminal
 
 from agentledger import display
@@ -58,6 +59,32 @@ def test_a_chart_shows_labels_and_series_from_the_logs_on_one_line_their_control
     title, row, legend = (t.plain for t in chart.renderables)
     assert row.startswith(r"k\x1b[2J z ") and row.endswith(" 3")
     assert legend.split("   ") == [r"■ n\u202e 2", r"■ m\x1b]52;c;eA==\x07 1", ""]
+
+
+# Two cells a character: a tool's name in Chinese, a family of three emoji (one grapheme of two cells).
+_WIDE = ("\u8bfb\u53d6\u6587\u4ef6", "\U0001f468\u200d\U0001f469\u200d\U0001f467 family", "ls", "mixed\u5de5\u5177x")
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_a_chart_s_bars_and_totals_line_up_after_wide_labels(width):
+    # Padded by characters, a CJK label pushed its bar and its total further right than the others'.
+    chart = bars([(label, [("calls", n + 1.0)]) for n, label in enumerate(_WIDE)], lambda v: f"{v:.0f}", title="t",
+                 width=width)
+    lines = [t.plain for t in chart.renderables[1:len(_WIDE) + 1]]
+    assert len({cell_len(line[:line.index("█")]) for line in lines}) == 1, lines
+    assert len({cell_len(line) for line in lines}) == 1 and cell_len(lines[0]) < width, lines
+    assert [line.rstrip()[-1] for line in lines] == ["1", "2", "3", "4"]
+
+
+def test_a_wide_label_cut_to_fit_gives_way_whole_characters_and_still_tells_rows_apart():
+    labels = ["\u8bfb" * 19 + end for end in ("\u7532", "\u4e59")]  # 40 cells each, told apart by the last
+    chart = bars([(label, [("calls", 1.0)]) for label in labels], lambda v: f"{v:.0f}", title="t", width=30)
+    lines = [t.plain for t in chart.renderables[1:3]]
+    shown = [line[:line.index("█")].rstrip() for line in lines]
+    # Cut at an odd cell, half of a character is a space rather than a character a cell too wide.
+    assert [label[:2] for label in shown] == ["… ", "… "] and [label[-1] for label in shown] == ["\u7532", "\u4e59"]
+    assert len({cell_len(line[:line.index("█")]) for line in lines}) == 1, lines
+    assert all(cell_len(line) < 30 for line in lines), lines
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections.abc import Callable
 
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console, Group
 from rich.text import Text
 
@@ -37,17 +39,22 @@ _LABEL_FLOOR = 6
 
 
 def _tail(label: str, width: int) -> str:
-    """``label`` in ``width`` characters, its start given way: the labels charted (days, session keys,
-    model names) run from what rows share to what tells them apart."""
-    return label if len(label) <= width else "…" + label[len(label) - width + 1:]
+    """``label`` in ``width`` cells of the terminal, its start given way: the labels charted (days, session
+    keys, model names) run from what rows share to what tells them apart. A wide character that would be
+    cut in two is left out, a space in its place."""
+    if cell_len(label) <= width:
+        return label
+    start = bisect.bisect_left(range(len(label)), True, key=lambda i: cell_len(label[i:]) < width)
+    rest = label[start:]
+    return "…" + " " * (width - 1 - cell_len(rest)) + rest
 
 
 def _label_floor(labels: list[str]) -> int:
     """The narrowest the labels can be cut to and still tell every row apart."""
-    longest = max(map(len, labels), default=0)
+    longest = max(map(cell_len, labels), default=0)
     distinct = len(set(labels))
-    ends = next((n for n in range(1, longest) if len({label[-n:] for label in labels}) == distinct), longest)
-    return min(longest, max(_LABEL_FLOOR, ends + 1))
+    return next((width for width in range(min(_LABEL_FLOOR, longest), longest)
+                 if len({_tail(label, width) for label in labels}) == distinct), longest)
 
 
 def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, title: str,
@@ -72,14 +79,15 @@ def bars(rows: list[tuple[str, list[Part]]], fmt: Callable[[float], str], *, tit
     # A label or a series is a session key, a model's or a tool's name: text from the logs.
     labels = [one_line(label) for label, _ in rows]
     both = width - value_w - 3  # what the label and the bar share, a space either side of the bar
-    label_w = max(min(max(map(len, labels), default=0), max(width // 3, both - _BAR_FLOOR)), _label_floor(labels))
+    label_w = max(min(max(map(cell_len, labels), default=0), max(width // 3, both - _BAR_FLOOR)),
+                  _label_floor(labels))
     room = both - label_w
     if room < _BAR_FLOOR:
         return None
     top = max(totals, default=0) or 1.0
     lines = [Text(title, style="bold")]
     for label, (_, parts), total, text in zip(labels, rows, totals, texts):
-        line = Text(_tail(label, label_w).ljust(label_w) + " ", no_wrap=True)
+        line = Text(set_cell_size(_tail(label, label_w), label_w) + " ", no_wrap=True)
         if len(parts) == 1:
             line.append(_partial(room * parts[0][1] / top), style=color[parts[0][0]])
             drawn = len(_partial(room * parts[0][1] / top))
