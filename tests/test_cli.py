@@ -234,6 +234,18 @@ def test_rejects_name_the_file_a_bad_line_is_in_once_it_was_rotated(tmp_path):
     assert rotated.read_bytes()[row["offset"]:].startswith(b'{"broken')
 
 
+def test_rejects_cut_a_bad_lines_head_between_escapes(tmp_path):
+    # The head was cut after escaping: an ESC at the edge showed as "\\x1", which names another character.
+    from logwriter import LogDir
+
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"{" + b"x" * 116 + b"\x1b[2J not json\n")
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    (row,) = json.loads(run("rejects", "--json", db=db).stdout)
+    assert row["head"] == "{" + "x" * 116
+
+
 def test_inputs_as_csv_are_its_json_rows(tmp_path):
     # It took --json alone, where the README says every query command takes --csv too.
     import csv

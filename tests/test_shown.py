@@ -7,7 +7,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentledger.shown import one_line
+from agentledger.shown import one_line, printable
 
 # What text may need to be drawn though str.isprintable refuses it: the joiners of emoji sequences and of
 # Persian words, and private-use characters (icon fonts).
@@ -44,3 +44,17 @@ def test_emoji_sequences_persian_and_icons_are_drawn_and_what_would_mislead_the_
     # space and tag characters hide that two names differ; an unassigned code point may be any of those later.
     hidden = "\u202a\u202d\u2066\u2069\u200e\u200f\u061c\ufeff\u00ad\u200b\U000e0041\U000e007f\U0010fffe\U000e0080"
     assert one_line(f"{family}{hidden}") == family + hidden.encode("unicode_escape").decode()
+
+
+def test_a_rejected_lines_head_is_cut_between_escapes_never_inside_one():
+    # Cut inside, the ESC of a clear-screen sequence at the edge read as "\\x1": another character.
+    head = b"x" * 117 + b"\x1b[2J"
+    assert printable(head, 120) == "x" * 117
+    assert printable(b"ab\xff\xc3\xa9\x1b", 120) == r"ab\xffé\x1b"
+
+
+@given(st.binary(max_size=60), st.integers(min_value=0, max_value=80))
+def test_a_head_cut_short_is_the_start_of_the_whole_head_as_shown(data, limit):
+    whole, cut = printable(data, 10**6), printable(data, limit)
+    assert len(cut) <= limit and whole.startswith(cut)
+    assert whole == printable(data, len(whole))

@@ -32,9 +32,18 @@ def escaped(text: str) -> str:
     return "".join(c if _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def printable(data: bytes) -> str:
-    """Bytes shown safely: undecodable bytes and control characters as escapes."""
-    return escaped(data.decode("utf-8", "backslashreplace"))
+def printable(data: bytes, limit: int) -> str:
+    """Bytes shown safely, in at most ``limit`` characters: undecodable bytes and control characters as
+    escapes, cut between two of them, for a cut inside an escape (``\\x1`` of ``\\x1b``) would name another."""
+    out, room = [], limit
+    for c in data.decode("utf-8", "surrogateescape"):
+        # An undecodable byte is a lone surrogate here (surrogateescape): shown as backslashreplace shows it.
+        unit = f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else escaped(c)
+        room -= len(unit)
+        if room < 0:
+            break
+        out.append(unit)
+    return "".join(out)
 
 
 def _fold(match: re.Match) -> str:

@@ -532,7 +532,7 @@ def rejects(conn: apsw.Connection, w: Window) -> list[dict]:
         f"FROM rejects AS r LEFT JOIN files AS f ON f.id = r.file_id WHERE {cond} ORDER BY shown, r.offset {limit}",
         params,
     )
-    return [_row(REJECT_FIELDS, (path, off, length, reason, printable(bytes(head))[:120], iso(ts)))
+    return [_row(REJECT_FIELDS, (path, off, length, reason, printable(bytes(head), 120), iso(ts)))
             for path, off, length, reason, head, ts in rows]
 
 
