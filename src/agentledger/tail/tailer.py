@@ -157,18 +157,22 @@ def _reopen(p: Physical) -> int | None:
 
 
 @contextmanager
-def _opened(p: Physical) -> Iterator[int | None]:
+def _opened(p: Physical, failed: type[Exception] | None = None) -> Iterator[int | None]:
     """The descriptor the scan holds of ``p``, else one opened again (``_reopen``) for the block; None if
     that fails: renamed, gone or unreadable since, which the next scan tells. Out of descriptors raises:
-    a pass that went on without the file would take what it holds as read."""
+    a pass that went on without the file would take what it holds as read. A caller that must know the
+    lines could not be read (``failed``) has that raised instead, whatever the reason; None still means
+    the path holds another file now."""
     if p.fd >= 0:
         yield p.fd
         return
     try:
         fd = _reopen(p)
-    except OutOfDescriptors:
-        raise
-    except OSError:
+    except OSError as exc:
+        if failed is not None:
+            raise failed(f"{p.path}: {exc}") from None
+        if isinstance(exc, OutOfDescriptors):
+            raise
         fd = None
     try:
         yield fd
@@ -626,16 +630,8 @@ class Tailer:
         their facts decoded anew (see Pipeline._rederived). Nothing is advanced, and only their facts are
         taken. Nothing, if the file is no longer the one the row follows;
         ReadBackFailed if it cannot be read now (renamed or unreadable since the scan)."""
-        fd = p.fd
-        if fd < 0:  # unchanged since read to its end, or past what a scan holds: not held open
-            try:
-                fd = _reopen(p)
-            except OSError as exc:
-                raise ReadBackFailed(f"{p.path}: {exc}") from None
-            if fd is None:
-                return
-        try:
-            if fingerprint(fd) != row.fingerprint:
+        with _opened(p, ReadBackFailed) as fd:
+            if fd is None or fingerprint(fd) != row.fingerprint:
                 return
             start, end = 0, row.offset
             while start < end:
@@ -647,9 +643,6 @@ class Tailer:
                 res.end = min(res.end, end)
                 yield Chunk(row, p.path, start, res, row.size, row.tail_len, row.tail_hash)
                 start = res.end
-        finally:
-            if fd != p.fd:
-                os.close(fd)
 
     def advance(self, chunk: Chunk) -> None:
         chunk.row.offset = chunk.result.end
