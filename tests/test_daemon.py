@@ -17,12 +17,12 @@ from pathlib import Path
 import apsw
 import orjson
 import pytest
-from conftest import REPO, cli_env
+from conftest import REPO, cli_env, cli_json
 from logwriter import LogDir, event, llm_call
 from serving import http_get
+from test_tail_scenarios import shown_inputs, unreadable_index
 from test_transcript_sources import (SESSION, _child, _project, _sessions_dir, _spawn_call, _spawn_result,
                                      cc_assistant, cc_prompt, oc_assistant, oc_header, oc_user)
-from test_transcript_store import Producer, _assistant, _header, _index, _user
 
 
 def _count(db: Path, sql: str) -> int:
@@ -154,16 +154,8 @@ def test_a_fifo_named_like_a_transcript_is_passed_over_while_serving(tmp_path):
 def test_an_unreadable_sessions_json_is_told_once_and_keys_its_sessions_once_it_can_be_read(tmp_path, unprivileged,
                                                                                             copy):
     # Its failed read was remembered as an answer under a stamp its mode is no part of: its sessions kept the
-    # keys guessed without it until a restart, and nothing said why.
-    state = tmp_path / "state"
-    if copy == "transcript":
-        sdir = _sessions_dir(tmp_path, "agent:main:main", "s1")
-        (sdir / "s1.jsonl").write_bytes(oc_header("s1") + oc_user("u1", 1) + oc_assistant("a1", 2))
-    else:
-        Producer(state).add(_header(), _user("u1", 1), _assistant("a1", 2), session="s1")
-        _index(state, session="s1")
-    index = state / "agents" / "main" / "sessions" / "sessions.json"
-    index.chmod(0)
+    # keys guessed without it until a restart, and nothing said why; `inputs` did not list it either.
+    state, index = unreadable_index(tmp_path, copy)
     hour_ago = time.time() - 3600
     for path in state.rglob("*"):  # written a while ago: a look at them is taken for all there is
         os.utime(path, (hour_ago, hour_ago))
@@ -173,14 +165,20 @@ def test_an_unreadable_sessions_json_is_told_once_and_keys_its_sessions_once_it_
     try:
         _wait_for(lambda: _count(db, keyed.format("agent:main:s1")) == 1)
         time.sleep(1)  # a pass every 0.05 s looks at it again and again: it is told of once
+        assert [(row["status"], row["reason"]) for row in cli_json(db, "inputs") if row["path"] == str(index)] == [
+            ("unreadable", "Permission denied")]
+        assert shown_inputs(db, index) == [["unreadable", "-", "-", "-", "-", "Permission", "denied"]]
         index.chmod(0o644)
         _wait_for(lambda: _count(db, keyed.format("agent:main:main")) == 1, timeout=10)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 0, timeout=10)
+        assert str(index) not in {row["path"] for row in cli_json(db, "inputs")}
+        assert shown_inputs(db, index) == []
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=30)
     assert daemon.returncode == 0, err
     assert err.count(f"cannot read file {index}: Permission denied") == 1, err
-    assert f"{index} can be read again" in err
+    assert err.count(f"{index} can be read again") == 1, err
 
 
 def test_an_archived_subagent_unreadable_at_first_takes_its_spawns_key_once_it_can_be_read(tmp_path, unprivileged):

@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, ingest, metric_counters
+from conftest import cli_env, cli_json, ingest, metric_counters
 from ledgerdump import rows, scalar
 from logwriter import LogDir, llm_call
+from test_transcript_sources import _sessions_dir, oc_assistant, oc_header, oc_user
+from test_transcript_store import Producer, _assistant, _header, _index, _user
 
 from agentledger.faults import EXIT_CODE
 from agentledger.ingest import Pipeline, specs_from
@@ -537,6 +539,13 @@ def inputs(db: Path) -> dict[str, dict]:
         conn.close()
 
 
+def shown_inputs(db: Path, path: Path) -> list[list[str]]:
+    """The words of the lines ``agentledger inputs`` prints of ``path``, from its status on."""
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "inputs"], capture_output=True,
+                           text=True, env=cli_env(db), timeout=60).stdout.splitlines()
+    return [line.split()[2:] for line in shown if str(path) in line]
+
+
 def _ingest_as(prefix: list[str], db: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(prefix + [sys.executable, "-m", "agentledger", "--db", str(db), "--log-format", "text",
                                     "ingest", "--json", *args], capture_output=True, text=True, env=cli_env(db),
@@ -560,16 +569,49 @@ def test_an_unreadable_file_is_told_counted_listed_and_read_once_it_can_be(tmp_p
     for path in (rotated, logs.live):
         assert out.stderr.count(f"cannot read file {path}: Permission denied") == 1, out.stderr
         assert (inputs(db)[str(path)]["status"], inputs(db)[str(path)]["reason"]) == ("unreadable", "Permission denied")
-    shown = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), "inputs"], capture_output=True,
-                           text=True, env=cli_env(db), timeout=60).stdout.splitlines()
-    assert [line.split()[2:] for line in shown if str(rotated) in line] == [
-        ["unreadable", "-", "-", "-", "-", "Permission", "denied"]]
+    assert shown_inputs(db, rotated) == [["unreadable", "-", "-", "-", "-", "Permission", "denied"]]
     for path in (rotated, logs.live):
         path.chmod(0o644)
     stats = ingest(db, logs.root)
     assert (stats.events, stats.lost_files, stats.unreadable_files) == (4, 0, 0)
     assert ids(db) == want(range(1, 8))
     assert {row["status"] for row in inputs(db).values()} == {"live", "rotated"}
+
+
+def unreadable_index(tmp_path: Path, copy: str) -> tuple[Path, Path]:
+    """An OpenClaw state dir holding session s1 in its ``copy`` (its JSONL transcript, or the transcript store),
+    whose sessions.json names it agent:main:main and cannot be read: (the state dir, the sessions.json)."""
+    state = tmp_path / "state"
+    if copy == "transcript":
+        sdir = _sessions_dir(tmp_path, "agent:main:main", "s1")
+        (sdir / "s1.jsonl").write_bytes(oc_header("s1") + oc_user("u1", 1) + oc_assistant("a1", 2))
+    else:
+        Producer(state).add(_header(), _user("u1", 1), _assistant("a1", 2), session="s1")
+        _index(state, session="s1")
+    index = state / "agents" / "main" / "sessions" / "sessions.json"
+    index.chmod(0)
+    return state, index
+
+
+@pytest.mark.parametrize("copy", ["transcript", "store"])
+def test_an_unreadable_sessions_json_is_counted_and_listed_until_it_can_be_read(tmp_path, db, unprivileged, copy):
+    # Its sessions take guessed keys while it cannot be read, and only a warning said why: `inputs`, which
+    # lists every other input that cannot be read, did not list it.
+    state, index = unreadable_index(tmp_path, copy)
+    out = _ingest_as(unprivileged, db, "--format", "oc-transcript", str(state))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_files"] == 1
+    listed = {row["path"]: row for row in cli_json(db, "inputs")}
+    assert {k: listed[str(index)][k] for k in ("source", "status", "reason")} == {
+        "source": "oc-transcript", "status": "unreadable", "reason": "Permission denied"}
+    assert shown_inputs(db, index) == [["unreadable", "-", "-", "-", "-", "Permission", "denied"]]
+    index.chmod(0o644)
+    out = _ingest_as(unprivileged, db, "--format", "oc-transcript", str(state))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_files"] == 0
+    assert str(index) not in {row["path"] for row in cli_json(db, "inputs")}
+    assert shown_inputs(db, index) == []
+    assert rows(db, "SELECT session_key FROM sessions WHERE session_id = 's1'") == [("agent:main:main",)]
 
 
 def test_lines_written_to_a_file_while_it_cannot_be_read_are_lost_if_it_goes_before_it_can_be(tmp_path, db,

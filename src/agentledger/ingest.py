@@ -212,6 +212,7 @@ class Pipeline:
                     pending.read.append((row, p))
                 # Now: the next source's scan records new files in transactions of its own.
                 self._commit(tailer, pending, stats)
+                stats.unreadable_files += tailer.record_unreadable()
                 if written is None and not self.stop.is_set():  # a full scan: its files not listed are gone
                     listed = {row.id for row, _ in pairs}
                     self._settled = {fid: s for fid, s in self._settled.items()

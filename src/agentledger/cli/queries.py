@@ -368,7 +368,8 @@ def rejects(conn, w, fmt):
 @cli.command(name="inputs")
 @query_options(default_limit=None, agent=False, limit=False, window=False)
 def inputs(conn, w, fmt):
-    """Tailed log files: where each one is read up to, any that were lost, and any that cannot be read.
+    """Tailed log files: where each one is read up to, any that were lost, and any input that cannot be read
+    (a log, a directory of them, an OpenClaw sessions.json).
 
     Every file as it is now: there is no --since/--until, --agent or --limit."""
     rows = queries.file_status(conn)

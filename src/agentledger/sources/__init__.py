@@ -38,6 +38,10 @@ OPENERS: dict[str, Opener] = {
 # other formats' decoders claim no keys.
 KEY_INPUTS: dict[str, Callable[[str], object]] = {"oc-transcript": oc_transcript.key_inputs}
 
+# What a format's decoders read beside the files they decode, and could not read at their last look (path →
+# the system's reason): the keys they give sessions may be wrong until it can be.
+UNREAD_BESIDE: dict[str, Callable[[], dict[str, str]]] = {"oc-transcript": oc_transcript.unread_indexes}
+
 
 # What a format's decoders skip unread, known by a line's first bytes (HEAD_BYTES of them, as a line too
 # long to read whole is known by, see tail/reader.py): such a line is skipped however long, not rejected.

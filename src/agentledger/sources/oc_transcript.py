@@ -200,6 +200,11 @@ def _readable_again(path: str) -> None:
         log.info("%s can be read again, or is gone", path)
 
 
+def unread_indexes() -> dict[str, str]:
+    """Every sessions.json that could not be read at the last look, by path, with the system's reason."""
+    return dict(_UNREAD_INDEXES)
+
+
 def index_unread(directory: str) -> bool:
     """Whether the folder's sessions.json could not be read at the last look: what ``index`` says of it
     then may change with nothing of the file's stamp changing."""

@@ -28,6 +28,7 @@ from agentledger.faults import fault
 from agentledger.ledger.writer import FileRow, LedgerWriter, Unreadable
 from agentledger.regular import open_regular
 from agentledger.tail.identity import fingerprint, hash_tail, holds_checkpoint
+from agentledger.sources import UNREAD_BESIDE
 from agentledger.sources.common import ledger_name
 from agentledger.tail.layouts import LAYOUTS, Candidate
 from agentledger.tail.reader import ReadResult, read_lines
@@ -230,6 +231,8 @@ class Tailer:
         # files that could be told, with their sizes: a followed file among them is neither gone nor lost.
         self._unreadable: dict[str, Unreadable] = {}
         self._unread_inodes: dict[tuple[int, int], int] = {}
+        self._beside = UNREAD_BESIDE.get(source)  # None for a format whose decoders read nothing beside its files
+        self._beside_listed: set[str] = set()  # what the ledger lists of what they could not read
         self.empty_roots: list[str] = []  # roots whose last listing found nothing, readable or not
 
     # -- scanning ----------------------------------------------------------------
@@ -422,8 +425,7 @@ class Tailer:
                 self.writer.update_file(row)
 
     def _tell_unreadable(self, report: ScanReport) -> None:
-        """Count what the scan could not read, warn of each path once per reason, and have the ledger
-        list it (``inputs``): written only when it changed, as a pass looks at every path again."""
+        """Count what the scan could not read, and warn of each path once per reason."""
         for path, u in self._unreadable.items():
             if u.kind == "file":
                 report.unreadable_files += 1
@@ -433,13 +435,35 @@ class Tailer:
                 _TOLD[path] = u.reason
                 what = "read file" if u.kind == "file" else "list directory"
                 log.warning("cannot %s %s: %s; what is in it is indexed once it can be read", what, path, u.reason)
+
+    def record_unreadable(self) -> int:
+        """Have the ledger list (``inputs``) what the last full scan could not read, and what the format's
+        decoders could not read beside the files under these roots (an OpenClaw sessions.json): called once
+        a pass's reads are done, as the decoders look at those only as they read. Written only when it
+        changed, as a pass looks at every path again. Returns how many of the decoders' there are."""
+        beside = self._beside_unreadable()
+        found = self._unreadable | beside
         mine = {path: u for path, u in self._recorded.items() if u.root in self._ledger_roots}
-        for path in mine.keys() - self._unreadable.keys():
+        for path in mine.keys() - found.keys():
             _TOLD.pop(path, None)
-            log.info("%s can be read again, or is gone", path)
-        if mine != self._unreadable:
-            self.writer.record_unreadable(self.source, self._ledger_roots, self._unreadable)
-            self._recorded = {path: u for path, u in self._recorded.items() if path not in mine} | self._unreadable
+            if path not in self._beside_listed:  # the decoders, who warned of it, tell that themselves
+                log.info("%s can be read again, or is gone", path)
+        self._beside_listed = set(beside)
+        if mine != found:
+            self.writer.record_unreadable(self.source, self._ledger_roots, found)
+            self._recorded = {path: u for path, u in self._recorded.items() if path not in mine} | found
+        return len(beside)
+
+    def _beside_unreadable(self) -> dict[str, Unreadable]:
+        """The decoders' files that could not be read (see ``record_unreadable``), by path under the root
+        they lie in, resolved as the roots are: one read through a root given as a symlink is listed once."""
+        found = {}
+        for path, why in (self._beside() if self._beside else {}).items():
+            real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+            root = next((r for r in self.roots if real.startswith(r + os.sep)), None)
+            if root is not None:  # another root's, or another ledger's in this process
+                found[ledger_name(real)] = Unreadable(ledger_name(root), "file", why)
+        return found
 
     def scan_written(self, paths: set[str]) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport] | None:
         """Like ``scan``, over only the files inotify saw written to since the last pass, when each
