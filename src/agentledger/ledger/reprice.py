@@ -11,7 +11,8 @@ import apsw
 
 from agentledger.facts import Tokens
 from agentledger.ledger import queries, rollups
-from agentledger.ledger.writer import LLM_CALL_COLUMNS, LedgerWriter
+from agentledger.ledger.rows import LLM_CALL_COLUMNS
+from agentledger.ledger.writer import LedgerWriter
 from agentledger.pricing import Pricer
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import provider_of_model

@@ -19,7 +19,7 @@ import orjson
 from agentledger.units import PRICED
 
 # The session of a run (the runs row r, its events' run_activity row a): the runs row's, else the one its
-# events name (see the writer's _RUN_ACTIVITY). Its tool calls that name none count there (verify.TOOL_SESSION).
+# events name (see rows.RUN_ACTIVITY). Its tool calls that name none count there (verify.TOOL_SESSION).
 RUN_SESSION = "coalesce(r.session_id, a.session_id)"
 SLOT_MS = 900_000  # 15 minutes: every UTC offset in use since 1980 is a multiple of it
 DAY_MS = 86_400_000
@@ -182,7 +182,7 @@ class Deltas:
         self.cost_sources: dict[tuple, list[int]] = defaultdict(lambda: [0])  # (provider, model, source) → cost
 
     def llm_call(self, row: tuple, sign: int = 1) -> None:
-        """``row`` is the writer's llm_calls parameter tuple (see writer.LLM_CALL_COLUMNS)."""
+        """``row`` is the writer's llm_calls parameter tuple (see rows.LLM_CALL_COLUMNS)."""
         (_, ts, _, agent, _, session_id, run_id, provider, model, _, i, o, cr, cw, t, cost, cost_source, duration,
          error) = row[:19]
         err = error is not None

@@ -47,6 +47,19 @@ from agentledger.ledger import queries, rollups
 from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import RESTART_CUT_RUN, RESTART_CUT_SUBAGENT, Lifecycle
+from agentledger.ledger.rows import (
+    CHILD_WORDS,
+    DROP_TOOL_ROW,
+    FILL_TOOL,
+    LLM_CALL_COLUMNS,
+    NAMED_SESSIONS,
+    RESPONSE_CALLS,
+    RUN_ACTIVITY,
+    RUN_BEGUN_BY,
+    TAKE_OVER_HOOK_ROW,
+    Part,
+    spawn_upsert,
+)
 from agentledger.ledger.verify import rebuild_keys
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 from agentledger.sources.claude_code import (
@@ -174,19 +187,6 @@ ON CONFLICT (session_id) DO UPDATE SET
     first_ms    = min(sessions.first_ms, excluded.first_ms),
     last_ms     = max(sessions.last_ms, excluded.last_ms)
 """
-# A run's session is what the earliest of its events that names one says (of two at once, the lesser id),
-# whatever order they are read in: a tool call naming no session counts in it when no runs row says whose
-# the run is (see verify.TOOL_SESSION).
-_EARLIER_SESSION = ("excluded.session_id IS NOT NULL AND (run_activity.session_id IS NULL OR "
-                    "(excluded.session_ms, excluded.session_id) < (run_activity.session_ms, run_activity.session_id))")
-_RUN_ACTIVITY = f"""
-INSERT INTO run_activity (run_id, first_ms, last_ms, session_ms, session_id) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO UPDATE SET
-    first_ms   = min(run_activity.first_ms, excluded.first_ms),
-    last_ms    = max(run_activity.last_ms, excluded.last_ms),
-    session_ms = iif({_EARLIER_SESSION}, excluded.session_ms, run_activity.session_ms),
-    session_id = iif({_EARLIER_SESSION}, excluded.session_id, run_activity.session_id)
-"""
 # ?4: the start is dated by its arrival (a Claude Code hook's), so one sent again late is no later than the
 # session's first line; a log's own start is when it says.
 _SESSION_STARTED = (
@@ -306,21 +306,7 @@ _REOPEN_CUT_SUBAGENTS = """
 UPDATE subagents SET status = 'running'
 WHERE child_session_key IN (SELECT value FROM json_each(?)) AND status = 'interrupted'
 """
-LLM_CALL_COLUMNS = (
-    "event_id, ts_ms, source, agent_id, session_key, session_id, run_id, provider, model, call_index, "
-    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source, "
-    "duration_ms, error, call_key, sidechain, cache_write_1h_tokens, context_tokens, branch, speed, "
-    "web_searches, inference_geo"
-)
 _LLM_CALL = f"INSERT INTO llm_calls ({LLM_CALL_COLUMNS}) VALUES ({', '.join('?' * 27)})"
-# The stored calls of these responses (LlmCall.message_key): a call's key is its response's, or
-# that followed by ':' and the request's id.
-_RESPONSE_CALLS = f"""
-SELECT j.value, {LLM_CALL_COLUMNS} FROM json_each(?1) AS j JOIN llm_calls ON call_key = j.value
-UNION ALL
-SELECT j.value, {LLM_CALL_COLUMNS} FROM json_each(?1) AS j
-JOIN llm_calls ON call_key > j.value || ':' AND call_key < j.value || ';'
-"""
 _DROP_KEYED_CALL = "DELETE FROM llm_calls WHERE call_key = ?"
 # The stored calls of these events ([ts_ms, event id] each).
 _EVENT_CALLS = (
@@ -328,8 +314,7 @@ _EVENT_CALLS = (
     "JOIN llm_calls AS l ON l.ts_ms = j.value ->> 0 AND l.event_id = j.value ->> 1"
 )
 _DROP_CALLS = "DELETE FROM llm_calls WHERE id IN (SELECT value FROM json_each(?))"
-_NAMED_SESSIONS = "SELECT session_id, session_key FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))"
-# Of these subagents, those whose row holds no word of the child's own (see _CHILD_WORDS), or that have none.
+# Of these subagents, those whose row holds no word of the child's own (see rows.CHILD_WORDS), or that have none.
 _UNTOLD_SPAWNS = """
 SELECT value FROM json_each(?) WHERE NOT EXISTS (
     SELECT 1 FROM subagents WHERE child_session_key = value AND told_by_child != 0)
@@ -411,9 +396,7 @@ _BRANCH_STARTS = (
     "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1 "
     "WHERE tc.started_ms IS NOT NULL"
 )
-# The run a session was in at a time: the latest begun by then.
-_RUN_BEGUN_BY = "SELECT run_id FROM runs WHERE session_id = {} AND started_ms <= {} ORDER BY started_ms DESC LIMIT 1"
-_RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
+_RUN_AT = RUN_BEGUN_BY.format("?1", "?2")
 # Rows of these sessions' side branches ([session, lowest, highest branch, time] each) that may not be in
 # the run their session was in at their time, now that runs begun at that time are known: those stored
 # under no run, and those of that time or later. Each with that run (None: none the ledger knows) and the
@@ -421,7 +404,7 @@ _RUN_AT = _RUN_BEGUN_BY.format("?1", "?2")
 # that run already: a transcript is written in time order.
 _MISPLACED_TOOLS = f"""
 SELECT * FROM (
-    SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "coalesce(tc.started_ms, tc.ended_ms)")}) AS run,
+    SELECT ({RUN_BEGUN_BY.format("j.value ->> 0", "coalesce(tc.started_ms, tc.ended_ms)")}) AS run,
            tc.run_id, tc.tool_call_id, tc.started_ms, tc.ended_ms
     FROM json_each(?) AS j
     JOIN tool_calls AS tc ON tc.branch > j.value ->> 1 AND tc.branch < j.value ->> 2
@@ -430,7 +413,7 @@ WHERE run IS NOT NULL AND run != run_id
 """
 _MISPLACED_CALLS = f"""
 SELECT * FROM (
-    SELECT ({_RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}) AS run, l.id, {LLM_CALL_COLUMNS}
+    SELECT ({RUN_BEGUN_BY.format("j.value ->> 0", "l.ts_ms")}) AS run, l.id, {LLM_CALL_COLUMNS}
     FROM json_each(?) AS j
     JOIN llm_calls AS l ON l.branch > j.value ->> 1 AND l.branch < j.value ->> 2
     WHERE l.run_id IS NULL OR l.ts_ms >= j.value ->> 3)
@@ -441,7 +424,7 @@ WHERE run IS NOT NULL AND run IS NOT run_id
 # workflow's agent tells its own spawn (see claude_code.py), as a side branch's Task does, and their
 # transcripts may be read before their session's prompt. A spawn on the main branch is in that run already.
 _MISPLACED_SPAWNS = f"""
-UPDATE subagents SET parent_run_id = ({_RUN_BEGUN_BY.format("j.value ->> 0", "subagents.spawned_ms")})
+UPDATE subagents SET parent_run_id = ({RUN_BEGUN_BY.format("j.value ->> 0", "subagents.spawned_ms")})
 FROM json_each(?) AS j
 WHERE subagents.spawned_ms IS NOT NULL AND (subagents.parent_run_id IS NULL OR subagents.spawned_ms >= j.value ->> 3)
   AND subagents.child_session_key > j.value ->> 1 AND subagents.child_session_key < j.value ->> 2
@@ -501,31 +484,13 @@ INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, sessi
                         ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id, branch)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET started_ms = excluded.started_ms,{_END_SETS}"""
-# A hook's account of a tool call (or a hook-made row being taken over) only fills in what the
-# row does not say yet: a transcript's start, end, status and error are never overridden.
-_FILL_TOOL = """
-ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-    tool_name    = coalesce(tool_calls.tool_name, excluded.tool_name),
-    agent_id     = coalesce(tool_calls.agent_id, excluded.agent_id),
-    session_key  = coalesce(tool_calls.session_key, excluded.session_key),
-    status       = CASE WHEN tool_calls.ended_ms IS NULL AND excluded.ended_ms IS NOT NULL
-                        THEN excluded.status ELSE tool_calls.status END,
-    error        = CASE WHEN tool_calls.ended_ms IS NULL THEN excluded.error ELSE tool_calls.error END,
-    started_ms   = coalesce(tool_calls.started_ms, excluded.started_ms),
-    ended_ms     = coalesce(tool_calls.ended_ms, excluded.ended_ms),
-    duration_ms  = coalesce(tool_calls.duration_ms, excluded.duration_ms),
-    file_path    = coalesce(tool_calls.file_path, excluded.file_path),
-    exec_command = coalesce(tool_calls.exec_command, excluded.exec_command),
-    session_id   = coalesce(tool_calls.session_id, excluded.session_id),
-    branch       = coalesce(tool_calls.branch, excluded.branch)
-"""
 # Rows a hook made carry this source until a transcript line of the same call takes them over.
 HOOK_ROW_SOURCE = "claude-code-hook"
 _TOOL_OBSERVED = f"""
 INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
                         started_ms, ended_ms, duration_ms, error, file_path, exec_command, session_id)
 VALUES (?, ?, ?, '{HOOK_ROW_SOURCE}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-{_FILL_TOOL}"""
+{FILL_TOOL}"""
 # The row of a call, wherever the session's runs put it (or under no run). A Task subagent's session has no
 # runs: the transcript writes its calls in its parent's, under the parent's key, on the subagent's branch.
 _TOOL_ROW_OF_SESSION = f"""
@@ -544,72 +509,15 @@ _RUNLESS_ROWS = f"""
 SELECT tc.run_id, tc.tool_call_id, tc.session_key, tc.branch FROM json_each(?) AS j
 JOIN tool_calls AS tc ON tc.run_id = '' AND tc.tool_call_id = j.value AND tc.source = '{CLAUDE_CODE}'
 """
-_TAKE_OVER_HOOK_ROW = f"""
-INSERT INTO tool_calls (run_id, tool_call_id, tool_name, source, agent_id, session_key, status,
-                        started_ms, ended_ms, duration_ms, error, file_path, exec_command, exit_code, session_id,
-                        branch)
-SELECT ?1, tool_call_id, tool_name, ?2, agent_id, session_key, status, started_ms, ended_ms, duration_ms, error,
-       file_path, exec_command, exit_code, session_id, branch
-FROM tool_calls WHERE run_id = ?3 AND tool_call_id = ?4
-{_FILL_TOOL}"""
 _CLAIM_HOOK_ROW = "UPDATE tool_calls SET source = ? WHERE run_id = ? AND tool_call_id = ?"
-_DROP_TOOL_ROW = "DELETE FROM tool_calls WHERE run_id = ? AND tool_call_id = ?"
 _HOOK_EVENT = "INSERT OR IGNORE INTO hook_events (id, ts_ms, session_id, event) VALUES (?, ?, ?, ?)"
 HOOK_FILE_ID = 0  # events.file_id of what arrived through the hook endpoint rather than a file
 HOOK_LOG = "<claude-code hooks>/events"  # the "log" lifecycle keeps a clock for; hooks carry no counter
-# A subagent's spawn may be told by several lines: OpenClaw's by its parent's sessions_spawn result and by
-# its own transcript's header, a Task's by the call and by a side branch's replay of it read first. Its row
-# is what they all say, whatever order they come in: a field one line leaves empty never erases what another
-# said, and where two say something the surer account picks.
-# - Who spawned it and when (parent key, run, time, and the side branch it was spawned on) come together
-#   from one line: the one that names the parent's run, then the earliest. Only the parent's own record of
-#   the spawn knows the run, and it is written as the spawn is answered; a child's header knows only its
-#   parent's key (from sessions.json) and when the child began. A later line of the same kind repeats the
-#   spawn (a replay is written after the call it copies). Ties of time go to the lesser run, then key.
-# - What it is (agent, label, mode), field by field: the child's own word (SubagentSpawned.by_child) over
-#   its parent's, for it runs as that agent and sessions.json lists it under that label; of two words alike,
-#   the lesser value. told_by_child keeps which fields hold the child's word (_CHILD_WORDS).
-_CHILD_WORDS = (("child_agent_id", 1), ("label", 2), ("mode", 4))
 
-
-def _spawner_rank(row: str) -> str:
-    """Of the lines that say who spawned a subagent, the least by this decides (see above)."""
-    return (f"({row}.parent_run_id IS NULL, {row}.spawned_ms, coalesce({row}.parent_run_id, ''), "
-            f"coalesce({row}.parent_session_key, ''))")
-
-
-def _word_rank(row: str, column: str, bit: int) -> str:
-    """Of the words on what a subagent is, the least by this stays: any before none, the child's first."""
-    return f"({row}.{column} IS NULL, ({row}.told_by_child & {bit}) = 0, {row}.{column})"
-
-
-def _spawn_upsert(values: str) -> str:
-    """An upsert of a subagent's spawn from ``values`` (a VALUES or a SELECT of its columns): what the spawn
-    line (excluded) and the subagent's row say together. A row no spawn was read for yet (its end made
-    it) has no spawn time."""
-    spawner = f"subagents.spawned_ms IS NULL OR {_spawner_rank('excluded')} < {_spawner_rank('subagents')}"
-    sets = [f"{c} = iif({spawner}, coalesce(excluded.{c}, subagents.{c}), coalesce(subagents.{c}, excluded.{c}))"
-            for c in ("parent_session_key", "parent_run_id", "spawned_ms")]
-    # A branch goes with the parent key its line gave, a main-branch line's none too: it is what moves that key.
-    sets.append(f"branch = iif({spawner}, excluded.branch, subagents.branch)")
-    words = {c: f"{_word_rank('excluded', c, bit)} < {_word_rank('subagents', c, bit)}" for c, bit in _CHILD_WORDS}
-    sets += [f"{c} = iif({words[c]}, excluded.{c}, subagents.{c})" for c, _ in _CHILD_WORDS]
-    told = " | ".join(f"(iif({words[c]}, excluded.told_by_child, subagents.told_by_child) & {bit})"
-                      for c, bit in _CHILD_WORDS)
-    sets = ",\n    ".join([*sets, f"told_by_child = {told}"])
-    return f"""
-INSERT INTO subagents (child_session_key, parent_session_key, parent_run_id, source, child_agent_id,
-                       label, mode, status, spawned_ms, told_by_child, branch)
-{values}
-ON CONFLICT (child_session_key) DO UPDATE SET
-    {sets}
-"""
-
-
-_SUBAGENT_SPAWNED = _spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)")
+_SUBAGENT_SPAWNED = spawn_upsert("VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)")
 # The row of the spawn key ?2 into the child's ?1 (both are there, see _merge_spawns), as the spawn's own
 # upsert would have put it there: the child's row holds what both say.
-_MERGE_SPAWN = _spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, "
+_MERGE_SPAWN = spawn_upsert("SELECT ?1, parent_session_key, parent_run_id, source, child_agent_id, label, mode, "
                              "status, spawned_ms, told_by_child, branch FROM subagents WHERE child_session_key = ?2")
 # Of two ends, the surer one's fields win and the other's fill its gaps, whatever their order. The Task's
 # result names the Task whose spawn the row holds (spawn_key): the surest word on it, kept whoever else spoke.
@@ -842,7 +750,7 @@ def _told_by_child(f: SubagentSpawned) -> int:
     """The told_by_child bits of the fields a child's own spawn line gives; a parent's line gives none."""
     if not f.by_child:
         return 0
-    return sum(bit for column, bit in _CHILD_WORDS if getattr(f, column) is not None)
+    return sum(bit for column, bit in CHILD_WORDS if getattr(f, column) is not None)
 
 
 def _subagent_ended(f: SubagentEnded) -> tuple:
@@ -889,9 +797,6 @@ _ORDER = tuple(sql for sql, _ in _STATEMENTS.values())
 _ORDER = _ORDER[:_ORDER.index(_TOOL_ENDED)] + (_TOOL_STARTED_ENDED,) + _ORDER[_ORDER.index(_TOOL_ENDED):]
 
 
-_Part = tuple[int, str, list[tuple[int, int, Fact]]]  # a file's id, path and (offset, length, fact) items
-
-
 @dataclass(slots=True)
 class _Prepared:
     """Everything a batch of new facts writes, built in one pass over them."""
@@ -899,7 +804,7 @@ class _Prepared:
     events: list[tuple] = field(default_factory=list)
     rows: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     sessions: dict[str, list] = field(default_factory=dict)  # id → [id, key, agent, source, first, last]
-    # run id → [first, last, session time, session] of this batch's facts (see _RUN_ACTIVITY)
+    # run id → [first, last, session time, session] of this batch's facts (see rows.RUN_ACTIVITY)
     runs: dict[str, list] = field(default_factory=dict)
     tool_keys: set[tuple[str, str]] = field(default_factory=set)  # tool calls this batch upserts
     responses: dict[str, str] = field(default_factory=dict)  # call key → LlmCall.message_key
@@ -910,7 +815,7 @@ class _Prepared:
     branch_events: list[tuple[str, int, int]] = field(default_factory=list)  # unnamed branches' (_BRANCH_EVENT)
 
 
-def _prepare(parts: list[_Part]) -> _Prepared:
+def _prepare(parts: list[Part]) -> _Prepared:
     out = _Prepared()
     events, rows, sessions, runs = out.events, out.rows, out.sessions, out.runs
     statements = _STATEMENTS
@@ -973,7 +878,7 @@ def _prepare(parts: list[_Part]) -> _Prepared:
     return out
 
 
-def _replayed_results(conn: apsw.Connection, parts: list[_Part]) -> dict[tuple[int, int], str | None]:
+def _replayed_results(conn: apsw.Connection, parts: list[Part]) -> dict[tuple[int, int], str | None]:
     """The batch's side-branch tool_result lines that copy another branch's, by (file id, offset), with
     their session: a branch's result of a call it did not start. Such a line names no response to tell
     it by, as a copied tool_use line does. A branch's file holds a call's start before its result, so
@@ -995,13 +900,13 @@ def _replayed_results(conn: apsw.Connection, parts: list[_Part]) -> dict[tuple[i
     own = {tuple(row) for row in conn.execute(_BRANCH_ROWS, (orjson.dumps(asked).decode(),))} if asked else set()
     responses = sorted({starts[call] for _, _, call, _ in ends if call in starts} - main - {None})
     if responses:
-        main |= {response for response, *row in conn.execute(_RESPONSE_CALLS, (orjson.dumps(responses).decode(),))
+        main |= {response for response, *row in conn.execute(RESPONSE_CALLS, (orjson.dumps(responses).decode(),))
                  if not row[20]}
     return {(file_id, off): session_id for file_id, off, call, session_id in ends
             if (starts[call] in main if call in starts else call not in own)}
 
 
-def _as_events(parts: list[_Part], lines: dict[tuple[int, int], str | None]) -> list[_Part]:
+def _as_events(parts: list[Part], lines: dict[tuple[int, int], str | None]) -> list[Part]:
     """The facts of these lines as bare events: a copy is indexed, but says nothing of the call, the
     subagent or the child session it repeats. It stays a line of its own session's run at its time, as
     it is when read before what it copies."""
@@ -1102,7 +1007,7 @@ def _side_branches(conn: apsw.Connection, facts: list[Fact]) -> tuple[dict[str, 
     if branches:
         known = {b: named[b] for b in branches if b in named}
         if len(known) < len(branches):
-            known.update(conn.execute(_NAMED_SESSIONS, (orjson.dumps(sorted(branches - known.keys())).decode(),)))
+            known.update(conn.execute(NAMED_SESSIONS, (orjson.dumps(sorted(branches - known.keys())).decode(),)))
         for f in facts:
             if (type(f) is LlmCall or type(f) is SubagentSpawned) and f.branch in known:
                 f.session_id, f.session_key = f.branch, known[f.branch]
@@ -1241,10 +1146,10 @@ def _side_rows_into_runs(conn: apsw.Connection, begun: dict[str, int]) -> set[st
     tracker.before()
     for run_id, old_run, call_id, _, _ in tools:
         # A line of the call read since the prompt may have started a row there: this one fills its gaps.
-        conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, old_run, call_id))
-        conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
+        conn.execute(TAKE_OVER_HOOK_ROW, (run_id, CLAUDE_CODE, old_run, call_id))
+        conn.execute(DROP_TOOL_ROW, (old_run, call_id))
     conn.executemany(_SET_CALL_RUN, [(run_id, rid) for run_id, rid, *_ in calls])
-    conn.executemany(_RUN_ACTIVITY, [(run_id, a, b, None, None) for run_id, (a, b) in spans.items()])
+    conn.executemany(RUN_ACTIVITY, [(run_id, a, b, None, None) for run_id, (a, b) in spans.items()])
     old = [tuple(row) for _, _, *row in calls]
     tracker.after([(*row[:6], run_id, *row[7:]) for (run_id, *_), row in zip(calls, old)], [], old)
     return tracker.touched
@@ -1552,7 +1457,7 @@ class LedgerWriter:
             total.add(one)
         return total, refused
 
-    def _apply_facts(self, conn: apsw.Connection, parts: list[_Part],
+    def _apply_facts(self, conn: apsw.Connection, parts: list[Part],
                      prevailing: set[int] | frozenset[int] = frozenset()) -> ApplyResult:
         """Insert the batch's events, then the entity rows of those that were new; the model calls of
         the files in ``prevailing`` indexed before take those files' figures (see Batch.prevails)."""
@@ -1620,11 +1525,11 @@ class LedgerWriter:
             if old_run == run_id:
                 conn.execute(_CLAIM_HOOK_ROW, (source, run_id, call_id))
             else:
-                conn.execute(_TAKE_OVER_HOOK_ROW, (run_id, source, old_run, call_id))
-                conn.execute(_DROP_TOOL_ROW, (old_run, call_id))
-        conn.executemany(_DROP_TOOL_ROW, replays)
+                conn.execute(TAKE_OVER_HOOK_ROW, (run_id, source, old_run, call_id))
+                conn.execute(DROP_TOOL_ROW, (old_run, call_id))
+        conn.executemany(DROP_TOOL_ROW, replays)
         conn.executemany(_UPSERT_SESSION, [tuple(agg) for agg in prepared.sessions.values()])
-        conn.executemany(_RUN_ACTIVITY, [(rid, *span) for rid, span in prepared.runs.items()])
+        conn.executemany(RUN_ACTIVITY, [(rid, *span) for rid, span in prepared.runs.items()])
         conn.executemany(_BRANCH_SPAN, [(branch, *span) for branch, span in prepared.branches.items()])
         conn.executemany(_BRANCH_EVENT, prepared.branch_events)
         # Only now: the hook takeover above reads each line's own row.
@@ -1762,7 +1667,7 @@ class LedgerWriter:
             return calls, []
         responses = prepared.responses
         kept: dict[str, list[tuple]] = defaultdict(list)
-        for response, *row in conn.execute(_RESPONSE_CALLS, (orjson.dumps(sorted(set(responses.values()))).decode(),)):
+        for response, *row in conn.execute(RESPONSE_CALLS, (orjson.dumps(sorted(set(responses.values()))).decode(),)):
             kept[response].append(tuple(row))
         stored = {row[19]: row for group in kept.values() for row in group}
         for row in sorted(keyed, key=_rank, reverse=True):  # stable: of equal lines the first read stays
@@ -1791,7 +1696,7 @@ class LedgerWriter:
 
     def session_keys(self, session_ids: list[str]) -> dict[str, str]:
         """The key of each of these sessions the ledger holds with one, in one statement however many are asked."""
-        return {sid: key for sid, key in self.conn.execute(_NAMED_SESSIONS, (orjson.dumps(session_ids).decode(),))
+        return {sid: key for sid, key in self.conn.execute(NAMED_SESSIONS, (orjson.dumps(session_ids).decode(),))
                 if key is not None}
 
     def untold_spawns(self, child_keys: list[str]) -> set[str]:
