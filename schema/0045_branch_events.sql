@@ -1,7 +1,7 @@
 -- The events of the lines read on a side branch before anything named it a session (see 0013, 0037) that a
 -- read after the naming keys by that session: its model calls' lines, each line of a streamed call, and its
 -- Tasks' spawns. A read before the naming keys them by the session whose line it is; the naming then takes
--- them to the branch's session (writer._side_branches), as it does the calls and the spawns, so that every
+-- them to the branch's session (side_branches._side_branches), as it does the calls and the spawns, so that every
 -- order of reading leaves the same events.
 CREATE TABLE branch_events (
     branch TEXT    NOT NULL,

@@ -12,7 +12,7 @@ the next pass settles them on all their lines, as one after a read of them all a
 Claude Code rarely writes that a turn is over: its last response simply asks for no tool. A
 Claude Code run past the grace that has a response and no tool call still waiting for its
 result finished: it ends instead, at its last sign of life, as its last answer went (``ok`` unless that
-was an API error, see the writer's _TURN_OUTCOMES). Only a run left waiting on
+was an API error, see side_branches._TURN_OUTCOMES). Only a run left waiting on
 a tool, as a killed session leaves its last turn, is orphaned. Either end is settled on the lines
 read so far: a later line of the run (a slow tool's result) opens it again in the writer, and the
 next pass settles it on all of them.
@@ -36,7 +36,8 @@ import orjson
 from agentledger.defaults import DEFAULT_GRACE_S
 from agentledger.ledger import rollups
 from agentledger.ledger.lifecycle import end_archived
-from agentledger.ledger.writer import LedgerWriter, turn_outcomes
+from agentledger.ledger.side_branches import turn_outcomes
+from agentledger.ledger.writer import LedgerWriter
 from agentledger.sources import oc_transcript
 from agentledger.sources.claude_code import SOURCE as CLAUDE_CODE
 

@@ -1,5 +1,5 @@
-"""What the single writer (writer.py) shares with the modules it leaves parts of its work to: the shape of a
-batch's facts, and the statements on the rows that they write or read alike.
+"""What the single writer (writer.py) and its rules for Claude Code's side branches (side_branches.py)
+both take or run: the shape of a batch's facts, and the statements on the rows that both write or read.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ only the Task's result (``toolUseResult.agentId``) or a SubagentStart hook says 
 either may be read before or after the branch. So every call on a branch names the child
 session it would be (``LlmCall.branch``), and the result or hook names that session; the
 ledger puts a branch's calls in the child once it is named, whatever the order (see
-ledger/writer.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
+ledger/side_branches.py), and leaves a branch never named (/btw) in the parent. The Task's spawn
 is recorded under ``agent:claude-code:subagent:<tool_use id>`` until its result names the
 child (or a hook of the subagent does: its SubagentStart, or without one its first tool event, when
 only one Task the session was asked about can be its own), whose key the subagent row then takes. A Task
@@ -30,7 +30,7 @@ subagent ends by the notification Claude Code writes into the session when it is
 its SubagentStop hook, or, with neither, is settled by reconcile once its own lines have stopped for the grace (see
 ledger/reconcile.py). A Task
 whose result is an error that names no child (refused, denied, failed before a subagent ran) ends the subagent
-its spawn recorded, in error (see ledger/writer.py). Tool calls on a branch name it too, and count
+its spawn recorded, in error (see ledger/side_branches.py). Tool calls on a branch name it too, and count
 in the child session the same way; they stay in the parent's turn (a subagent's work is no
 run, so the run that spawned it counts them). A Task a subagent starts (every subagent's
 transcript lies in the session's subagents/ folder, however deep) names its branch too: the
@@ -45,9 +45,10 @@ does not name a call: a gateway may give two requests the same one. A side branc
 a main-branch response does so under a new request id, so each line also names its response
 (``<sessionId>:<message.id>``): a side-branch call whose response a main-branch call gave is
 that call's replay, never counted, nor are the tool calls it repeats, whichever line is read
-first (see ledger/writer.py). A copied tool_result line names no response: the ledger knows it
-as a branch's result of a call the branch did not start. A line without a request id names its
-call by the response alone, as ledgers written before request ids counted did.
+first (see ledger/writer.py and ledger/side_branches.py). A copied tool_result line names no
+response: the ledger knows it as a branch's result of a call the branch did not start. A line
+without a request id names its call by the response alone, as ledgers written before request ids
+counted did.
 
 A run is one main-chain prompt's turn, whether the prompt is a string or blocks (text with a
 pasted image, say). What a typed local command writes (/model, /cost, /compact, a ``!`` shell
@@ -60,7 +61,7 @@ implied end the ledger lets any reported one replace. A last turn with none of t
 by reconcile (see ledger/reconcile.py). However it ended, a turn the user did not stop went as its last
 answer did: one whose last main-branch answer is an API error Claude Code wrote in the model's place
 (``isApiErrorMessage``: "prompt is too long", an overload it gave up retrying) failed with that error,
-and one Claude Code answered after such an error, retrying within the turn, is ok (see ledger/writer.py).
+and one Claude Code answered after such an error, retrying within the turn, is ok (see ledger/side_branches.py).
 """
 
 from __future__ import annotations

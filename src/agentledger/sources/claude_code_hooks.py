@@ -14,7 +14,7 @@ Where no SubagentStart is sent (only PreToolUse is registered, say), the subagen
 event the ledger records tells that spawn instead (HookEvent.spawn), once: the family counts the
 subagent's calls once they are recorded, not only while they wait to be.
 That spawn takes the one the Task's call recorded at once when only one Task of the session can be
-the subagent's (see the writer's _pair_task), else when the Task's result is read (_merge_spawns); the
+the subagent's (see side_branches.pair_task), else when the Task's result is read (_merge_spawns); the
 result's end, the surer word, says how the subagent ended.
 
 A payload has no time and no id of its own, so an event's identity is what distinguishes it
