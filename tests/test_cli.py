@@ -945,3 +945,21 @@ def test_a_piped_table_lines_up_its_columns_after_wide_names(named_db, args):
     # A cell is text without two spaces in it; where each starts, counted in a terminal's cells.
     starts = {tuple(cell_len(line[:m.start()]) for m in re.finditer(r"\S+(?: \S+)*", line)) for line in lines}
     assert len(starts) == 1, out
+
+
+_JSON_SCALARS = st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text()
+_JSON_VALUES = st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                            | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=10)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=4), max_size=4))
+def test_rows_written_as_they_come_are_the_json_of_the_whole_list(rows):
+    # `events --json` and the other row answers are written a row at a time: the text must be what the list's was.
+    from agentledger.cli.output import emit_json, emit_json_rows
+
+    whole, streamed = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(whole):
+        emit_json(rows)
+    with contextlib.redirect_stdout(streamed):
+        emit_json_rows(iter(rows))
+    assert streamed.getvalue() == whole.getvalue()

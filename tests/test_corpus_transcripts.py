@@ -494,7 +494,7 @@ def test_files_lists_what_transcript_tool_calls_were_asked_to_touch(request, fmt
                 if fmt == "oc-transcript" else
                 (request.getfixturevalue("claude_db"), request.getfixturevalue("claude_corpus")))
     block, field = ("toolCall", "arguments") if fmt == "oc-transcript" else ("tool_use", "input")
-    listed = _read(db, queries.files, queries.Window(limit=queries.MAX_LIMIT))
+    listed = _read(db, lambda conn, w: list(queries.files(conn, w)), queries.Window(limit=queries.MAX_LIMIT))
     assert sorted(r["file_path"] for r in listed) == _asked_paths(root, block, field)
 
 

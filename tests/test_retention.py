@@ -113,7 +113,7 @@ def test_pruning_keeps_every_total_and_counter(ledger: Path):
     assert scalar(ledger, "SELECT count(*) FROM messages") == 0
     conn = open_reader(ledger)
     try:
-        assert queries.events(conn, queries.Window()) == []
+        assert list(queries.events(conn, queries.Window())) == []
         assert len(queries.rejects(conn, queries.Window())) == rejects
     finally:
         conn.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 
 import click
@@ -62,6 +64,27 @@ def emit_csv(rows: list[dict], fields: Iterable[str]) -> None:
 
 def emit_json(value: object) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+# What an answer's text may take in memory before it goes to a temporary file.
+_SPOOL_BYTES = 16 << 20
+
+
+def emit_json_rows(rows: Iterable[dict]) -> None:
+    """``emit_json``'s text of a list of rows, made as they come: an export of a million events held them
+    all, and then their text whole, in memory (1.6 GB). The text is spooled (to a temporary file past
+    _SPOOL_BYTES) and written out once the rows are read: the answer's read snapshot ends at its first
+    output, and a pager left open on rows written as they came would hold it, and the daemon's WAL would
+    grow meanwhile."""
+    with tempfile.SpooledTemporaryFile(_SPOOL_BYTES, mode="w+", encoding="utf-8", newline="") as spool:
+        opening = "["
+        for row in rows:
+            # Each row as orjson indents it alone, one level deeper: the text emit_json gives the whole list.
+            spool.write(opening + "\n  " + orjson.dumps(row, option=orjson.OPT_INDENT_2).decode().replace("\n", "\n  "))
+            opening = ","
+        spool.write("[]\n" if opening == "[" else "\n]\n")
+        spool.seek(0)
+        shutil.copyfileobj(spool, sys.stdout)
 
 
 def emit_nested_json(value: object) -> None:

@@ -14,7 +14,7 @@ import orjson
 
 from agentledger import display
 from agentledger.cli import cli, daemon_url
-from agentledger.cli.output import (cost_cell, emit_csv, emit_json, emit_nested_json, emit_pairs, emit_table, flat,
+from agentledger.cli.output import (cost_cell, emit_csv, emit_json, emit_json_rows, emit_nested_json, emit_pairs, emit_table, flat,
                                     note_unpriced)
 from agentledger.ledger import queries
 from agentledger.config import demo_ledger
@@ -172,12 +172,15 @@ def _open(obj):
                           f"`agentledger --db {shlex.quote(str(demo))} {command}`") from None
 
 
-def _emit_rows(rows: list[dict], fields: Iterable[str], fmt: str | None, empty: str,
+def _emit_rows(rows: Iterable[dict], fields: Iterable[str], fmt: str | None, empty: str,
                columns: list[tuple[str, str]]) -> None:
-    """``fields``: the keys of such a row, the CSV's header when there is none."""
+    """``fields``: the keys of such a row, the CSV's header when there is none. JSON is written as the rows
+    come; a table and CSV take them all first (their widths, their header)."""
     if fmt == "json":
-        emit_json(rows)
-    elif fmt == "csv":
+        emit_json_rows(rows)
+        return
+    rows = list(rows)
+    if fmt == "csv":
         emit_csv(rows, fields)
     elif not rows:
         click.echo(empty)

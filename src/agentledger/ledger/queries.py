@@ -1062,7 +1062,8 @@ def top(conn: apsw.Connection, w: Window, what: str) -> list[dict]:
 EVENT_FIELDS = ("at", "event_id", "kind", "agent_id", "session_key", "file", "offset")
 
 
-def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) -> list[dict]:
+def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) -> Iterator[dict]:
+    """The events of the window, most recent first, read as they are taken: an export may hold millions."""
     params: list = []
     # Retention reduces old events to their key, with kind '': nothing left to show.
     cond = _between("ts_ms", w.since, w.until, params) + _agent("agent_id", w, params) + " AND kind <> ''"
@@ -1074,13 +1075,13 @@ def events(conn: apsw.Connection, w: Window, *, kinds: list[str] | None = None) 
         f"SELECT e.ts_ms, e.id, e.kind, e.agent_id, e.session_key, f.path, e.offset FROM events AS e "
         f"LEFT JOIN files AS f ON f.id = e.file_id WHERE {cond} ORDER BY e.ts_ms DESC, e.id {limit}", params)
     # A hook event was posted, not read from a file: it has no offset in one.
-    return [_row(EVENT_FIELDS, (iso(ts), f"{eid & (2**64 - 1):016x}", kind, agent, key, path,
+    return (_row(EVENT_FIELDS, (iso(ts), f"{eid & (2**64 - 1):016x}", kind, agent, key, path,
                                 None if path is None else off))
-            for ts, eid, kind, agent, key, path, off in rows]
+            for ts, eid, kind, agent, key, path, off in rows)
 
 
-def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> list[dict]:
-    """Tool calls that touched a file path, most recent first; ``path_glob`` uses * and ?."""
+def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> Iterator[dict]:
+    """Tool calls that touched a file path, most recent first, read as they are taken; ``path_glob`` uses * and ?."""
     params: list = []
     cond = _between("coalesce(tc.started_ms, tc.ended_ms)", w.since, w.until, params) + _agent("tc.agent_id", w,
                                                                                                 params)
@@ -1088,9 +1089,9 @@ def files(conn: apsw.Connection, w: Window, *, path_glob: str | None = None) -> 
         cond += " AND tc.file_path GLOB ?"
         params.append(path_glob)
     limit = _limit(w, params)
-    return [_tool_dict(r) for r in conn.execute(
+    return (_tool_dict(r) for r in conn.execute(
         f"SELECT {_TOOL_COLUMNS} FROM tool_calls AS tc WHERE tc.file_path IS NOT NULL AND {cond} "
-        f"ORDER BY coalesce(tc.started_ms, tc.ended_ms) DESC {limit}", params)]
+        f"ORDER BY coalesce(tc.started_ms, tc.ended_ms) DESC {limit}", params))
 
 
 TIMELINE_KINDS = ("run", "llm", "tool", "compaction", "subagent", "session")
