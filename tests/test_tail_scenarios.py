@@ -578,9 +578,9 @@ def test_an_unreadable_file_is_told_counted_listed_and_read_once_it_can_be(tmp_p
     assert {row["status"] for row in inputs(db).values()} == {"live", "rotated"}
 
 
-def unreadable_index(tmp_path: Path, copy: str) -> tuple[Path, Path]:
+def indexed_state(tmp_path: Path, copy: str) -> tuple[Path, Path]:
     """An OpenClaw state dir holding session s1 in its ``copy`` (its JSONL transcript, or the transcript store),
-    whose sessions.json names it agent:main:main and cannot be read: (the state dir, the sessions.json)."""
+    whose sessions.json names it agent:main:main: (the state dir, the sessions.json)."""
     state = tmp_path / "state"
     if copy == "transcript":
         sdir = _sessions_dir(tmp_path, "agent:main:main", "s1")
@@ -588,7 +588,12 @@ def unreadable_index(tmp_path: Path, copy: str) -> tuple[Path, Path]:
     else:
         Producer(state).add(_header(), _user("u1", 1), _assistant("a1", 2), session="s1")
         _index(state, session="s1")
-    index = state / "agents" / "main" / "sessions" / "sessions.json"
+    return state, state / "agents" / "main" / "sessions" / "sessions.json"
+
+
+def unreadable_index(tmp_path: Path, copy: str) -> tuple[Path, Path]:
+    """``indexed_state``, its sessions.json made unreadable."""
+    state, index = indexed_state(tmp_path, copy)
     index.chmod(0)
     return state, index
 
@@ -613,6 +618,40 @@ def test_an_unreadable_sessions_json_is_counted_and_listed_until_it_can_be_read(
     assert shown_inputs(db, index) == []
     assert rows(db, "SELECT session_key FROM sessions WHERE session_id = 's1'") == [("agent:main:main",)]
 
+
+
+@pytest.mark.parametrize("copy", ["transcript", "store"])
+@pytest.mark.parametrize(("held", "reason"), [
+    ("directory", "not a regular file"),
+    (b'{"agent:main:main": {"sessionId": "s1"', "not a JSON object: unexpected end of data"),
+    (b'[{"sessionId": "s1"}]', "not a JSON object"),
+], ids=["directory", "truncated", "array"])
+def test_a_sessions_json_that_lists_nothing_readable_is_counted_and_listed_until_it_does(tmp_path, db, copy, held,
+                                                                                         reason):
+    # It was taken as listing no session: its sessions took guessed keys, with no warning and no `inputs` row.
+    state, index = indexed_state(tmp_path, copy)
+    listing = index.read_bytes()
+    index.unlink()
+    if held == "directory":
+        index.mkdir()
+    else:
+        index.write_bytes(held)
+    out = _ingest_as([], db, "--format", "oc-transcript", str(state))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_files"] == 1
+    assert out.stderr.count(f"cannot read file {index}: {reason};") == 1, out.stderr
+    listed = {row["path"]: row for row in cli_json(db, "inputs")}
+    assert {k: listed[str(index)][k] for k in ("source", "status", "reason")} == {
+        "source": "oc-transcript", "status": "unreadable", "reason": reason}
+    assert shown_inputs(db, index) == [["unreadable", "-", "-", "-", "-", *reason.split()]]
+    if held == "directory":
+        index.rmdir()
+    index.write_bytes(listing)
+    out = _ingest_as([], db, "--format", "oc-transcript", str(state))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_files"] == 0
+    assert str(index) not in {row["path"] for row in cli_json(db, "inputs")}
+    assert rows(db, "SELECT session_key FROM sessions WHERE session_id = 's1'") == [("agent:main:main",)]
 
 def test_lines_written_to_a_file_while_it_cannot_be_read_are_lost_if_it_goes_before_it_can_be(tmp_path, db,
                                                                                                unprivileged):

@@ -140,7 +140,7 @@ def is_live(name: str) -> bool:
 # sessions.json per directory, reread only when it changes: (inode, mtime_ns, size) → {sessionId: entry}.
 # The inode too: a file written whole and renamed into place may keep its size within one mtime tick.
 _INDEX_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, dict]]] = {}
-# sessions.json path → why it could not be read, while it cannot: told once a reason.
+# sessions.json path → why it could not be read, or read as a listing, while so: told once a reason.
 _UNREAD_INDEXES: dict[str, str] = {}
 
 
@@ -170,29 +170,41 @@ def index(directory: str) -> dict[str, dict]:
     cached = _INDEX_CACHE.get(directory)
     if cached is not None and cached[0] == stamp:
         return cached[1]
+    last = cached[1] if cached is not None else {}
     try:
         data = read_regular(path)
     except OSError as exc:
         # Not remembered under its stamp: what makes it readable again (its mode) may leave that as it is.
-        reason = exc.strerror or str(exc)
-        if _UNREAD_INDEXES.get(path) != reason:
-            _UNREAD_INDEXES[path] = reason
-            log.warning("cannot read file %s: %s; until it can be read, the sessions it lists are keyed as "
-                        "it last listed them, or as if it listed none", path, reason)
-        return cached[1] if cached is not None else {}
+        _unread(path, exc.strerror or str(exc))
+        return last
+    if data is None:
+        reason = "not a regular file"
+    else:
+        try:
+            doc = jsontext.loads(data or b"{}")
+            reason = None if isinstance(doc, dict) else "not a JSON object"
+        except orjson.JSONDecodeError as exc:
+            reason = f"not a JSON object: {exc.msg}"
+    if reason is not None:
+        # Remembered under its stamp, still marked: only a rewrite, which changes the stamp, can mend it.
+        _unread(path, reason)
+        _INDEX_CACHE[directory] = (stamp, last)
+        return last
     _readable_again(path)
-    try:
-        doc = jsontext.loads(data or b"{}")
-    except orjson.JSONDecodeError:
-        doc = {}
     by_id: dict[str, dict] = {}
-    if isinstance(doc, dict):
-        for key, entry in doc.items():
-            if isinstance(entry, dict) and text(entry.get("sessionId")):
-                by_id[entry["sessionId"]] = {"key": key, "spawnedBy": text(entry.get("spawnedBy")),
-                                             "label": text(entry.get("label"))}
+    for key, entry in doc.items():
+        if isinstance(entry, dict) and text(entry.get("sessionId")):
+            by_id[entry["sessionId"]] = {"key": key, "spawnedBy": text(entry.get("spawnedBy")),
+                                         "label": text(entry.get("label"))}
     _INDEX_CACHE[directory] = (stamp, by_id)
     return by_id
+
+
+def _unread(path: str, reason: str) -> None:
+    if _UNREAD_INDEXES.get(path) != reason:
+        _UNREAD_INDEXES[path] = reason
+        log.warning("cannot read file %s: %s; until it can be read, the sessions it lists are keyed as "
+                    "it last listed them, or as if it listed none", path, reason)
 
 
 def _readable_again(path: str) -> None:
@@ -201,7 +213,8 @@ def _readable_again(path: str) -> None:
 
 
 def unread_indexes() -> dict[str, str]:
-    """Every sessions.json that could not be read at the last look, by path, with the system's reason."""
+    """Every sessions.json that could not be read, or read as a listing, at the last look, by path, with
+    the reason."""
     return dict(_UNREAD_INDEXES)
 
 
