@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, cli_env, cli_json
 from logwriter import LogDir, event, llm_call
 from serving import http_get
-from test_tail_scenarios import shown_inputs, unreadable_index
+from test_tail_scenarios import indexed_state, shown_inputs, unreadable_index
 from test_transcript_sources import (SESSION, _child, _project, _sessions_dir, _spawn_call, _spawn_result,
                                      cc_assistant, cc_prompt, oc_assistant, oc_header, oc_user)
 
@@ -179,6 +179,23 @@ def test_an_unreadable_sessions_json_is_told_once_and_keys_its_sessions_once_it_
     assert daemon.returncode == 0, err
     assert err.count(f"cannot read file {index}: Permission denied") == 1, err
     assert err.count(f"{index} can be read again") == 1, err
+
+
+def test_a_broken_sessions_json_removed_with_its_folder_is_no_longer_listed(tmp_path):
+    # Only a look at its folder forgot it, and a folder gone is looked at no more: listed for as long as serve ran.
+    state, index = indexed_state(tmp_path, "transcript")
+    index.write_bytes(b"[]")
+    db = tmp_path / "ledger.db"
+    daemon = _serve(db, "--no-demo", "--rescan", "0.05", "--format", "oc-transcript", str(state))
+    try:
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 1)
+        shutil.rmtree(index.parent)
+        _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 0, timeout=10)
+        assert shown_inputs(db, index) == []
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
 
 
 def test_an_archived_subagent_unreadable_at_first_takes_its_spawns_key_once_it_can_be_read(tmp_path, unprivileged):

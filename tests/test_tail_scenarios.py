@@ -653,6 +653,20 @@ def test_a_sessions_json_that_lists_nothing_readable_is_counted_and_listed_until
     assert str(index) not in {row["path"] for row in cli_json(db, "inputs")}
     assert rows(db, "SELECT session_key FROM sessions WHERE session_id = 's1'") == [("agent:main:main",)]
 
+
+def test_a_broken_sessions_json_in_an_agent_folder_linked_from_elsewhere_is_listed_under_its_root(tmp_path, db):
+    # Its path was resolved again, out of the root the folder is read through: nothing listed, nothing counted.
+    state, index = indexed_state(tmp_path, "transcript")
+    agent = state / "agents" / "main"
+    agent.rename(tmp_path / "elsewhere")
+    agent.symlink_to(tmp_path / "elsewhere")
+    index.write_bytes(b"[]")
+    out = _ingest_as([], db, "--format", "oc-transcript", str(state))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreadable_files"] == 1
+    assert shown_inputs(db, index) == [["unreadable", "-", "-", "-", "-", "not", "a", "JSON", "object"]]
+
+
 def test_lines_written_to_a_file_while_it_cannot_be_read_are_lost_if_it_goes_before_it_can_be(tmp_path, db,
                                                                                                unprivileged):
     logs = LogDir(tmp_path / "state")

@@ -456,13 +456,15 @@ class Tailer:
 
     def _beside_unreadable(self) -> dict[str, Unreadable]:
         """The decoders' files that could not be read (see ``record_unreadable``), by path under the root
-        they lie in, resolved as the roots are: one read through a root given as a symlink is listed once."""
+        they lie in. The decoders were given paths as these roots list them (resolved, see ``_resolve``):
+        resolving them again would take one in an agent folder linked from elsewhere out of its root. One
+        that is gone since is no longer listed: the decoders forget it only when they look at its folder."""
         found = {}
         for path, why in (self._beside() if self._beside else {}).items():
-            real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-            root = next((r for r in self.roots if real.startswith(r + os.sep)), None)
-            if root is not None:  # another root's, or another ledger's in this process
-                found[ledger_name(real)] = Unreadable(ledger_name(root), "file", why)
+            root = next((r for r in self.roots if path.startswith(r + os.sep)), None)
+            # Another root's, or another ledger's in this process, is not this tailer's to list.
+            if root is not None and os.path.lexists(path):
+                found[ledger_name(path)] = Unreadable(ledger_name(root), "file", why)
         return found
 
     def scan_written(self, paths: set[str]) -> tuple[list[tuple[FileRow, Physical]], list[Physical], ScanReport] | None:
