@@ -619,7 +619,6 @@ def test_an_unreadable_sessions_json_is_counted_and_listed_until_it_can_be_read(
     assert rows(db, "SELECT session_key FROM sessions WHERE session_id = 's1'") == [("agent:main:main",)]
 
 
-
 @pytest.mark.parametrize("copy", ["transcript", "store"])
 @pytest.mark.parametrize(("held", "reason"), [
     ("directory", "not a regular file"),

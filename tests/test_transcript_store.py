@@ -626,7 +626,6 @@ def test_a_sessions_json_replaced_at_the_same_size_and_time_is_read_again(tmp_pa
     assert oc_transcript.index(str(tmp_path))[SID]["key"] == "agent:main:bbbb"
 
 
-
 def test_a_sessions_json_cut_short_keeps_its_last_listing_and_is_read_once_until_rewritten(tmp_path, monkeypatch):
     from agentledger.sources import oc_transcript
 
@@ -643,6 +642,7 @@ def test_a_sessions_json_cut_short_keeps_its_last_listing_and_is_read_once_until
     index.write_bytes(orjson.dumps({"agent:main:bbbb": {"sessionId": SID}}))
     assert oc_transcript.index(str(tmp_path))[SID]["key"] == "agent:main:bbbb"
     assert str(index) not in oc_transcript.unread_indexes()
+
 
 def test_a_store_that_cannot_be_opened_is_told_not_skipped_silently(tmp_path, db, unprivileged):
     import subprocess

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import apsw
@@ -535,9 +534,6 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                                 pricer=pricer)
 
             _say(f"ledger {db}; catching up on {where}")
-            # A directory created after its parent's watch began gets a watch of its own, and watchdog
-            # warns that it replaces one; replacing it is right, the warning is noise for operators.
-            warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
             changes = Changes(wake, config.rescan_s)
             changes.start()
             for root in roots:

@@ -24,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -116,6 +117,9 @@ class Changes(FileSystemEventHandler):
         self._told: set[int] = set()  # the limits (by the error they raise) told reached
 
     def start(self) -> None:
+        # A directory created after its parent's watch began gets a watch of its own, and watchdog warns
+        # that it replaces one; replacing it is right, the warning is noise for operators.
+        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         if not sys.platform.startswith("linux"):
             # FSEvents, kqueue or polling: watchdog's observer for the system, whose limits it keeps to itself
             self._observer = Observer()

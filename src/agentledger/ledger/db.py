@@ -41,7 +41,7 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                              37: ("usage_slots", "usage_days", "session_ids", "compaction_pairs"),
                                              40: ("session_totals", "session_model_totals", "compaction_pairs"),
                                              41: ("usage_slots", "usage_days")}
-# Migrations finished by a rule of the writer's (a function of side_branches.py), where a fresh read and the
+# Migrations finished by a rule the writer applies (a function of side_branches.py, named here), where a fresh read and the
 # migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the writer's
 # statements are written for, and before the refills.
 SETTLES: dict[int, str] = {41: "settle_upgraded_ends"}

@@ -5,7 +5,9 @@ guarded by its event id, so re-reading lines (after a crash, or from a copy of a
 file) never counts anything twice. Entity rows are upserts written so that the
 order of events does not matter: an end before its start still yields one row.
 What Claude Code's side branches and Task subagents add to a batch of theirs is
-side_branches.py's, at the points of the transaction its SideBranches names.
+side_branches.py's, at the points of the transaction its SideBranches names; only
+the dropping of a branch's replayed calls and tool starts stays here (_keyed_calls,
+_rows_told), for it decides which of the batch's own rows are written.
 """
 
 from __future__ import annotations
@@ -334,7 +336,7 @@ INSERT INTO usage_snapshots (event_id, ts_ms, session_key, session_id, provider,
                              cache_read_tokens, cache_write_tokens, total_tokens, cost_pico, cost_source)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-# A call keeps the first session a line gave it (a side branch's moves it later, see side_branches._branch_tools),
+# A call keeps the first session a line gave it (a side branch's moves it later: _MOVE_BRANCH_TOOLS in side_branches.py),
 # and is on the branch its latest line names: a main-branch line takes back a call a side branch's replay of it was
 # read first for (the replay's own lines are dropped, see _keyed_calls).
 _TOOL_BRANCH = """
