@@ -100,8 +100,7 @@ def test_serve_catches_up_follows_live_and_stops_on_sigterm(tmp_path, oc_corpus)
         logs.append(b"".join(llm_call(n) for n in range(51, 61)))
         _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 2244, timeout=10)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        out, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
     assert "caught up" in err and "stopped" in err
     assert _count(db, "SELECT count(*) FROM llm_calls") == 397 + 60
@@ -121,8 +120,7 @@ def test_an_unreadable_log_is_told_once_while_serving_and_read_once_it_can_be(tm
         _wait_for(lambda: _count(db, "SELECT count(*) FROM events") == 3, timeout=10)
         _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 0, timeout=10)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
     assert err.count(f"cannot read file {logs.live}: Permission denied") == 1, err
     assert "holds no" not in err
@@ -141,12 +139,7 @@ def test_a_fifo_named_like_a_transcript_is_passed_over_while_serving(tmp_path):
         (sdir / "s2.jsonl").write_bytes(oc_header("s2") + oc_user("u1", 1) + oc_assistant("a1", 2))
         _wait_for(lambda: _count(db, "SELECT count(*) FROM llm_calls") == 2, timeout=15)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            _, err = daemon.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            _, err = daemon.communicate()
+        err = _terminated(daemon)
     _stopped_cleanly(daemon, err)
 
 
@@ -174,8 +167,7 @@ def test_an_unreadable_sessions_json_is_told_once_and_keys_its_sessions_once_it_
         assert str(index) not in {row["path"] for row in cli_json(db, "inputs")}
         assert shown_inputs(db, index) == []
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
     assert err.count(f"cannot read file {index}: Permission denied") == 1, err
     assert err.count(f"{index} can be read again") == 1, err
@@ -193,8 +185,7 @@ def test_a_broken_sessions_json_removed_with_its_folder_is_no_longer_listed(tmp_
         _wait_for(lambda: _count(db, "SELECT count(*) FROM unreadable_inputs") == 0, timeout=10)
         assert shown_inputs(db, index) == []
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
 
 
@@ -223,8 +214,7 @@ def test_an_archived_subagent_unreadable_at_first_takes_its_spawns_key_once_it_c
         archived.chmod(0o644)
         _wait_for(lambda: _count(db, keyed.format(child, "agent:main:subagent:aaaa")) == 1, timeout=10)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
 
 
@@ -333,6 +323,17 @@ def _catches(pid: int, signum: int) -> bool:
     with open(f"/proc/{pid}/status") as status:
         caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
     return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def _terminated(daemon: subprocess.Popen) -> str:
+    """What serve wrote to stderr once stopped by SIGTERM; killed if it does not stop within 30 s, for no
+    test to leave a daemon running behind it."""
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        return daemon.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        return daemon.communicate()[1]
 
 
 def _stopped_cleanly(daemon: subprocess.Popen, err: str) -> None:
@@ -488,8 +489,7 @@ def test_a_stop_during_catch_up_neither_claims_it_caught_up_nor_interrupts_what_
              "WHERE run_id IN ('ends-late', 'never-ends')"
     daemon = _serve(db, "--no-demo", str(logs.root))
     _wait_for(lambda: _count(db, "SELECT count(*) FROM events") > 0)
-    daemon.send_signal(signal.SIGTERM)
-    _, err = daemon.communicate(timeout=30)
+    err = _terminated(daemon)
     assert daemon.returncode == 0, err
     read = _count(db, "SELECT count(*) FROM events")
     assert read < 120_003  # stopped part-way, or the test proves nothing
@@ -503,8 +503,7 @@ def test_a_stop_during_catch_up_neither_claims_it_caught_up_nor_interrupts_what_
     # whole at the end: communicate() reads past what iterating over stderr had buffered.)
     daemon = _serve(db, "--no-demo", str(logs.root))
     _wait_for(lambda: _count(db, status) == "ends-late=ok never-ends=interrupted", timeout=30)
-    daemon.send_signal(signal.SIGTERM)
-    _, err = daemon.communicate(timeout=30)
+    err = _terminated(daemon)
     assert daemon.returncode == 0, err
     assert "caught up: " in err and "interrupted after 600s without an end: 1 runs" in err, err
 
@@ -636,8 +635,7 @@ def test_serve_without_sources_runs_the_demo(tmp_path):
         # nearly a whole day of events in.
         _wait_for(lambda: any(p.name != "events.jsonl" for p in demo.iterdir()), timeout=30)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        out, err = daemon.communicate(timeout=30)
+        err = _terminated(daemon)
     assert daemon.returncode == 0, err
     assert "demo" in err
     assert (demo / "events.jsonl").exists()
