@@ -30,15 +30,11 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
             raise click.BadParameter(f"{value!r} is not FORMAT=ROOT (e.g. claude-code=~/.claude)")
         if fmt not in FORMATS:
             raise click.BadParameter(f"unknown format {fmt!r} in {value!r}: choose one of {', '.join(FORMATS)}")
-        try:
-            path = expand(root)
-        except ValueError as exc:
-            raise click.BadParameter(f"{exc} (in {value!r})") from None
         # One that does not exist yet: serve waits for it, ingest refuses it (the configuration's check).
-        problem = root_problem(path, must_exist=False)
-        if problem:
-            raise click.BadParameter(f"{root!r} {problem} (in {value!r})")
-        pairs.append((fmt, path))
+        try:
+            pairs.append((fmt, RootPath(must_exist=False).convert(root, param, ctx)))
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{exc.message} (in {value!r})") from None
     return pairs
 
 
