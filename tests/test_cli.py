@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import os
@@ -963,3 +964,39 @@ def test_rows_written_as_they_come_are_the_json_of_the_whole_list(rows):
     with contextlib.redirect_stdout(streamed):
         emit_json_rows(iter(rows))
     assert streamed.getvalue() == whole.getvalue()
+
+
+def test_csv_header_names_every_column_any_row_has_in_order_of_appearance(capsys):
+    # A nested value some rows have and others lack is columns of its own, named in the header before any row.
+    from agentledger.cli.output import emit_csv
+
+    emit_csv(iter([{"a": 1, "n": None}, {"a": 2, "n": {"x": "y,z"}}, {"a": 3, "b": "x\ry"}]), ("a", "n"))
+    out = capsys.readouterr().out
+    assert list(csv.reader(io.StringIO(out, newline=""))) == [
+        ["a", "n", "n_x", "b"], ["1", "", "", ""], ["2", "", "y,z", ""], ["3", "", "", "x\ry"]]
+
+
+class _Discarded(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_big_export_is_not_held_in_memory(fmt):
+    # `events --csv --limit 1000000` held every row, then every row flattened: gigabytes for a big ledger.
+    import tracemalloc
+
+    from agentledger.cli.output import emit_csv, emit_json_rows
+
+    rows = ({"at": f"2026-11-25T00:00:{i % 60:02d}Z", "event_id": f"{i:016x}", "kind": "tool.end",
+             "agent_id": "main", "session_key": f"agent:main:s{i}", "file": "/logs/agents/main/events.jsonl",
+             "offset": i * 300} for i in range(200_000))
+    tracemalloc.start()
+    try:
+        with contextlib.redirect_stdout(_Discarded()):
+            emit_csv(rows, ()) if fmt == "csv" else emit_json_rows(rows)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Held, these rows take about 150 MB; spooled, the answer keeps at most 16 MiB of its text in memory.
+    assert peak < 40 << 20, peak

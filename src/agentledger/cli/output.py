@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
+import pickle
 import shutil
 import sys
 import tempfile
@@ -42,32 +44,55 @@ def _csv_cell(value: object) -> object:
     return "'" + value if isinstance(value, str) and value.lstrip("'").startswith(_FORMULA_STARTS) else value
 
 
-def emit_csv(rows: list[dict], fields: Iterable[str]) -> None:
+# What an answer's text may take in memory before it goes to a temporary file.
+_SPOOL_BYTES = 16 << 20
+
+
+def _spool(mode: str):
+    if "b" in mode:
+        return tempfile.SpooledTemporaryFile(_SPOOL_BYTES, mode=mode)
+    return tempfile.SpooledTemporaryFile(_SPOOL_BYTES, mode=mode, encoding="utf-8", newline="")
+
+
+def emit_csv(rows: Iterable[dict], fields: Iterable[str]) -> None:
     """``fields``: the columns a row of this answer has (as ``flat`` names them), the header when there is no
     row: a script reads the same header from an empty answer as from any other. The text is the logs' as it
-    is, escape sequences and all: CSV is for programs (only a formula's start is kept from spreadsheets)."""
-    flat_rows = [flat(row) for row in rows]
-    header = list(dict.fromkeys(k for row in flat_rows for k in row) if flat_rows else fields)
-    line = io.StringIO()
-    # The csv module quotes a field holding a character of its line end, no other: under "\n" alone, a
-    # lone "\r" in a log's text went out bare, and a reader ended the row there. Each row is written with
-    # "\r\n", then ended "\n".
-    writer = csv.writer(line, lineterminator="\r\n")
-    for values in [header, *([_csv_cell(row.get(k)) for k in header] for row in flat_rows)]:
-        writer.writerow(values)
-        # Not through click.echo: written anywhere but a terminal, it took what looked like escape
-        # sequences out of the text.
-        sys.stdout.write(line.getvalue()[:-2] + "\n")
-        line.seek(0)
-        line.truncate()
+    is, escape sequences and all: CSV is for programs (only a formula's start is kept from spreadsheets).
+
+    The header names every column any row has, and comes first: the rows are spooled as they come (as
+    emit_json_rows spools its text, for the same reasons) and written once the last one is read."""
+    header: dict[str, None] = {}
+    with _spool("wb+") as spool:
+        for row in rows:
+            cells = flat(row)
+            header.update(dict.fromkeys(cells))
+            pickle.dump(cells, spool)  # our own file, read back below: every value exactly as it was
+        spool.seek(0)
+        line = io.StringIO()
+        # The csv module quotes a field holding a character of its line end, no other: under "\n" alone, a
+        # lone "\r" in a log's text went out bare, and a reader ended the row there. Each row is written with
+        # "\r\n", then ended "\n".
+        writer = csv.writer(line, lineterminator="\r\n")
+        names = list(header) if header else list(fields)
+        for values in itertools.chain([names], ([_csv_cell(row.get(k)) for k in names] for row in _unpickled(spool))):
+            writer.writerow(values)
+            # Not through click.echo: written anywhere but a terminal, it took what looked like escape
+            # sequences out of the text.
+            sys.stdout.write(line.getvalue()[:-2] + "\n")
+            line.seek(0)
+            line.truncate()
+
+
+def _unpickled(spool) -> Iterator[dict]:
+    while True:
+        try:
+            yield pickle.load(spool)
+        except EOFError:
+            return
 
 
 def emit_json(value: object) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
-
-
-# What an answer's text may take in memory before it goes to a temporary file.
-_SPOOL_BYTES = 16 << 20
 
 
 def emit_json_rows(rows: Iterable[dict]) -> None:
@@ -76,7 +101,7 @@ def emit_json_rows(rows: Iterable[dict]) -> None:
     _SPOOL_BYTES) and written out once the rows are read: the answer's read snapshot ends at its first
     output, and a pager left open on rows written as they came would hold it, and the daemon's WAL would
     grow meanwhile."""
-    with tempfile.SpooledTemporaryFile(_SPOOL_BYTES, mode="w+", encoding="utf-8", newline="") as spool:
+    with _spool("w+") as spool:
         opening = "["
         for row in rows:
             # Each row as orjson indents it alone, one level deeper: the text emit_json gives the whole list.

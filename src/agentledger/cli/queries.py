@@ -174,15 +174,16 @@ def _open(obj):
 
 def _emit_rows(rows: Iterable[dict], fields: Iterable[str], fmt: str | None, empty: str,
                columns: list[tuple[str, str]]) -> None:
-    """``fields``: the keys of such a row, the CSV's header when there is none. JSON is written as the rows
-    come; a table and CSV take them all first (their widths, their header)."""
+    """``fields``: the keys of such a row, the CSV's header when there is none. JSON and CSV are made as the
+    rows come; a table takes them all first (its widths)."""
     if fmt == "json":
         emit_json_rows(rows)
         return
-    rows = list(rows)
     if fmt == "csv":
         emit_csv(rows, fields)
-    elif not rows:
+        return
+    rows = list(rows)
+    if not rows:
         click.echo(empty)
     else:
         emit_table(rows, columns)
