@@ -16,12 +16,32 @@ _WHITESPACE = re.compile(r"\s+")
 # separator, a lone surrogate, a code point not yet assigned; and the invisible ones no word needs in order
 # to be drawn, which would only hide that two names differ: a byte-order mark, a soft hyphen (drawn by some
 # terminals and not by others, so it shifts columns too), a zero-width space, the tag characters that
-# carry text no one sees.
+# carry text no one sees. Unassigned is as Python 3.11 knows it (Unicode 14): an emoji or ideograph assigned
+# since (🫨) is one rich's width table, which is newer, measures two cells wide, and is drawn.
 _JOINERS = frozenset("\u200c\u200d")
 
 
 def _shown(c: str) -> bool:
-    return c.isprintable() or c in _JOINERS or unicodedata.category(c) == "Co"
+    if c.isprintable() or c in _JOINERS:
+        return True
+    category = unicodedata.category(c)
+    return category == "Co" or category == "Cn" and _wide(c)
+
+
+def _wide(c: str) -> bool:
+    from rich.cells import get_character_cell_size  # here: the gate hook shows nothing and starts without rich
+
+    return get_character_cell_size(c) == 2
+
+
+# The flags spelled with tag characters that Unicode recommends drawing (England, Scotland, Wales): a black
+# flag, a region code in tags, a cancel tag. Any other tags stay escapes, for they could spell hidden text.
+TAG_FLAGS = re.compile("\U0001f3f4(?:" + "|".join(
+    "".join(chr(0xE0000 + ord(c)) for c in code) for code in ("gbeng", "gbsct", "gbwls")) + ")\U000e007f")
+
+
+def _escaped_chars(text: str) -> str:
+    return "".join(c if _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def escaped(text: str) -> str:
@@ -29,7 +49,12 @@ def escaped(text: str) -> str:
     escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
     if text.isprintable():
         return text
-    return "".join(c if _shown(c) else c.encode("unicode_escape").decode("ascii") for c in text)
+    out, at = [], 0
+    for flag in TAG_FLAGS.finditer(text):
+        out += (_escaped_chars(text[at:flag.start()]), flag.group())
+        at = flag.end()
+    out.append(_escaped_chars(text[at:]))
+    return "".join(out)
 
 
 def printable(data: bytes, limit: int) -> str:
