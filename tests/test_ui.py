@@ -200,3 +200,18 @@ action = "block"
     for body in pages:
         assert "day-tokens: 0 of 1,000 · trips in —" in body
     assert f"today ({gates_zone})" in pages[1] and f"({page_zone})</h2>" in pages[1]
+
+
+def test_a_bar_label_is_cut_to_the_chart_s_cells_keeping_both_ends():
+    # Cut at 60 characters, a label of ideographs took 120 cells and ran past the chart's edge.
+    from rich.cells import cell_len
+
+    from agentledger.ui import LABEL_CELLS, hbars
+
+    for name in ("agent:研究:" + "会话" * 40 + ":末尾", "agent:main:" + "x" * 80 + ":end", "agent:🫨:" + "🎉" * 50):
+        svg = hbars([(name, 1.0, "$1.00")], "top sessions", "none")
+        shown = re.search(r"</title>(.*?)</text>", svg).group(1)
+        assert cell_len(shown) <= LABEL_CELLS and "…" in shown, shown
+        head, _, tail = shown.partition("…")
+        assert name.startswith(head) and name.endswith(tail) and len(head) > 3 and len(tail) > 2, shown
+    assert re.search(r"</title>(.*?)</text>", hbars([("agent:研究:短", 1.0, "$1")], "t", "none")).group(1) == "agent:研究:短"

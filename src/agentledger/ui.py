@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 import apsw
+from rich.cells import cell_len, get_character_cell_size
 
 from agentledger import __version__, display
 from agentledger.config import GateConfig
@@ -129,6 +130,30 @@ def stacked_days(rows: list[dict], days: list[dt.date], colors: dict[str, str]) 
     return _svg(width, height, body, label)
 
 
+# A bar's label fits the chart's width: 60 cells, a wide character (an ideograph, an emoji) taking two.
+LABEL_CELLS = 60
+
+
+def _short(name: str) -> str:
+    """``name`` in at most LABEL_CELLS cells, its middle given way: session keys differ at both ends."""
+    if cell_len(name) <= LABEL_CELLS:
+        return name
+    room = (LABEL_CELLS - 1) // 2
+    head = _fitting(name, room)
+    tail = _fitting(name[::-1], LABEL_CELLS - 1 - room)[::-1]
+    return head + "…" + tail
+
+
+def _fitting(text: str, cells: int) -> str:
+    """The longest start of ``text`` that takes at most ``cells`` cells."""
+    used = 0
+    for i, c in enumerate(text):
+        used += get_character_cell_size(c)
+        if used > cells:
+            return text[:i]
+    return text
+
+
 def hbars(items: Sequence[tuple[str, float, str]], label: str, empty: str, *, color: str = PALETTE[0],
           scale: float | None = None) -> str:
     """One horizontal bar per (name, value, text shown after the bar)."""
@@ -139,7 +164,7 @@ def hbars(items: Sequence[tuple[str, float, str]], label: str, empty: str, *, co
     body = []
     for n, (name, value, text) in enumerate(items):
         y = n * row
-        short = name if len(name) <= 60 else name[:29] + "…" + name[-30:]
+        short = _short(name)
         w = max((width - text_w) * min(value / top, 1.0), 1.0 if value else 0.0)
         body.append(f'<text x="0" y="{y + 12}" class="label"><title>{_e(name)}</title>{_e(short)}</text>'
                     f'<rect x="0" y="{y + 16}" width="{w:.1f}" height="12" fill="{color}"/>'
