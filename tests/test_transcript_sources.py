@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from conftest import CORPUS, as_of_version, cli_env, cli_json, followed_then_afresh, ingest, settle
+from conftest import CORPUS, as_of_version, cli_env, cli_json, followed_then_afresh, ingest, metric_counters, settle
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ledgerdump import dump, rollups, rows, scalar, usage, verify
@@ -430,36 +430,106 @@ def test_metrics_count_a_run_whose_outcome_is_revised_under_each_outcome_and_sti
         served.stop()
 
 
-def test_metric_floors_hold_what_the_ledger_took_back_but_not_what_moved_to_another_outcome(tmp_path):
+def _floored(floors, ok: int, error: int, tokens: int) -> tuple[float, float, float]:
+    """A scrape of a ledger with ``ok`` and ``error`` runs and ``tokens`` tokens, held by ``floors``
+    (metrics.CounterFloors): runs ok, runs in error, tokens, as served."""
     from prometheus_client.core import CounterMetricFamily
 
-    from agentledger.metrics import CounterFloors
+    runs = CounterMetricFamily("agentledger_runs", "", labels=["outcome"])
+    runs.add_metric(["ok"], ok)
+    runs.add_metric(["error"], error)
+    spent = CounterMetricFamily("agentledger_tokens", "", labels=["model"])
+    spent.add_metric(["m"], tokens)
+    floors.hold(["ledger", 1], [runs, spent])
+    return (*(s.value for s in runs.samples), spent.samples[0].value)
 
-    def served(floors: CounterFloors, ok: int, error: int, tokens: int) -> tuple[float, float, float]:
-        runs = CounterMetricFamily("agentledger_runs", "", labels=["outcome"])
-        runs.add_metric(["ok"], ok)
-        runs.add_metric(["error"], error)
-        spent = CounterMetricFamily("agentledger_tokens", "", labels=["model"])
-        spent.add_metric(["m"], tokens)
-        floors.hold(["ledger", 1], [runs, spent])
-        return (*(s.value for s in runs.samples), spent.samples[0].value)
+
+def test_metric_floors_hold_what_the_ledger_took_back_but_not_what_moved_to_another_outcome(tmp_path):
+    from agentledger.metrics import CounterFloors
 
     path = tmp_path / "metric-floors.json"
     floors = CounterFloors(path)
-    assert served(floors, 3, 1, 100) == (3, 1, 100)
-    assert served(floors, 2, 1, 90) == (3, 1, 100)  # a replayed run and its tokens found out: held
-    assert served(floors, 3, 1, 95) == (3, 1, 100)  # the next run refills what was taken back
-    assert served(floors, 2, 2, 95) == (3, 2, 100)  # a run's outcome revised: moved, not taken back
-    assert served(floors, 3, 1, 95) == (4, 2, 100)  # and back: it counts under each outcome it reached
+    assert _floored(floors, 3, 1, 100) == (3, 1, 100)
+    assert _floored(floors, 2, 1, 90) == (3, 1, 100)  # a replayed run and its tokens found out: held
+    assert _floored(floors, 3, 1, 95) == (3, 1, 100)  # the next run refills what was taken back
+    assert _floored(floors, 2, 2, 95) == (3, 2, 100)  # a run's outcome revised: moved, not taken back
+    assert _floored(floors, 3, 1, 95) == (4, 2, 100)  # and back: it counts under each outcome it reached
     floors = CounterFloors(path)  # a restart keeps all of it
-    assert served(floors, 3, 2, 120) == (4, 3, 120)  # another run fails: it counts
+    assert _floored(floors, 3, 2, 120) == (4, 3, 120)  # another run fails: it counts
     # A file kept before moves were told apart: what lies below its values was taken back.
     path.write_bytes(orjson.dumps({"epoch": ["ledger", 1], "samples": [
         ["agentledger_runs_total", [["outcome", "ok"]], 5], ["agentledger_runs_total", [["outcome", "error"]], 2],
         ["agentledger_tokens_total", [["model", "m"]], 150]]}))
     floors = CounterFloors(path)
-    assert served(floors, 3, 3, 120) == (5, 3, 150)
-    assert served(floors, 4, 3, 160) == (5, 3, 160)
+    assert _floored(floors, 3, 3, 120) == (5, 3, 150)
+    assert _floored(floors, 4, 3, 160) == (5, 3, 160)
+
+
+def test_a_scrape_while_a_run_is_open_again_changes_no_count(tmp_path):
+    """A turn ended at the grace (ok) goes on, so it runs again, and fails; the next turn answers. A scrape
+    while it ran again held its ok as taken back, and that hid the next turn's ok from the counter."""
+    from agentledger.metrics import CounterFloors
+
+    main = _project(tmp_path) / f"{SESSION}.jsonl"
+    db = tmp_path / "ledger.db"
+    every, not_while_running = CounterFloors(), CounterFloors()
+
+    def runs_total(floors: CounterFloors) -> dict[str, float]:
+        return {dict(labels)["outcome"]: value for (name, labels), value in metric_counters(db, floors=floors).items()
+                if name == "agentledger_runs_total"}
+
+    def step(status: list[str], *lines: bytes) -> None:
+        with main.open("ab") as f:
+            f.writelines(lines)
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+        if status == ["running"]:
+            runs_total(every)
+        else:
+            settle(db)
+            assert runs_total(every) == runs_total(not_while_running)
+        assert [s for (s,) in rows(db, "SELECT status FROM runs ORDER BY started_ms")] == status
+
+    step(["ok"], cc_prompt("u1", "fix it", 0), cc_assistant("a1", "msg_1", {"type": "text", "text": "On it."},
+                                                            output=50, second=1))
+    step(["running"], cc_assistant("a2", "msg_2", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+                                   output=5, second=3, request="req_2"))
+    step(["error"], cc_result("r1", "toolu_1", 4), cc_api_error("e1", 5, OVERLOADED), cc_turn_duration("d1", 6))
+    step(["error", "ok"], cc_prompt("u2", "more", 10),
+         cc_assistant("a3", "msg_3", {"type": "text", "text": "Done."}, output=9, second=11, stop="end_turn",
+                      request="req_3"))
+    assert runs_total(every) == runs_total(not_while_running) == {"ok": 2, "error": 1}
+
+
+@st.composite
+def _ledger_states(draw) -> list[tuple[tuple[int, int, int], bool]]:
+    """(ok runs, runs in error, tokens) one after another, each with whether a scrape must see it: between two
+    that must be seen, states lower in every count than both (runs open again, a correction still to be
+    refilled) that a scrape may see or not."""
+    counts = st.tuples(*[st.integers(0, 5)] * 3)
+    seen = draw(st.lists(counts, min_size=2, max_size=6))
+    states = []
+    for a, b in zip(seen, seen[1:]):
+        states.append((a, True))
+        low = st.tuples(*(st.integers(0, min(x, y)) for x, y in zip(a, b)))
+        states += [(state, False) for state in draw(st.lists(low, max_size=3))]
+    return [*states, (seen[-1], True)]
+
+
+@given(states=_ledger_states(), scraped=st.data())
+@settings(max_examples=300, deadline=None)
+def test_counters_never_go_down_and_are_the_same_whether_or_not_scrapes_saw_runs_open_again(states, scraped):
+    from agentledger.metrics import CounterFloors
+
+    every, some = CounterFloors(), CounterFloors()
+    last = (0, 0, 0)
+    for state, must in states:
+        now = _floored(every, *state)
+        assert all(b >= a for a, b in zip(last, now)), (last, now)
+        last = now
+        if must:
+            assert _floored(some, *state) == now
+        elif scraped.draw(st.booleans()):
+            _floored(some, *state)
 
 
 def _oc_line(obj: dict) -> bytes:

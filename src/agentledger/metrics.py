@@ -54,7 +54,7 @@ class _Capped:
 
 class _Served(NamedTuple):
     """One series' hold: what it was served at, the ledger's value then, and how much of the
-    ledger's drops in it were taken back rather than moved to another outcome."""
+    ledger's drops in it no rise has matched yet."""
 
     served: float
     seen: float
@@ -72,10 +72,13 @@ class CounterFloors:
     An outcome is revised too: a Claude Code turn that answered goes on and fails, or fails and is
     answered on retry. The run leaves one ``outcome`` series for another of the same family and
     labels; held as a correction, the series it left would hide the next run that really arrives
-    there. So within such a group, a drop that another series' rise matches in the same scrape is a
-    move: the rise counts and the drop holds nothing back, and a run whose outcome changed counts
-    under each outcome it reached. Only what the ledger took back unmatched (``credit``) absorbs
-    later rises of its own series.
+    there. So within such a group a drop is ``credit`` until a rise matches it: first one of its own
+    series (the run is back where it was, a correction is refilled), which the credit absorbs; else
+    one of another series, in the same scrape or a later one, which is a move: the rise counts and
+    the drop holds nothing back. A run whose outcome changed counts under each outcome it reached,
+    whether a scrape saw it between the two, running again, or not: the counts a scrape serves do not
+    depend on whether scrapes came while runs ran again. They may on scrapes that come while another
+    run ends meanwhile: sums cannot tell whose end a rise is.
 
     Kept in ``path`` (when given): a restart's catch-up finds such corrections too. The floors stand
     for one epoch (see ``hold``): another ledger starts afresh, as its counters really do, and so
@@ -131,24 +134,26 @@ class CounterFloors:
             served = value if was is None or value > was.served else was.served
             self._series[key] = _Served(served, value, served - value)
         else:
-            # Counts of ended runs and calls: whole numbers, so the sums below are exact.
-            delta = {key: value - (before[key].seen if before[key] else 0.0) for key, value in now.items()}
-            rises, drops = sum(d for d in delta.values() if d > 0), -sum(d for d in delta.values() if d < 0)
-            moved_out = moved_in = min(rises, drops)
+            # Counts of ended runs and calls: whole numbers, so the sums below are exact. A series' own
+            # credit is matched first: its run came back to where it was, nothing moved.
+            held, rising = {}, 0.0
             for key, value in now.items():
                 was = before[key] or _Served(0.0, 0.0, 0.0)
-                served, credit, d = was.served, was.credit, delta[key]
+                served, credit, d = was.served, was.credit, value - was.seen
                 if d < 0:
-                    moved = min(-d, moved_out)
-                    moved_out -= moved
-                    credit += -d - moved
-                elif d > 0:
-                    moved = min(d, moved_in)
-                    moved_in -= moved
-                    absorbed = min(d - moved, credit)
+                    credit -= d
+                else:
+                    absorbed = min(d, credit)
                     credit -= absorbed
                     served += d - absorbed
-                self._series[key] = _Served(served, value, credit)
+                    rising += d - absorbed
+                held[key] = [served, value, credit]
+            # What is left of a rise is the run that left another outcome landing here, when one did. A
+            # series with some of its rise left has no credit left: the credit is all of the others'.
+            for key, (served, value, credit) in held.items():
+                moved = min(credit, rising)
+                rising -= moved
+                self._series[key] = _Served(served, value, credit - moved)
         for i, key in members:
             samples[i] = samples[i]._replace(value=self._series[key].served)
         return any(self._series[key] != before[key] for _, key in members)
