@@ -12,7 +12,7 @@ import orjson
 import pytest
 from conftest import REPO, as_of_version, cli_env, cli_json
 from ledgerdump import verify
-from logwriter import event
+from logwriter import LogDir, event
 from prometheus_client.parser import text_string_to_metric_families
 from served import serve
 from serving import copy_logs, wait_for, write_config
@@ -176,3 +176,46 @@ def test_a_ledger_from_before_costs_by_source_gets_them_filled(tmp_path, oc_corp
     assert set(_summed(costs, 2)) == {"log", "priced"}
     _agrees_with_the_reports(costs, db)
     assert verify(db) == []
+
+
+def _provider_labels(url: str) -> dict[str, set[str]]:
+    """The provider label's values in each family that has one, parsed as Prometheus parses them."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            for label in ("provider", "gen_ai_provider_name"):
+                if label in s.labels:
+                    out.setdefault(family.name, set()).add(s.labels[label])
+    return out
+
+
+def test_provider_labels_are_capped_as_model_and_tool_labels_are(tmp_path):
+    """A gateway that names a provider per tenant made a series per provider in each family: 200 of them gave
+    over 5,000 lines. The first 20 providers keep their label; later ones are summed under _other."""
+    root = tmp_path / "logs"
+    logs = LogDir(root)
+    db = tmp_path / "ledger.db"
+
+    def calls(providers: range) -> bytes:
+        return b"".join(event(i + 1, "llm.call", {
+            "callIndex": 0, "provider": f"prov-{i:03d}", "model": "m-1", "durationMs": 1200, "costUsd": 0.01,
+            "delta": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "total": 15}},
+            session=f"s{i}", run=f"r{i}") for i in providers)
+
+    logs.append(calls(range(20)))
+    served = serve(write_config(tmp_path, root, extra=""))
+    try:
+        first = {f"prov-{i:03d}" for i in range(20)}
+        families = ("agentledger_tokens", "agentledger_cost_usd", "agentledger_llm_calls",
+                    "gen_ai_client_operation_duration_seconds")
+        assert _provider_labels(served.url) == dict.fromkeys(families, first)
+        logs.append(calls(range(20, 200)))
+        wait_for(lambda: cli_json(db, "usage")["llm_calls"] == 200, what="the other 180 providers' calls")
+        assert _provider_labels(served.url) == dict.fromkeys(families, first | {"_other"})
+        costs = _costs(served.url)
+        assert costs[("_other", "m-1", "log")] == pytest.approx(1.8)
+        assert sum(costs.values()) == pytest.approx(cli_json(db, "usage")["cost_usd"], abs=1e-9)
+    finally:
+        assert served.stop() == 0

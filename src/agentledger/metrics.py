@@ -7,7 +7,7 @@ starts them again from the ledger's sums, which may be lower: the shipped spend 
 Spend is what every report counts, a run without model calls at its usage snapshot's cost. A run
 or tool call counts under an outcome once it has one; while it runs, or after a restart cut
 it off (a late end may still come), it is in a gauge.
-No session, run or tool-call id is ever a label; tool and model labels are capped to
+No session, run or tool-call id is ever a label; tool, model and provider labels are capped to
 ``top_n`` values each, the rest summed under ``_other``. The values kept are the first the ledger
 stored, not the busiest: a value summed under ``_other`` must stay there, or ``_other`` would
 drop when it left and Prometheus would read the drop as a counter reset.
@@ -184,8 +184,9 @@ class LedgerCollector(Collector):
             conn.execute("BEGIN")  # one snapshot for the whole scrape
             # One cap per dimension for the whole scrape: the counters and the histograms share it.
             models, tools = _Capped(conn, "model", self.top_n), _Capped(conn, "tool", self.top_n)
-            families = [*self._llm(conn, models), *self._runs_and_sessions(conn), *self._tools(conn, tools),
-                        *self._ingest(conn), *self._gates(conn), *self._durations(conn, models, tools)]
+            providers = _Capped(conn, "provider", self.top_n)
+            families = [*self._llm(conn, providers, models), *self._runs_and_sessions(conn), *self._tools(conn, tools),
+                        *self._ingest(conn), *self._gates(conn), *self._durations(conn, providers, models, tools)]
             epoch = [*queries.series_epoch(conn), self.top_n]
             conn.execute("COMMIT")
         finally:
@@ -200,7 +201,7 @@ class LedgerCollector(Collector):
         info.add_metric([__version__], 1)
         yield info
 
-    def _llm(self, conn, label: _Capped) -> Iterator[Metric]:
+    def _llm(self, conn, providers: _Capped, models: _Capped) -> Iterator[Metric]:
         rows = conn.execute(
             "SELECT model, provider, sum(llm_calls), sum(llm_errors), sum(input_tokens), sum(output_tokens), "
             "sum(cache_read_tokens), sum(cache_write_tokens), sum(unpriced_calls) "
@@ -217,13 +218,13 @@ class LedgerCollector(Collector):
                                     labels=["provider", "model", "outcome", "priced"])
         acc: dict[tuple, list[float]] = {}
         for model, provider, n, errors, i, o, cr, cw, unpriced in rows:
-            key = (provider or "", label[model])
+            key = (providers[provider], models[model])
             a = acc.setdefault(key, [0.0] * 7)
             for k, v in enumerate((n - errors - unpriced, unpriced, errors, i, o, cr, cw)):
                 a[k] += v
         # The tokens of runs without model calls, at their usage snapshot's, as every report counts them.
         for (provider, model), (i, o, cr, cw, _total, _cost, _unpriced) in queries.fallbacks_by_model(conn).items():
-            a = acc.setdefault((provider, label[model]), [0.0] * 7)
+            a = acc.setdefault((providers[provider], models[model]), [0.0] * 7)
             for k, v in enumerate((i, o, cr, cw), start=3):
                 a[k] += v
         for (provider, model), (priced, unpriced, errors, i, o, cr, cw) in sorted(acc.items()):
@@ -234,7 +235,7 @@ class LedgerCollector(Collector):
             calls.add_metric([provider, model, "error", "true"], errors)
         pico: dict[tuple, int] = {}
         for provider, model, source, value in spent:
-            key = (provider, label[model], source)
+            key = (providers[provider], models[model], source)
             pico[key] = pico.get(key, 0) + value
         for (provider, model, source), value in sorted(pico.items()):
             cost.add_metric([provider, model, source], value / PICO_PER_USD)
@@ -310,7 +311,7 @@ class LedgerCollector(Collector):
         yield events
 
 
-    def _durations(self, conn, models: _Capped, tools: _Capped) -> Iterator[Metric]:
+    def _durations(self, conn, providers: _Capped, models: _Capped, tools: _Capped) -> Iterator[Metric]:
         """The OpenTelemetry GenAI duration histograms, from the bucket rollup (no call is scanned)."""
         rows = conn.execute("SELECT kind, name_a, name_b, bucket, calls, duration_ms FROM duration_buckets "
                             "WHERE calls > 0").fetchall()
@@ -325,10 +326,9 @@ class LedgerCollector(Collector):
         }
         for kind, family in families.items():
             mine = [r for r in rows if r[0] == kind]
-            label = models if kind == "llm" else tools
             series: dict[tuple, list] = {}
             for _, a, b, bucket, calls, ms in mine:
-                key = ("chat", a, label[b]) if kind == "llm" else (label[a],)
+                key = ("chat", providers[a], models[b]) if kind == "llm" else (tools[a],)
                 acc = series.setdefault(key, [[0] * len(bounds), 0])
                 acc[0][bucket] += calls
                 acc[1] += ms

@@ -1534,6 +1534,7 @@ def ingest_health(conn: apsw.Connection, now_ms: int) -> list[dict]:
 _LABEL_SOURCES = {
     "model": ("usage_days", "model", "llm_calls > 0 OR cost_pico > 0 OR (runs > 0 AND model <> '')"),
     "tool": ("tool_days", "tool_name", "calls > 0"),
+    "provider": ("usage_days", "provider", "llm_calls > 0 OR cost_pico > 0 OR (runs > 0 AND provider <> '')"),
 }
 
 
