@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import time
 import urllib.error
@@ -15,6 +16,7 @@ from served import serve
 from serving import http_get, write_config
 
 from agentledger import display
+from agentledger.shown import one_line
 
 PANELS = ["spend", "sessions", "tools", "live", "ingest"]
 
@@ -103,6 +105,33 @@ def test_the_page_runs_no_script_and_escapes_what_the_logs_say(tmp_path):
             assert body.count("\n") == 1  # one line naming the problem
     finally:
         served.stop()
+
+
+def test_the_page_shows_controls_and_bidi_overrides_from_the_logs_as_escapes_as_tables_do(tmp_path):
+    # HTML escaping left a NUL and a right-to-left override raw in labels, tooltips and the legend: one
+    # reordered what followed it on the page, and two names that differ by one looked the same.
+    logs = LogDir(tmp_path / "logs")
+    now = time.time_ns() // 1_000_000
+    agent, session, model, tool = "ma\u202ein", "s\x00\u202eevil\x1b[2J", "m\u202e\x00odel", "to\x1bol\u202e"
+    usage = {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "total": 2}
+    logs.append(event(1, "llm.call", {"callIndex": 1, "provider": "anthropic", "model": model, "delta": usage,
+                                      "costUsd": 1.25}, agent=agent, session=session, ts=now - 2000)
+                + event(2, "tool.end", {"toolName": tool, "toolCallId": "t1", "isError": True, "durationMs": 5},
+                        agent=agent, session=session, ts=now - 1000))
+    served = serve(write_config(tmp_path, logs.root))
+    try:
+        status, _, body = _fetch(f"{served.url}/ui?refresh=0")
+    finally:
+        served.stop()
+    assert status == 200
+    assert not {"\x00", "\x1b", "\u202e"} & set(body)
+    key = one_line(f"agent:{agent}:{session}")
+    assert key == "agent:ma\\u202ein:s\\x00\\u202eevil\\x1b[2J"
+    for shown in (key, one_line(agent), one_line(model), one_line(tool)):
+        assert html.escape(shown) in body, shown
+    assert f"<title>{key}</title>{key}</text>" in body  # the top sessions' and burn rates' bars
+    assert f"</i>{html.escape(one_line(model))} $1.25</li>" in body  # the legend
+    assert f"<title>{one_line(tool)}</title>{one_line(tool)}</text>" in body  # the tools' error rates
 
 
 def test_the_calendar_s_ends_are_an_answer(corpus_daemon):

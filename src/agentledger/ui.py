@@ -2,7 +2,8 @@
 
 Spend per day stacked by model, the top sessions, tool error rates, the latest sessions with
 gate headroom and projected trips, and ingest health. Everything the logs put on the page is
-escaped, and the page's Content-Security-Policy forbids scripts outright.
+shown as a table shows it, then HTML-escaped, and the page's Content-Security-Policy forbids scripts
+outright.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agentledger import __version__, display
 from agentledger.config import GateConfig
 from agentledger.ledger import queries
 from agentledger.overview import overview
+from agentledger.shown import one_line
 from agentledger.timeutil import LATEST_MS
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -34,7 +36,9 @@ class BadParam(ValueError):
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """``value`` as the page shows it: as a table does (shown.one_line), for a session key, a model's or an
+    agent's name may hold a control or a right-to-left override that HTML leaves raw; then HTML-escaped."""
+    return html.escape(one_line(str(value)), quote=True)
 
 
 def _param(params: dict[str, list[str]], name: str) -> str | None:
@@ -164,7 +168,7 @@ def hbars(items: Sequence[tuple[str, float, str]], label: str, empty: str, *, co
     body = []
     for n, (name, value, text) in enumerate(items):
         y = n * row
-        short = _short(name)
+        short = _short(one_line(name))  # cut as shown: its escapes take cells too
         w = max((width - text_w) * min(value / top, 1.0), 1.0 if value else 0.0)
         body.append(f'<text x="0" y="{y + 12}" class="label"><title>{_e(name)}</title>{_e(short)}</text>'
                     f'<rect x="0" y="{y + 16}" width="{w:.1f}" height="12" fill="{color}"/>'
