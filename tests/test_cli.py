@@ -26,7 +26,7 @@ from logwriter import LogDir, event, llm_call
 from terminal import Terminal, needs_tmux
 
 from agentledger.cli import cli
-from agentledger.ledger.db import open_writer
+from agentledger.ledger.db import migrations, open_writer
 
 
 def run(*args: str, db: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -291,29 +291,46 @@ def test_a_file_that_is_not_a_ledger_is_one_line(tmp_path, args):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]
 
 
-def _foreign_database(path: Path) -> None:
-    """Another program's SQLite database: tables, and no schema version of its own."""
+def _foreign_database(path: Path, version: int = 0) -> None:
+    """Another program's SQLite database: tables, and the schema version it gave them (Firefox's and many
+    Android apps' set one)."""
     import sqlite3
 
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE t (x)")
     conn.execute("INSERT INTO t VALUES (1)")
+    conn.execute(f"PRAGMA user_version = {version:d}")
     conn.commit()
     conn.close()
 
 
+# Versions a ledger has too: 7 was taken for an old ledger to migrate (ingest crashed on its missing tables,
+# after switching the file to WAL), the latest for a ledger to read (every query crashed), and 99 was refused
+# as a newer ledger only after the switch to WAL.
+@pytest.mark.parametrize("version", [0, 7, len(migrations()), 99])
 @pytest.mark.parametrize("args", [["ingest", "."], ["serve", "--no-demo", "--listen", "127.0.0.1:0", "."],
                                   ["reprice"], ["prune", "--older-than", "1"], ["prune", "--dry-run"], ["usage"],
                                   ["verify"], ["verify", "--repair"]])
-def test_another_programs_database_is_refused_untouched(tmp_path, args):
+def test_another_programs_database_is_refused_untouched(tmp_path, args, version):
     db = tmp_path / "app.db"
-    _foreign_database(db)
+    _foreign_database(db, version)
     before = db.read_bytes()
     # Not "run ingest to migrate": migrating writes the ledger's tables into the other program's file.
     line = _one_line(run(*args, db=db), 2, f"{db} is not a ledger", "other tables", "--db")
     assert "migrate" not in line
     assert db.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]  # no -wal, no .lock
+
+
+@pytest.mark.parametrize("args", [["ingest", "."], ["usage"]])
+def test_an_empty_database_another_program_gave_a_version_is_refused_untouched(tmp_path, args):
+    # Taken for a ledger to migrate: ingest crashed on the tables the migrations after that version alter.
+    db = tmp_path / "app.db"
+    apsw.Connection(str(db)).execute("PRAGMA user_version = 7")
+    before = db.read_bytes()
+    _one_line(run(*args, db=db), 2, f"{db} is not a ledger", "--db")
+    assert db.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]
 
 
 def test_a_lock_file_that_was_there_before_a_refusal_stays(tmp_path):
@@ -417,13 +434,15 @@ def test_a_ledger_path_with_uri_characters_reads_back(tmp_path, oc_corpus, name)
     assert json.loads(out.stdout)["sessions"] == 40
 
 
-def test_a_newer_ledger_says_to_upgrade(tmp_path):
-
+def test_a_newer_ledger_says_to_upgrade_and_is_left_as_it_was(tmp_path):
     db = tmp_path / "new.db"
+    open_writer(db).close()
     apsw.Connection(str(db)).execute("PRAGMA user_version = 99")
-    line = _one_line(run("usage", db=db), 2, "newer", "upgrade agentledger")
+    before = db.read_bytes()
+    line = _one_line(run("usage", db=db), 2, "newer", "upgrade agentledger to read it")
     assert "ingest" not in line
-    _one_line(run("ingest", str(tmp_path), db=db), 2, "newer", "upgrade agentledger")
+    _one_line(run("ingest", str(tmp_path), db=db), 2, "newer", "upgrade agentledger to write it")
+    assert db.read_bytes() == before
 
 
 class _HotViews:

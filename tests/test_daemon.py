@@ -24,6 +24,8 @@ from test_tail_scenarios import indexed_state, shown_inputs, unreadable_index
 from test_transcript_sources import (SESSION, _child, _project, _sessions_dir, _spawn_call, _spawn_result,
                                      cc_assistant, cc_prompt, oc_assistant, oc_header, oc_user)
 
+from agentledger.ledger.db import open_writer
+
 
 def _count(db: Path, sql: str) -> int:
     if not db.exists():
@@ -961,6 +963,7 @@ def test_a_state_dir_without_telemetry_or_sessions_yet_is_read_once_telemetry_co
 
 
 def _newer_ledger(db: Path) -> None:
+    open_writer(db).close()
     conn = apsw.Connection(str(db))
     conn.execute("PRAGMA user_version = 9999")
     conn.close()

@@ -8,6 +8,7 @@ Readers open the file read-only so they can never take the write lock.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import urllib.parse
@@ -149,14 +150,40 @@ def _not_a_ledger(path: Path, what: str = "not a SQLite database") -> LedgerErro
     return NotALedger(f"{path} is not a ledger ({what}): pass --db with a ledger, or a new path")
 
 
-def _schema_version(conn: apsw.Connection, path: Path) -> int:
-    """The ledger's schema version; refuses (and closes) a database of something else. A ledger's
-    first migration sets the version in the transaction that makes its tables, so tables at version
-    0 are another program's: migrating would write the ledger's tables into them and VACUUM them."""
-    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-    if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
+def _columns(conn: apsw.Connection, table: str) -> frozenset[str]:
+    return frozenset(row[0] for row in conn.execute("SELECT name FROM pragma_table_info(?)", (table,)))
+
+
+@functools.cache
+def _first_tables() -> dict[str, frozenset[str]]:
+    """The tables the first migration makes, with their columns: a ledger of every version has them (later
+    migrations add tables and columns, and take none away)."""
+    conn = apsw.Connection(":memory:")
+    try:
+        conn.execute(migrations()[0][1].read_text())
+        names = [row[0] for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        return {name: _columns(conn, name) for name in names}
+    finally:
         conn.close()
-        raise _not_a_ledger(path, "a SQLite database with other tables")
+
+
+def _schema_version(conn: apsw.Connection, path: Path, use: str) -> int:
+    """The ledger's schema version; refuses a database of something else, or of a newer agentledger,
+    which this one cannot ``use`` ("read", "write"). A ledger is told by the tables its first migration
+    made, not by its version alone: many programs set one of their own (PRAGMA user_version), and
+    migrating their file would write the ledger's tables into it. That migration sets the version in
+    the transaction that makes its tables, so a file without tables is a ledger only at version 0, one
+    not written yet."""
+    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    if conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]:
+        if not version or any(not columns <= _columns(conn, table) for table, columns in _first_tables().items()):
+            raise _not_a_ledger(path, "a SQLite database with other tables")
+    elif version:
+        raise _not_a_ledger(path, "an empty SQLite database another program gave a version")
+    latest = len(migrations())
+    if version > latest:
+        raise NotALedger(f"{path}: schema version {version} is newer than this agentledger's ({latest}); "
+                         f"upgrade agentledger to {use} it")
     return version
 
 
@@ -172,15 +199,26 @@ def open_writer(path: str | Path) -> apsw.Connection:
     _make_parent(path)
     try:
         conn = apsw.Connection(str(path))
-        _pragmas(conn)
-        _schema_version(conn, path)  # before the journal mode, which another program's file must keep
-        # Takes effect only on a new file, before its first table; older ledgers switch below.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+        try:
+            _ready_to_write(conn, path)
+        except BaseException:
+            conn.close()
+            raise
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError) as exc:
         raise LedgerError(f"cannot write a ledger at {path}: {exc}; {_WRITABLE}") from None
+    return conn
+
+
+def _ready_to_write(conn: apsw.Connection, path: Path) -> None:
+    _pragmas(conn)
+    # Before any pragma that writes (the auto-vacuum, the journal mode): another program's file is left as
+    # it was found.
+    _schema_version(conn, path, "write")
+    # Takes effect only on a new file, before its first table; older ledgers switch below.
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
     if mode != "wal":
         raise LedgerError(f"{path}: could not switch to WAL journal (got {mode!r})")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -192,7 +230,6 @@ def open_writer(path: str | Path) -> apsw.Connection:
     from agentledger.ledger.retention import ensure_incremental_vacuum
 
     ensure_incremental_vacuum(conn, path)
-    return conn
 
 
 def restart_wal(conn: apsw.Connection, wait_ms: int) -> bool:
@@ -241,9 +278,11 @@ def open_reader(path: str | Path) -> apsw.Connection:
         uri += "&immutable=1"
     try:
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        _pragmas(conn)
-        conn.execute("PRAGMA query_only = ON")
-        version = _schema_version(conn, path)
+        try:
+            _ready_to_read(conn, path)
+        except BaseException:
+            conn.close()
+            raise
     except apsw.NotADBError:
         raise _not_a_ledger(path) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
@@ -253,22 +292,22 @@ def open_reader(path: str | Path) -> apsw.Connection:
                               "writing, or one killed); start and stop `agentledger serve` once, or copy the "
                               "ledger with its -wal somewhere writable") from None
         raise _cannot_read(path, exc) from None
-    latest = len(migrations())
+    return conn
+
+
+def _ready_to_read(conn: apsw.Connection, path: Path) -> None:
+    _pragmas(conn)
+    conn.execute("PRAGMA query_only = ON")
+    version = _schema_version(conn, path, "read")
     if version == 0:  # no tables (see _schema_version): created, its first transaction not committed yet
-        conn.close()
         raise LedgerError(f"no ledger at {path} yet: an empty database, which the first `agentledger ingest` or "
                           "`serve` on it fills; wait for its first commit, or pass --db")
-    if version > latest:
-        conn.close()
-        raise LedgerError(f"{path}: schema version {version} is newer than this agentledger's ({latest}); "
-                          "upgrade agentledger to read it")
+    latest = len(migrations())
     if version != latest:
-        conn.close()
         raise LedgerError(
             f"{path}: schema version {version}, this agentledger expects {latest}; "
             "run `agentledger ingest` or `serve` once to migrate"
         )
-    return conn
 
 
 def migrate(conn: apsw.Connection) -> int:
@@ -276,12 +315,8 @@ def migrate(conn: apsw.Connection) -> int:
 
     Refilling after the last migration means the rollups are recomputed with the definitions
     that match the final schema, and a crash midway leaves the ledger as it was."""
-    known = migrations()
     current = conn.execute("PRAGMA user_version").fetchall()[0][0]
-    if current > len(known):
-        raise NotALedger(f"database schema version {current} is newer than this agentledger's ({len(known)}): "
-                         "upgrade agentledger to write it")
-    pending = known[current:]
+    pending = migrations()[current:]
     if not pending:
         return current
     conn.execute("BEGIN IMMEDIATE")
