@@ -445,6 +445,52 @@ def test_a_newer_ledger_says_to_upgrade_and_is_left_as_it_was(tmp_path):
     assert db.read_bytes() == before
 
 
+def _overwrite_pages(db: Path, names: str) -> None:
+    """The first page of each table and index the SQL ``names`` (a query of sqlite_schema) lists overwritten with
+    bytes no page holds: a disk error, a copy gone wrong."""
+    conn = apsw.Connection(str(db))
+    size = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    pages = [page for (page,) in conn.execute(f"SELECT rootpage FROM sqlite_schema WHERE {names}")]
+    conn.close()
+    assert pages
+    with open(db, "r+b") as f:
+        for page in pages:
+            f.seek((page - 1) * size)
+            f.write(b"\xa5" * size)
+
+
+def _damage(db: Path, how: str) -> None:
+    if how == "cut-short":  # found opening it: a copy stopped at 100 KiB
+        with open(db, "r+b") as f:
+            f.truncate(100 * 1024)
+    else:  # found by the command's first read of a table: the schema on the first page reads as it was
+        _overwrite_pages(db, "rootpage > 1")
+
+
+@pytest.mark.parametrize("how", ["cut-short", "pages-overwritten"])
+@pytest.mark.parametrize("args, code", [
+    (["sessions"], 2), (["usage"], 2), (["ingest", "{logs}"], 2), (["reprice"], 2),
+    (["prune", "--dry-run", "--older-than", "1"], 2),
+    (["--log-level", "error", "serve", "--no-demo", "--listen", "127.0.0.1:0", "{logs}"], 2),
+    # What verify is there to find: a failed verification.
+    (["verify"], 1), (["verify", "--repair"], 1)])
+def test_a_damaged_ledger_is_one_line_naming_the_way_back(tmp_path, oc_corpus, args, code, how):
+    # A traceback ending in apsw.CorruptError, exit 1, from every command.
+    db = tmp_path / "ledger.db"
+    ingest(db, oc_corpus)
+    _damage(db, how)
+    out = run(*(arg.format(logs=oc_corpus) for arg in args), db=db)
+    _one_line(out, code, "is damaged (", "restore it from a backup", "`agentledger ingest`")
+
+
+def test_verify_finds_damage_where_no_rollup_is_read(tmp_path, oc_corpus):
+    # An index the recomputations never read: verify said "ok".
+    db = tmp_path / "ledger.db"
+    ingest(db, oc_corpus)
+    _overwrite_pages(db, "name = 'files_by_fingerprint'")
+    _one_line(run("verify", db=db), 1, f"the ledger {db} is damaged (", "restore it from a backup")
+
+
 class _HotViews:
     """A stand-in daemon on ``address`` answering every GET with ``views`` (the paths asked in ``paths``), while
     in a with block."""

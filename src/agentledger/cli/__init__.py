@@ -7,11 +7,12 @@ import logging
 import sys
 from pathlib import Path
 
+import apsw
 import click
 
 from agentledger import __version__, logs
 from agentledger.config import Config, Origins, listen_url, load_with_origins
-from agentledger.ledger.db import LedgerBusy, LedgerError
+from agentledger.ledger.db import LedgerBusy, LedgerError, damaged
 from agentledger.ledger.queries import NotFound
 
 
@@ -94,6 +95,9 @@ def main(args: list[str] | None = None) -> None:
         _fail(str(exc).strip('"'), 1)
     except (LedgerError, ValueError) as exc:
         _fail(str(exc))
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        # Found by whichever read or write reached the damage first, in any command.
+        _fail(str(damaged(None, exc)))
     except click.Abort:
         _fail("aborted", 130)
     except click.ClickException as exc:

@@ -6,12 +6,15 @@ import os
 import sys
 from contextlib import closing
 
+import apsw
 import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json
-from agentledger.ledger.db import LedgerBusy, LedgerError, WriterLock, ledger_exists, open_reader
-from agentledger.ledger.verify import ROLLUPS, Difference, check_checkpoints, check_rollups, repair_rollups
+from agentledger.ledger.db import (LedgerBusy, LedgerDamaged, LedgerError, WriterLock, damaged, ledger_exists,
+                                   open_reader)
+from agentledger.ledger.verify import (ROLLUPS, Difference, check_checkpoints, check_file, check_rollups,
+                                       repair_rollups)
 from agentledger.shown import one_line
 
 
@@ -40,19 +43,29 @@ def _repair(db) -> list[Difference]:
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
 @click.pass_obj
 def verify(obj, repair: bool, as_json: bool) -> None:
-    """Recompute every rollup from the base rows and check file checkpoints; exit 1 on any difference.
+    """Check the ledger's file is whole, recompute every rollup from the base rows and check file checkpoints;
+    exit 1 on damage or any difference.
 
     With --repair, rollups that differ are first rebuilt from the rows (sessions, runs, model and tool
     calls, ...), which the logs are not needed for; the exit code is then the verification's after it."""
-    repaired = _repair(obj.db) if repair else None
-    conn = open_reader(obj.db)
     try:
-        conn.execute("BEGIN")  # one snapshot for both sides of every comparison
-        diffs = check_rollups(conn)
-        problems, changed = check_checkpoints(conn)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+        repaired = _repair(obj.db) if repair else None
+        conn = open_reader(obj.db)
+        try:
+            conn.execute("BEGIN")  # one snapshot for both sides of every comparison
+            found = check_file(conn)
+            if found is not None:
+                raise damaged(obj.db, found)
+            diffs = check_rollups(conn)
+            problems, changed = check_checkpoints(conn)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except (LedgerDamaged, apsw.CorruptError, apsw.NotADBError) as exc:
+        # What verify is there to find: a failed verification (exit 1), not a --db to change.
+        failed = click.ClickException(str(exc if isinstance(exc, LedgerDamaged) else damaged(obj.db, exc)))
+        failed.exit_code = 1
+        raise failed from None
     fixed = sorted({d.table for d in repaired or ()})
     if as_json:
         emit_json({

@@ -62,6 +62,18 @@ class NotALedger(LedgerError):
     every writer is refused it, whenever it asks."""
 
 
+class LedgerDamaged(LedgerError):
+    """SQLite finds the ledger's file malformed (cut short, pages overwritten): no command can use it."""
+
+
+def damaged(path: Path | None, why: object) -> LedgerDamaged:
+    """The ledger at ``path`` (None: the one the command was given) found damaged, for ``why``, and the ways
+    back: a backup, else a read of the logs still on disk into a new ledger."""
+    what = "the ledger" if path is None else f"the ledger {path}"
+    return LedgerDamaged(f"{what} is damaged ({why}): restore it from a backup, or move it aside (with its -wal "
+                         "and -shm) and read the logs again into a new one with `agentledger ingest`")
+
+
 class WriterLock:
     """This process as the only writer of the ledger at ``path``, until ``close`` (or the end of its
     ``with`` block); ``open`` opens the ledger.
@@ -187,6 +199,10 @@ def _schema_version(conn: apsw.Connection, path: Path, use: str) -> int:
     return version
 
 
+def _unusable(path: Path, exc: apsw.NotADBError | apsw.CorruptError) -> LedgerError:
+    return _not_a_ledger(path) if isinstance(exc, apsw.NotADBError) else damaged(path, exc)
+
+
 def _pragmas(conn: apsw.Connection) -> None:
     conn.setbusytimeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -204,8 +220,8 @@ def open_writer(path: str | Path) -> apsw.Connection:
         except BaseException:
             conn.close()
             raise
-    except apsw.NotADBError:
-        raise _not_a_ledger(path) from None
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        raise _unusable(path, exc) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError) as exc:
         raise LedgerError(f"cannot write a ledger at {path}: {exc}; {_WRITABLE}") from None
     return conn
@@ -283,8 +299,8 @@ def open_reader(path: str | Path) -> apsw.Connection:
         except BaseException:
             conn.close()
             raise
-    except apsw.NotADBError:
-        raise _not_a_ledger(path) from None
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        raise _unusable(path, exc) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
         if beside_unwritable and wal and not os.path.exists(f"{path}-shm"):
             raise LedgerError(f"cannot read {path} ({exc}): its directory cannot be written, and SQLite makes "

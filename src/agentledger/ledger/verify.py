@@ -429,6 +429,17 @@ def check_rollups(conn: apsw.Connection) -> list[Difference]:
     return diffs
 
 
+def check_file(conn: apsw.Connection) -> str | None:
+    """What SQLite finds malformed in the ledger's file, in a few words; None when nothing: damage where no
+    rollup's recomputation reads (an index, a table's other pages) is told too. Its integrity check without
+    the costly comparison of every index with its table (quick_check), a fraction of the rollups' time."""
+    found = [line for (text,) in conn.execute("PRAGMA quick_check") for line in text.splitlines()
+             if not line.startswith("***")]  # "*** in database main ***" heads a database's findings
+    if found == ["ok"]:
+        return None
+    return f"{found[0]}" + (f", and {len(found) - 1} more findings" if len(found) > 1 else "")
+
+
 def check_checkpoints(conn: apsw.Connection) -> tuple[list[str], list[str]]:
     """Every file still on disk as it was read is read up to a line boundary. Returns the problems, and
     the files changed since their checkpoint as the tailer finds them changed: truncated, replaced, or
