@@ -400,7 +400,7 @@ def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_
     for db in ledgers.values():
         db.parent.mkdir()
         assert run("ingest", str(oc_corpus), db=db).returncode == 0
-    expected = json.loads(run("usage", "--json", db=ledgers["written"]).stdout)  # a reader leaves its -shm there
+    expected = json.loads(run("usage", "--json", db=ledgers["written"]).stdout)
     writer = open_writer(ledgers["written"])  # a write-ahead log left beside it, as by a daemon killed
     writer.wal_autocheckpoint(0)
     writer.execute("UPDATE retention SET events_ms = events_ms")
@@ -423,6 +423,31 @@ def test_a_ledger_in_a_directory_its_reader_cannot_write_is_read_and_one_with_a_
               "copy the ledger with its -wal somewhere writable")
     _one_line(asked["unreadable"], 2, "run as a member of the ledger's group while the daemon is running")
     assert sorted(p.name for p in ledgers["stopped"].parent.iterdir()) == ["ledger.db", "ledger.db.lock"]
+
+
+def test_a_query_leaves_nothing_beside_the_ledger_and_never_takes_a_writers_log(tmp_path, oc_corpus):
+    # Every query left an empty -wal and -shm (a read-only connection cannot remove them), which a copy of the
+    # directory then took to a read-only backup, where a -wal is a daemon's and the ledger was refused.
+    db = tmp_path / "ledger.db"
+    assert run("ingest", str(oc_corpus), db=db).returncode == 0
+    expected = run("usage", "--json", db=db)
+    assert expected.returncode == 0, expected.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.db", "ledger.db.lock"]
+    writer = open_writer(db)  # a daemon's: its log holds a commit not yet in the ledger's file
+    try:
+        writer.wal_autocheckpoint(0)
+        writer.execute("UPDATE retention SET events_ms = 1")
+        log = Path(f"{db}-wal").read_bytes()
+        assert run("usage", "--json", db=db).stdout == expected.stdout
+        assert Path(f"{db}-wal").read_bytes() == log
+        writer.execute("UPDATE retention SET events_ms = 2")  # and it goes on writing
+        log = Path(f"{db}-wal").read_bytes()
+    finally:
+        writer.close()
+    Path(f"{db}-wal").write_bytes(log)  # as a daemon killed left it: the next query folds it in
+    assert run("usage", "--json", db=db).stdout == expected.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.db", "ledger.db.lock"]
+    assert apsw.Connection(str(db)).execute("SELECT events_ms FROM retention").fetchall() == [(2,)]
 
 
 @pytest.mark.parametrize("name", ["run#2.db", "what?.db", "100%25.db"])

@@ -2,7 +2,7 @@
 
 Writers get WAL with synchronous=NORMAL (a committed batch survives a process
 crash; an OS crash may lose the last batches, which the checkpoints then re-read).
-Readers open the file read-only so they can never take the write lock.
+Readers are query-only, so they can never take the write lock.
 """
 
 from __future__ import annotations
@@ -279,21 +279,27 @@ def ledger_exists(path: Path) -> bool:
 
 
 def open_reader(path: str | Path) -> apsw.Connection:
-    """A read-only connection: queries never hold the write lock."""
+    """A query-only connection: queries never hold the write lock."""
     path = Path(path)
     if not ledger_exists(path):
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
-    # A URI, for mode=ro: a path's '#', '?' and '%' would otherwise end or escape its name.
-    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    beside_unwritable = not os.access(path.parent, os.W_OK)
+    # Opened for writing where this user may write the ledger and its directory, though it only reads: the
+    # last connection to close then removes the -wal and -shm beside the ledger, where a read-only one
+    # cannot (every query left them, and a copy of the directory carried them). SQLite removes them only
+    # when no other connection has the ledger open, so never under a writer.
+    writable = not beside_unwritable and os.access(path, os.W_OK)
+    # A URI, for its mode: a path's '#', '?' and '%' would otherwise end or escape its name.
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode={'rw' if writable else 'ro'}"
     # In a directory this user cannot write (a read-only mount, a snapshot), SQLite cannot make the
     # shared-memory file every read of a WAL ledger goes through. With no write-ahead log beside it, no
     # writer can change the ledger (one would make the log there first): it is read as it lies.
-    beside_unwritable = not os.access(path.parent, os.W_OK)
     wal = os.path.exists(f"{path}-wal")
     if beside_unwritable and not wal:
         uri += "&immutable=1"
     try:
-        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn = apsw.Connection(uri, flags=(apsw.SQLITE_OPEN_READWRITE if writable else apsw.SQLITE_OPEN_READONLY)
+                               | apsw.SQLITE_OPEN_URI)
         try:
             _ready_to_read(conn, path)
         except BaseException:
