@@ -450,6 +450,21 @@ def test_a_query_leaves_nothing_beside_the_ledger_and_never_takes_a_writers_log(
     assert apsw.Connection(str(db)).execute("SELECT events_ms FROM retention").fetchall() == [(2,)]
 
 
+@pytest.mark.parametrize("args", [["ingest", "{logs}"], ["usage"], ["verify", "--repair"],
+                                  ["--log-level", "error", "serve", "--no-demo", "--listen", "127.0.0.1:0", "{logs}"]])
+def test_a_ledger_path_that_is_no_utf8_is_one_line_and_makes_nothing(tmp_path, oc_corpus, args):
+    # A legal Linux name, which SQLite cannot be given: ingest said only "'utf-8' codec can't encode character",
+    # and left a lock file beside it.
+    made = tmp_path / "made" / "ledger.db"
+    ingest(made, oc_corpus)
+    db = tmp_path / os.fsdecode(b"ledger\xff.db")
+    shutil.copy(made, db)
+    out = run(*(arg.format(logs=oc_corpus) for arg in args), db=db)
+    _one_line(out, 2, f"cannot open a ledger at {tmp_path}/ledger\\xff.db: its path is not UTF-8", "rename it",
+              "pass --db with another path")
+    assert sorted(os.listdir(tmp_path)) == sorted(["made", db.name])
+
+
 @pytest.mark.parametrize("name", ["run#2.db", "what?.db", "100%25.db"])
 def test_a_ledger_path_with_uri_characters_reads_back(tmp_path, oc_corpus, name):
     db = tmp_path / name

@@ -74,6 +74,18 @@ def damaged(path: Path | None, why: object) -> LedgerDamaged:
                          "and -shm) and read the logs again into a new one with `agentledger ingest`")
 
 
+def _nameable(path: Path) -> None:
+    """Refuses a path that is not UTF-8 (a legal Linux file name): SQLite is given file names as UTF-8 text."""
+    try:
+        str(path).encode()
+    except UnicodeEncodeError:
+        from agentledger.sources.common import ledger_name
+
+        raise LedgerError(f"cannot open a ledger at {ledger_name(str(path))}: its path is not UTF-8, which SQLite "
+                          "cannot open; rename it (or the directory it is in), or pass --db with another "
+                          "path") from None
+
+
 class WriterLock:
     """This process as the only writer of the ledger at ``path``, until ``close`` (or the end of its
     ``with`` block); ``open`` opens the ledger.
@@ -83,6 +95,7 @@ class WriterLock:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        _nameable(self.path)
         _make_parent(self.path)
         lock = Path(f"{path}.lock")
         try:
@@ -212,6 +225,7 @@ def _pragmas(conn: apsw.Connection) -> None:
 def open_writer(path: str | Path) -> apsw.Connection:
     """Open (creating if needed) the ledger for writing and bring its schema up to date."""
     path = Path(path)
+    _nameable(path)
     _make_parent(path)
     try:
         conn = apsw.Connection(str(path))
@@ -281,6 +295,7 @@ def ledger_exists(path: Path) -> bool:
 def open_reader(path: str | Path) -> apsw.Connection:
     """A query-only connection: queries never hold the write lock."""
     path = Path(path)
+    _nameable(path)
     if not ledger_exists(path):
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
     beside_unwritable = not os.access(path.parent, os.W_OK)
