@@ -271,11 +271,27 @@ def test_what_lets_a_call_through_while_catching_up_says_the_logs_are_still_bein
     assert reasons == {
         "s1": "within every gate: the logs are still being read",
         "s2": "session agent:main:s2 spent $1.25 of its $1.00 budget (gate soft): the logs are still being read",
-        "s3": "session agent:main:s3 spent $2.50 of its $2.00 budget (gate hard)",  # more read cannot lift a block
+        "s3": "session agent:main:s3 spent $2.50 of its $2.00 budget (gate hard): the logs are still being read",
     }
     ledger.live.caught_up()
     assert ledger.ask("agent:main:s1").reason == "within every gate"
     assert ledger.ask("agent:main:s2").reason == "session agent:main:s2 spent $1.25 of its $1.00 budget (gate soft)"
+
+
+def test_a_block_while_catching_up_says_the_logs_are_still_being_read_for_a_reset_may_lift_it(ledger_with):
+    # The session was reset while serve was down: until the catch-up reads the reset, the key's instance read
+    # so far is over its budget, and the block it gives is taken back once the reset is read.
+    ledger = ledger_with([gate(name="sc", limit=1.0)])
+    ledger.add(event(1, "session.start", {"sessionId": "A"}, session="main", session_id="A", run="run-A"),
+               llm(2, 5.0, session="main", session_id="A", run="run-A"))
+    LiveState(ledger.conn, ledger.hot, ledger.keeper)  # as serve starts: following nothing yet
+    blocked = ledger.ask("agent:main:main")
+    assert (blocked.decision, blocked.reason) == (
+        "block", "session agent:main:main spent $5.00 of its $1.00 budget (gate sc): the logs are still being read")
+    ledger.add(event(3, "session.start", {"sessionId": "B", "resumedFrom": "A"}, session="main", session_id="B",
+                     run="run-B"), llm(4, 0.1, session="main", session_id="B", run="run-B"))
+    ledger.live.caught_up()
+    assert ledger.ask("agent:main:main").decision == "allow"
 
 
 def test_the_family_scope_adds_subagents_spend(ledger_with):

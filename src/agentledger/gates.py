@@ -408,8 +408,9 @@ class GateKeeper:
         tripped.sort(key=lambda t: t[0].action != "block")  # stable: config order within an action
         if tripped:
             gate, value, who, unknown = tripped[0]
-            # A block stands whatever the rest of the logs hold; a warning may be short of a block.
-            reason = _reason(gate, who, value, self.zone.key, unknown) + (unread if gate.action == "warn" else "")
+            # A block says so too: the rest of the logs may hold a reset, which a session gate measures from
+            # instead, or move a side branch's spend to its subagent.
+            reason = _reason(gate, who, value, self.zone.key, unknown) + unread
             decision = Decision(gate.action, reason, gate.name, gate.scope, gate.metric, value, shown_limit(gate), **base)
         elif session_key and state is None and parent is None:
             decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
