@@ -630,3 +630,94 @@ def test_a_relative_xdg_home_is_ignored_as_the_spec_says(tmp_path):
                                               "XDG_CONFIG_HOME": "relcfg"})
     assert shown.returncode == 0, shown.stderr
     assert f'db = "{home}/.local/state/agentledger/ledger.db"' in shown.stdout
+
+
+def _agentledger(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    # A timeout: a command that waits for ever fails the test rather than hang the suite.
+    return subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, env, what, origin", [
+    (["--config", "{fifo}"], {}, "config file", ""),
+    ([], {"AGENTLEDGER_CONFIG": "{fifo}"}, "config file", ""),
+    (["--config", "{priced}"], {}, "price file", " (from {priced})"),
+    (["--config", "/dev/null"], {"AGENTLEDGER_PRICES": "{fifo}"}, "price file", " (from $AGENTLEDGER_PRICES)"),
+    (["--config", "/dev/null", "--prices", "{fifo}"], {}, "price file", " (from --prices)"),
+], ids=["--config", "$AGENTLEDGER_CONFIG", "config prices", "$AGENTLEDGER_PRICES", "--prices"])
+def test_a_fifo_no_program_writes_to_is_refused_not_waited_on(tmp_path, args, env, what, origin):
+    # Opening each waited for a writer for ever; a --db FIFO was refused.
+    fifo, priced, logs = tmp_path / "fifo", tmp_path / "priced.toml", tmp_path / "logs"
+    os.mkfifo(fifo)
+    priced.write_text(f'prices = "{fifo}"\n')
+    logs.mkdir()
+    names = {"fifo": fifo, "priced": priced}
+    global_args, flags = [a.format(**names) for a in args[:2]], [a.format(**names) for a in args[2:]]
+    ran = _agentledger(*global_args, "--db", str(tmp_path / "l.db"), "ingest", *flags, str(logs),
+                       env={k: v.format(**names) for k, v in env.items()})
+    assert (ran.returncode, ran.stderr) == (2, f"agentledger: {what} {fifo} is a FIFO that gave nothing (no program "
+                                               "writes to it): give the file's path, or start what writes to it "
+                                               f"first{origin.format(**names)}\n")
+
+
+def test_a_config_and_a_price_file_given_as_pipes_are_read_to_their_end(tmp_path):
+    """``--config <(…)``: a pipe a program writes, read as a file is, however late its text comes."""
+    def through_a_shell(line: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", f'exec "$0" -m agentledger {line}', sys.executable], capture_output=True,
+                              text=True, timeout=30)
+
+    shown = through_a_shell("--config <(sleep 0.5; printf 'timezone = \"Europe/Berlin\"\\n') config show")
+    assert shown.returncode == 0, shown.stderr
+    assert '\ntimezone = "Europe/Berlin"\n' in shown.stdout
+    (tmp_path / "logs").mkdir()
+    ingest = f"--config /dev/null --db {tmp_path / 'l.db'} ingest {tmp_path / 'logs'} --prices"
+    read = through_a_shell(ingest + " <(printf '[price.\"m\"]\\n')")
+    assert read.returncode == 2 and "unknown key 'price'" in read.stderr, read.stderr
+    assert through_a_shell(ingest + " <(printf '[prices.\"m\"]\\ninput = 1\\noutput = 2\\n')").returncode == 0
+
+
+_CONFIG_NAMED, _PRICES_NAMED = "(--config, $AGENTLEDGER_CONFIG)", "(--prices, config `prices`, $AGENTLEDGER_PRICES)"
+
+
+@pytest.mark.parametrize("case, told", [
+    ("missing", "config file {bad} does not exist: create it, or name another " + _CONFIG_NAMED),
+    ("a directory", "config file {bad} is a directory: give the file's path, e.g. {bad}/config.toml"),
+    ("a symlink loop", "config file {bad} cannot be read (a loop of symbolic links): point the link at a file, or "
+                       "name another " + _CONFIG_NAMED),
+    ("latin-1", "config file {bad} is not UTF-8 text (byte 0xe9 at offset 10): save it as UTF-8, as TOML requires"),
+], ids=["missing", "a directory", "a symlink loop", "latin-1"])
+def test_the_config_file_and_the_price_file_are_refused_alike_naming_the_fix(tmp_path, case, told):
+    # The config file's were the system's words alone ("'utf-8' codec can't decode byte 0xe9 in position 10",
+    # "[Errno 40] Too many levels of symbolic links"); --prices got click's "File '…' does not exist.", and the
+    # price file's named no fix for a directory, nor where it was named.
+    bad = tmp_path / "bad.toml"
+    if case == "a directory":
+        bad.mkdir()
+    elif case == "a symlink loop":
+        bad.symlink_to(tmp_path / "loop")
+        (tmp_path / "loop").symlink_to(bad)
+    elif case == "latin-1":
+        bad.write_bytes('# written é\n'.encode("latin-1"))
+    config = _agentledger("--config", str(bad), "config", "show")
+    assert (config.returncode, config.stderr) == (2, f"agentledger: {told.format(bad=bad)}\n")
+    priced = tmp_path / "priced.toml"
+    priced.write_text(f'prices = "{bad}"\n')
+    (tmp_path / "logs").mkdir()
+    as_priced = told.replace("config file", "price file").replace("config.toml", "prices.toml").replace(
+        _CONFIG_NAMED, _PRICES_NAMED).format(bad=bad)
+    for args, origin in ((["--config", "/dev/null"], "--prices"), (["--config", str(priced)], str(priced))):
+        flags = ["--prices", str(bad)] if origin == "--prices" else []
+        prices = _agentledger(*args, "--db", str(tmp_path / "l.db"), "ingest", *flags, str(tmp_path / "logs"))
+        assert (prices.returncode, prices.stderr) == (2, f"agentledger: {as_priced} (from {origin})\n")
+
+
+def test_a_config_file_and_a_price_file_that_start_with_a_byte_order_mark_are_read(tmp_path):
+    # Notepad's UTF-8 starts so: "Invalid statement (at line 1, column 1)".
+    from agentledger.pricing import load_overrides
+
+    config, prices = tmp_path / "c.toml", tmp_path / "prices.toml"
+    config.write_bytes(b'\xef\xbb\xbftimezone = "Europe/Berlin"\n')
+    prices.write_bytes(b'\xef\xbb\xbf[prices."m"]\ninput = 1\noutput = 2\n')
+    assert load(config, env={}).timezone == "Europe/Berlin"
+    assert list(load_overrides(prices)) == ["m"]
+

@@ -358,6 +358,13 @@ def test_a_stop_from_the_start_of_serve_exits_0(tmp_path, signum, when):
     _stopped_cleanly(daemon, _rest_of_log(daemon))
 
 
+def _link(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except FileNotFoundError:  # a descriptor closed meanwhile
+        return None
+
+
 class _StartingServe:
     """``serve`` blocked reading its configuration from a pipe until ``give_config``: its command line
     is loaded, its daemon not started. ``terminal``: the other end of its terminal, if given one."""
@@ -368,25 +375,25 @@ class _StartingServe:
         self.db = tmp_path / "ledger.db"
         config = tmp_path / "config.toml"
         os.mkfifo(config)
+        # Open for writing before serve opens it: a FIFO no program writes to is refused, not waited on.
+        # For reading too, which opens it at once, where for writing alone waits for a reader.
+        self._config: int | None = os.open(config, os.O_RDWR)
         env = os.environ | {"AGENTLEDGER_CONFIG": str(config)}
         args = (self.db, "--no-demo", "--rescan", "0.05", str(logs.root))
         self.daemon, self.terminal = _serve_on_a_terminal(*args, env=env) if on_a_terminal else \
             (_serve(*args, env=env, start_new_session=True), None)
-        self._config: int | None = None
 
-        def opened() -> bool:  # a pipe opens for writing only once a reader has it open
+        def opened() -> bool:  # one of its descriptors is the FIFO's
             assert self.daemon.poll() is None, self.daemon.stderr.read()
-            try:
-                self._config = os.open(config, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO: not reading it yet
-                return False
-            return True
+            fds = Path(f"/proc/{self.daemon.pid}/fd")
+            return any(_link(fd) == str(config) for fd in fds.iterdir())
 
         _wait_for(opened)
 
     def give_config(self) -> None:
-        """An empty configuration (the defaults), read on: the daemon starts."""
+        """A configuration of the defaults, read on: the daemon starts."""
         if self._config is not None:
+            os.write(self._config, b"# the defaults\n")
             os.close(self._config)
             self._config = None
 

@@ -106,9 +106,10 @@ def test_a_price_file_s_unknown_table_is_refused_not_read_as_no_override(tmp_pat
         out = subprocess.run([sys.executable, "-m", "agentledger", *command], env=env, capture_output=True,
                              text=True)
         assert out.returncode == 2 and out.stdout == "", command
+        # Named with where it was named, when it was: the file beside the config is named by none.
         assert out.stderr.splitlines() == [
             f"agentledger: price file {prices}: unknown key 'price': remove it; overrides go in "
-            '[prices."<model>"] tables'], command
+            f'[prices."<model>"] tables{" (from --prices)" if flags else ""}'], command
 
 
 def test_unpriced_calls_are_flagged_then_repriced_with_an_override(tmp_path, db):
@@ -720,7 +721,7 @@ def test_a_price_too_high_to_store_stops_every_command_and_loses_no_call(tmp_pat
     bad = _overrides(tmp_path, '[prices."claude-sonnet-4-5"]\ninput = 100000000\noutput = 15\n')
     env = cli_env(db)
     refusal = [f'agentledger: price file {bad}: [prices."claude-sonnet-4-5"].input: 100000000 USD per million '
-               f"tokens is no plausible price (at most 10,000): give the price in USD per million tokens"]
+               f"tokens is no plausible price (at most 10,000): give the price in USD per million tokens (from --prices)"]
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "agentledger", *args], env=env, capture_output=True,
@@ -795,7 +796,7 @@ def test_a_price_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, db):
                          env=cli_env(db), capture_output=True, text=True)
     assert (out.returncode, out.stdout, out.stderr.splitlines()) == (2, "", [
         f"agentledger: price file {prices} is not UTF-8 text (byte 0xfc at offset 10): save it as UTF-8, "
-        "as TOML requires"])
+        "as TOML requires (from --prices)"])
 
 
 def test_serve_and_reprice_read_the_price_file_beside_their_config(tmp_path):

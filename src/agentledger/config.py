@@ -18,7 +18,6 @@ import json
 import math
 import os
 import stat
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -29,10 +28,10 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 
 from agentledger.address import is_host
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
-                                 MAX_MAX_LINE, MAX_RAW_DAYS, MAX_TOP_N, MAX_WAIT_S)
+                                 MAX_MAX_LINE, MAX_RAW_DAYS, MAX_TOP_N, MAX_WAIT_S, PRICES_FILE)
+from agentledger.tomlfile import read_toml
 
 ENV_PREFIX = "AGENTLEDGER_"
-PRICES_FILE = "prices.toml"
 # The AGENTLEDGER_* names that are no setting: the config file's path, the daemon `watch` and
 # `gate` ask, the test suite's fault points, and the knobs its long runs and benchmarks read.
 OTHER_ENV = frozenset({"AGENTLEDGER_CONFIG", "AGENTLEDGER_URL", "AGENTLEDGER_FAULT", "AGENTLEDGER_STRESS_CYCLES",
@@ -230,7 +229,7 @@ def _real_number(v: Any) -> Any:
     return v
 
 
-def _path_problem(v: object) -> str | None:
+def path_problem(v: object) -> str | None:
     """Why a path as given can name no file (None: it can)."""
     if isinstance(v, str) and not v.strip():  # Path("") would be the working directory
         return "is empty"
@@ -244,7 +243,7 @@ def _path_problem(v: object) -> str | None:
 def _given(fix: str) -> BeforeValidator:
     """A path setting's check that it is not empty and can name a file, whose message ends with ``fix``."""
     def check(v: Any) -> Any:
-        problem = _path_problem(v)
+        problem = path_problem(v)
         if problem:
             raise ValueError(f"{problem}: {fix}")
         return v
@@ -570,7 +569,7 @@ def config_file(explicit: str | Path | None, env: Mapping[str, str]) -> tuple[Pa
     """The file to read and whether it must exist (named by flag or environment). ``explicit``: as --config
     gave it; an empty one names no file (Path("") would be the current directory)."""
     if explicit is not None:
-        problem = _path_problem(str(explicit))
+        problem = path_problem(str(explicit))
         if problem:
             raise ConfigError(f"--config {problem}: give the config file's path, or leave --config out for "
                               "$AGENTLEDGER_CONFIG, else $XDG_CONFIG_HOME/agentledger/config.toml")
@@ -684,16 +683,9 @@ def load_with_origins(explicit: str | Path | None = None, overrides: Mapping[str
     # pointing at another user's) holds no config of theirs, where Path.exists raised.
     if path is not None and (required or os.path.exists(path)):
         try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist: create it or pass another --config") from None
-        except IsADirectoryError:
-            raise ConfigError(f"config file {path} is a directory: give the file's path, e.g. "
-                              f"{path / 'config.toml'}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config file {path} cannot be read: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+            doc = read_toml(path, "config file", "config.toml", f"--config, ${ENV_PREFIX}CONFIG")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         written = _rename(doc, str(path))
         origins = {(k,): str(path) for k in doc}
     _check_env_names(env)

@@ -8,6 +8,7 @@ command validates its configuration and never loads the writer.
 from __future__ import annotations
 
 FORMATS = ("oc-telemetry", "oc-transcript", "claude-code")
+PRICES_FILE = "prices.toml"  # the price file a config file's directory holds
 
 DEFAULT_MAX_LINE = 32 * 1024 * 1024  # bytes; a longer line is rejected without being held in memory
 # The first bytes of a line a reject record keeps, and all a decoder sees of an over-long one to tell

@@ -29,13 +29,14 @@ import datetime as dt
 import functools
 import logging
 import re
-import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from agentledger.defaults import PRICES_FILE
 from agentledger.facts import LlmCall, Tokens, UsageSnapshot
+from agentledger.tomlfile import read_toml
 from agentledger.units import MAX_CALL_COST_USD, PICO_PER_USD, PRICED
 
 log = logging.getLogger(__name__)
@@ -122,18 +123,7 @@ def load_overrides(path: Path) -> dict[str, list[Override]]:
     dated before a model's first ``from`` is priced from the bundled history. A model's name
     also prices its dated ids (see ``_matches``). A bad file, a price above ``MAX_PRICE`` among
     others, is one clear error."""
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
-    except FileNotFoundError:
-        raise ValueError(f"price file {path} does not exist: create it, or name another (--prices, config "
-                         "`prices`, $AGENTLEDGER_PRICES)") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read price file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"price file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                         f"{exc.start}): save it as UTF-8, as TOML requires") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"price file {path} is not valid TOML: {exc}") from None
+    doc = read_toml(path, "price file", PRICES_FILE, "--prices, config `prices`, $AGENTLEDGER_PRICES")
     # Anything else would be read as no override at all: a mistyped [price."m"] priced nothing, silently.
     stray = sorted(set(doc) - {"prices"})
     if stray:

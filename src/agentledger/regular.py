@@ -3,7 +3,8 @@
 Anything may lie under the name a producer's file would have. Opening a FIFO for reading waits
 until something opens it for writing, which may be never: the pass, and the daemon with it, would
 stall there. A look at the name before opening it does not close that gap (a FIFO can be put
-in its place in between), so the file is opened without waiting and then looked at.
+in its place in between), so the file is opened without waiting and then looked at. A file a
+user names (the config file, the price file) is opened so too, and may be a pipe that is written.
 """
 
 from __future__ import annotations
@@ -12,19 +13,26 @@ import os
 import stat
 
 
-def open_regular(path: str | os.PathLike, flags: int = 0) -> int | None:
-    """A read-only descriptor of the regular file at ``path`` (``flags`` added to the open), None when
-    something else is there (a FIFO, a device, a directory). Raises what opening it raises."""
+def open_unwaiting(path: str | os.PathLike, flags: int = 0) -> tuple[int, int]:
+    """A read-only descriptor of whatever is at ``path`` (``flags`` added to the open), and its mode. Reads
+    of it block as any other's do, but the open did not wait: a FIFO no program has open for writing reads
+    as empty at once, one a program writes (a pipe, ``<(…)``) to its end. Raises what opening it raises."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        if regular:
-            # Reads of the file then behave as any other's, whatever its file system makes of the flag.
-            os.set_blocking(fd, True)
+        mode = os.fstat(fd).st_mode
+        # Reads of a file then behave as any other's, whatever its file system makes of the flag.
+        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    if not regular:
+    return fd, mode
+
+
+def open_regular(path: str | os.PathLike, flags: int = 0) -> int | None:
+    """A read-only descriptor of the regular file at ``path`` (``flags`` added to the open), None when
+    something else is there (a FIFO, a device, a directory). Raises what opening it raises."""
+    fd, mode = open_unwaiting(path, flags)
+    if not stat.S_ISREG(mode):
         os.close(fd)
         return None
     return fd

@@ -11,7 +11,8 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json, emit_pairs
-from agentledger.config import Config, default_sources, expand, missing_env_dirs, prices_beside, root_problem
+from agentledger.config import (Config, Origins, default_sources, expand, missing_env_dirs, path_problem, prices_beside,
+                                root_problem)
 from agentledger.defaults import FORMATS, MAX_WAIT_S
 from agentledger.ingest import Pipeline, specs_from_pairs, warn_empty_roots
 from agentledger.ledger import reprice as repricing
@@ -38,6 +39,21 @@ def _source(ctx, param, values: tuple[str, ...]) -> list[tuple[str, Path]]:
     return pairs
 
 
+def _price_file(ctx, param, value: str | None) -> Path | None:
+    """--prices as given, checked as a configured price file is and then read as it is, for its words when it
+    is missing or no file (click's own check named no fix). An empty one names no file: as a Path, it was
+    the working directory."""
+    if value is None:
+        return None
+    problem = path_problem(value)
+    if problem:
+        raise click.BadParameter(f"{problem}: give the price file's path")
+    try:
+        return expand(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 _PRICES_DEFAULT = ("default: config `prices` ($AGENTLEDGER_PRICES), else prices.toml beside the config file: "
                    "$XDG_CONFIG_HOME/agentledger/prices.toml by default; the same for ingest, serve and reprice")
 
@@ -46,7 +62,7 @@ source_options = [
                  help="Input format of the ROOT arguments."),
     click.option("--source", "sources", multiple=True, callback=_source, metavar="FORMAT=ROOT",
                  help="A source to read, e.g. claude-code=~/.claude; repeat for several."),
-    click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    click.option("--prices", callback=_price_file, metavar="FILE", default=None,
                  help="Price overrides (TOML [prices.\"model\"] input/output/cache_read/cache_write/cache_write_1h per "
                       f"million tokens; {_PRICES_DEFAULT})."),
 ]
@@ -58,10 +74,15 @@ def with_sources(f):
     return f
 
 
-def pricer_for(prices: Path | None, config: Config) -> Pricer:
+def pricer_for(prices: Path | None, config: Config, origins: Origins) -> Pricer:
     """The pricer of --prices, else of the configuration's price file: the same for every command
-    given the same configuration, so calls ``serve`` prices cost what ``reprice`` made the old ones."""
-    return Pricer.from_file(prices or config.prices)
+    given the same configuration, so calls ``serve`` prices cost what ``reprice`` made the old ones.
+    A file that cannot be read, or priced from, is named with where it was named: the fix is made there."""
+    try:
+        return Pricer.from_file(prices or config.prices)
+    except ValueError as exc:
+        origin = "--prices" if prices else origins.of(("prices",))[1]  # None: found beside the config file
+        raise ValueError(f"{exc} (from {origin})" if origin else str(exc)) from None
 
 
 def _progress_pipeline(writer, specs, max_line, pricer):
@@ -148,7 +169,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
     specs = specs_from_pairs([(s.format, s.root) for s in config.sources] or default_sources())
     if not specs:
         raise click.UsageError("no sources found: pass ROOT..., or --source FORMAT=ROOT")
-    pricer = pricer_for(prices, config)
+    pricer = pricer_for(prices, config, obj.origins)
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
         writer = LedgerWriter(conn, idle_s=config.reconcile.idle_s, background_checkpoints=True)
         try:
@@ -180,7 +201,7 @@ def ingest(obj, fmt: str, sources: list, prices: Path | None, max_line: int | No
 
 
 @cli.command()
-@click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--prices", callback=_price_file, metavar="FILE", default=None,
               help=f"Price overrides ({_PRICES_DEFAULT}).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
@@ -193,7 +214,7 @@ def reprice(obj, prices: Path | None, as_json: bool) -> None:
     if not ledger_exists(obj.db):
         raise LedgerError(f"no ledger at {obj.db}: nothing to reprice (pass --db)")
     configured = obj.config.prices
-    pricer = pricer_for(prices, obj.config)
+    pricer = pricer_for(prices, obj.config, obj.origins)
     with WriterLock(obj.db) as lock, closing(lock.open()) as conn:
         result = repricing.reprice(LedgerWriter(conn), pricer)
     summary = {"calls_checked": result.checked, "calls_changed": result.changed, "unpriced_calls": result.unpriced,

@@ -58,4 +58,4 @@ def serve(obj, fmt: str, sources: list, prices: Path | None, max_line: int | Non
     config = obj.configure({"max_line": max_line, "rescan_s": rescan, "http.listen": listen,
                             "reconcile.grace_s": grace, "reconcile.idle_s": idle,
                             "sources": [{"format": f, "root": str(r)} for f, r in pairs] or None})
-    sys.exit(run_daemon(config, obj.origins, demo=demo, pricer=pricer_for(prices, config)))
+    sys.exit(run_daemon(config, obj.origins, demo=demo, pricer=pricer_for(prices, config, obj.origins)))
