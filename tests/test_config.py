@@ -185,6 +185,13 @@ def test_the_config_file_comes_from_the_environment_when_not_given(config_file, 
     ("", {"AGENTLEDGER_TIMEZONE": "Mars/Olympus"}, "timezone: not a time zone name (e.g. UTC, Europe/Berlin) "
                                                    "(from $AGENTLEDGER_TIMEZONE)"),
     ("listen = [\n", {}, "is not valid TOML"),
+    # A slip of the keyboard is named with the key it is one for, as an environment variable's is.
+    ("[retention]\nraw_day = 5\n", {}, "retention.raw_day: unknown key: rename it to raw_days (`agentledger "
+                                      "--config /dev/null config show` lists the keys there are) (from {file})"),
+    ("dbb = \"x.db\"\n", {}, "dbb: unknown key: rename it to db"),
+    # The unknown key is why the gate misses its limit: it was "gates[0].limit: is missing", limt unnamed.
+    ('[[gates]]\nname = "a"\nscope = "session"\nmetric = "cost_usd"\nlimt = 5.0\n', {},
+     "gates[0].limt: unknown key: rename it to limit"),
     # Both ends of the range: one alone left a user to find the other by trying.
     ("[reconcile]\ngrace_s = 1e20\n", {}, "reconcile.grace_s: must be from 0 to 316224000 (from {file})"),
     # Accepted, it overflowed SQLite's integers: every /metrics scrape failed with a 500.

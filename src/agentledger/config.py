@@ -471,6 +471,12 @@ def _elsewhere(keys: Iterable[str]) -> str | None:
     return "; ".join(found) or None
 
 
+def _closest(name: str, names: Iterable[str]) -> list[str]:
+    """The one of ``names`` that ``name`` is a slip of the keyboard for (RAWDAYS, raw_day), if any: a list of
+    one, or empty."""
+    return difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.8)
+
+
 def _check_env_names(env: Mapping[str, str]) -> None:
     """Refuse an AGENTLEDGER_* name that is no setting, as an unknown key in the file is: a mistyped one
     (RAWDAYS for RAW_DAYS) would otherwise leave its setting at the default without a word."""
@@ -481,8 +487,8 @@ def _check_env_names(env: Mapping[str, str]) -> None:
     for name in sorted(env):
         if name.startswith(ENV_PREFIX) and name not in known:
             # Compared without the prefix they share, which made any two names look alike.
-            close = [now.get(c, c) for c in difflib.get_close_matches(
-                name.removeprefix(ENV_PREFIX), sorted(k.removeprefix(ENV_PREFIX) for k in known), n=1, cutoff=0.8)]
+            close = [now.get(c, c) for c in _closest(name.removeprefix(ENV_PREFIX),
+                                                     (k.removeprefix(ENV_PREFIX) for k in known))]
             # A key under a table it is not in (STORE_ before GRACE_S): the one setting whose key it ends
             # with, the longest such key (END_GRACE_S, not GRACE_S).
             ends = [p for p in paths if name.endswith("_" + p[-1].upper())]
@@ -613,8 +619,11 @@ def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple
     if kind == "extra_forbidden":
         # Not `config show` alone: it reads this same file and stops at this same key.
         hint = _elsewhere(given.keys() if isinstance(given, dict) and len(loc) == 1 else loc[-1:])
-        message = (f"unknown key: {hint}: move {'them' if '; ' in hint else 'it'} there" if hint else "unknown key: remove it") + \
-            " (`agentledger --config /dev/null config show` lists the keys there are)"
+        model = _model_at(loc[:-1])
+        close = _closest(str(loc[-1]), model.model_fields) if model else []
+        fix = f"{hint}: move {'them' if '; ' in hint else 'it'} there" if hint else \
+            f"rename it to {close[0]}" if close else "remove it"
+        message = f"unknown key: {fix} (`agentledger --config /dev/null config show` lists the keys there are)"
     elif kind in ("greater_than_equal", "less_than_equal") and (bounds := _bounds(loc)):
         message = f"must be from {bounds[0]} to {bounds[1]}"
     elif kind == "literal_error":
@@ -640,18 +649,27 @@ def _describe(error: dict, origins: dict[tuple, str], written: dict[tuple, tuple
 _LISTS = ("sources", "gates")
 
 
+def _model_at(path: tuple) -> type[BaseModel] | None:
+    """The table whose keys the setting at ``path`` holds (an entry of a list of tables: the table's); None
+    where it holds no table."""
+    model: Any = Config
+    for part in path:
+        if isinstance(part, int):
+            continue  # an entry of a list of tables: its fields are the table's
+        if part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        model = get_args(annotation)[0] if get_args(annotation) else annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    return model
+
+
 def _bounds(loc: tuple) -> tuple[Any, Any] | None:
     """The least and greatest values the setting at ``loc`` takes, when it has both: a message naming one
     end alone left a user to find the other by trying."""
-    model: Any = Config
-    field = None
-    for part in loc:
-        if isinstance(part, int):
-            continue  # an entry of a list of tables: its fields are the table's
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
-            return None
-        field = model.model_fields[part]
-        model = get_args(field.annotation)[0] if get_args(field.annotation) else field.annotation
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(loc[-1]) if model else None
     low, high = (next((getattr(m, end) for m in (field.metadata if field else ()) if hasattr(m, end)), None)
                  for end in ("ge", "le"))
     return None if low is None or high is None else (low, high)
@@ -709,7 +727,8 @@ def load_with_origins(explicit: str | Path | None = None, overrides: Mapping[str
     try:
         return Config.model_validate(doc, context={"roots_exist": roots_exist}), Origins(origins, written)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        # An unknown key first: a misspelt one (limt) is why its setting is missing too.
+        first = min(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
         raise ConfigError(f"invalid config: {_describe(first, origins, written)}") from None
 
 
