@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -728,3 +729,24 @@ def test_a_config_file_and_a_price_file_that_start_with_a_byte_order_mark_are_re
     assert load(config, env={}).timezone == "Europe/Berlin"
     assert list(load_overrides(prices)) == ["m"]
 
+
+def test_show_of_a_path_that_is_not_utf8_says_so_and_what_it_prints_loads_back(tmp_path):
+    # --json was a TypeError traceback; the TOML held the byte as it is, and read back was "not UTF-8".
+    name = os.fsdecode(os.fsencode(tmp_path) + b"/l\xff.db")
+    shown = _agentledger("--db", name, "config", "show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["db"] == f"{tmp_path}/l\\xff.db"
+    assert shown.stderr == (f"agentledger: db: {tmp_path}/l\\xff.db is not UTF-8, which JSON cannot hold: written "
+                            "with \\xNN for each byte that is not\n")
+    shown = subprocess.run([sys.executable, "-m", "agentledger", "config", "show"], capture_output=True, timeout=30,
+                           env={**os.environ, "AGENTLEDGER_DB": name})
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.decode() == (f"agentledger: db: {tmp_path}/l\\xff.db is not UTF-8, which TOML cannot hold: "
+                                     "written as a comment, so that this output read as a config file leaves it "
+                                     "unset; set it by $AGENTLEDGER_DB\n")
+    again = tmp_path / "again.toml"
+    again.write_bytes(shown.stdout)
+    assert f"\n# db: {tmp_path}/l\\xff.db (not UTF-8".encode() in shown.stdout
+    assert load(again, env={}).db != Path(name)  # left unset: the default
+    # The fix named: the environment holds any name.
+    assert load(again, env={"AGENTLEDGER_DB": name}).db == Path(name)

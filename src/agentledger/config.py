@@ -18,7 +18,8 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -29,6 +30,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from agentledger.address import is_host
 from agentledger.defaults import (DEFAULT_GRACE_S, DEFAULT_IDLE_S, DEFAULT_MAX_LINE, DEFAULT_RAW_DAYS, FORMATS,
                                  MAX_MAX_LINE, MAX_RAW_DAYS, MAX_TOP_N, MAX_WAIT_S, PRICES_FILE)
+from agentledger.shown import printable
 from agentledger.tomlfile import read_toml
 
 ENV_PREFIX = "AGENTLEDGER_"
@@ -246,7 +248,9 @@ def _given(fix: str) -> BeforeValidator:
         problem = path_problem(v)
         if problem:
             raise ValueError(f"{problem}: {fix}")
-        return v
+        # As str: pydantic refused a subclass of it (an environment variable's) holding a byte that is not
+        # UTF-8, "not a valid path", where the same name from a flag was taken.
+        return str(v) if isinstance(v, _EnvText) else v
     return BeforeValidator(check)
 
 
@@ -586,13 +590,17 @@ def config_file(explicit: str | Path | None, env: Mapping[str, str]) -> tuple[Pa
     return default, False
 
 
+def _dotted(path: tuple) -> str:
+    """A key's path as an error names it: ``store.ttl_s``, ``gates[0].limit``."""
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
+
+
 def _as_written(loc: tuple, origins: dict[tuple, str], written: dict[tuple, tuple]) -> tuple[str, str | None]:
     """The key at ``loc`` as it was written, under a former name too, and where it was given (None: nowhere,
     the default)."""
     n = next((n for n in range(len(loc), 0, -1) if loc[:n] in written), 0)
     shown = written[loc[:n]] + loc[n:] if n else loc
-    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in shown).replace(".[", "[")
-    return key, next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+    return _dotted(shown), next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
 
 
 class Origins:
@@ -755,7 +763,8 @@ _UNSET = {"prices": f"no {PRICES_FILE} beside the config file: calls are priced 
 
 
 def to_toml(config: Config) -> str:
-    """The configuration as a TOML file that ``load`` reads back to the same values."""
+    """The configuration as a TOML file that ``load`` reads back to the same values, but for a value that is
+    not UTF-8 (see ``not_utf8``), which no TOML file holds: its key is written as a comment, left unset."""
     data = config.model_dump(mode="json")
     lines: list[str] = []
     tables: list[tuple[str, dict]] = []
@@ -765,13 +774,72 @@ def to_toml(config: Config) -> str:
             lines.append(f"# {key}: not set ({_UNSET[key]})")
         elif isinstance(value, dict):
             tables.append((key, value))
-        elif key in ("sources", "gates"):
+        elif key in _LISTS:
             arrays.append((key, value))
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(_assignment((key,), value))
     for name, table in tables:
-        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+        lines += ["", f"[{name}]"] + [_assignment((name, k), v) for k, v in table.items()]
     for name, items in arrays:
-        for item in items:
-            lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in item.items()]
+        for n, item in enumerate(items):
+            lines += ["", f"[[{name}]]"] + [_assignment((name, n, k), v) for k, v in item.items()]
     return "\n".join(lines) + "\n"
+
+
+def _assignment(path: tuple, value: Any) -> str:
+    if not _is_utf8(value):
+        return f"# {path[-1]}: {_shown_text(value)} (not UTF-8, which TOML cannot hold: set it by ${_env_of(path)})"
+    return f"{path[-1]} = {_toml_value(value)}"
+
+
+def _is_utf8(value: Any) -> bool:
+    """Whether ``value``'s text is all UTF-8, as TOML's and JSON's is. A name Linux gives need not be (a home
+    directory named in Latin-1): a byte of it that is not is a lone surrogate here (os.fsdecode's)."""
+    if isinstance(value, (list, tuple)):
+        return all(_is_utf8(v) for v in value)
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown_text(value: Any) -> Any:
+    """``value`` with each byte of its text that is not UTF-8 written ``\\xNN`` (and any control character
+    escaped), as ``inputs`` and ``rejects`` show such names."""
+    if isinstance(value, dict):
+        return {k: _shown_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shown_text(v) for v in value]
+    if isinstance(value, str) and not _is_utf8(value):
+        return printable(os.fsencode(value), sys.maxsize)  # whole
+    return value
+
+
+def _env_of(path: tuple) -> str:
+    """The environment variable that sets the key at ``path``: a list's, for a key of one of its tables."""
+    return env_name(path[:1] if path[0] in _LISTS else path)
+
+
+def not_utf8(config: Config) -> list[tuple[str, str, str]]:
+    """Each text of the configuration that is not UTF-8, which ``to_toml`` and ``to_json`` cannot write as it
+    is: its key, the text as they show it, and the environment variable that sets it."""
+    return [(_dotted(path), _shown_text(text), _env_of(path))
+            for path, text in _texts(config.model_dump(mode="json")) if not _is_utf8(text)]
+
+
+def _texts(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, str]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _texts(item, path + (key,))
+    elif isinstance(value, (list, tuple)):
+        for n, item in enumerate(value):
+            yield from _texts(item, path + (n,))
+    elif isinstance(value, str):
+        yield path, value
+
+
+def to_json(config: Config) -> dict:
+    """The configuration as ``config show --json`` prints it: a text that is not UTF-8 as ``to_toml``'s comment
+    shows it."""
+    return _shown_text(config.model_dump(mode="json"))

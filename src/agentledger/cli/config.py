@@ -8,7 +8,7 @@ import click
 
 from agentledger.cli import cli
 from agentledger.cli.output import emit_json
-from agentledger.config import config_file, to_toml
+from agentledger.config import config_file, not_utf8, to_json, to_toml
 
 
 @cli.group()
@@ -22,8 +22,14 @@ def config() -> None:
 def show(obj, as_json: bool) -> None:
     """Print the effective configuration, as a TOML file that would give the same."""
     cfg = obj.config
+    for key, shown, env in not_utf8(cfg):
+        # Said, not only shown: the text printed names another file than the one in effect.
+        held = ("written with \\xNN for each byte that is not" if as_json else
+                f"written as a comment, so that this output read as a config file leaves it unset; set it by ${env}")
+        click.echo(f"agentledger: {key}: {shown} is not UTF-8, which {'JSON' if as_json else 'TOML'} cannot hold: "
+                   f"{held}", err=True)
     if as_json:
-        emit_json(cfg.model_dump(mode="json"))
+        emit_json(to_json(cfg))
         return
     path, required = config_file(obj.config_path, os.environ)
     origin = str(path) if path is not None and (required or os.path.exists(path)) else "built-in defaults only"
