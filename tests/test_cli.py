@@ -981,6 +981,18 @@ def test_csv_is_the_logs_text_exactly_with_a_formula_kept_text(tmp_path):
     assert sorted(re.sub(r"^'(?='*[=+\-@\t\r])", "", tool) for tool in shown) == sorted(r["tool"] for r in want)
 
 
+def test_csv_writes_true_and_false_as_json_does(tmp_path):
+    # sessions --csv wrote is_subagent as Python's False, where --json has false.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    db = tmp_path / "l.db"
+    ingest(db, logs.root)
+    (row,) = csv.DictReader(run("sessions", "--csv", db=db).stdout.splitlines())
+    (want,) = json.loads(run("sessions", "--json", db=db).stdout)
+    flags = {key: json.dumps(value) for key, value in want.items() if isinstance(value, bool)}
+    assert flags and flags == {key: row[key] for key in flags}
+
+
 def test_csv_keeps_numbers_numbers_and_quotes_text_that_starts_a_formula(capsys):
     from agentledger.cli.output import emit_csv
 

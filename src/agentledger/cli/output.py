@@ -40,7 +40,10 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def _csv_cell(value: object) -> object:
     """A formula's start is kept text by a quote before it. Counted after the quotes a text already starts
     with, so that taking one quote off a cell of quotes then such a start gives back the logs' text exactly.
-    Text only: a number, -1.5 as much as 3, is written as the number it is."""
+    Text only: a number, -1.5 as much as 3, is written as the number it is. A boolean is written as JSON
+    writes it, not as Python's False."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return "'" + value if isinstance(value, str) and value.lstrip("'").startswith(_FORMULA_STARTS) else value
 
 
