@@ -370,6 +370,16 @@ def test_a_db_that_is_no_regular_file_is_one_line_and_exit_2(tmp_path, kind, com
     assert set(tmp_path.iterdir()) == {tmp_path / "logs", *([db] if kind == "fifo" else [])}  # no lock beside it
 
 
+@pytest.mark.parametrize("command", [["usage"], ["reprice"]])
+def test_a_db_that_is_a_symlink_loop_is_told_so(tmp_path, command):
+    # It was told to run as a member of the ledger's group, which no one can do for links that go round.
+    db = tmp_path / "l.db"
+    db.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(db)
+    assert _one_line(run(*command, db=db), 2) == (f"agentledger: cannot read {db}: it is a loop of symbolic links: "
+                                                  "point the link at the ledger's file, or pass another --db")
+
+
 def test_a_db_under_a_file_is_one_line(tmp_path):
     (tmp_path / "notdb.db").write_text("garbage\n")
     _one_line(run("ingest", str(tmp_path), db=tmp_path / "notdb.db" / "x.db"), 2, "is a file", "--db")

@@ -7,6 +7,7 @@ Readers are query-only, so they can never take the write lock.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import os
@@ -276,6 +277,9 @@ def restart_wal(conn: apsw.Connection, wait_ms: int) -> bool:
 
 
 def _cannot_read(path: Path, why: object) -> LedgerError:
+    if why == os.strerror(errno.ELOOP):  # no group or owner reads through links that go round
+        return LedgerError(f"cannot read {path}: it is a loop of symbolic links: point the link at the ledger's "
+                           "file, or pass another --db")
     return LedgerError(f"cannot read {path} ({why}): run as a member of the ledger's group while the daemon is "
                        "running, or as its owner")
 
