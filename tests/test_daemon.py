@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -517,19 +518,27 @@ def test_a_stop_during_catch_up_neither_claims_it_caught_up_nor_interrupts_what_
     assert "caught up: " in err and "interrupted after 600s without an end: 1 runs" in err, err
 
 
-@pytest.mark.parametrize("state_dir, why", [("{tmp}/a-file", "a part of that path is a file"),
-                                             ("/proc/1/agentledger", "No such file or directory")])
-def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_path, state_dir, why):
+@pytest.mark.parametrize("state_dir, stray, why", [
+    ("{tmp}/a-file", "a-file", "{tmp}/a-file is a file, not a directory"),
+    ("{tmp}/a-file/below", "a-file", "{tmp}/a-file is a file, not a directory"),
+    # The message named the hot store's directory, which is one, and the stray file was made 0700.
+    ("{tmp}/state", "state/hot/sessions", "{tmp}/state/hot/sessions is a file, not a directory"),
+    ("/proc/1/agentledger", "a-file", "No such file or directory"),
+], ids=["state-dir", "below-a-file", "sessions", "proc"])
+def test_a_state_dir_that_cannot_hold_the_hot_store_is_one_line_and_exit_2(tmp_path, state_dir, stray, why):
     (tmp_path / "logs").mkdir()
-    (tmp_path / "a-file").write_text("")
+    (tmp_path / stray).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / stray).write_text("")
+    (tmp_path / stray).chmod(0o640)
     state_dir = Path(state_dir.format(tmp=tmp_path))
     env = cli_env(tmp_path / "ledger.db") | {"AGENTLEDGER_STORE_STATE_DIR": str(state_dir)}
     daemon = _serve(tmp_path / "ledger.db", "--format", "oc-telemetry", str(tmp_path / "logs"), env=env)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 2
     assert err.count("\n") == 1, err
-    assert f"store.state_dir: cannot keep the hot store in {state_dir / 'hot'}: {why}" in err
+    assert f"store.state_dir: cannot keep the hot store in {state_dir / 'hot'}: {why.format(tmp=tmp_path)};" in err
     assert "AGENTLEDGER_STORE_STATE_DIR" in err and "ReadWritePaths=" in err
+    assert stat.S_IMODE((tmp_path / stray).stat().st_mode) == 0o640
 
 
 @pytest.mark.parametrize("text, env, key, fix, origin", [
@@ -575,7 +584,7 @@ def test_a_demo_directory_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, d
     (home / file).write_text("")
     err = _refused(_serve_without_db(*demo, env=env))
     hot = f"cannot keep the hot store in {home / file}: " if file else ""
-    assert f"cannot run the demo in {home}: {hot}a part of that path is a file" in err
+    assert f"cannot run the demo in {home}: {hot}{home / file} is a file, not a directory" in err
     assert "$XDG_STATE_HOME" in err and "--source FORMAT=ROOT" in err
     assert not _demo_writers(tmp_path)
 

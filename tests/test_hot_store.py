@@ -505,6 +505,28 @@ def test_an_existing_sessions_dir_is_made_private_and_the_state_dir_left_alone(t
     assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o755
 
 
+@pytest.mark.parametrize("stray", ["file", "symlink"])
+def test_what_stands_where_the_sessions_dir_goes_is_refused_and_left_as_it_was(tmp_path, stray):
+    # A stray file there was made 0700 before the store failed on it; a symlink's target would have been too.
+    target = tmp_path / "elsewhere"
+    if stray == "file":
+        target.write_text("")
+    else:
+        target.mkdir()
+    target.chmod(0o750)
+    state = tmp_path / "state"
+    state.mkdir()
+    if stray == "file":
+        target.rename(state / "sessions")
+        target = state / "sessions"
+    else:
+        (state / "sessions").symlink_to(target)
+    with pytest.raises(NotADirectoryError) as refused:
+        open_store(state)
+    assert refused.value.filename == str(state / "sessions")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+
+
 def test_readers_and_a_writer_on_threads(tmp_path):
     store = open_store(tmp_path, max_entries=3, flush_interval_s=0.001)
     keys = [f"s{i}" for i in range(8)]

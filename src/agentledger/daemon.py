@@ -379,8 +379,16 @@ class _Follower:
 
 
 def _cannot_make(exc: OSError) -> str:
-    """Why a directory could not be made, in the words an operator fixes it by."""
-    return "a part of that path is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
+    """Why a directory could not be made, in the words an operator fixes it by: what stands in its way, by name."""
+    if not isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return exc.strerror
+    if exc.filename is None:
+        return "a part of that path is not a directory"
+    path = Path(exc.filename)
+    # The OS names the path it was making, which may lie beneath the file in the way. A symlink to a
+    # directory above it is followed as the OS follows it; the path itself may be one the store refuses.
+    way = next((p for p in reversed(path.parents) if os.path.lexists(p) and not p.is_dir()), path)
+    return f"{way} is {'a symbolic link' if way.is_symlink() else 'a file'}, not a directory"
 
 
 # Under the demo's directory: the logs apart from its ledger and state dir, which the watch on the logs

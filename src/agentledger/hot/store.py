@@ -124,9 +124,19 @@ def _make_private_dir(path: Path) -> bool:
         path.mkdir(mode=DIR_MODE)
     except FileExistsError:
         return False
-    os.chmod(path, DIR_MODE)  # mkdir's mode is narrowed by the umask too
+    _make_private(path)  # mkdir's mode is narrowed by the umask too
     _fsync_dir(path.parent)
     return True
+
+
+def _make_private(directory: Path) -> None:
+    """Mode 0700 on ``directory`` itself; NotADirectoryError for anything else found there, a symlink included:
+    what a symlink or a stray file names is not the store's to change."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, DIR_MODE)
+    finally:
+        os.close(fd)
 
 
 class SessionRuntimeStore(Generic[T]):
@@ -304,7 +314,7 @@ class SessionRuntimeStore(Generic[T]):
         self._root.parent.mkdir(parents=True, exist_ok=True)
         _make_private_dir(self._root)
         if not _make_private_dir(self._dir):
-            os.chmod(self._dir, DIR_MODE)
+            _make_private(self._dir)
 
     def _write(self, key: str, data: bytes) -> None:
         try:
