@@ -121,6 +121,29 @@ def test_a_full_state_dir_neither_pauses_ingest_nor_loses_the_hot_views(tmp_path
     assert_hot_views_equal_ledger(daemon.db, daemon.state_dir, {"agent:main:s2", "agent:main:s3"})
 
 
+def test_a_full_state_dir_at_exit_is_told_as_the_hot_views_alone(tmp_path, small_fs):
+    # The one line said gate decisions, hook events or hot views could not be saved, and that hook events were
+    # lost: only the views' files were, and the ledger held the rest.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(_lines(1, 10))
+    daemon = _served(tmp_path, logs, state_dir=small_fs / "state", flush_interval_s=3600.0)
+    try:
+        wait_for(lambda: count(daemon.db, EVENTS) == 10)
+        filler = _fill(small_fs)
+        logs.append(_lines(11, 5, session="s2"))
+        wait_for(lambda: count(daemon.db, EVENTS) == 15, what="all events while the state dir is full")
+        assert daemon.stop() == 0, daemon.log()
+    finally:
+        daemon.kill()
+    filler.unlink()
+    [told] = [line for line in daemon.log().splitlines() if "at exit" in line]
+    assert "could not save hot views at exit (" in told and "No space left on device" in told, told
+    assert "they are rebuilt from the ledger at the next start" in told
+    assert "gate decisions" not in told and "hook events" not in told and "lost" not in told, told
+    assert daemon.log().rstrip().endswith('"msg":"stopped"}'), daemon.log()
+    assert_equals_clean_build(daemon.db, logs.root, tmp_path)
+
+
 def test_a_long_reader_transaction_neither_blocks_nor_loses_anything(tmp_path):
     logs = LogDir(tmp_path / "logs")
     logs.append(_lines(1, 10))

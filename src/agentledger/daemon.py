@@ -587,13 +587,18 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                     demo_proc.wait()
             if api is not None:
                 api.close()
-            try:
-                _record_gates(writer, keeper)
-                _record_hooks(writer, hooks, live)
-                hot.close()
-            except STALLS as exc:
-                _say(f"could not save gate decisions, hook events or hot views at exit ({exc}); hook events are lost, "
-                     "hot views are rebuilt from the ledger at the next start", logging.ERROR)
+            # Each tried whatever became of the one before, and told alone: the ledger and the state dir
+            # may be on different disks.
+            last = (
+                (lambda: _record_gates(writer, keeper), "gate decisions", "those not recorded yet are lost"),
+                (lambda: _record_hooks(writer, hooks, live), "Claude Code hook events", "they are lost"),
+                (hot.close, "hot views", "they are rebuilt from the ledger at the next start"),
+            )
+            for save, what, outcome in last:
+                try:
+                    save()
+                except STALLS as exc:
+                    _say(f"could not save {what} at exit ({exc}); {outcome}", logging.ERROR)
             readers.close()
             writer.close()
             conn.close()
