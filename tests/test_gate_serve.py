@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli_env
 from logwriter import LogDir, event
-from served import Served, serve
+from served import Served, assert_hot_views_equal_ledger, serve
 from serving import wait_for, write_config
 
 from agentledger.hot.store import TMP_PREFIX
@@ -478,6 +479,55 @@ scope = "session"
 metric = "cost_usd"
 limit = 1.0
 """
+
+
+def _edit_view(state_dir: Path, key: str, edit) -> None:
+    path = state_dir / "hot" / "sessions" / (hashlib.sha256(key.encode()).hexdigest() + ".json")
+    doc = json.loads(path.read_bytes())
+    edit(doc["state"])
+    path.write_text(json.dumps(doc))
+
+
+def _zero_cost_and_text_start(view: dict) -> None:
+    view["started_ms"] = str(view["started_ms"])
+    view["own"]["cost_pico"] = 0
+
+
+def _zero_cost(view: dict) -> None:
+    view["own"]["cost_pico"] = 0
+
+
+@pytest.mark.parametrize("edit, set_aside", [(_zero_cost_and_text_start, True), (_zero_cost, False)],
+                         ids=["wrong-type", "right-type"])
+def test_a_hot_view_edited_on_disk_with_its_marks_kept_is_not_trusted(tmp_path, edit, set_aside):
+    # The marks of the ledger and commit it was read at were all that was checked: a start of another type
+    # answered 500 for every hot view until the session changed, and a cost of 0 let the gate allow.
+    root = tmp_path / "logs"
+    LogDir(root).append(llm(1, 1.5, session="a"))
+    served = serve(write_config(tmp_path, root, extra=SESS_COST_1, flush_interval_s=0))
+    hot, ask = "/v1/sessions/agent:main:a/hot", "/v1/gate?session_key=agent:main:a&tool=x"
+    try:
+        assert served.get(ask)[1]["decision"] == "block"
+        assert served.stop() == 0
+        _edit_view(served.state_dir, "agent:main:a", edit)
+        served.start()
+        served.wait_ready()
+        assert served.get(ask)[1]["decision"] == "block"
+        status, view = served.get(hot)
+        assert (status, view.get("cost_usd")) == (200, 1.5), view
+        status, views = served.get("/v1/hot")
+        assert (status, [v["cost_usd"] for v in views]) == (200, [1.5]), views
+        live = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(served.config), "sessions",
+                               "--live", "--json", "--url", served.url], capture_output=True, text=True, cwd=REPO,
+                              env=cli_env(served.db))
+        assert live.returncode == 0, live.stderr
+        assert served.stop() == 0
+    finally:
+        served.kill()
+    told = "hot store: 1 unreadable session files set aside; those sessions are rebuilt from the ledger"
+    assert served.log().count(told) == int(set_aside), served.log()
+    assert len(list((served.state_dir / "hot" / "sessions").glob("*.corrupt-*"))) == int(set_aside)
+    assert_hot_views_equal_ledger(served.db, served.state_dir, {"agent:main:a"})
 
 
 def test_hot_views_kept_past_a_restored_backup_that_reached_their_position_are_not_trusted(tmp_path):

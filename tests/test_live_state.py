@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from zoneinfo import ZoneInfo
 
+import pytest
 from logwriter import LogDir, event, llm_call
 
 from agentledger.daemon import LiveState
 from agentledger.gates import GateKeeper
 from agentledger.hot.sessions import HotSessions
+from agentledger.hot.store import file_name
 from agentledger.ingest import Pipeline, specs_from
 from agentledger.ledger.db import ReaderPool, open_writer
 from agentledger.ledger.writer import LedgerWriter
@@ -112,3 +115,31 @@ def test_a_view_asked_for_by_session_id_follows_the_ledger(tmp_path):
         assert view("sid-s1").family.cost_pico == 5_000_008_000_000
         assert [(v.session_key, v.own.cost_pico) for v in hot.views() if v.session_id == "sid-s1"] == \
             [(KEY, 5_000_001_000_000)]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("started_ms", "1700000000000"), ("ended_ms", 1.5), ("status", 3), ("session_key", None),
+    ("current_run", ["r"]), ("own", {"cost_pico": True}), ("family", {"llm_calls": "2"}), ("own", None),
+])
+def test_a_view_file_with_a_field_of_another_type_is_set_aside_and_rebuilt(tmp_path, field, value):
+    # Trusted on its marks alone, such a view failed every answer it was in until its session changed.
+    logs = LogDir(tmp_path / "logs")
+    logs.append(llm_call(1))
+    with _following(tmp_path, logs) as (pipeline, live, hot, readers):
+        pipeline.run_once()
+        live.caught_up()
+        with readers.connection() as reader:
+            view = hot.lookup(reader, KEY)
+    path = tmp_path / "hot" / "sessions" / file_name(KEY)
+    doc = json.loads(path.read_bytes())
+    doc["state"][field] = value
+    path.write_text(json.dumps(doc))
+    again = HotSessions(tmp_path / "hot")
+    assert (again.store.quarantined, again.recovered) == (1, [])
+    assert [p.name.partition(".corrupt-")[:2] for p in path.parent.iterdir()] == [(path.name, ".corrupt-")]
+    readers = ReaderPool(tmp_path / "ledger.db")
+    try:
+        with readers.connection() as reader:
+            assert again.lookup(reader, KEY) == view
+    finally:
+        readers.close()

@@ -173,7 +173,7 @@ class LiveState:
         self.keeper.advance(self.position)  # first: views are trusted only at the position memory is at
         rebuilt = self.hot.validate(self.conn)
         if rebuilt:
-            log.info("hot store: %d recovered session views were behind the ledger and were rebuilt", rebuilt)
+            log.info("hot store: %d recovered session views differed from the ledger and were rebuilt", rebuilt)
         self.following = True
         self.keeper.catching_up = False
 

@@ -4,8 +4,8 @@ Every value is copied from the ledger's rollups, never accumulated here, so refr
 session twice, or after a crash, cannot count anything twice: a hot view is a replay of
 the ledger by construction. The daemon refreshes the views it holds of the sessions each
 committed transaction changed; a view that was not kept fresh this way (recovered from disk,
-or reloaded after eviction) is checked against the commit the ledger last changed its sums at
-before it is trusted, and a session without a view in memory gets one from the ledger when asked.
+or reloaded after eviction) is checked against the ledger's, value for value, before it is
+trusted, and a session without a view in memory gets one from the ledger when asked.
 
 The views trusted in memory all equal the ledger at one position, ``HotSessions.position``: the
 daemon moves it with the views a commit changed (``apply``), and a view read from the ledger is
@@ -61,20 +61,39 @@ class HotSession:
 _TOTAL_NAMES = tuple(f.name for f in fields(Totals))
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What a field of a view may hold, by its annotation: a field of a type not here fails at import, not in a file.
+_HOLDS = {
+    "str": lambda v: isinstance(v, str),
+    "str | None": lambda v: v is None or isinstance(v, str),
+    "int | None": lambda v: v is None or _is_int(v),
+}
+_PLAIN = tuple((f.name, _HOLDS[f.type]) for f in fields(HotSession) if f.type != "Totals")
+
+
 def _dump(state: HotSession) -> dict:
     return asdict(state)
 
 
 def _load(doc: dict) -> HotSession:
+    """The view a file holds; ValueError unless every field holds its type (the store sets such a file aside):
+    a view is trusted on its values, and one of another type fails whoever reads it."""
     def totals(value) -> Totals:
         if not isinstance(value, dict):
             raise ValueError("totals must be an object")
         # A file from before a total was kept lacks it; the ledger check rebuilds such a view anyway.
-        return Totals(**{k: int(value.get(k, 0)) for k in _TOTAL_NAMES})
+        counts = {k: value.get(k, 0) for k in _TOTAL_NAMES}
+        if not all(_is_int(v) for v in counts.values()):
+            raise ValueError("totals must be integers")
+        return Totals(**counts)
 
-    plain = {f.name: doc.get(f.name) for f in fields(HotSession) if f.name not in ("own", "family")}
-    if not isinstance(plain["session_key"], str):
-        raise ValueError("session_key must be a string")
+    plain = {name: doc.get(name) for name, _ in _PLAIN}
+    wrong = next((name for name, holds in _PLAIN if not holds(plain[name])), None)
+    if wrong is not None:
+        raise ValueError(f"{wrong} is not of its type")
     return HotSession(**plain, own=totals(doc.get("own")), family=totals(doc.get("family")))
 
 
@@ -241,9 +260,9 @@ class HotSessions:
     # -- internals --------------------------------------------------------------------
 
     def _check(self, conn: apsw.Connection, key: str) -> tuple[HotSession | None, int]:
-        """Keep a stored view if it was read from this ledger and what it sums last changed at the same
-        commit there, else rebuild it. ``conn`` reads one snapshot (a transaction, or the writer's own).
-        Returns the view as the ledger has it (None for a session it does not know), and 1 if rebuilt."""
+        """Keep a stored view if it equals the ledger's, else rebuild it. ``conn`` reads one snapshot (a
+        transaction, or the writer's own). Returns the view as the ledger has it (None for a session it does
+        not know), and 1 if rebuilt."""
         with conn:
             now = queries.ledger_position(conn)
             view = queries.hot_session(conn, key)
@@ -253,12 +272,13 @@ class HotSessions:
         # Gone already, maybe: gate questions about other sessions evict views, and expire() and the TTL
         # drop them outside the lock. Then it is rebuilt like a view that changed.
         stored = self.store.get(key)
-        # The commit's mark, not only its position: a restored copy of the ledger reaches the positions
-        # the view may have been read at with commits of its own.
-        if stored is not None and (stored.ledger, stored.changed) == (view["ledger"], view["changed"]):
+        hot = _from_ledger(view)
+        # Every value, read here anyway, not only the marks of the ledger and the commit it was read at (the
+        # commit's mark, not only its position: a restored copy of the ledger reaches the positions the view
+        # may have been read at with commits of its own): a file edited by hand keeps its marks.
+        if stored == hot:
             self._trust(key, now)
             return stored, 0
-        hot = _from_ledger(view)
         self._put_view(key, hot, now)
         return hot, 1
 

@@ -3,7 +3,7 @@
 The ledger stays the source of truth: this store only spares the daemon a replay
 of a session's whole history after a restart. Each file records the last ledger
 batch its state reflects (``position``), so the caller replays only what came
-after, and a file that cannot be trusted (torn, tampered, stored under another
+after, and a file that cannot be trusted (torn, of another shape, stored under another
 key) is set aside and reads as absent: the caller rebuilds that session.
 
 Files are replaced atomically (temp file, fsync, rename, fsync of the directory),
