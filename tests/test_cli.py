@@ -545,7 +545,7 @@ class _HotViews:
     """A stand-in daemon on ``address`` answering every GET with ``views`` (the paths asked in ``paths``), while
     in a with block."""
 
-    def __init__(self, views: list[dict] | dict, address: tuple[str, int] = ("127.0.0.1", 0)):
+    def __init__(self, views: list[dict] | dict, address: tuple[str, int] = ("127.0.0.1", 0), status: int = 200):
         import http.server
         import socket
 
@@ -555,7 +555,7 @@ class _HotViews:
             def do_GET(self):
                 paths.append(self.path)
                 body = json.dumps(views).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -611,6 +611,21 @@ def test_live_sessions_as_csv_flatten_nested_totals(tmp_path):
     (row,) = csv.DictReader(out.stdout.splitlines())
     assert row == {"session_key": "agent:main:main", "cost_usd": "1.5", "tags": '["a","b"]',
                    "family_cost_usd": "2.5", "family_tool_calls": "3"}
+
+
+@pytest.mark.parametrize("status, body, told", [
+    (500, {"error": "internal error: the daemon's log has the traceback"},
+     "answered HTTP 500: internal error: the daemon's log has the traceback"),
+    (503, {"error": "hot session views are\nserved by `agentledger serve` only"},
+     "answered HTTP 503: hot session views are served by `agentledger serve` only"),
+    (502, ["not", "the daemon's"], "answered HTTP 502: Bad Gateway"),
+], ids=["500", "503", "not-json-error"])
+def test_live_sessions_tell_a_daemon_s_error_answer_as_its_answer(tmp_path, status, body, told):
+    # An answer with an error status was told as no daemon answering, with `agentledger serve` to start as the fix.
+    with _HotViews(body, status=status) as daemon:
+        url = f"http://127.0.0.1:{daemon.port}"
+        line = _one_line(run("sessions", "--live", "--url", url, db=tmp_path / "l.db"), 1, f"the daemon at {url} {told}")
+    assert "no daemon answers" not in line and "agentledger serve`, or" not in line
 
 
 @pytest.mark.parametrize("listen, daemon_host", [(":{port}", "127.0.0.1"), ("0.0.0.0:{port}", "127.0.0.1"),

@@ -19,6 +19,7 @@ from agentledger.cli.output import (cost_cell, emit_csv, emit_json, emit_json_ro
 from agentledger.ledger import queries
 from agentledger.config import demo_ledger
 from agentledger.ledger.db import LedgerError, ledger_exists, open_reader
+from agentledger.shown import one_line
 from agentledger.timeutil import parse_time
 
 
@@ -198,8 +199,19 @@ def _live_sessions(url: str, w: queries.Window) -> list[dict]:
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/v1/hot?{query}", timeout=5) as response:
             return orjson.loads(response.read())
+    except urllib.error.HTTPError as exc:  # it answered: starting one is not the fix
+        raise click.ClickException(f"the daemon at {url} answered HTTP {exc.code}: {_told(exc)}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"no daemon answers at {url} ({exc}): start `agentledger serve`, or pass --url")
+
+
+def _told(answer) -> str:
+    """What an error answer says: the daemon's own words (its JSON ``error``), else the status's reason."""
+    try:
+        said = orjson.loads(answer.read(64 * 1024)).get("error")
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, not an object
+        said = None
+    return one_line(said) if isinstance(said, str) and said.strip() else one_line(str(answer.reason))
 
 
 @cli.command()
