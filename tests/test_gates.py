@@ -238,6 +238,9 @@ def test_tool_globs_choose_which_calls_a_gate_guards(ledger_with):
     assert ledger.ask(tool="browser").decision == "block"
     d = ledger.ask(tool="read")
     assert (d.decision, d.reason) == ("allow", "no gate applies to tool 'read'")
+    # Asked with a blank tool (tool=, toolName=), as a caller that does not know it may: "tool None" named none.
+    d = ledger.ask(tool=None)
+    assert (d.decision, d.reason) == ("allow", "no gate applies to a call whose tool is not named")
 
 
 def test_block_gates_win_over_warn_gates_and_warnings_pass(ledger_with):

@@ -415,7 +415,9 @@ class GateKeeper:
         elif session_key and state is None and parent is None:
             decision = Decision("allow", f"unknown session {session_key!r}{unread}: no session gate applies", **base)
         elif not applicable:
-            decision = Decision("allow", f"no gate applies to tool {tool!r}", **base)
+            # A call asked about without its tool's name: only gates for every tool ("*") apply to it.
+            what = f"tool {tool!r}" if tool else "a call whose tool is not named"
+            decision = Decision("allow", f"no gate applies to {what}", **base)
         else:
             decision = Decision("allow", _within(unpriced) + unread, **base)
         self._tell(decision)
