@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -75,6 +77,35 @@ class Served:
             listening.wait(60)
             if self.url is None:
                 raise self._failed("serve did not start listening")
+
+    def start_limited(self, limit: int, taken: int = 0) -> None:
+        """``start`` under an open-file limit of ``limit``, soft and hard, with ``taken`` descriptors already open
+        in it, as the rest of a process may hold them (connections, other libraries)."""
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(taken)]
+        try:
+            self.start(preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)), pass_fds=held)
+        finally:
+            for fd in held:
+                os.close(fd)
+
+    def descriptors(self, on: Path | None = None) -> int:
+        """How many descriptors the process holds open; with ``on``, how many of them are that file."""
+        fds = f"/proc/{self.proc.pid}/fd"
+        if on is None:
+            return len(os.listdir(fds))
+        held = 0
+        for fd in os.listdir(fds):
+            try:
+                held += os.readlink(f"{fds}/{fd}") == str(on)
+            except FileNotFoundError:  # closed meanwhile
+                pass
+        return held
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the process has used so far, its threads' all together."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until /readyz says serve has caught up with its sources."""

@@ -5,8 +5,6 @@ instead of settling files it could not open as lost: ``ingest`` stops, ``serve``
 from __future__ import annotations
 
 import json
-import os
-import resource
 import subprocess
 import sys
 
@@ -74,17 +72,8 @@ def _serve(tmp_path, taken: int) -> Served:
     """``serve`` on the files under LIMIT, with ``taken`` descriptors already open in it, as the rest of a
     process may hold them (connections, other libraries)."""
     served = Served.on(tmp_path, tmp_path / "logs")
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(taken)]
-    try:
-        served.start(preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT)), pass_fds=held)
-    finally:
-        for fd in held:
-            os.close(fd)
+    served.start_limited(LIMIT, taken)
     return served
-
-
-def _open_fds(served: Served) -> int:
-    return len(os.listdir(f"/proc/{served.proc.pid}/fd"))
 
 
 def test_serve_with_more_files_than_its_descriptor_limit_reads_them_all_and_answers(tmp_path):
@@ -94,7 +83,7 @@ def test_serve_with_more_files_than_its_descriptor_limit_reads_them_all_and_answ
         served.wait_ready()
         assert count(served.db, "SELECT count(*) FROM events") == FILES
         assert served.get("/healthz")[0] == 200
-        assert _open_fds(served) < LIMIT // 2
+        assert served.descriptors() < LIMIT // 2
     finally:
         served.stop()
 
@@ -105,7 +94,7 @@ def test_serve_out_of_descriptors_closes_what_the_scan_opened_and_answers(tmp_pa
     try:
         wait_for(lambda: "ingest paused" in served.log(), what="ingest paused")
         # The failed scan let go of every file it opened: there are descriptors to answer with.
-        wait_for(lambda: _open_fds(served) < LIMIT - 16, what="the scan's descriptors closed")
+        wait_for(lambda: served.descriptors() < LIMIT - 16, what="the scan's descriptors closed")
         assert served.get("/healthz")[0] == 200
         code, body = served.get("/readyz")
         assert code == 503 and body["reason"].startswith("ingest paused, out of file descriptors: "), body
