@@ -995,7 +995,7 @@ def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, mo
     from logwriter import LogDir, llm_call
 
     import agentledger.cli.queries as cli_queries
-    import agentledger.http as http
+    import agentledger.ledger.db as ledger_db  # where the HTTP readers, kept between requests, are opened
     from agentledger.http import ApiServer
 
     logs = LogDir(tmp_path / "logs")
@@ -1017,7 +1017,7 @@ def test_a_session_is_read_in_one_snapshot_while_the_writer_commits(tmp_path, mo
         conn.exec_trace = lambda cursor, sql, bindings: commit_after_the_first_read(sql)
         return conn
 
-    monkeypatch.setattr(cli_queries if asked == "cli" else http, "open_reader", traced)
+    monkeypatch.setattr(cli_queries if asked == "cli" else ledger_db, "open_reader", traced)
     if asked == "cli":
         out = json.loads(CliRunner().invoke(cli, ["--db", str(db), "session", "agent:main:s1", "--json"],
                                             catch_exceptions=False).output)

@@ -1,7 +1,7 @@
 """The daemon's HTTP listener: the query API as JSON, read-only, loopback by default.
 
-Each request opens its own read-only connection, so readers never hold the write
-lock and a slow client never blocks ingestion.
+Requests read through a few read-only connections they share (``Readers``), so readers never hold the
+write lock and a slow client never blocks ingestion.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -28,7 +29,7 @@ from agentledger import jsontext, ui
 from agentledger.forecast import Forecaster
 from agentledger.gates import Decision, GateKeeper, hot_json
 from agentledger.ledger import queries
-from agentledger.ledger.db import LedgerError, open_reader
+from agentledger.ledger.db import LedgerError, ReaderPool, open_reader
 from agentledger.metrics import CounterFloors, registry_for
 from agentledger.sources import claude_code_hooks
 from agentledger.overview import overview
@@ -39,6 +40,44 @@ log = logging.getLogger("agentledger.http")
 
 class BadRequest(ValueError):
     pass
+
+
+READERS = 8  # requests reading the ledger at once; others wait for one of them
+READER_WAIT_S = 10.0
+
+
+class Readers:
+    """At most ``size`` read-only connections to the ledger at once, kept between requests.
+
+    Not one per request: SQLite keeps a closed connection's descriptor open while another connection of the
+    process holds a lock on the file, as the writer's always does, so a burst of requests left as many
+    descriptors on the ledger as had read at once, for good."""
+
+    def __init__(self, db: Path, size: int = READERS, wait_s: float = READER_WAIT_S):
+        self.db, self.size, self.wait_s = db, size, wait_s
+        self._pool = ReaderPool(db, size)
+        self._slots = threading.BoundedSemaphore(size)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """One of the ``size``, for a read that opens a connection of its own (a scrape's, a probe's)."""
+        if not self._slots.acquire(timeout=self.wait_s):
+            raise LedgerError(f"all {self.size} readers of the ledger stayed busy for {self.wait_s:g} s: try again")
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[apsw.Connection]:
+        """A kept connection in a read transaction of its own: an answer's parts agree while the writer commits.
+        The transaction ends before the connection is kept again: an idle reader holding a snapshot would
+        stop the writer's checkpoints from reaching the end of the write-ahead log."""
+        with self.slot(), self._pool.connection() as conn, conn:
+            yield conn
+
+    def close(self) -> None:
+        self._pool.close()
 
 
 class Health:
@@ -108,10 +147,10 @@ def _filter(params: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
-def _hot(keeper: GateKeeper | None, key: str) -> tuple[int, object]:
+def _hot(keeper: GateKeeper | None, readers: Readers, key: str) -> tuple[int, object]:
     if keeper is None:
         return 503, {"error": "hot session views are served by `agentledger serve` only"}
-    with keeper.readers.connection() as conn:
+    with readers.snapshot() as conn:
         state = keeper.hot.lookup(conn, key)
     if state is None:
         return 404, {"error": f"no session {key!r} (give a session key or a session id)"}
@@ -176,11 +215,12 @@ def _gates_of(keeper: GateKeeper | None) -> tuple[tuple[GateConfig, ...], ZoneIn
     return (keeper.gates, keeper.zone) if keeper is not None else ((), ZoneInfo("UTC"))
 
 
-def _ready(db: Path, health: Health) -> tuple[int, dict]:
+def _ready(readers: Readers, health: Health) -> tuple[int, dict]:
     status, body = health.ready()
     if status == 200:
         try:  # ready also means the ledger answers
-            open_reader(db).close()
+            with readers.slot():
+                open_reader(readers.db).close()
         except LedgerError as exc:
             return 503, {"ready": False, "reason": str(exc)}
     return status, body
@@ -232,26 +272,22 @@ _READS = ("GET", "HEAD")
 _Answer = Callable[[], tuple[int, object]]
 
 
-def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
+def _route(readers: Readers, health: Health, keeper: GateKeeper | None, path: str,
            params: dict[str, list[str]]) -> tuple[tuple[str, ...], tuple[str, ...] | None, _Answer] | None:
     """The methods the JSON endpoint at ``path`` answers, the parameters it reads (None: any, unread ones let
     be), and its answer; None when there is no such endpoint."""
 
     def reading(query: Callable[[apsw.Connection], object]) -> _Answer:
         def answer() -> tuple[int, object]:
-            conn = open_reader(db)
-            try:
-                with conn:  # one snapshot: an answer's parts agree while the writer commits
-                    return 200, query(conn)
-            finally:
-                conn.close()
+            with readers.snapshot() as conn:
+                return 200, query(conn)
         return answer
 
     match _segments(path):
         case ["healthz"]:
             return _READS, None, health.alive
         case ["readyz"]:
-            return _READS, None, lambda: _ready(db, health)
+            return _READS, None, lambda: _ready(readers, health)
         case ["v1", "gate"]:
             # Not HEAD: a decision is counted, and a block recorded, for an answer HEAD never shows. Other
             # parameters are let be: a gateway's hook may send more context than the gates read.
@@ -259,7 +295,7 @@ def _route(db: Path, health: Health, keeper: GateKeeper | None, path: str,
         case ["v1", "hot"]:
             return _READS, ("agent", "limit"), lambda: _hot_views(keeper, params)
         case ["v1", "sessions", key, "hot"]:
-            return _READS, (), lambda: _hot(keeper, key)
+            return _READS, (), lambda: _hot(keeper, readers, key)
         case ["v1", "sessions", key, "forecast"]:
             return _READS, (), reading(lambda conn: _forecast(conn, keeper, key))
         case ["v1", "overview"]:
@@ -303,6 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     timeout = IDLE_TIMEOUT_S  # read by StreamRequestHandler.setup: each read and write on the socket
     db: Path
+    readers: Readers
     health: Health
     keeper: GateKeeper | None
     hooks: claude_code_hooks.HookInbox | None
@@ -348,7 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
             return ("POST",), lambda: self._answer(self._hook)
         # Blank values kept: a gate asked for a tool whose name is not known sends tool= (see _gate).
         params = parse_qs(url.query, keep_blank_values=True)
-        found = _route(self.db, self.health, self.keeper, url.path, params)
+        found = _route(self.readers, self.health, self.keeper, url.path, params)
         if found is None:
             return (), None
         methods, takes, route = found
@@ -403,7 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             extra = [self.keeper.checks] if self.keeper is not None else []
             registry = registry_for(self.db, self.top_n, extra, self.floors)
-            data, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
+            with self.readers.slot():  # the scrape opens its reader of its own
+                data, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
         except LedgerError as exc:
             data, status, ctype = f"# {exc}\n".encode(), 503, "text/plain"
         except Exception:
@@ -414,12 +452,8 @@ class _Handler(BaseHTTPRequestHandler):
         gates, zone = _gates_of(self.keeper)
         try:
             _only(params, "/ui", ui.PARAMS)
-            conn = open_reader(self.db)
-            try:
-                with conn:  # one snapshot, as every JSON answer is read in
-                    data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
-            finally:
-                conn.close()
+            with self.readers.snapshot() as conn:  # one snapshot, as every JSON answer is read in
+                data, status = ui.page(conn, gates, zone, int(time.time() * 1000), params).encode(), 200
             ctype = "text/html; charset=utf-8"
         except (ui.BadParam, BadRequest) as exc:
             data, status, ctype = f"{exc}\n".encode(), 400, "text/plain; charset=utf-8"
@@ -492,9 +526,10 @@ class ApiServer:
                  floors: CounterFloors | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S):
         host, port = parse_listen(listen)
         self.health = health or Health()
-        handler = type("Handler", (_Handler,), {"db": db, "health": self.health, "keeper": keeper, "hooks": hooks,
-                                                "top_n": top_n, "floors": floors or CounterFloors(),
-                                                "timeout": idle_timeout_s})
+        self.readers = Readers(db)
+        handler = type("Handler", (_Handler,), {"db": db, "readers": self.readers, "health": self.health,
+                                                "keeper": keeper, "hooks": hooks, "top_n": top_n,
+                                                "floors": floors or CounterFloors(), "timeout": idle_timeout_s})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # A backlog of 128, not the stdlib's 5: a Claude Code turn's parallel tool calls each open a connection
@@ -519,3 +554,4 @@ class ApiServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.readers.close()
