@@ -354,8 +354,9 @@ def test_a_number_setting_in_the_file_takes_a_number_not_a_boolean_or_a_string(t
 def test_whole_number_settings_refuse_a_fraction(tmp_path):
     every_key, _ = _every_number_key()
     counts = [key for key, field in _keys(Config) if field.annotation is int]
-    # raw_days is `prune --older-than`'s whole days; the others count lines' bytes, views and labels.
-    assert set(counts) == {"max_line", "store.max_entries", "retention.raw_days", "metrics.top_n"}
+    # raw_days is `prune --older-than`'s whole days; the others count lines' bytes, connections, views and labels.
+    assert set(counts) == {"max_line", "http.max_connections", "store.max_entries", "retention.raw_days",
+                           "metrics.top_n"}
     path = tmp_path / "c.toml"
     for key in counts:
         path.write_text(_setting(every_key, key, "1024.5"))

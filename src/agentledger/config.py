@@ -280,6 +280,7 @@ class SourceConfig(_Strict):
 
 class HttpConfig(_Strict):
     listen: str = DEFAULT_LISTEN
+    max_connections: _Count = Field(default=128, ge=2, le=10_000)  # served at once (see connections.py)
 
     @field_validator("listen")
     @classmethod

@@ -525,7 +525,8 @@ def run_daemon(config: Config, origins: Origins, *, demo: bool | None = None, pr
                 demo_proc = _start_demo(demo_home / DEMO_LOGS)
             try:
                 api = ApiServer(db, config.http.listen, keeper=keeper, top_n=config.metrics.top_n, hooks=hooks,
-                                floors=CounterFloors(config.store.state_dir / FLOORS_FILE))
+                                floors=CounterFloors(config.store.state_dir / FLOORS_FILE),
+                                max_connections=config.http.max_connections)
             except OSError as exc:
                 _say(f"cannot listen on {config.http.listen}: {exc.strerror}; pass --listen HOST:PORT", logging.ERROR)
                 return 2

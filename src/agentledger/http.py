@@ -1,7 +1,7 @@
 """The daemon's HTTP listener: the query API as JSON, read-only, loopback by default.
 
 Requests read through a few read-only connections they share (``Readers``), so readers never hold the
-write lock and a slow client never blocks ingestion.
+write lock and a slow client never blocks ingestion; connections.py bounds the connections served.
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 from zoneinfo import ZoneInfo
@@ -23,9 +22,10 @@ import apsw
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentledger.config import GateConfig, parse_listen
+from agentledger.config import GateConfig, HttpConfig, parse_listen
 from agentledger.facts import ToolObserved
 from agentledger import jsontext, ui
+from agentledger.connections import BUSY, Listener
 from agentledger.forecast import Forecaster
 from agentledger.gates import Decision, GateKeeper, hot_json
 from agentledger.ledger import queries
@@ -329,6 +329,10 @@ MAX_BODY = 32 << 20  # a PreToolUse payload carries the tool's input, e.g. a who
 # idle or stuck clients cannot pile threads up. A hook client's keep-alive connection idle past it is closed
 # too, and the client connects again.
 IDLE_TIMEOUT_S = 60.0
+MAX_CONNECTIONS = HttpConfig().max_connections
+# What the connections kept from other requests answer: gates, hooks, and the liveness probe, which reads
+# nothing and must not read a busy daemon as a stalled one.
+_KEPT_FOR = ("/v1/gate", "/v1/hooks/claude-code", "/healthz")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -338,6 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
     # would hold the body back ~40 ms.
     disable_nagle_algorithm = True
     timeout = IDLE_TIMEOUT_S  # read by StreamRequestHandler.setup: each read and write on the socket
+    server: Listener
     db: Path
     readers: Readers
     health: Health
@@ -348,6 +353,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         url = urlsplit(self.path)
+        if not self.server.begin(self.request, url.path.rstrip("/") in _KEPT_FOR):
+            self.close_connection = True  # a body left unread, and a client best asking again later
+            self._reply(503, "application/json", _error(BUSY), (("Retry-After", "1"),))
+            return
+        try:
+            self._answer_request(url)
+        finally:
+            self.server.end(self.request)
+
+    def _answer_request(self, url: SplitResult) -> None:
         if len(self.headers.get_all("Content-Length", ())) > 1:
             # Which of them frames the body is a guess another hop may make differently (RFC 9112 §6.3): its
             # bytes could be taken for a request of their own.
@@ -505,25 +520,13 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
 
-LISTEN_BACKLOG = 128
-
-
-def _request_failed(server, request, client_address) -> None:
-    """What the stdlib prints to stderr raw, the daemon's log says in its format: a client that hung up
-    mid-answer (a timeout of its own) is no fault of the daemon's, anything else is."""
-    exc = sys.exc_info()[1]
-    if isinstance(exc, ConnectionError):
-        log.debug("%s hung up before its answer was sent: %s", client_address[0], exc)
-    else:
-        log.exception("request from %s failed", client_address[0])
-
-
 class ApiServer:
     """Serves in a background thread until ``close``."""
 
     def __init__(self, db: Path, listen: str, health: Health | None = None, keeper: GateKeeper | None = None,
                  top_n: int = 20, hooks: claude_code_hooks.HookInbox | None = None,
-                 floors: CounterFloors | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S):
+                 floors: CounterFloors | None = None, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         host, port = parse_listen(listen)
         self.health = health or Health()
         self.readers = Readers(db)
@@ -532,13 +535,7 @@ class ApiServer:
                                                 "floors": floors or CounterFloors(), "timeout": idle_timeout_s})
         # The stdlib's server is IPv4 only; a host with a colon is an IPv6 literal (a name resolves as IPv4).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # A backlog of 128, not the stdlib's 5: a Claude Code turn's parallel tool calls each open a connection
-        # to ask, and a connect dropped by a full backlog waits a second or more to be retried, which can take
-        # a PreToolUse hook past its timeout, and the call through ungated.
-        server = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True,
-                                                          "request_queue_size": LISTEN_BACKLOG,
-                                                          "handle_error": _request_failed})
-        self.httpd = server((host, port), handler)
+        self.httpd = Listener((host, port), handler, family, max_connections)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
 
     @property
