@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from agentledger.config import load
+from agentledger.config import HttpConfig, load
 
 UNIT = REPO / "deploy" / "agentledger.service"
 README = REPO / "deploy" / "README.md"
@@ -141,6 +141,12 @@ def test_unit_restricts_sockets_and_system_calls(service):
     assert "@system-service" in filters
     denied = {word.lstrip("~") for f in filters if f.startswith("~") for word in f.split()}
     assert {"@privileged", "@resources"} <= denied
+
+
+def test_unit_sets_the_descriptor_limit_it_needs(service):
+    # Left to systemd, it varied with the version and the host; a quarter of it must hold the connections the
+    # HTTP listener serves by default, while half of it holds the files a catch-up reads.
+    assert int(_one(service, "LimitNOFILE")) // 4 >= HttpConfig().max_connections
 
 
 def test_unit_writes_only_its_state_directory(service):
