@@ -115,7 +115,7 @@ def test_journal_text_lines_carry_their_priority_too(old_ledger: Path, oc_corpus
 
 @pytest.mark.parametrize("args, env, needle", [
     (["serve", "--no-demo", "ROOT"], {"AGENTLEDGER_RECONCILE_GRACE_S": "x"}, "invalid config: reconcile.grace_s: "),
-    (["--config", "MISSING", "serve", "--no-demo"], {}, "does not exist: create it or pass another --config"),
+    (["--config", "MISSING", "serve", "--no-demo"], {}, "does not exist: create it, or name another (--config"),
     (["serve", "--no-demo", "JOURNAL"], {}, "Invalid value for '[ROOTS]...'"),  # a file, not a directory
 ])
 def test_a_fatal_error_in_the_journal_carries_the_error_priority(tmp_path: Path, args, env, needle):
