@@ -19,7 +19,7 @@ from unittest import mock
 import apsw
 import click
 import pytest
-from conftest import REPO, cli_env, ingest
+from conftest import CORPUS, REPO, cli_env, ingest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logwriter import LogDir, event, llm_call
@@ -320,6 +320,24 @@ def test_another_programs_database_is_refused_untouched(tmp_path, args, version)
     assert "migrate" not in line
     assert db.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(db.name)] == [db.name]  # no -wal, no .lock
+
+
+@pytest.mark.parametrize("version", [7, 99])
+@pytest.mark.parametrize("args", [["ingest", "."], ["usage"]])
+def test_another_programs_database_with_its_write_ahead_log_is_refused_untouched(tmp_path, args, version):
+    # Closed as refused, the connection folded the other program's log into its database and removed the log.
+    db = tmp_path / "app.db"
+    writer = apsw.Connection(str(db))
+    for sql in ("PRAGMA journal_mode = WAL", f"PRAGMA user_version = {version:d}", "CREATE TABLE t (x)"):
+        writer.execute(sql).fetchall()
+    writer.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)  # its last rows stay in the log, as a crash leaves them
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.close()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert f"{db.name}-wal" in before
+    _one_line(run(*args, db=db), 2, f"{db} is not a ledger", "--db")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != f"{db.name}-shm"} == \
+        {name: data for name, data in before.items() if name != f"{db.name}-shm"}
 
 
 @pytest.mark.parametrize("args", [["ingest", "."], ["usage"]])
@@ -1142,3 +1160,62 @@ def test_a_big_export_is_not_held_in_memory(fmt):
         tracemalloc.stop()
     # Held, these rows take about 150 MB; spooled, the answer keeps at most 16 MiB of its text in memory.
     assert peak < 40 << 20, peak
+
+
+def _as_another_user() -> dict:
+    """How to run a command as a user the modes apply to: this one, or nobody when this is root (whom no
+    mode stops). Skips where nobody cannot run this checkout's Python."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody to run as")
+    kwargs = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import agentledger"], cwd="/", capture_output=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO / "src")}, **kwargs)
+        failed = probe.stderr[-200:] if probe.returncode else None
+    except PermissionError as exc:
+        failed = exc
+    if failed is not None:
+        pytest.skip(f"nobody cannot run this checkout's Python: {failed!r}")
+    return kwargs
+
+
+def test_a_ledger_read_through_a_link_is_read_with_the_log_beside_where_it_leads():
+    # The -wal and -shm are beside the file the link leads to. Judged by the link's place, a link in a directory
+    # the reader cannot write to a ledger a daemon writes was read as a file nobody writes, its log ignored:
+    # "an empty database", or "damaged, restore it from a backup" while it was written.
+    import tempfile
+
+    as_other = _as_another_user()
+    top = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        data, links = top / "data", top / "etc"
+        data.mkdir(mode=0o777)
+        links.mkdir(mode=0o755)
+        data.chmod(0o777)
+        db = data / "ledger.db"
+        ingest(db)  # tables only, folded into the file
+        held = apsw.Connection(str(db))  # a reader's snapshot keeps the log from being folded in at the close
+        held.execute("BEGIN")
+        held.execute("SELECT count(*) FROM sessions").fetchall()
+        ingest(db, CORPUS / "oc-telemetry")
+        for f in data.iterdir():
+            f.chmod(0o666)
+        (links / "ledger.db").symlink_to(db)
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        answers = [subprocess.run([sys.executable, "-m", "agentledger", "--db", str(where), "usage", "--json"],
+                                  cwd="/", env=env, capture_output=True, text=True, timeout=60, **as_other)
+                   for where in (db, links / "ledger.db")]
+        held.execute("COMMIT")
+        held.close()
+        assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
+        direct, linked = (json.loads(a.stdout) for a in answers)
+        assert direct["sessions"] > 0 and linked == direct
+    finally:
+        shutil.rmtree(top)

@@ -233,7 +233,7 @@ def open_writer(path: str | Path) -> apsw.Connection:
         try:
             _ready_to_write(conn, path)
         except BaseException:
-            conn.close()
+            _close_as_found(conn)
             raise
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise _unusable(path, exc) from None
@@ -302,6 +302,10 @@ def open_reader(path: str | Path) -> apsw.Connection:
     _nameable(path)
     if not ledger_exists(path):
         raise LedgerError(f"no ledger at {path}: run `agentledger ingest` or `agentledger serve` first, or pass --db")
+    # SQLite keeps the -wal and -shm beside the file a link leads to: what is beside the link tells nothing
+    # of them (a WAL a daemon writes there, read through a link in a read-only place as an immutable file,
+    # read as damaged).
+    path = Path(os.path.realpath(path))
     beside_unwritable = not os.access(path.parent, os.W_OK)
     # Opened for writing where this user may write the ledger and its directory, though it only reads: the
     # last connection to close then removes the -wal and -shm beside the ledger, where a read-only one
@@ -322,7 +326,7 @@ def open_reader(path: str | Path) -> apsw.Connection:
         try:
             _ready_to_read(conn, path)
         except BaseException:
-            conn.close()
+            _close_as_found(conn)
             raise
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise _unusable(path, exc) from None
@@ -334,6 +338,13 @@ def open_reader(path: str | Path) -> apsw.Connection:
                               "ledger with its -wal somewhere writable") from None
         raise _cannot_read(path, exc) from None
     return conn
+
+
+def _close_as_found(conn: apsw.Connection) -> None:
+    """Close a file refused (another program's database, a newer ledger) without the checkpoint the last
+    connection to a WAL database makes as it closes: it would write that file's log into it."""
+    conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    conn.close()
 
 
 def _ready_to_read(conn: apsw.Connection, path: Path) -> None:
