@@ -1219,3 +1219,39 @@ def test_a_ledger_read_through_a_link_is_read_with_the_log_beside_where_it_leads
         assert direct["sessions"] > 0 and linked == direct
     finally:
         shutil.rmtree(top)
+
+
+@pytest.mark.parametrize("wal_bytes", [0, 4096])
+def test_a_wal_and_shm_another_user_left_are_named_with_the_way_out(wal_bytes):
+    # A group member's query while no daemon ran left them, of the ledger's mode and theirs: the owner's next
+    # ingest or query could not open the ledger, told only to pick another --db or to run as its owner.
+    import tempfile
+
+    as_owner = _as_another_user()
+    top = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        top.chmod(0o777)
+        db = top / "ledger.db"
+        ingest(db)
+        others = os.geteuid() + 1 if not as_owner else 1  # root's files are nobody's to write too
+        for suffix in ("-wal", "-shm"):
+            side = Path(f"{db}{suffix}")
+            side.write_bytes(b"\0" * (wal_bytes if suffix == "-wal" else 32768))
+            side.chmod(0o640)
+            if as_owner:
+                os.chown(side, others, others)
+        if as_owner:
+            for path in (top, db):
+                os.chown(path, as_owner["user"], as_owner["group"])
+        elif os.access(f"{db}-shm", os.W_OK):
+            pytest.skip("cannot make a file this user may not write")
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        for args in (["ingest", str(top)], ["usage"]):
+            out = subprocess.run([sys.executable, "-m", "agentledger", "--db", str(db), *args], cwd="/", env=env,
+                                 capture_output=True, text=True, timeout=60, **as_owner)
+            want = "hold commits not yet folded" if wal_bytes else "remove them while no agentledger runs"
+            line = _one_line(out, 2, f"{db}-wal and {db}-shm belong to another user", want)
+            assert "run as a member" not in line and "pass --db" not in line
+        assert Path(f"{db}-wal").stat().st_size == wal_bytes
+    finally:
+        shutil.rmtree(top)

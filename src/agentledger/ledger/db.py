@@ -238,8 +238,31 @@ def open_writer(path: str | Path) -> apsw.Connection:
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise _unusable(path, exc) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError) as exc:
-        raise LedgerError(f"cannot write a ledger at {path}: {exc}; {_WRITABLE}") from None
+        raise LedgerError(f"cannot write a ledger at {path}: {exc}; {_others_beside(path) or _WRITABLE}") from None
     return conn
+
+
+def _others_beside(path: Path) -> str | None:
+    """The fix when the ledger's -wal or -shm belongs to a user this one cannot write as: a query by another
+    user who may read the ledger but not write it, while no daemon ran, makes them (SQLite gives them the
+    ledger's mode, and its owner only as root), and SQLite cannot use them."""
+    real = os.path.realpath(path)
+    theirs, holds = [], False
+    for name in (f"{real}-wal", f"{real}-shm"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if st.st_uid != os.geteuid() and not os.access(name, os.W_OK):
+            theirs.append(name)
+            holds |= name.endswith("-wal") and st.st_size > 0
+    if not theirs:
+        return None
+    if holds:  # commits not yet in the ledger's file: removed, they would be lost
+        return (f"{' and '.join(theirs)} belong to another user and hold commits not yet folded into the "
+                "ledger; run a query or `agentledger serve` once as that user (or as root), which folds them in")
+    return (f"{' and '.join(theirs)} belong to another user, whose query left them while no daemon ran; "
+            "remove them while no agentledger runs on the ledger, or run as that user")
 
 
 def _ready_to_write(conn: apsw.Connection, path: Path) -> None:
@@ -336,6 +359,9 @@ def open_reader(path: str | Path) -> apsw.Connection:
                               f"the ledger's {path.name}-shm beside it while {path.name}-wal is there (a daemon "
                               "writing, or one killed); start and stop `agentledger serve` once, or copy the "
                               "ledger with its -wal somewhere writable") from None
+        hint = _others_beside(path)
+        if hint:
+            raise LedgerError(f"cannot read {path} ({exc}): {hint}") from None
         raise _cannot_read(path, exc) from None
     return conn
 
