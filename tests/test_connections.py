@@ -22,15 +22,8 @@ from agentledger.ledger.db import ReaderPool, open_writer
 from conftest import ingest
 from logwriter import LogDir, llm_call
 from served import Served, count
-from serving import http_get, wait_for, write_config
+from serving import GATES, http_get, wait_for, write_config
 
-GATES = """
-[[gates]]
-name = "session-cost"
-scope = "session"
-metric = "cost_usd"
-limit = 5.0
-"""
 GATE = "/v1/gate?session_key=agent:main:s1&tool=exec"
 HALF_A_REQUEST = b"GET /metrics HTTP/1.1\r\n"  # a request line, and headers never ended
 

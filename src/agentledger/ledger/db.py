@@ -13,7 +13,7 @@ import functools
 import os
 import re
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -229,12 +229,7 @@ def open_writer(path: str | Path) -> apsw.Connection:
     _nameable(path)
     _make_parent(path)
     try:
-        conn = apsw.Connection(str(path))
-        try:
-            _ready_to_write(conn, path)
-        except BaseException:
-            _close_as_found(conn)
-            raise
+        conn = _readied(apsw.Connection(str(path)), _ready_to_write, path)
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise _unusable(path, exc) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError) as exc:
@@ -344,13 +339,8 @@ def open_reader(path: str | Path) -> apsw.Connection:
     if beside_unwritable and not wal:
         uri += "&immutable=1"
     try:
-        conn = apsw.Connection(uri, flags=(apsw.SQLITE_OPEN_READWRITE if writable else apsw.SQLITE_OPEN_READONLY)
-                               | apsw.SQLITE_OPEN_URI)
-        try:
-            _ready_to_read(conn, path)
-        except BaseException:
-            _close_as_found(conn)
-            raise
+        conn = _readied(apsw.Connection(uri, flags=(apsw.SQLITE_OPEN_READWRITE if writable else apsw.SQLITE_OPEN_READONLY)
+                                        | apsw.SQLITE_OPEN_URI), _ready_to_read, path)
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise _unusable(path, exc) from None
     except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.PermissionsError, PermissionError) as exc:
@@ -363,6 +353,16 @@ def open_reader(path: str | Path) -> apsw.Connection:
         if hint:
             raise LedgerError(f"cannot read {path} ({exc}): {hint}") from None
         raise _cannot_read(path, exc) from None
+    return conn
+
+
+def _readied(conn: apsw.Connection, ready: Callable[[apsw.Connection, Path], None], path: Path) -> apsw.Connection:
+    """``conn`` once ``ready`` found it a ledger to use; closed as it was found if not."""
+    try:
+        ready(conn, path)
+    except BaseException:
+        _close_as_found(conn)
+        raise
     return conn
 
 
