@@ -3,8 +3,8 @@
 Each connection holds a thread and a descriptor for as long as it is open, idle ones too: a keep-alive
 client between its requests, or one that sent half a request and stopped. So at most ``bound`` are served at
 once. Past it, the connection idle longest is closed to make room for the new one, which a gate's asking
-never has to wait for; only when every one is answering a request is the new one refused (a 503 sent
-without a thread of its own, and closed). Requests other than gates, hooks and the liveness probe answer on
+never has to wait for; only when every one is still answering a request a moment later is the new one
+refused (a 503 sent without a thread of its own, and closed). Requests other than gates, hooks and the liveness probe answer on
 at most seven eighths of them: however many queries and scrapes run, the rest is left to gates.
 """
 
@@ -36,6 +36,9 @@ _BUSY_REPLY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/j
 # tried again at once, it fails again at once, for as long as the descriptors stay taken.
 _OUT_OF_FDS_WAIT_S = 0.1
 _MADE_ROOM_WAIT_S = 0.01  # for the connection just closed to let go of its descriptor
+# How long a new connection waits for one answering a request to be done, before it is refused: a client has
+# its answer a moment before the thread that sent it takes up its next request, and asks again at once.
+_ROOM_WAIT_S = 0.05
 _EPISODE_S = 5.0  # failures closer together than this are one episode, logged once
 
 
@@ -60,6 +63,7 @@ class Listener(ThreadingHTTPServer):
         self.bound = bound(max_connections)
         self.others_bound = self.bound - max(1, self.bound // 8)
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)  # told when a connection falls idle or closes
         # Open connections waiting for a request, in the order they fell idle: the first, idle longest.
         self._idle: dict[socket.socket, None] = {}
         self._busy: dict[socket.socket, bool] = {}  # answering a request: whether one room is kept for
@@ -88,8 +92,9 @@ class Listener(ThreadingHTTPServer):
         time.sleep(_MADE_ROOM_WAIT_S if made_room else _OUT_OF_FDS_WAIT_S)
 
     def process_request(self, request: socket.socket, client_address) -> None:
-        with self._lock:
-            room = len(self._idle) + len(self._busy) < self.bound or self._close_idlest()
+        with self._answered:
+            room = self._answered.wait_for(
+                lambda: len(self._idle) + len(self._busy) < self.bound or self._close_idlest(), _ROOM_WAIT_S)
             if room:
                 self._idle[request] = None
         if room:
@@ -128,13 +133,15 @@ class Listener(ThreadingHTTPServer):
             return True
 
     def end(self, request: socket.socket) -> None:
-        with self._lock:
+        with self._answered:
             self._others -= not self._busy.pop(request)
             self._idle[request] = None
+            self._answered.notify()
 
     def shutdown_request(self, request: socket.socket) -> None:
-        with self._lock:
+        with self._answered:
             self._idle.pop(request, None)
+            self._answered.notify()
         super().shutdown_request(request)
 
     def handle_error(self, request: socket.socket, client_address) -> None:
