@@ -29,6 +29,7 @@ from agentledger.ledger.reconcile import reconcile
 from agentledger.ledger.verify import check_rollups, rebuild_rollups
 from agentledger.ledger.writer import LedgerWriter, now_ms
 from agentledger.sources import oc_transcript
+from agentledger.sources.common import derived_id, line_id
 
 SESSION = "5f0c1b52-0000-4000-8000-000000000001"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -1200,6 +1201,77 @@ def test_a_subagent_is_what_its_sessions_json_entry_says_whether_that_came_befor
     assert children == cli_json(afresh, "subagents")
     assert len(cli_json(db, "events")) == len(cli_json(afresh, "events")) == events
     assert rows(db, "SELECT told_by_child FROM subagents") == [(3,)]
+
+
+def _ids_before_entry_ids(db: Path) -> None:
+    """The transcripts' events in the ledger at ``db`` under the ids an agentledger from before entries were known
+    by their id gave them: a line's first fact's made from its session and its bytes, the others following it."""
+    conn = open_writer(db)
+    try:
+        files = conn.execute("SELECT id, path FROM files WHERE source = 'oc-transcript'").fetchall()
+        for file_id, path in files:
+            session, offset = oc_transcript.session_id_of(Path(path).name), 0
+            for line in Path(path).read_bytes().splitlines():
+                entry = orjson.loads(line)
+                now = line_id(f"{session}\n{entry['type']}\n{entry['id']}".encode())
+                before = line_id(f"{session}\n".encode() + line)
+                for ts, event in conn.execute("SELECT ts_ms, id FROM events WHERE file_id = ? AND offset = ?",
+                                              (file_id, offset)).fetchall():
+                    older = derived_id(before, event - now)
+                    conn.execute("UPDATE events SET id = ? WHERE ts_ms = ? AND id = ?", (older, ts, event))
+                    for table in ("llm_calls", "compactions"):
+                        conn.execute(f"UPDATE {table} SET event_id = ? WHERE ts_ms = ? AND event_id = ?",
+                                     (older, ts, event))
+                offset += len(line) + 1
+    finally:
+        conn.close()
+
+
+def _after_an_older_read(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """(the state dir, the ledger): the spawner's and its subagent's transcripts read by an agentledger from before
+    entries were known by their id, then something that has the subagent's lines decoded again, not read yet:
+    sessions.json naming who spawned it ("told-again"), or a ledger that held it under another key than the
+    subagent's while sessions.json said who spawned it ("keyed-anew")."""
+    state = tmp_path / "state"
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    if how == "keyed-anew":
+        write_spawn_index(sessions)
+    for session, body in spawn_transcripts().items():
+        (sessions / f"{session}.jsonl").write_bytes(b"".join(body))
+    db = tmp_path / "ledger.db"
+    ingest(db, state, fmt="oc-transcript")
+    _ids_before_entry_ids(db)
+    if how == "told-again":
+        write_spawn_index(sessions)
+    else:
+        conn = open_writer(db)
+        try:
+            conn.execute("UPDATE sessions SET session_key = ? WHERE session_id = ?", (f"agent:main:{SPAWNED}", SPAWNED))
+            rebuild_rollups(conn)
+        finally:
+            conn.close()
+    return state, db
+
+
+@pytest.mark.parametrize("how", ["told-again", "keyed-anew"])
+def test_a_subagent_an_older_ledger_read_counts_each_call_once_once_decoded_again(tmp_path, how):
+    # Once sessions.json named its spawner, or the subagent took its own key, its lines were decoded again for
+    # what that adds (the spawn its header tells, its end), and every fact of theirs was indexed a second time
+    # under the ids made now: its model call counted twice (llm_calls, tokens, cost), `events` listed each line
+    # twice.
+    state, db = _after_an_older_read(tmp_path, how)
+    ingest(db, state, fmt="oc-transcript")
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, state, fmt="oc-transcript")
+    assert cli_json(db, "usage") == cli_json(afresh, "usage")
+    assert cli_json(db, "usage")["llm_calls"] == 2
+    assert sorted(e["kind"] for e in cli_json(db, "events")) == sorted(e["kind"] for e in cli_json(afresh, "events"))
+    assert rows(db, "SELECT told_by_child FROM subagents") == [(3,)]
+    verify = subprocess.run([sys.executable, "-m", "agentledger", "verify"], env=cli_env(db),
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
 
 
 # What the interpreter opens and lists while a test watches (sys.audit); a hook stays for the process.

@@ -272,12 +272,14 @@ class Pipeline:
         yields (a subagent's end, see FileDecoder.rederives) are missing, which a straight read of the
         file under its new key has. Those lines are decoded again, as
         batches for the transaction that changes the key (OpenBatches.rekey), so neither can be
-        committed without the other. ``decode`` reads on from where they end, as a straight read would."""
+        committed without the other. Only the facts a key gives are kept of them (FileDecoder.keyed): the rest
+        were indexed when the lines were read. ``decode`` reads on from where they end, as a straight read would."""
         rederives = getattr(decode, "rederives", None)
         if rederives is None or not rederives(held):
             return
         for chunk in read_back():
-            row, facts = chunk.row, self._batch(chunk, decode).facts
+            row = chunk.row
+            facts = [item for item in self._batch(chunk, decode).facts if decode.keyed(item[2])]
             yield Batch(file_id=row.id, path=chunk.path, start_offset=row.offset, end_offset=row.offset, lines=0,
                         size=row.size, facts=facts, tail_len=row.tail_len, tail_hash=row.tail_hash)
 

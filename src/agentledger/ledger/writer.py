@@ -180,6 +180,13 @@ _EXISTING_EVENTS = (
     "SELECT e.ts_ms, e.id FROM json_each(?) AS j "
     "JOIN events AS e ON e.ts_ms = j.value ->> 0 AND e.id = j.value ->> 1"
 )
+# The events of lines decoded again that tell a fact of theirs under another id: its older copies (see OpenBatches.rekey).
+_OLDER_COPIES = """
+DELETE FROM events WHERE (ts_ms, id) IN (
+    SELECT e.ts_ms, e.id FROM json_each(?2) AS j
+    JOIN events AS e ON e.ts_ms = j.value ->> 0 AND e.id <> j.value ->> 1
+    WHERE e.file_id = ?1 AND e.offset = j.value ->> 2 AND e.kind = j.value ->> 3)
+"""
 
 _UPSERT_SESSION = """
 INSERT INTO sessions (session_id, session_key, agent_id, source, first_ms, last_ms)
@@ -853,8 +860,11 @@ class OpenBatches:
         the facts that lines the files' checkpoints are already past yield under the new key (see
         Pipeline._rederived). Each starts and ends at its file's checkpoint, which it checks and leaves
         where it is (``lines`` 0); every fact indexed before is a duplicate, counted as nothing, so only
-        what the new key yields that the old one did not is new. Both or neither: whatever ``rederived``
-        raises (lines that cannot be read again now) leaves the key and the ledger as they were."""
+        what the new key yields that the old one did not is new. An agentledger from before transcript entries
+        were known by their id made a line's ids from its bytes: an event of a fact's kind at the fact's line
+        under another id (the spawn a subagent's header told it) is the fact's older copy, and goes as the
+        fact is applied again. Both or neither: whatever ``rederived`` raises (lines that cannot be read again
+        now) leaves the key and the ledger as they were."""
         self._write()
         saved = replace(self.result, sessions=set(self.result.sessions))
         conn = self.writer.conn
@@ -865,6 +875,8 @@ class OpenBatches:
                     assert batch.start_offset == batch.end_offset and batch.lines == 0 and not batch.rejects
                     result = self.writer._apply_batches(conn, [batch], self.ts)
                     result.duplicate_facts = 0
+                    told = [(f.ts_ms, f.event_id, offset, f.kind) for offset, _, f in batch.facts]
+                    conn.execute(_OLDER_COPIES, (batch.file_id, orjson.dumps(told).decode()))
                     self.result.add(result)
         except BaseException:
             self.result = saved

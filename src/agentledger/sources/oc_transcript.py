@@ -663,6 +663,14 @@ class FileDecoder:
         a key that stops being a subagent's has nothing to give again (their ids do not depend on it)."""
         return (is_subagent_key(self.session_key) and not is_subagent_key(held)) or self.spawned_by is not None
 
+    @staticmethod
+    def keyed(fact: Fact) -> bool:
+        """Whether ``fact`` is one that only a key gives (see rederives): a subagent's end, its header's spawn.
+        A line decoded again gave its other facts when it was first read, under ids that an agentledger from
+        before entries were known by their id (see __call__) made from the line's bytes: decoded again, they
+        would be indexed a second time under the ids made now, each model call counted twice."""
+        return fact.__class__ is SubagentEnded or (fact.__class__ is SubagentSpawned and fact.by_child)
+
     def tells_spawn(self) -> bool:
         """Whether its header tells its own spawn: only once sessions.json names who spawned it. A ledger that
         read the header before then, under the key the parent's spawn gave, lacks it (see Pipeline._keys_due)."""
