@@ -1273,6 +1273,42 @@ def test_a_subagent_an_older_ledger_read_counts_each_call_once_once_decoded_agai
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def test_an_upgraded_ledger_that_counted_a_subagents_calls_twice_counts_them_once_migrated(
+        tmp_path, monkeypatch, oc_corpus, claude_corpus):
+    """An agentledger before 0046 decoded the subagent's lines again and indexed each twice (see the test above):
+    migrating keeps one copy of each, and leaves the other sources' calls as they were."""
+    from agentledger.ledger import writer
+
+    state, db = _after_an_older_read(tmp_path, "told-again")
+    ingest(db, oc_corpus)
+    ingest(db, claude_corpus, fmt="claude-code")
+    with monkeypatch.context() as older:  # as it read them: every fact of a line again, no copy dropped
+        older.setattr(oc_transcript.FileDecoder, "keyed", staticmethod(lambda fact: True))
+        older.setattr(writer, "_OLDER_COPIES", "SELECT ?1, ?2")
+        ingest(db, state, fmt="oc-transcript")
+    assert rows(db, "SELECT count(*) FROM llm_calls WHERE session_id = ?", (SPAWNED,)) == [(2,)]
+    others = "SELECT * FROM llm_calls WHERE source <> 'oc-transcript' ORDER BY id"
+    before = rows(db, others)
+    conn = open_writer(db)
+    try:
+        as_of_version(conn, 45)
+    finally:
+        conn.close()
+    ingest(db, state, fmt="oc-transcript")  # migrates first
+    afresh = tmp_path / "afresh.db"
+    ingest(afresh, state, fmt="oc-transcript")
+    ingest(afresh, oc_corpus)
+    ingest(afresh, claude_corpus, fmt="claude-code")
+    assert cli_json(db, "usage") == cli_json(afresh, "usage")
+    assert rows(db, others) == before
+    child = "SELECT event_id FROM llm_calls WHERE session_id = ?"  # the copy a fresh read makes
+    assert rows(db, child, (SPAWNED,)) == rows(afresh, child, (SPAWNED,))
+    kinds = "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind"
+    assert rows(db, kinds) == rows(afresh, kinds)
+    verify = subprocess.run([sys.executable, "-m", "agentledger", "verify"], env=cli_env(db),
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
 
 # What the interpreter opens and lists while a test watches (sys.audit); a hook stays for the process.
 _WATCHED: list[tuple[str, str]] | None = None

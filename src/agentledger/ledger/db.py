@@ -42,7 +42,10 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                                   "session_fallback_costs"),
                                              37: ("usage_slots", "usage_days", "session_ids", "compaction_pairs"),
                                              40: ("session_totals", "session_model_totals", "compaction_pairs"),
-                                             41: ("usage_slots", "usage_days")}
+                                             41: ("usage_slots", "usage_days"),
+                                             46: ("duration_buckets", "session_totals", "run_llm_totals",
+                                                  "session_model_totals", "usage_slots", "usage_days",
+                                                  "cost_source_totals", "compaction_pairs")}
 # Migrations finished by a rule the writer applies (a function of side_branches.py, named here), where a fresh read and the
 # migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the writer's
 # statements are written for, and before the refills.
