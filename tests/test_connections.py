@@ -165,7 +165,9 @@ def test_queries_past_their_share_of_connections_are_refused_and_gates_still_ans
                     busy.enter_context(server.readers.slot())
                 waiting = [pool.submit(http_get, server.address, "/v1/usage") for _ in range(7)]
                 # An eighth of the connections is kept from them: with seven waiting, no other query is taken.
-                wait_for(lambda: http_get(server.address, "/v1/hot")[0] == 503, 10, "queries refused")
+                # (Asked before the seven are, a query would wait for a reader too.)
+                wait_for(lambda: server.httpd.others_bound == server.httpd.others_busy == 7, 10, "seven waiting")
+                assert http_get(server.address, "/v1/hot")[0] == 503
                 with urllib.request.urlopen(server.address + "/v1/gate?session_key=k&tool=t", timeout=10) as reply:
                     assert json.loads(reply.read())["decision"] == "allow"
                 assert http_get(server.address, "/healthz") == (200, {"status": "ok"})

@@ -71,6 +71,11 @@ class Listener(ThreadingHTTPServer):
         self._out_of_fds_at = -math.inf
         super().__init__(address, handler)
 
+    @property
+    def others_busy(self) -> int:
+        """How many connections answer a request other than a gate's, a hook's or the liveness probe's."""
+        return self._others
+
     def get_request(self) -> tuple[socket.socket, object]:
         try:
             return super().get_request()
