@@ -117,6 +117,55 @@ def test_a_streamed_response_is_one_call_with_its_final_usage_across_ingests(tmp
     assert u["cost_usd"] > 0
 
 
+def _tools_by_run(db: Path, *runs: str) -> list[list[tuple]]:
+    return [[(t["tool_name"], t["status"]) for t in cli_json(db, "run", run)["tool_calls_list"]] for run in runs]
+
+
+@pytest.mark.parametrize("cut", [None, 3], ids=["one-ingest", "the-result-read-later"])
+def test_a_tool_result_written_after_the_next_prompt_ends_the_call_of_the_turn_that_asked(tmp_path, db, cut):
+    """The user may prompt again while a tool runs: the result written after that prompt ended a second call in
+    the new turn, and the turn that asked for it kept its call open, then interrupted."""
+    project = _project(tmp_path)
+    transcript = project / f"{SESSION}.jsonl"
+    lines = [cc_prompt("u1", "run the tests", 0),
+             cc_assistant("a1", "msg_1", {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}},
+                          output=80, second=1, stop="tool_use"),
+             cc_prompt("u2", "and check lint", 10),
+             cc_result("r1", "toolu_1", 11),
+             cc_assistant("a2", "msg_2", {"type": "text", "text": "Both pass."}, output=40, second=12, request="req_2",
+                          stop="end_turn")]
+    transcript.write_bytes(b"".join(lines[:cut]))
+    ingest(db, tmp_path / "claude", fmt="claude-code")
+    if cut is not None:
+        with transcript.open("ab") as f:
+            f.write(b"".join(lines[cut:]))
+        ingest(db, tmp_path / "claude", fmt="claude-code")
+    settle(db)
+    u = usage(db)
+    assert (u["tool_calls"], u["tool_errors"], u["interrupted_runs"]) == (1, 0, 0)
+    assert _tools_by_run(db, "u1", "u2") == [[("Bash", "ok")], []]
+    _clean(db)
+
+
+@pytest.mark.parametrize("cut", [None, 4], ids=["one-ingest", "the-result-read-later"])
+def test_a_tool_result_written_after_the_next_user_message_ends_the_call_of_the_run_that_asked(tmp_path, db, cut):
+    """OpenClaw's transcripts too: a toolResult written after the user's next message ended a second call."""
+    sid = "807d602d-0000-4000-8000-000000000003"
+    path = _sessions_dir(tmp_path, "agent:main:main", sid) / f"{sid}.jsonl"
+    lines = [oc_header(sid), oc_user("u1", 1), oc_assistant("a1", 2, tool="call_1"), oc_user("u2", 3),
+             oc_result("t1", 4, "call_1"), oc_assistant("a2", 5)]
+    path.write_bytes(b"".join(lines[:cut]))
+    ingest(db, tmp_path / "state", fmt="oc-transcript")
+    if cut is not None:
+        with path.open("ab") as f:
+            f.write(b"".join(lines[cut:]))
+        ingest(db, tmp_path / "state", fmt="oc-transcript")
+    settle(db)
+    assert (usage(db)["tool_calls"], usage(db)["tool_errors"]) == (1, 0)
+    assert _tools_by_run(db, f"{sid}:u1", f"{sid}:u2") == [[("exec", "ok")], []]
+    _clean(db)
+
+
 @pytest.mark.parametrize("usage", [
     {"input_tokens": 100_000, "input_tokens_details": {"cached_tokens": 90_000}, "output_tokens": 1000},
     {"prompt_tokens": 100_000, "prompt_tokens_details": {"cached_tokens": 90_000}, "completion_tokens": 1000}],

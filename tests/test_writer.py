@@ -7,13 +7,14 @@ import os
 import threading
 import time
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledgerdump import dump, scalar, verify
-from logwriter import LogDir, llm_call
+from ledgerdump import dump, scalar, usage, verify
+from logwriter import LogDir, event, llm_call
 from serving import wait_for
-from conftest import ingest
+from conftest import cli_json, ingest, settle
 
 from agentledger.facts import LlmCall, Tokens, ToolEnded, ToolStarted
 from agentledger.ingest import Pipeline, specs_from
@@ -447,3 +448,40 @@ def test_a_call_started_and_ended_in_one_batch_is_the_row_a_start_then_an_end_le
     by_statement = sorted(prior, key=lambda f: f.kind != "tool.start") + sorted(lines, key=lambda f: f.kind != "tool.start")
     one_by_one = _ledger_of(tmp / "alone.db", [[f] for f in by_statement])
     assert together == one_by_one
+
+
+def _tool_event(n: int, kind: str, data: dict, run: str | None) -> bytes:
+    """A tool event as OpenClaw writes one (no sessionId), of ``run``; None: it has no runId at all."""
+    line = orjson.loads(event(n, kind, {"toolName": "exec", "toolCallId": "tc1"} | data, session_id="unknown"))
+    if run is None:
+        del line["runId"]
+    else:
+        line["runId"] = run
+    return orjson.dumps(line) + b"\n"
+
+
+@pytest.mark.parametrize("named", [None, "unknown"], ids=["no-runId", "runId-unknown"])
+@pytest.mark.parametrize("order", ["start-first", "end-first"])
+@pytest.mark.parametrize("cut", [None, 2], ids=["one-ingest", "a-line-apart"])
+def test_a_tool_end_that_names_no_run_ends_the_call_its_start_began(tmp_path, db, named, order, cut):
+    """A tool.end's runId is optional, and "unknown" says none (FORMATS.md §1); its toolCallId pairs it with
+    its start. Such an end made a second call, and the one its start began was left open and then interrupted."""
+    model = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
+    start = _tool_event(2, "tool.start", {"params": {"command": "make"}}, "r1")
+    end = _tool_event(3, "tool.end", {"isError": True, "durationMs": 10, "error": "exit 2"}, named)
+    lines = [event(1, "run.start", model, run="r1"), *([start, end] if order == "start-first" else [end, start]),
+             event(4, "run.end", model | {"stopReason": "stop"}, run="r1")]
+    logs = LogDir(tmp_path / "state")
+    logs.append(b"".join(lines[:cut]))
+    ingest(db, tmp_path / "state")
+    if cut is not None:
+        logs.append(b"".join(lines[cut:]))
+        ingest(db, tmp_path / "state")
+    LogDir(tmp_path / "copy").append(b"".join(lines))
+    ingest(db, tmp_path / "copy")  # a copy of the log changes nothing
+    settle(db)
+    u = usage(db)
+    assert (u["tool_calls"], u["tool_errors"], u["interrupted_runs"]) == (1, 1, 0)
+    assert [(t["tool_name"], t["status"], t["started_at"] is not None, t["duration_ms"])
+            for t in cli_json(db, "run", "r1")["tool_calls_list"]] == [("exec", "error", True, 10)]
+    assert verify(db) == []

@@ -94,12 +94,6 @@ _BRANCH_ROWS = (
     "SELECT tc.branch, tc.tool_call_id FROM json_each(?) AS j "
     "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1"
 )
-# The runs the stored starts of these (branch, call) pairs are in.
-_BRANCH_STARTS = (
-    "SELECT tc.branch, tc.tool_call_id, tc.run_id FROM json_each(?) AS j "
-    "JOIN tool_calls AS tc ON tc.branch = j.value ->> 0 AND tc.tool_call_id = j.value ->> 1 "
-    "WHERE tc.started_ms IS NOT NULL"
-)
 # Rows of these sessions' side branches ([session, lowest, highest branch, time] each) that may not be in
 # the run their session was in at their time, now that runs begun at that time are known: those stored
 # under no run, and those of that time or later. Each with that run (None: none the ledger knows) and the
@@ -341,23 +335,6 @@ def _branch_spawns(conn: apsw.Connection, named: dict[str, str | None]) -> set[s
     return tracker.touched
 
 
-def _ends_with_their_starts(conn: apsw.Connection, facts: list[Fact]) -> None:
-    """A side branch's tool call is one row, in the run of its start (see _side_rows_into_runs). Its end
-    names the run of its own time, another turn if the user's next prompt came while the call ran (a
-    subagent working in the background): it takes its start's run, the batch's start's or the stored one's,
-    or a read of the prompt before the end would make the call two rows."""
-    ends = [f for f in facts if type(f) is ToolEnded and f.branch is not None and f.source == CLAUDE_CODE]
-    if not ends:
-        return
-    runs = {(f.branch, f.tool_call_id): f.run_id for f in facts if type(f) is ToolStarted and f.branch is not None}
-    asked = sorted({(f.branch, f.tool_call_id) for f in ends} - runs.keys())
-    if asked:
-        for branch, call_id, run_id in conn.execute(_BRANCH_STARTS, (orjson.dumps(asked).decode(),)):
-            runs[(branch, call_id)] = run_id or None  # '': its start found no run, which its end may have
-    for f in ends:
-        f.run_id = runs.get((f.branch, f.tool_call_id)) or f.run_id
-
-
 def _branch_tools(conn: apsw.Connection, facts: list[Fact], tool_keys: set[tuple[str, str]]) -> bool:
     """Tool calls on a side branch count in its session once any event names it, as its calls do.
 
@@ -500,15 +477,15 @@ class SideBranches:
     @classmethod
     def for_batch(cls, conn: apsw.Connection, parts: list[Part], facts: list[Fact]) -> SideBranches:
         """``facts``: those of ``parts``, in order. Settles, before their events are inserted, what the lines
-        are: a branch's copy of a result is a bare event, the spawns an end names take the child's key, calls
-        and spawns of branches that are sessions go to them, and a branch's tool call ends in its start's run."""
+        are: a branch's copy of a result is a bare event, the spawns an end names take the child's key, and calls
+        and spawns of branches that are sessions go to them (a branch's tool call ends in its start's run, as
+        every call does: see the writer's _ends_with_their_starts)."""
         replayed = _replayed_results(conn, parts)
         if replayed:
             parts = _as_events(parts, replayed)
             facts = [item[2] for _, _, items in parts for item in items]
         renamed = _rename_subagents(conn, facts)
         spans, moved = _side_branches(conn, facts)
-        _ends_with_their_starts(conn, facts)
         return cls(conn, parts, facts, spans, moved | renamed)
 
     def before(self, sessions: dict[str, list], tool_keys: set[tuple[str, str]]) -> list[tuple[str, str]]:

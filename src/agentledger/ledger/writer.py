@@ -409,10 +409,17 @@ _HOOK_ROWS = f"""
 SELECT tc.run_id, tc.tool_call_id, tc.session_key FROM json_each(?) AS j
 JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND tc.source = '{HOOK_ROW_SOURCE}'
 """
-# Transcript rows put under no run: their line was read before its session's run was.
-_RUNLESS_ROWS = f"""
-SELECT tc.run_id, tc.tool_call_id, tc.session_key, tc.branch FROM json_each(?) AS j
-JOIN tool_calls AS tc ON tc.run_id = '' AND tc.tool_call_id = j.value AND tc.source = '{CLAUDE_CODE}'
+# The rows of these calls (by id) that may be one with a line of theirs, wherever the lines put them (_place tells
+# which are one call's): Claude Code's, any (a hook may have ended one before the transcript's end line is read), and
+# the others' that lack their start or their end.
+_CALL_COLUMNS = ("tc.tool_call_id, tc.run_id, tc.started_ms IS NOT NULL, tc.source, tc.branch, tc.session_id, "
+                 "tc.session_key")
+_CALL_ROWS = f"""
+SELECT {_CALL_COLUMNS} FROM json_each(?1) AS j
+JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND tc.source = '{CLAUDE_CODE}'
+UNION
+SELECT {_CALL_COLUMNS} FROM json_each(?1) AS j
+JOIN tool_calls AS tc ON tc.tool_call_id = j.value AND (tc.started_ms IS NULL OR tc.ended_ms IS NULL)
 """
 _CLAIM_HOOK_ROW = "UPDATE tool_calls SET source = ? WHERE run_id = ? AND tool_call_id = ?"
 _HOOK_EVENT = "INSERT OR IGNORE INTO hook_events (id, ts_ms, session_id, event) VALUES (?, ?, ?, ?)"
@@ -581,6 +588,43 @@ def _pair_tools(rows: dict[str, list[tuple]], branched: set[str]) -> None:
          _first(e[10], s[7]), _first(e[11], s[8]), e[12], _first(s[9], e[13]), e[14])
         for s, e in pairs.values()
     ]
+
+
+def _place(source: str, call_id: str, branch: str | None, session_id: str | None, session_key: str | None) -> tuple:
+    """What makes tool lines, and rows, one call's: its id in its source, on its side branch if it is on one (a
+    branch replays its session's calls under their ids), else in its session, by id where the line names one
+    (telemetry's tool events name only the key)."""
+    if branch is not None:
+        return source, call_id, branch
+    if session_id is not None:
+        return source, call_id, None, session_id
+    return source, call_id, None, None, session_key
+
+
+def _ends_with_their_starts(conn: apsw.Connection, facts: list[Fact]) -> None:
+    """A tool call is one row, in the run of its start. Its end may name another run, or none: a transcript's
+    result names the turn of its own time, a later one when the user's next prompt came while the tool ran (or,
+    on a side branch, while a subagent worked in the background), and a telemetry tool.end may lack its runId.
+    It takes its start's run, the batch's start's or the stored one's, or the call would be two rows; a start
+    under no run leaves the end its own, where _rows_told moves the start's row. Only the ends whose start is
+    not in the batch are looked up."""
+    starts: dict[tuple, str | None] = {}
+    ends: list[tuple[tuple, ToolEnded]] = []
+    for f in facts:
+        t = type(f)
+        if t is ToolStarted:
+            starts[_place(f.source, f.tool_call_id, f.branch, f.session_id, f.session_key)] = f.run_id
+        elif t is ToolEnded:
+            ends.append((_place(f.source, f.tool_call_id, f.branch, f.session_id, f.session_key), f))
+    asked = {place for place, _ in ends if place not in starts}
+    if asked:
+        ids = orjson.dumps(sorted({place[1] for place in asked})).decode()
+        for call_id, run_id, started, source, *where in conn.execute(_CALL_ROWS, (ids,)):
+            place = _place(source, call_id, *where)
+            if started and place in asked and starts.get(place) is None:  # of two starts, one with a run
+                starts[place] = run_id or None
+    for place, f in ends:
+        f.run_id = starts.get(place) or f.run_id
 
 
 def _tool_observed(f: ToolObserved) -> tuple:
@@ -1046,6 +1090,7 @@ class LedgerWriter:
         branches = (SideBranches.for_batch(conn, parts, facts) if CLAUDE_CODE in sources
                     else NoSideBranches(parts, facts))
         parts, facts = branches.parts, branches.facts
+        _ends_with_their_starts(conn, facts)
         fresh = parts
         copies: list[LlmCall] = []
         prepared = _prepare(parts)
@@ -1124,15 +1169,22 @@ class LedgerWriter:
     def _rows_told(conn: apsw.Connection, prepared: _Prepared) -> list[tuple[str, str, str, str]]:
         """Rows made elsewhere for calls this batch's lines tell: (their run, call id, the line's run, source).
 
-        A hook could only guess the run; the transcript knows it. A side branch's line read before
-        its session's run was (a subagent's file read ahead of the session's prompt) found no run,
-        and the call's later lines on that branch do. Either way the row moves to the line's run,
-        where the line's own upsert completes it rather than starting a second row of the call (its
-        old key joins the batch's tool keys, so the rollups follow the move)."""
+        A hook could only guess the run; the transcript knows it. A line read before its session's run
+        was (a subagent's file read ahead of the session's prompt) found no run, and so did a telemetry
+        tool.end without its runId: the call's line that names its run (its start, or on a side branch
+        its end) does. So does a start whose end, read first, named another run. Either way the row
+        moves to the line's run, where the line's own upsert completes it rather than starting a second
+        row of the call (its old key joins the batch's tool keys, so the rollups follow the move)."""
         told: dict[str, tuple] = {}
+        # The calls the batch has one line of (and whether it is the start): the others' rows are the batch's own.
+        lone: dict[str, tuple[tuple, bool]] = {}
         for sql in (_TOOL_STARTED, _TOOL_ENDED):
             for row in prepared.rows.get(sql, ()):
-                told.setdefault(row[1], row)
+                if row[1] in told:
+                    lone.pop(row[1], None)
+                else:
+                    told[row[1]] = row
+                    lone[row[1]] = row, sql is _TOOL_STARTED
         if not told:
             return []
         out = []
@@ -1143,13 +1195,14 @@ class LedgerWriter:
             if key == row[5] or (row[-1] is not None and key == branch_key(row[-1])):
                 out.append((run_id, call_id, row[0], row[3]))
                 prepared.tool_keys.add((run_id, call_id))
-        placed = [call_id for call_id, row in told.items() if row[0] and row[3] == CLAUDE_CODE]
+        placed = [call_id for call_id, (row, _) in lone.items() if row[0]]
         if placed:
-            # Only the same branch's lines (a start's or an end's branch is its row's last value): a main-branch
-            # line of a call a branch replayed leaves the replay's row to side_branches._replayed_tools.
-            for run_id, call_id, key, branch in conn.execute(_RUNLESS_ROWS, (orjson.dumps(placed).decode(),)):
-                row = told[call_id]
-                if (key, branch) == (row[5], row[-1]):
+            # Only the same call's rows (see _place; a line's session and branch are its row's last values): a
+            # main-branch line of a call a branch replayed leaves the replay's row to side_branches._replayed_tools.
+            for call_id, run_id, started, source, *where in conn.execute(_CALL_ROWS, (orjson.dumps(placed).decode(),)):
+                row, start = lone[call_id]
+                if (run_id != row[0] and (run_id == "" or (start and not started))
+                        and _place(source, call_id, *where) == _place(row[3], call_id, row[-1], row[-2], row[5])):
                     out.append((run_id, call_id, row[0], row[3]))
                     prepared.tool_keys.add((run_id, call_id))
         return out
