@@ -134,6 +134,15 @@ def agent_from_key(session_key: str | None) -> str | None:
     return None
 
 
+def agents_dir(folder: str) -> tuple[str | None, str]:
+    """(``<state>/agents``, the agent's name) of an agent's folder ``<state>/agents/<agent>/<folder>``
+    (its ``sessions`` or ``telemetry``); (None, "") for a folder elsewhere."""
+    agents, agent = os.path.split(os.path.dirname(folder))
+    if agent and os.path.basename(agents) == "agents" and os.path.basename(folder):
+        return agents, agent
+    return None, ""
+
+
 def reject(line: bytes, offset: int, reason: str) -> Reject:
     return Reject(offset=offset, length=len(line), reason=reason[:300], head=line[:HEAD_BYTES])
 

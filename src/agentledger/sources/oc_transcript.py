@@ -70,6 +70,7 @@ from agentledger.sources.common import (
     RunLookup,
     RunTracker,
     agent_from_key,
+    agents_dir,
     count,
     derived_id,
     duration,
@@ -619,7 +620,7 @@ def _folder_keys(folder: str) -> tuple[str | None, dict[str, dict], list[str], d
     known = memo.get(folder) if memo is not None else None
     if known is None:
         siblings = _sibling_dirs(folder)
-        agents, agent = _agents_dir(folder)
+        agents, agent = agents_dir(folder)
         by_id = index(folder)
         if agents is None:
             named = {agent_from_key(entry["key"]) for entry in by_id.values()}
@@ -801,22 +802,13 @@ def _spawned_key(content: object) -> str | None:
 def _sibling_dirs(folder: str) -> list[str]:
     """The sessions folders of every agent beside the sessions ``folder`` (a subagent may run as
     another agent than its parent), or the folder alone outside an ``agents/`` tree."""
-    agents, _ = _agents_dir(folder)
+    agents, _ = agents_dir(folder)
     if agents is not None:
         try:
             return [os.path.join(agents, a, "sessions") for a in sorted(os.listdir(agents))]
         except OSError:
             pass
     return [folder]
-
-
-def _agents_dir(folder: str) -> tuple[str | None, str]:
-    """(``<state>/agents``, the agent's name) of a sessions folder ``<state>/agents/<agent>/<folder>``;
-    (None, "") for a folder elsewhere."""
-    agents, agent = os.path.split(os.path.dirname(folder))
-    if agent and os.path.basename(agents) == "agents" and os.path.basename(folder):
-        return agents, agent
-    return None, ""
 
 
 # sibling folders → (their indexes, the keys those list): every archive decoded asks, and a union of
