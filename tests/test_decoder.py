@@ -31,7 +31,7 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.sources.common import MAX_DURATION_MS, MAX_TIME_MS
-from agentledger.sources.oc_telemetry import decode
+from agentledger.sources.oc_telemetry import decode, opener
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TS = 1_760_000_000_123
@@ -76,6 +76,21 @@ def rejected(raw: bytes, offset: int = 0) -> Reject:
 
 
 # -- one test per event kind -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, folder", [
+    ("/s/agents/work/telemetry/events.jsonl", "work"),
+    ("/s/agents/work/telemetry/events.2026-10-01.jsonl", "work"),
+    ("/s/agents/unknown/telemetry/events.jsonl", None),  # OpenClaw's placeholder names no agent
+    ("/s/agents/work/logs/events.jsonl", None),
+    ("/backup/telemetry/events.jsonl", None),  # a telemetry directory kept elsewhere
+])
+def test_a_line_naming_no_agent_carries_the_agent_its_folder_names(path, folder):
+    decode_file = opener(path, lambda session, ts: None)
+    fact = decode_file(line("llm.call", {"delta": {"input": 1}}, sessionKey="global"), 0)
+    assert (fact.agent_id, fact.agent_folder) == (None, folder)
+    named = decode_file(line("tool.start", {"toolCallId": "t1"}, agentId="ops"), 0)
+    assert (named.agent_id, named.agent_folder) == ("ops", None)
 
 
 def test_session_start_with_resumed_from():

@@ -397,6 +397,20 @@ def test_day_scopes_count_today_in_the_configured_zone(ledger_with):
     assert d.reason == "all agents together spent $5.00 of its $5.00 daily budget today (Europe/Berlin) (gate all-day)"
 
 
+def test_an_agent_day_gate_counts_the_calls_that_name_no_agent_as_their_runs_agents(ledger_with):
+    """OpenClaw's llm.call names no agent, and a session keyed ``global`` none either: the run's start does.
+    The call counts in that agent's day, in whichever agent's folder the gateway keeps the log."""
+    from test_inferred_agents import call, run_start
+
+    ledger = ledger_with([gate(name="work-day", scope="agent-day", limit=1.0, agents=["work"])])
+    ledger.add(run_start(1), agent="main")
+    assert ledger.ask("global").decision == "allow"
+    ledger.add(call(2), call(3), call(4), agent="main")
+    d = ledger.ask("global")
+    assert (d.decision, d.gate, d.value) == ("block", "work-day", 1.5)
+    assert d.reason == "agent work spent $1.50 of its $1.00 daily budget today (UTC) (gate work-day)"
+
+
 def test_a_day_gate_starts_from_zero_when_the_clock_passes_midnight(ledger_with):
     midnight = (NOW_MS // 86_400_000 + 1) * 86_400_000
     ledger = ledger_with([gate(name="all-day", scope="global-day", limit=2.0)])

@@ -22,6 +22,9 @@ class Fact:
     session_id: str | None = None
     run_id: str | None = None
     seq: int | None = None  # the producer's per-process counter, where it has one: a drop means it restarted
+    # Of a line that names no agent, the agent whose folder its file is in (``agents/<id>/``): whose the fact is
+    # when neither its run nor its session names one either (the ledger's to know, see ledger/agents.py).
+    agent_folder: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -45,7 +45,9 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                              41: ("usage_slots", "usage_days"),
                                              46: ("duration_buckets", "session_totals", "run_llm_totals",
                                                   "session_model_totals", "usage_slots", "usage_days",
-                                                  "cost_source_totals", "compaction_pairs")}
+                                                  "cost_source_totals", "compaction_pairs"),
+                                             48: ("usage_slots", "usage_days", "tool_slots", "tool_days",
+                                                  "compaction_pairs")}
 # Migrations finished by a rule the writer applies (a function of side_branches.py, named here), where a fresh read and the
 # migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the writer's
 # statements are written for, and before the refills.

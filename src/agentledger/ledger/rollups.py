@@ -318,6 +318,25 @@ def move_llm_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[
     return set(d.session)
 
 
+def tool_rows(conn: apsw.Connection, keys: list[list[str]]) -> dict:
+    """The tool_calls rows of these keys ([run id, call id] each, sorted), as the rollups read them."""
+    return _read(conn, _READ_TOOLS, keys, 2)
+
+
+def move_tool_calls(conn: apsw.Connection, old_rows: list[tuple], new_rows: list[tuple]) -> None:
+    """Rollups follow tool_calls rows changed in place (old → new, rows ``tool_rows`` read)."""
+    d = Deltas()
+    for row in old_rows:
+        d.tool(row, -1)
+    for row in new_rows:
+        d.tool(row, +1)
+    _write(conn, _ADD_TOOL_SLOT, d.tool_slot)
+    _write(conn, _ADD_TOOL_DAY, _by_day(d.tool_slot))
+    _write(conn, _ADD_RUN_TOOLS, d.run_tools)
+    _write(conn, _ADD_SESSION, d.session)
+    _write(conn, _ADD_DURATION, d.durations)
+
+
 class Tracker:
     """Brackets a batch's entity upserts: ``before()``, the upserts, then ``after()``."""
 
@@ -333,6 +352,7 @@ class Tracker:
         self.deltas = Deltas()
         self.touched: set[str] = set()  # session instances whose rows or totals this batch changed
         self.new_runs: dict[str, tuple] = {}  # the runs' rows after the batch, read by ``after``: the lifecycle's too
+        self.new_sessions: dict[str, tuple] = {}  # the sessions' rows after the batch, read by ``after``
 
     def before(self) -> None:
         self.old_tools = _read(self.conn, _READ_TOOLS, self.tool_keys, 2)
@@ -367,7 +387,8 @@ class Tracker:
             self.conn.executemany(_SESSION_SPAN, spans)
         for row in self.old_sessions.values():
             d.session_row(row, -1)
-        for row in _read(self.conn, _READ_SESSIONS, self.session_ids).values():
+        self.new_sessions = _read(self.conn, _READ_SESSIONS, self.session_ids)
+        for row in self.new_sessions.values():
             d.session_row(row, +1)
         for row in self.old_subagents.values():
             d.subagent(row, -1)

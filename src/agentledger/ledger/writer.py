@@ -46,7 +46,7 @@ from agentledger.facts import (
     UsageSnapshot,
 )
 from agentledger.faults import fault
-from agentledger.ledger import queries, rollups
+from agentledger.ledger import agents, queries, rollups
 from agentledger.ledger.checkpointer import Checkpointer
 from agentledger.ledger.db import WAL_LIMIT_BYTES, restart_wal
 from agentledger.ledger.lifecycle import RESTART_CUT_RUN, RESTART_CUT_SUBAGENT, Lifecycle
@@ -499,8 +499,9 @@ WHERE id = ? AND offset = ?
 
 def _llm_call(f: LlmCall) -> tuple:
     k = f.tokens
-    return (f.event_id, f.ts_ms, f.source, f.agent_id, f.session_key, f.session_id, f.run_id, f.provider,
-            f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
+    # A line naming no agent is its folder's until its run's or session's is known (see agents.py).
+    return (f.event_id, f.ts_ms, f.source, f.agent_id or f.agent_folder, f.session_key, f.session_id, f.run_id,
+            f.provider, f.model, f.call_index, k.input, k.output, k.cache_read, k.cache_write, k.total, f.cost_pico,
             f.cost_source if f.cost_pico is not None else None, f.duration_ms, f.error, f.call_key, int(f.sidechain),
             k.cache_write_1h, f.context_tokens, f.branch, f.speed, f.web_searches,
             f.inference_geo)
@@ -695,7 +696,8 @@ def _subagent_launched(f: SubagentLaunched) -> tuple:
 
 
 def _compaction(f: Compaction) -> tuple:
-    return (f.event_id, f.ts_ms, f.phase, f.source, f.agent_id, f.session_key, f.message_count,
+    # A compaction names no run nor session id: its line's agent, else its folder's, is all there is to go by.
+    return (f.event_id, f.ts_ms, f.phase, f.source, f.agent_id or f.agent_folder, f.session_key, f.message_count,
             f.compacting_count, f.token_count, f.compacted_count)
 
 
@@ -1157,12 +1159,14 @@ class LedgerWriter:
         if OC_TRANSCRIPT in sources:  # only transcripts' turns are retried within (see _RETRIED_RUNS)
             _reopen_retried(conn, lifecycle.facts)
         lifecycle.link()
+        added = agents.infer_calls(conn, lifecycle.facts, added)
         tracker.after(added, prepared.rows.get(_COMPACTION, []), replaced)
+        inferred = agents.follow(conn, lifecycle.facts, tracker)
         moved = branches.after(prepared.rows.get(_RUN_STARTED, ()))
         changed = lifecycle.after(tracker)
         new = len(lifecycle.facts)
         return ApplyResult(new_facts=new, duplicate_facts=len(facts) - new, rejects=0,
-                           sessions=tracker.touched | changed | moved,
+                           sessions=tracker.touched | changed | moved | inferred,
                            interrupted=tuple(lifecycle.interrupted))
 
     @staticmethod

@@ -3,7 +3,8 @@
 Each format is opened per file: ``opener(path, lookup)`` returns the decoder of that
 file's lines, ``decode(line, offset) -> Fact | Reject | list[Fact]``. Transcript formats
 learn who a file belongs to from its path (and side files), and ask ``lookup`` which run
-a session is in when a read resumes mid-file; decoding itself never writes anything. A
+a session is in when a read resumes mid-file; telemetry learns from its path only the agent
+whose folder it is in (see Fact.agent_folder). Decoding itself never writes anything. A
 decoder that learns its file's session key from files beside it says so as ``session_id``
 and ``session_key``: the ledger keeps that session under that key, unless ``yields_to`` the
 key it holds (see Pipeline._keys_due).
@@ -22,16 +23,13 @@ Decoder = Callable[[bytes, int], "Fact | Reject | list[Fact]"]
 Opener = Callable[[str, RunLookup], Decoder]
 
 
-def _stateless(decode: Decoder) -> Opener:
-    return lambda path, lookup: decode
-
-
-_STATELESS: dict[str, Decoder] = {"oc-telemetry": oc_telemetry.decode}
 OPENERS: dict[str, Opener] = {
-    **{fmt: _stateless(decode) for fmt, decode in _STATELESS.items()},
+    "oc-telemetry": oc_telemetry.opener,
     "oc-transcript": oc_transcript.FileDecoder,
     "claude-code": claude_code.FileDecoder,
 }
+# The formats whose decoders never ask the ledger.
+_ASKING_NOTHING = frozenset({"oc-telemetry"})
 
 
 # What a format's decoder of a path learns its session's key from (see oc_transcript.key_inputs); the
@@ -51,7 +49,7 @@ SKIPPED_HEADS: dict[str, Callable[[bytes], bool]] = {"claude-code": claude_code.
 def asks_ledger(fmt: str) -> bool:
     """Whether the format's decoders may ask the ledger while decoding, so a file's facts must be
     written before the next file is decoded."""
-    return fmt not in _STATELESS
+    return fmt not in _ASKING_NOTHING
 
 
 def opener_for(fmt: str) -> Opener:

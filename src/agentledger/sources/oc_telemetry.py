@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+
 from agentledger.facts import (
     Compaction,
     Fact,
@@ -23,7 +26,9 @@ from agentledger.facts import (
 )
 from agentledger.sources.common import (
     MAX_TIME_MS,
+    RunLookup,
     agent_from_key,
+    agents_dir,
     command,
     count,
     duration,
@@ -32,6 +37,7 @@ from agentledger.sources.common import (
     flag,
     integer,
     json_object,
+    ledger_name,
     line_id,
     logged_cost,
     reject,
@@ -277,8 +283,26 @@ _BUILDERS = {
 }
 
 
-def decode(line: bytes, offset: int) -> Fact | Reject:
-    """One line (without its newline) at ``offset`` → a fact, or a reject saying why not."""
+def folder_agent(path: str) -> str | None:
+    """The agent whose log ``path`` is by where it lies, ``<state>/agents/<agentId>/telemetry/``; None elsewhere
+    (a telemetry directory kept anywhere else names no agent)."""
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) != "telemetry":
+        return None
+    agents, agent = agents_dir(folder)
+    return text(ledger_name(agent)) if agents is not None else None
+
+
+def opener(path: str, lookup: RunLookup):
+    """The decoder of the file at ``path``: ``decode`` knowing the agent its folder names. It asks the
+    ledger nothing (``lookup`` is unused): a line is the same fact whichever file is read first."""
+    agent = folder_agent(path)
+    return decode if agent is None else functools.partial(decode, agent_folder=agent)
+
+
+def decode(line: bytes, offset: int, agent_folder: str | None = None) -> Fact | Reject:
+    """One line (without its newline) at ``offset`` → a fact, or a reject saying why not; ``agent_folder``: the
+    agent whose folder the line's file is in (see Fact.agent_folder)."""
     env = json_object(line, offset)
     if env.__class__ is Reject:
         return env
@@ -294,10 +318,11 @@ def decode(line: bytes, offset: int) -> Fact | Reject:
     if data.__class__ is not dict:
         data = {}
     session_key = text(env.get("sessionKey"))
+    agent = text(env.get("agentId")) or agent_from_key(session_key)
     # Fact's common fields, in its order (see facts.Fact).
-    base = (_event_id(env.get("id"), line), ts, kind, SOURCE,
-            text(env.get("agentId")) or agent_from_key(session_key), session_key,
-            text(env.get("sessionId")) or text(data.get("sessionId")), text(env.get("runId")), integer(env.get("seq")))
+    base = (_event_id(env.get("id"), line), ts, kind, SOURCE, agent, session_key,
+            text(env.get("sessionId")) or text(data.get("sessionId")), text(env.get("runId")), integer(env.get("seq")),
+            None if agent else agent_folder)
     builder = _BUILDERS.get(kind)
     if builder is None:
         return RawEvent(*base, raw=line)
