@@ -134,17 +134,22 @@ def test_a_tool_result_written_after_the_next_prompt_ends_the_call_of_the_turn_t
              cc_result("r1", "toolu_1", 11),
              cc_assistant("a2", "msg_2", {"type": "text", "text": "Both pass."}, output=40, second=12, request="req_2",
                           stop="end_turn")]
-    transcript.write_bytes(b"".join(lines[:cut]))
-    ingest(db, tmp_path / "claude", fmt="claude-code")
-    if cut is not None:
-        with transcript.open("ab") as f:
-            f.write(b"".join(lines[cut:]))
-        ingest(db, tmp_path / "claude", fmt="claude-code")
-    settle(db)
+    _read_cut_at(db, transcript, lines, cut, tmp_path / "claude", "claude-code")
     u = usage(db)
     assert (u["tool_calls"], u["tool_errors"], u["interrupted_runs"]) == (1, 0, 0)
     assert _tools_by_run(db, "u1", "u2") == [[("Bash", "ok")], []]
     _clean(db)
+
+
+def _read_cut_at(db, path: Path, lines: list[bytes], cut: int | None, root: Path, fmt: str) -> None:
+    """``lines`` written to ``path`` and read; with ``cut``, the lines from there on appended and read again."""
+    path.write_bytes(b"".join(lines[:cut]))
+    ingest(db, root, fmt=fmt)
+    if cut is not None:
+        with path.open("ab") as f:
+            f.write(b"".join(lines[cut:]))
+        ingest(db, root, fmt=fmt)
+    settle(db)
 
 
 @pytest.mark.parametrize("cut", [None, 4], ids=["one-ingest", "the-result-read-later"])
@@ -154,13 +159,7 @@ def test_a_tool_result_written_after_the_next_user_message_ends_the_call_of_the_
     path = _sessions_dir(tmp_path, "agent:main:main", sid) / f"{sid}.jsonl"
     lines = [oc_header(sid), oc_user("u1", 1), oc_assistant("a1", 2, tool="call_1"), oc_user("u2", 3),
              oc_result("t1", 4, "call_1"), oc_assistant("a2", 5)]
-    path.write_bytes(b"".join(lines[:cut]))
-    ingest(db, tmp_path / "state", fmt="oc-transcript")
-    if cut is not None:
-        with path.open("ab") as f:
-            f.write(b"".join(lines[cut:]))
-        ingest(db, tmp_path / "state", fmt="oc-transcript")
-    settle(db)
+    _read_cut_at(db, path, lines, cut, tmp_path / "state", "oc-transcript")
     assert (usage(db)["tool_calls"], usage(db)["tool_errors"]) == (1, 0)
     assert _tools_by_run(db, f"{sid}:u1", f"{sid}:u2") == [[("exec", "ok")], []]
     _clean(db)
