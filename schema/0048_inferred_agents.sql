@@ -33,18 +33,5 @@ UPDATE compactions SET agent_id = (
 WHERE agent_id IS NULL;
 DROP TABLE temp.folder_agents;
 
--- Then their run's agent, else their session's, wherever one is known.
-UPDATE llm_calls SET agent_id = coalesce(
-    (SELECT r.agent_id FROM runs AS r WHERE r.run_id = llm_calls.run_id),
-    (SELECT s.agent_id FROM sessions AS s WHERE s.session_id = coalesce(llm_calls.session_id, (
-        SELECT coalesce(r.session_id, a.session_id) FROM run_activity AS a LEFT JOIN runs AS r USING (run_id)
-        WHERE a.run_id = llm_calls.run_id))),
-    llm_calls.agent_id)
-WHERE agent_inferred;
-UPDATE tool_calls SET agent_id = coalesce(
-    (SELECT r.agent_id FROM runs AS r WHERE r.run_id = tool_calls.run_id),
-    (SELECT s.agent_id FROM sessions AS s WHERE s.session_id = coalesce(tool_calls.session_id, (
-        SELECT coalesce(r.session_id, a.session_id) FROM run_activity AS a LEFT JOIN runs AS r USING (run_id)
-        WHERE a.run_id = tool_calls.run_id))),
-    tool_calls.agent_id)
-WHERE agent_inferred;
+-- Then their run's agent, else their session's, wherever one is known: the writer's rule, applied once the
+-- migrations are done (db.SETTLES, agents.settle_inferred_agents).

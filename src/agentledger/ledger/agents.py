@@ -97,6 +97,13 @@ def _tools_told(facts: list[Fact]) -> dict[tuple[str, str], list]:
     return tools
 
 
+def settle_inferred_agents(conn: apsw.Connection) -> None:
+    """Migration 0048's last step: the rows it marked inferred take their run's or session's agent, as the writer
+    gives them."""
+    for table in ("llm_calls", "tool_calls"):
+        conn.execute(f"UPDATE {table} SET agent_id = {_inferred(table)} WHERE agent_inferred")
+
+
 def infer_calls(conn: apsw.Connection, facts: list[Fact], rows: list[tuple]) -> list[tuple]:
     """The batch's llm_calls rows (``rows``, as inserted) with the agents its calls that name none take, written
     to the ledger too; after the batch's upserts, before the rollups count the rows."""

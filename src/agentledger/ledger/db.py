@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
+import importlib
 import os
 import re
 import urllib.parse
@@ -48,10 +49,11 @@ REFILLS: dict[int, tuple[str, ...] | None] = {2: None, 4: ("usage_slots", "usage
                                                   "cost_source_totals", "compaction_pairs"),
                                              48: ("usage_slots", "usage_days", "tool_slots", "tool_days",
                                                   "compaction_pairs")}
-# Migrations finished by a rule the writer applies (a function of side_branches.py, named here), where a fresh read and the
-# migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the writer's
-# statements are written for, and before the refills.
-SETTLES: dict[int, str] = {41: "settle_upgraded_ends"}
+# Migrations finished by a rule the writer applies (a function of a module of ledger/, named here), where a fresh
+# read and the migrated rows must agree: stated once, it runs after the last migration's SQL, on the schema the
+# writer's statements are written for, and before the refills.
+SETTLES: dict[int, tuple[str, str]] = {41: ("side_branches", "settle_upgraded_ends"),
+                                       48: ("agents", "settle_inferred_agents")}
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -411,11 +413,8 @@ def migrate(conn: apsw.Connection) -> int:
                 tables = REFILLS[number]
                 refill = None if tables is None or refill is None else refill | set(tables)
         settles = [SETTLES[number] for number, _ in pending if number in SETTLES]
-        if settles:
-            from agentledger.ledger import side_branches
-
-            for name in settles:
-                getattr(side_branches, name)(conn)
+        for module, name in settles:
+            getattr(importlib.import_module(f"agentledger.ledger.{module}"), name)(conn)
         if refill is None or refill:
             from agentledger.ledger.verify import rebuild_rollups, rebuild_rollups_as_a_change
 
