@@ -302,9 +302,6 @@ def restart_wal(conn: apsw.Connection, wait_ms: int) -> bool:
 
 
 def _cannot_read(path: Path, why: object) -> LedgerError:
-    if why == os.strerror(errno.ELOOP):  # no group or owner reads through links that go round
-        return LedgerError(f"cannot read {path}: it is a loop of symbolic links: point the link at the ledger's "
-                           "file, or pass another --db")
     return LedgerError(f"cannot read {path} ({why}): run as a member of the ledger's group while the daemon is "
                        "running, or as its owner")
 
@@ -317,6 +314,9 @@ def ledger_exists(path: Path) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # no group or owner reads through links that go round
+            raise LedgerError(f"cannot read {path}: it is a loop of symbolic links: point the link at the ledger's "
+                              "file, or pass another --db") from None
         raise _cannot_read(path, exc.strerror) from None
     return True
 
@@ -433,7 +433,7 @@ def migrate(conn: apsw.Connection) -> int:
 
 
 class ReaderPool:
-    """Read-only connections reused across requests: opening one costs more than a gate decision.
+    """Query-only connections reused across requests: opening one costs more than a gate decision.
 
     A plain list: ``pop`` and ``append`` are atomic, so taking and returning a connection needs no
     lock for request threads to wait on."""
