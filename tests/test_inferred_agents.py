@@ -114,6 +114,21 @@ def test_a_call_of_no_run_is_its_sessions_agents_and_failing_that_its_folders(tm
     assert verify(db) == []
 
 
+def test_a_call_read_before_its_session_names_its_agent_moves_to_that_agent(tmp_path, db):
+    """The session's start, which names the agent, is read in a later ingest than its call: the call, filed under
+    its folder's agent until then, moves to the session's, its rollups with it."""
+    root = tmp_path / "state"
+    write(root / "agents" / "ops" / "telemetry", call(2, run=None))
+    ingest(db, root)
+    assert by_agent(db) == {"ops": 0.5}
+    write(root / "agents" / "ops" / "telemetry",
+          line(3, "session.start", {"sessionId": "s1"}, agent="work", key=None, run=None))
+    ingest(db, root)
+    assert by_agent(db) == {"work": 0.5}
+    assert cli_json(db, "usage", "--agent", "ops")["llm_calls"] == 0
+    assert verify(db) == []
+
+
 def test_an_older_ledgers_calls_of_no_agent_take_their_runs_on_upgrade(tmp_path, db):
     """An older agentledger stored such calls under no agent: the upgrade files them as a fresh read does."""
     from test_pricing import _as_an_older_version_stored
