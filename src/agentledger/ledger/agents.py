@@ -16,6 +16,7 @@ import orjson
 from agentledger.facts import Fact, LlmCall, ToolEnded, ToolObserved, ToolStarted
 from agentledger.ledger import rollups
 from agentledger.ledger.rows import LLM_CALL_COLUMNS
+from agentledger.sources.oc_telemetry import SOURCE, folder_agent
 
 
 def _inferred(table: str) -> str:
@@ -97,9 +98,27 @@ def _tools_told(facts: list[Fact]) -> dict[tuple[str, str], list]:
     return tools
 
 
+# Of the rows an older agentledger left with no agent, model calls and compactions take their folder's, where their
+# event names their file (retention keeps it); a tool call's row names no event.
+_FOLDER_ROWS = """
+UPDATE {table} SET {inferred}agent_id = (
+    SELECT fa.agent FROM events AS e JOIN temp.folder_agents AS fa USING (file_id)
+    WHERE e.ts_ms = {table}.ts_ms AND e.id = {table}.event_id)
+WHERE agent_id IS NULL
+"""
+
+
 def settle_inferred_agents(conn: apsw.Connection) -> None:
-    """Migration 0048's last step: the rows it marked inferred take their run's or session's agent, as the writer
-    gives them."""
+    """Migration 0048, done as a read of the rows' lines now does: the rows an older agentledger left with no
+    agent take their folder's (as the decoder finds it), then their run's or session's (as the writer does)."""
+    conn.execute("CREATE TEMP TABLE folder_agents (file_id INTEGER PRIMARY KEY, agent TEXT NOT NULL)")
+    conn.executemany("INSERT INTO temp.folder_agents VALUES (?, ?)", [
+        (file_id, agent) for file_id, path in conn.execute("SELECT id, path FROM files WHERE source = ?", (SOURCE,))
+        if (agent := folder_agent(path)) is not None])
+    conn.execute(_FOLDER_ROWS.format(table="llm_calls", inferred="agent_inferred = 1, "))
+    conn.execute("UPDATE tool_calls SET agent_inferred = 1 WHERE agent_id IS NULL")
+    conn.execute(_FOLDER_ROWS.format(table="compactions", inferred=""))
+    conn.execute("DROP TABLE temp.folder_agents")
     for table in ("llm_calls", "tool_calls"):
         conn.execute(f"UPDATE {table} SET agent_id = {_inferred(table)} WHERE agent_inferred")
 
