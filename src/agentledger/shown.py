@@ -81,3 +81,16 @@ def one_line(text: str) -> str:
     break, a tab, another space than the ASCII one) as one space, and what is left unprintable escaped.
     Spaces stay as they are: they indent a tree's levels."""
     return escaped(_WHITESPACE.sub(_fold, text))
+
+
+def starting(text: str, cells: int) -> str:
+    """The longest start of ``text`` a terminal draws in at most ``cells`` cells: a wide character that would be
+    cut in two is left out. Given a text reversed, the longest end (reversed)."""
+    from rich.cells import get_character_cell_size
+
+    used = 0
+    for i, c in enumerate(text):
+        used += get_character_cell_size(c)
+        if used > cells:
+            return text[:i]
+    return text

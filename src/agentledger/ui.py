@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 import apsw
-from rich.cells import cell_len, get_character_cell_size
+from rich.cells import cell_len
 
 from agentledger import __version__, display
 from agentledger.config import GateConfig
 from agentledger.ledger import queries
 from agentledger.overview import overview
-from agentledger.shown import one_line
+from agentledger.shown import one_line, starting
 from agentledger.timeutil import LATEST_MS
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -143,19 +143,9 @@ def _short(name: str) -> str:
     if cell_len(name) <= LABEL_CELLS:
         return name
     room = (LABEL_CELLS - 1) // 2
-    head = _fitting(name, room)
-    tail = _fitting(name[::-1], LABEL_CELLS - 1 - room)[::-1]
+    head = starting(name, room)
+    tail = starting(name[::-1], LABEL_CELLS - 1 - room)[::-1]
     return head + "…" + tail
-
-
-def _fitting(text: str, cells: int) -> str:
-    """The longest start of ``text`` that takes at most ``cells`` cells."""
-    used = 0
-    for i, c in enumerate(text):
-        used += get_character_cell_size(c)
-        if used > cells:
-            return text[:i]
-    return text
 
 
 def hbars(items: Sequence[tuple[str, float, str]], label: str, empty: str, *, color: str = PALETTE[0],

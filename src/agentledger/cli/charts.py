@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 from collections.abc import Callable
 
@@ -11,7 +10,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from agentledger import display
-from agentledger.shown import one_line
+from agentledger.shown import one_line, starting
 
 COLORS = ("blue", "dark_orange", "green", "red", "cyan", "yellow", "magenta", "bright_black")
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -44,8 +43,7 @@ def _tail(label: str, width: int) -> str:
     cut in two is left out, a space in its place."""
     if cell_len(label) <= width:
         return label
-    start = bisect.bisect_left(range(len(label)), True, key=lambda i: cell_len(label[i:]) < width)
-    rest = label[start:]
+    rest = starting(label[::-1], width - 1)[::-1]
     return "…" + " " * (width - 1 - cell_len(rest)) + rest
 
 
