@@ -67,14 +67,13 @@ class Listener(ThreadingHTTPServer):
         # Open connections waiting for a request, in the order they fell idle: the first, idle longest.
         self._idle: dict[socket.socket, None] = {}
         self._busy: dict[socket.socket, bool] = {}  # answering a request: whether one room is kept for
-        self._others = 0  # of those busy, how many answer anything else
         self._out_of_fds_at = -math.inf
         super().__init__(address, handler)
 
     @property
     def others_busy(self) -> int:
         """How many connections answer a request other than a gate's, a hook's or the liveness probe's."""
-        return self._others
+        return sum(not kept for kept in self._busy.values())
 
     def get_request(self) -> tuple[socket.socket, object]:
         try:
@@ -130,16 +129,15 @@ class Listener(ThreadingHTTPServer):
         kept for): not when the connection was closed meanwhile to make room, nor when other requests take
         their share already."""
         with self._lock:
-            if request not in self._idle or (not kept and self._others >= self.others_bound):
+            if request not in self._idle or (not kept and self.others_busy >= self.others_bound):
                 return False
             del self._idle[request]
             self._busy[request] = kept
-            self._others += not kept
             return True
 
     def end(self, request: socket.socket) -> None:
         with self._answered:
-            self._others -= not self._busy.pop(request)
+            del self._busy[request]
             self._idle[request] = None
             self._answered.notify()
 
