@@ -387,7 +387,9 @@ def _cannot_make(exc: OSError) -> str:
     path = Path(exc.filename)
     # The OS names the path it was making, which may lie beneath the file in the way. A symlink to a
     # directory above it is followed as the OS follows it; the path itself may be one the store refuses.
-    way = next((p for p in reversed(path.parents) if os.path.lexists(p) and not p.is_dir()), path)
+    way = next((p for p in (*reversed(path.parents), path) if os.path.lexists(p) and not p.is_dir()), None)
+    if way is None:  # gone again since (a race): nothing left to name
+        return "a part of that path is not a directory"
     return f"{way} is {'a symbolic link' if way.is_symlink() else 'a file'}, not a directory"
 
 
